@@ -1,0 +1,31 @@
+//! API types shared by every numaresources component. Plain data and pure functions only:
+//! no I/O, no async runtime, no client.
+//!
+//! ```text
+//!   nrt       NodeResourceTopology v1alpha2 (+ v1alpha1), canonical form, semantic equality
+//!   operator  NUMAResourcesOperator, NUMAResourcesScheduler: types, defaults, validation
+//!   crds      the CustomResourceDefinitions generated from those types
+//!   quantity, duration, selector, field
+//!             the apimachinery pieces they are made of, with Go-identical text forms
+//! ```
+//!
+//! The API server, the webhook, the exporter and the controllers all read and write these
+//! types, so what one accepts the others understand.
+
+pub mod crds;
+pub mod duration;
+pub mod field;
+pub mod nrt;
+pub mod operator;
+pub mod quantity;
+mod schema;
+pub mod selector;
+mod string_enum;
+
+pub use duration::GoDuration;
+pub use field::{FieldError, FieldErrors, FieldPath};
+pub use quantity::Quantity;
+pub use string_enum::StringEnum;
+
+/// The name of the product, as it appears in labels and field managers.
+pub const PRODUCT: &str = "numaresources";

@@ -1,0 +1,191 @@
+//! NodeResourceTopology, `topology.node.k8s.io`: one cluster-scoped object per node, named after
+//! the node, listing each NUMA zone's capacity, allocatable and available resources.
+//!
+//! The wire form is upstream's (`k8stopologyawareschedwg/noderesourcetopology-api`) to the letter:
+//! the same JSON names, empty lists omitted except `zones`, which is always an array.
+//! [`v1alpha2`](NodeResourceTopology) is what everything current reads and writes; [`v1alpha1`]
+//! is read for old producers and converts losslessly up.
+
+mod canonical;
+pub mod v1alpha1;
+pub mod well_known;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
+use serde::de::Deserializer;
+use serde::ser::{SerializeStruct, Serializer};
+use serde::{Deserialize, Serialize};
+
+pub use crate::quantity::Quantity;
+
+/// The API group of NodeResourceTopology.
+pub const GROUP: &str = "topology.node.k8s.io";
+/// The plural resource name.
+pub const PLURAL: &str = "noderesourcetopologies";
+/// The singular resource name.
+pub const SINGULAR: &str = "noderesourcetopology";
+/// The kind.
+pub const KIND: &str = "NodeResourceTopology";
+/// The list kind.
+pub const LIST_KIND: &str = "NodeResourceTopologyList";
+/// Short names `kubectl` resolves (upstream has only the first; `nrt` is ours).
+pub const SHORT_NAMES: &[&str] = &["node-res-topo", "nrt"];
+
+/// The resource topology of one node (`topology.node.k8s.io/v1alpha2`).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::with_type_meta)]
+pub struct NodeResourceTopology {
+    /// Standard object metadata; the name is the node's name.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// DEPRECATED (to be removed in v1beta1): use top level attributes if needed.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub topology_policies: Vec<String>,
+    /// The zones of the node; NUMA nodes are zones of type `Node` named `node-<id>`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub zones: Vec<Zone>,
+    /// Node-wide attributes: topology manager policy and scope, pods fingerprint, …
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub attributes: Vec<AttributeInfo>,
+}
+
+/// A resource topology zone, e.g. a NUMA node, socket, die or core.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Zone {
+    /// Zone name; NUMA zones are `node-<id>`.
+    pub name: String,
+    /// Zone type; NUMA zones are `Node`.
+    #[serde(rename = "type")]
+    pub zone_type: String,
+    /// Name of the enclosing zone (unused by every known producer and consumer).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent: String,
+    /// Distances to every zone, this one included.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
+    pub costs: Vec<CostInfo>,
+    /// Zone attributes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
+    pub attributes: Vec<AttributeInfo>,
+    /// Per-resource amounts in this zone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
+    pub resources: Vec<ResourceInfo>,
+}
+
+/// One resource's amounts in one zone. CPUs count logical CPUs; memory and hugepages are bytes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ResourceInfo {
+    /// Name of the resource.
+    pub name: String,
+    /// Capacity of the resource, corresponding to capacity in node status, i.e. total amount of
+    /// this resource that the node has.
+    pub capacity: Quantity,
+    /// Allocatable quantity of the resource, corresponding to allocatable in node status, i.e.
+    /// total amount of this resource available to be used by pods.
+    pub allocatable: Quantity,
+    /// Available is the amount of this resource currently available for new (to be scheduled)
+    /// pods, i.e. Allocatable minus the resources reserved by currently running pods.
+    pub available: Quantity,
+}
+
+/// The cost (or distance) between two zones.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+pub struct CostInfo {
+    /// Name of the other zone.
+    pub name: String,
+    /// Distance (ACPI SLIT: 10 is local).
+    pub value: i64,
+}
+
+/// A named attribute.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+pub struct AttributeInfo {
+    /// Attribute name.
+    pub name: String,
+    /// Attribute value.
+    pub value: String,
+}
+
+impl AttributeInfo {
+    /// An attribute.
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+}
+
+impl NodeResourceTopology {
+    /// An empty topology for `node`.
+    pub fn new(node: &str) -> Self {
+        Self {
+            metadata: ObjectMeta {
+                name: Some(node.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..Self::default()
+        }
+    }
+
+    /// The first value of a node-wide attribute (upstream's `attribute.Get`).
+    pub fn attribute(&self, name: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| a.value.as_str())
+    }
+}
+
+impl Serialize for NodeResourceTopology {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut state = serializer.serialize_struct(KIND, 6)?;
+        state.serialize_field("apiVersion", <Self as k8s_openapi::Resource>::API_VERSION)?;
+        state.serialize_field("kind", KIND)?;
+        state.serialize_field("metadata", &self.metadata)?;
+        if !self.topology_policies.is_empty() {
+            state.serialize_field("topologyPolicies", &self.topology_policies)?;
+        }
+        state.serialize_field("zones", &self.zones)?;
+        if !self.attributes.is_empty() {
+            state.serialize_field("attributes", &self.attributes)?;
+        }
+        state.end()
+    }
+}
+
+impl k8s_openapi::Resource for NodeResourceTopology {
+    const API_VERSION: &'static str = "topology.node.k8s.io/v1alpha2";
+    const GROUP: &'static str = GROUP;
+    const KIND: &'static str = KIND;
+    const VERSION: &'static str = "v1alpha2";
+    const URL_PATH_SEGMENT: &'static str = PLURAL;
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::ListableResource for NodeResourceTopology {
+    const LIST_KIND: &'static str = LIST_KIND;
+}
+
+impl k8s_openapi::Metadata for NodeResourceTopology {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A list of NodeResourceTopology objects (`NodeResourceTopologyList`).
+pub type NodeResourceTopologyList = k8s_openapi::List<NodeResourceTopology>;
+
+/// Go writes a nil slice as `null`; read it as empty.
+pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}

@@ -1,0 +1,58 @@
+//! Names with a meaning that producers and the scheduler plugin agree on.
+
+/// Zone type of a NUMA node; the scheduler ignores zones of any other type.
+pub const ZONE_TYPE_NODE: &str = "Node";
+
+/// Node-wide attribute: the kubelet's topology manager policy (`none`, `best-effort`,
+/// `restricted`, `single-numa-node`).
+pub const ATTR_TOPOLOGY_MANAGER_POLICY: &str = "topologyManagerPolicy";
+/// Node-wide attribute: the kubelet's topology manager scope (`container`, `pod`).
+pub const ATTR_TOPOLOGY_MANAGER_SCOPE: &str = "topologyManagerScope";
+/// Node-wide attribute: the kubelet's `max-allowable-numa-nodes` option.
+pub const ATTR_TOPOLOGY_MANAGER_MAX_NUMA_NODES: &str = "topologyManagerMaxNUMANodes";
+/// Node-wide attribute: the pods fingerprint (`pfp0v001<16 hex>`).
+pub const ATTR_PODS_FINGERPRINT: &str = "nodeTopologyPodsFingerprint";
+/// Node-wide attribute: which pods the fingerprint covers (`all`, `with-exclusive-resources`).
+pub const ATTR_PODS_FINGERPRINT_METHOD: &str = "nodeTopologyPodsFingerprintMethod";
+/// Node-wide attribute: NUMA placement metadata for the scheduler's NUMA-aware preemption.
+pub const ATTR_NUMA_PLACEMENT_METADATA: &str = "topology.node.k8s.io/numaplacement-metadata";
+/// Zone attribute: the NUMA placement vector of that zone.
+pub const ATTR_NUMA_PLACEMENT_VECTOR: &str = "topology.node.k8s.io/numaplacement-vector";
+
+/// Annotation: legacy carrier of the pods fingerprint.
+pub const ANNOTATION_FINGERPRINT: &str = "topology.node.k8s.io/fingerprint";
+/// Annotation: what triggered the last update (`periodic` or `reactive`).
+pub const ANNOTATION_RTE_UPDATE: &str = "k8stopoawareschedwg/rte-update";
+
+/// Topology manager policies as the kubelet spells them.
+pub const TOPOLOGY_MANAGER_POLICIES: &[&str] = &["none", "best-effort", "restricted", "single-numa-node"];
+/// Topology manager scopes as the kubelet spells them.
+pub const TOPOLOGY_MANAGER_SCOPES: &[&str] = &["container", "pod"];
+
+/// The zone name of NUMA node `id`: `node-<id>`.
+pub fn numa_zone_name(id: u32) -> String {
+    format!("node-{id}")
+}
+
+/// The NUMA node id a zone name stands for, if it is `node-<id>` with a decimal id.
+pub fn numa_id_from_zone_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("node-")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zone_names_round_trip() {
+        assert_eq!(numa_zone_name(3), "node-3");
+        assert_eq!(numa_id_from_zone_name("node-3"), Some(3));
+        for bad in ["node-", "node--1", "node-+1", "socket-0", "node-1a"] {
+            assert_eq!(numa_id_from_zone_name(bad), None, "{bad}");
+        }
+    }
+}
