@@ -300,3 +300,7 @@ fn pod_routing(routing: &PodRouting, path: &FieldPath) -> Vec<FieldError> {
     }
     errors
 }
+
+#[cfg(test)]
+#[path = "validation_tests.rs"]
+mod tests;
