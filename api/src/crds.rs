@@ -3,9 +3,7 @@
 //! `numaresources crds` writes them to `manifests/crds/`; a test fails when the checked-in
 //! files differ from what this module generates.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
-};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, JSONSchemaProps};
 use kube::CustomResourceExt;
 use serde_json::Value;
 
@@ -108,10 +106,7 @@ mod tests {
             assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
             let schema = schema_of(crd);
             let rule = &schema["x-kubernetes-validations"][0];
-            assert_eq!(
-                rule["rule"],
-                format!("has(self.metadata.name) && self.metadata.name == '{singleton}'")
-            );
+            assert_eq!(rule["rule"], format!("has(self.metadata.name) && self.metadata.name == '{singleton}'"));
             assert_eq!(
                 rule["message"],
                 format!("This is a singleton resource and the object name must be '{singleton}'.")
@@ -132,10 +127,7 @@ mod tests {
             serde_json::json!(["Disabled", "Enabled", "EnabledExclusiveResources"])
         );
         let status = &nro["properties"]["status"]["properties"];
-        assert_eq!(
-            status["nodeGroups"]["items"]["required"],
-            serde_json::json!(["config", "daemonsets", "selector"])
-        );
+        assert_eq!(status["nodeGroups"]["items"]["required"], serde_json::json!(["config", "daemonsets", "selector"]));
         let nrs = schema_of(&crds[1]);
         let spec = &nrs["properties"]["spec"];
         assert!(spec["required"].as_array().unwrap().contains(&"imageSpec".into()));

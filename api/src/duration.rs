@@ -32,9 +32,7 @@ impl GoDuration {
 
     /// A whole number of seconds.
     pub const fn from_secs(secs: i64) -> Self {
-        Self {
-            nanos: secs.saturating_mul(NANOS_PER_SECOND as i64),
-        }
+        Self { nanos: secs.saturating_mul(NANOS_PER_SECOND as i64) }
     }
 
     /// A number of nanoseconds.
@@ -61,19 +59,12 @@ impl GoDuration {
     pub fn round_to_seconds(&self) -> i64 {
         let secs = self.nanos / NANOS_PER_SECOND as i64;
         let rest = self.nanos % NANOS_PER_SECOND as i64;
-        if rest.unsigned_abs() * 2 >= NANOS_PER_SECOND {
-            secs + self.nanos.signum()
-        } else {
-            secs
-        }
+        if rest.unsigned_abs() * 2 >= NANOS_PER_SECOND { secs + self.nanos.signum() } else { secs }
     }
 
     /// Parses Go's `time.ParseDuration` grammar: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, or `0`.
     pub fn parse(text: &str) -> Result<Self, DurationError> {
-        let fail = |reason| DurationError {
-            text: text.to_owned(),
-            reason,
-        };
+        let fail = |reason| DurationError { text: text.to_owned(), reason };
         let (negative, mut rest) = match text.as_bytes().first() {
             Some(b'-') => (true, &text[1..]),
             Some(b'+') => (false, &text[1..]),
@@ -99,10 +90,7 @@ impl GoDuration {
             if whole.is_empty() && fraction.is_empty() {
                 return Err(fail("expected a number"));
             }
-            let unit_len = after
-                .bytes()
-                .position(|b| b == b'.' || b.is_ascii_digit())
-                .unwrap_or(after.len());
+            let unit_len = after.bytes().position(|b| b == b'.' || b.is_ascii_digit()).unwrap_or(after.len());
             let (unit, after) = after.split_at(unit_len);
             let unit_nanos: u128 = match unit {
                 "ns" => 1,
@@ -114,11 +102,7 @@ impl GoDuration {
                 "" => return Err(fail("missing unit")),
                 _ => return Err(fail("unknown unit")),
             };
-            let whole: u128 = if whole.is_empty() {
-                0
-            } else {
-                whole.parse().map_err(|_| fail("overflow"))?
-            };
+            let whole: u128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| fail("overflow"))? };
             // Digits past nanosecond precision cannot change the result; keep the sum exact.
             let fraction = &fraction[..fraction.len().min(18)];
             let mut part = whole.checked_mul(unit_nanos).ok_or_else(|| fail("overflow"))?;
@@ -132,11 +116,7 @@ impl GoDuration {
             }
             rest = after;
         }
-        let nanos = if negative {
-            (-(total as i128)) as i64
-        } else {
-            total as i64
-        };
+        let nanos = if negative { (-(total as i128)) as i64 } else { total as i64 };
         Ok(Self { nanos })
     }
 }

@@ -134,12 +134,7 @@ impl FieldError {
     }
 
     fn new(path: FieldPath, kind: ErrorKind, value: Option<String>, detail: impl Into<String>) -> Self {
-        Self {
-            path,
-            kind,
-            value,
-            detail: detail.into(),
-        }
+        Self { path, kind, value, detail: detail.into() }
     }
 }
 

@@ -70,10 +70,7 @@ impl Quantity {
             Some(b'+') => (false, &text[1..]),
             _ => (false, text),
         };
-        let number_len = rest
-            .bytes()
-            .position(|b| !(b.is_ascii_digit() || b == b'.'))
-            .unwrap_or(rest.len());
+        let number_len = rest.bytes().position(|b| !(b.is_ascii_digit() || b == b'.')).unwrap_or(rest.len());
         let (number, suffix) = rest.split_at(number_len);
         let (mut mantissa, mut exponent) = parse_decimal(number)?;
         let format = match suffix {
@@ -142,10 +139,7 @@ impl Quantity {
 
     /// The value in thousandths, rounded up (as `Quantity.MilliValue()` does), if it fits.
     pub fn ceil_milli_i64(&self) -> Option<i64> {
-        let shifted = Self {
-            exponent: self.exponent.checked_add(3)?,
-            ..*self
-        };
+        let shifted = Self { exponent: self.exponent.checked_add(3)?, ..*self };
         shifted.ceil_i64()
     }
 
@@ -163,9 +157,8 @@ impl Quantity {
     /// Whether the magnitude is larger than `limit` (a non-negative whole number).
     fn exceeds(&self, limit: i128) -> bool {
         if self.exponent < 0 {
-            let scaled_limit = 10_u128
-                .checked_pow(self.exponent.unsigned_abs())
-                .and_then(|f| f.checked_mul(limit.unsigned_abs()));
+            let scaled_limit =
+                10_u128.checked_pow(self.exponent.unsigned_abs()).and_then(|f| f.checked_mul(limit.unsigned_abs()));
             return scaled_limit.is_some_and(|l| self.mantissa.unsigned_abs() > l);
         }
         match 10_i128.checked_pow(self.exponent.unsigned_abs()).and_then(|f| self.mantissa.checked_mul(f)) {
@@ -204,11 +197,8 @@ impl Quantity {
         for _ in 0..shift {
             out.write_char('0')?;
         }
-        let decimal_format = if self.format == Format::DecimalExponent {
-            Format::DecimalExponent
-        } else {
-            Format::DecimalSI
-        };
+        let decimal_format =
+            if self.format == Format::DecimalExponent { Format::DecimalExponent } else { Format::DecimalSI };
         match (decimal_format, exponent) {
             (_, 0) => Ok(()),
             (Format::DecimalSI, -9) => out.write_char('n'),
@@ -453,10 +443,7 @@ mod tests {
             assert!(Quantity::parse(bad).is_err(), "{bad:?} should not parse");
         }
         assert_eq!(Quantity::parse("1x"), Err(QuantityError::Suffix));
-        assert_eq!(
-            Quantity::parse("9".repeat(60).as_str()),
-            Err(QuantityError::TooLarge)
-        );
+        assert_eq!(Quantity::parse("9".repeat(60).as_str()), Err(QuantityError::TooLarge));
     }
 
     #[test]

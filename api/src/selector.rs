@@ -32,10 +32,8 @@ fn validate_requirement(requirement: &LabelSelectorRequirement, path: &FieldPath
     let mut errors = Vec::new();
     let values = requirement.values.as_deref().unwrap_or_default();
     match requirement.operator.as_str() {
-        "In" | "NotIn" if values.is_empty() => errors.push(FieldError::required(
-            path.child("values"),
-            "must be specified when `operator` is 'In' or 'NotIn'",
-        )),
+        "In" | "NotIn" if values.is_empty() => errors
+            .push(FieldError::required(path.child("values"), "must be specified when `operator` is 'In' or 'NotIn'")),
         "Exists" | "DoesNotExist" if !values.is_empty() => errors.push(FieldError::forbidden(
             path.child("values"),
             "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
@@ -91,11 +89,7 @@ pub fn canonical(selector: &LabelSelector) -> String {
 /// Whether a label set satisfies the selector. An empty selector matches everything.
 /// A requirement with an unknown operator matches nothing (validation reports it).
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_match = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(key, value)| labels.get(key) == Some(value));
+    let labels_match = selector.match_labels.iter().flatten().all(|(key, value)| labels.get(key) == Some(value));
     labels_match
         && selector.match_expressions.iter().flatten().all(|requirement| {
             let values = requirement.values.as_deref().unwrap_or_default();
@@ -179,9 +173,7 @@ fn is_label_shaped(text: &str) -> bool {
     let bytes = text.as_bytes();
     bytes.first().is_some_and(u8::is_ascii_alphanumeric)
         && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 fn is_lower_alnum(b: &u8) -> bool {

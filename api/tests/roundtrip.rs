@@ -9,14 +9,11 @@ use numaresources_api::quantity::Quantity;
 use proptest::prelude::*;
 
 fn quantity_text() -> impl Strategy<Value = String> {
-    let number = prop_oneof![
-        "[0-9]{1,12}",
-        "[0-9]{1,6}\\.[0-9]{1,6}",
-        "\\.[0-9]{1,6}",
-    ];
+    let number = prop_oneof!["[0-9]{1,12}", "[0-9]{1,6}\\.[0-9]{1,6}", "\\.[0-9]{1,6}",];
     let suffix = prop_oneof![
         Just(String::new()),
-        prop::sample::select(vec!["Ki", "Mi", "Gi", "Ti", "n", "u", "m", "k", "M", "G", "T", "P"]).prop_map(String::from),
+        prop::sample::select(vec!["Ki", "Mi", "Gi", "Ti", "n", "u", "m", "k", "M", "G", "T", "P"])
+            .prop_map(String::from),
         (-12i32..12).prop_map(|e| format!("e{e}")),
     ];
     (prop::option::of(prop::sample::select(vec!["+", "-"])), number, suffix)

@@ -1,1 +1,21 @@
-fn main(){}
+//! `numaresources`: one binary, one subcommand per component.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+mod crds;
+mod telemetry;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    telemetry::init(&cli.log);
+    match cli.run() {
+        Ok(code) => code,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

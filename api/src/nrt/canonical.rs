@@ -123,12 +123,7 @@ mod tests {
 
     fn resource(name: &str, amount: &str) -> ResourceInfo {
         let q = Quantity::parse(amount).unwrap();
-        ResourceInfo {
-            name: name.into(),
-            capacity: q,
-            allocatable: q,
-            available: q,
-        }
+        ResourceInfo { name: name.into(), capacity: q, allocatable: q, available: q }
     }
 
     fn zone(name: &str, resources: Vec<ResourceInfo>) -> Zone {
@@ -136,10 +131,7 @@ mod tests {
             name: name.into(),
             zone_type: "Node".into(),
             resources,
-            costs: vec![
-                CostInfo { name: "node-10".into(), value: 20 },
-                CostInfo { name: "node-2".into(), value: 10 },
-            ],
+            costs: vec![CostInfo { name: "node-10".into(), value: 20 }, CostInfo { name: "node-2".into(), value: 10 }],
             ..Zone::default()
         }
     }

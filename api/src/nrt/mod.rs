@@ -34,7 +34,7 @@ pub const SHORT_NAMES: &[&str] = &["node-res-topo", "nrt"];
 /// The resource topology of one node (`topology.node.k8s.io/v1alpha2`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::schema::with_type_meta)]
+#[schemars(transform = root_schema)]
 pub struct NodeResourceTopology {
     /// Standard object metadata; the name is the node's name.
     #[serde(default)]
@@ -110,31 +110,19 @@ pub struct AttributeInfo {
 impl AttributeInfo {
     /// An attribute.
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            value: value.into(),
-        }
+        Self { name: name.into(), value: value.into() }
     }
 }
 
 impl NodeResourceTopology {
     /// An empty topology for `node`.
     pub fn new(node: &str) -> Self {
-        Self {
-            metadata: ObjectMeta {
-                name: Some(node.to_owned()),
-                ..ObjectMeta::default()
-            },
-            ..Self::default()
-        }
+        Self { metadata: ObjectMeta { name: Some(node.to_owned()), ..ObjectMeta::default() }, ..Self::default() }
     }
 
     /// The first value of a node-wide attribute (upstream's `attribute.Get`).
     pub fn attribute(&self, name: &str) -> Option<&str> {
-        self.attributes
-            .iter()
-            .find(|a| a.name == name)
-            .map(|a| a.value.as_str())
+        self.attributes.iter().find(|a| a.name == name).map(|a| a.value.as_str())
     }
 }
 
@@ -180,6 +168,12 @@ impl k8s_openapi::Metadata for NodeResourceTopology {
 
 /// A list of NodeResourceTopology objects (`NodeResourceTopologyList`).
 pub type NodeResourceTopologyList = k8s_openapi::List<NodeResourceTopology>;
+
+/// The root schema as upstream has it: `zones` required, no defaults (we read leniently, but
+/// the schema is what writers are validated against).
+fn root_schema(schema: &mut schemars::Schema) {
+    crate::schema::kubernetes_root(schema, &["zones"]);
+}
 
 /// Go writes a nil slice as `null`; read it as empty.
 pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>

@@ -13,7 +13,7 @@ use super::{KIND, LIST_KIND, PLURAL, Zone, null_as_default};
 /// The resource topology of one node (`topology.node.k8s.io/v1alpha1`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-#[schemars(transform = crate::schema::with_type_meta)]
+#[schemars(transform = root_schema)]
 pub struct NodeResourceTopology {
     /// Standard object metadata; the name is the node's name.
     #[serde(default)]
@@ -24,6 +24,11 @@ pub struct NodeResourceTopology {
     /// The zones of the node.
     #[serde(default, deserialize_with = "null_as_default")]
     pub zones: Vec<Zone>,
+}
+
+/// The root schema as upstream has it: both lists required, no defaults.
+fn root_schema(schema: &mut schemars::Schema) {
+    crate::schema::kubernetes_root(schema, &["topologyPolicies", "zones"]);
 }
 
 impl Serialize for NodeResourceTopology {
@@ -75,10 +80,6 @@ impl From<NodeResourceTopology> for super::NodeResourceTopology {
 impl From<super::NodeResourceTopology> for NodeResourceTopology {
     /// Drops the node-wide attributes, which v1alpha1 cannot carry.
     fn from(new: super::NodeResourceTopology) -> Self {
-        Self {
-            metadata: new.metadata,
-            topology_policies: new.topology_policies,
-            zones: new.zones,
-        }
+        Self { metadata: new.metadata, topology_policies: new.topology_policies, zones: new.zones }
     }
 }

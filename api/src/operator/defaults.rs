@@ -9,8 +9,8 @@
 
 use super::{
     CacheResyncDebugMode, CacheResyncDetectionMode, InfoRefreshMode, InfoRefreshPauseMode, LogLevel,
-    NUMAResourcesOperatorSpec, NUMAResourcesSchedulerSpec, NodeGroup, NodeGroupConfig, PodRouting,
-    PodRoutingMode, PodsFingerprintingMode, SchedulerInformerMode, ScoringStrategyParams, ScoringStrategyType,
+    NUMAResourcesOperatorSpec, NUMAResourcesSchedulerSpec, NodeGroup, NodeGroupConfig, PodRouting, PodRoutingMode,
+    PodsFingerprintingMode, SchedulerInformerMode, ScoringStrategyParams, ScoringStrategyType,
 };
 use crate::duration::GoDuration;
 
@@ -81,10 +81,7 @@ impl NUMAResourcesOperatorSpec {
             node_groups: self
                 .node_groups
                 .iter()
-                .map(|group| NodeGroup {
-                    config: Some(group.normalized_config()),
-                    ..group.clone()
-                })
+                .map(|group| NodeGroup { config: Some(group.normalized_config()), ..group.clone() })
                 .collect(),
             ..self.clone()
         }
@@ -100,10 +97,7 @@ impl NUMAResourcesSchedulerSpec {
             SchedulerInformerMode::Dedicated
         };
         let scoring_strategy = match &self.scoring_strategy {
-            None => ScoringStrategyParams {
-                type_: Some(ScoringStrategyType::LeastAllocated),
-                resources: Vec::new(),
-            },
+            None => ScoringStrategyParams { type_: Some(ScoringStrategyType::LeastAllocated), resources: Vec::new() },
             Some(given) => given.clone(),
         };
         let pod_routing = PodRouting {
@@ -124,19 +118,12 @@ impl NUMAResourcesSchedulerSpec {
 
     /// The pod routing mode in force (`Disabled` when unset).
     pub fn pod_routing_mode(&self) -> PodRoutingMode {
-        self.pod_routing
-            .as_ref()
-            .and_then(|r| r.mode.clone())
-            .unwrap_or(PodRoutingMode::Disabled)
+        self.pod_routing.as_ref().and_then(|r| r.mode.clone()).unwrap_or(PodRoutingMode::Disabled)
     }
 
     /// The scheduler name pods must carry to be scheduled by it.
     pub fn effective_scheduler_name(&self) -> &str {
-        if self.scheduler_name.is_empty() {
-            super::DEFAULT_SCHEDULER_NAME
-        } else {
-            &self.scheduler_name
-        }
+        if self.scheduler_name.is_empty() { super::DEFAULT_SCHEDULER_NAME } else { &self.scheduler_name }
     }
 }
 
@@ -161,11 +148,7 @@ mod tests {
     #[test]
     fn node_group_config_defaults_one_row_per_field() {
         type Row = (&'static str, fn(&mut NodeGroupConfig), fn(&NodeGroupConfig) -> bool);
-        let toleration = Toleration {
-            key: Some("k".into()),
-            operator: Some("Exists".into()),
-            ..Toleration::default()
-        };
+        let toleration = Toleration { key: Some("k".into()), operator: Some("Exists".into()), ..Toleration::default() };
         let rows: [Row; 5] = [
             (
                 "podsFingerprinting defaults to EnabledExclusiveResources",
@@ -196,11 +179,7 @@ mod tests {
 
     #[test]
     fn node_group_config_keeps_what_the_user_set() {
-        let toleration = Toleration {
-            key: Some("k".into()),
-            operator: Some("Exists".into()),
-            ..Toleration::default()
-        };
+        let toleration = Toleration { key: Some("k".into()), operator: Some("Exists".into()), ..Toleration::default() };
         let given = NodeGroupConfig {
             pods_fingerprinting: Some(PodsFingerprintingMode::Disabled),
             info_refresh_mode: Some(InfoRefreshMode::Events),
@@ -221,25 +200,18 @@ mod tests {
     #[test]
     fn operator_spec_defaults() {
         let spec = NUMAResourcesOperatorSpec {
-            node_groups: vec![NodeGroup {
-                pool_name: Some("worker".into()),
-                ..NodeGroup::default()
-            }],
+            node_groups: vec![NodeGroup { pool_name: Some("worker".into()), ..NodeGroup::default() }],
             ..NUMAResourcesOperatorSpec::default()
         };
         let normalized = spec.normalized();
         assert_eq!(normalized.log_level, Some(LogLevel::Normal));
         assert_eq!(normalized.node_groups[0].config, Some(NodeGroupConfig::defaults()));
         assert_eq!(normalized.node_groups[0].pool_name.as_deref(), Some("worker"));
-        let empty_level = NUMAResourcesOperatorSpec {
-            log_level: Some(LogLevel::Unset),
-            ..NUMAResourcesOperatorSpec::default()
-        };
+        let empty_level =
+            NUMAResourcesOperatorSpec { log_level: Some(LogLevel::Unset), ..NUMAResourcesOperatorSpec::default() };
         assert_eq!(empty_level.normalized().log_level, Some(LogLevel::Normal));
-        let debug = NUMAResourcesOperatorSpec {
-            log_level: Some(LogLevel::Debug),
-            ..NUMAResourcesOperatorSpec::default()
-        };
+        let debug =
+            NUMAResourcesOperatorSpec { log_level: Some(LogLevel::Debug), ..NUMAResourcesOperatorSpec::default() };
         assert_eq!(debug.normalized().log_level, Some(LogLevel::Debug));
     }
 
@@ -300,10 +272,7 @@ mod tests {
             }),
             replicas: Some(3),
             preemption_mode: Some(super::super::PreemptionMode::Enabled),
-            pod_routing: Some(PodRouting {
-                mode: Some(PodRoutingMode::All),
-                namespace_selector: None,
-            }),
+            pod_routing: Some(PodRouting { mode: Some(PodRoutingMode::All), namespace_selector: None }),
         };
         assert_eq!(given.normalized(Platform::OpenShift(4, 20)), given);
         assert_eq!(given.effective_scheduler_name(), "numa");

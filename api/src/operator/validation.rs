@@ -62,22 +62,10 @@ pub fn validate_scheduler(nrs: &NUMAResourcesScheduler) -> FieldErrors {
     }
     errors.extend(known_enum(spec.child("logLevel"), s.log_level.as_ref()));
     errors.extend(non_negative(spec.child("cacheResyncPeriod"), s.cache_resync_period));
-    errors.extend(known_enum(
-        spec.child("cacheResyncDebug"),
-        s.cache_resync_debug.as_ref(),
-    ));
-    errors.extend(known_enum(
-        spec.child("schedulerInformer"),
-        s.scheduler_informer.as_ref(),
-    ));
-    errors.extend(known_enum(
-        spec.child("cacheResyncDetection"),
-        s.cache_resync_detection.as_ref(),
-    ));
-    errors.extend(known_enum(
-        spec.child("preemptionMode"),
-        s.preemption_mode.as_ref(),
-    ));
+    errors.extend(known_enum(spec.child("cacheResyncDebug"), s.cache_resync_debug.as_ref()));
+    errors.extend(known_enum(spec.child("schedulerInformer"), s.scheduler_informer.as_ref()));
+    errors.extend(known_enum(spec.child("cacheResyncDetection"), s.cache_resync_detection.as_ref()));
+    errors.extend(known_enum(spec.child("preemptionMode"), s.preemption_mode.as_ref()));
     if let Some(strategy) = &s.scoring_strategy {
         errors.extend(scoring_strategy(strategy, &spec.child("scoringStrategy")));
     }
@@ -105,9 +93,7 @@ fn singleton_name(metadata: &ObjectMeta, required: &str) -> Option<FieldError> {
 
 /// An enum field that is set to a value the API does not know.
 fn known_enum<E: StringEnum>(path: FieldPath, field: Option<&E>) -> Option<FieldError> {
-    field
-        .filter(|value| !value.is_known())
-        .map(|value| FieldError::not_supported(path, value.as_str(), E::VALUES))
+    field.filter(|value| !value.is_known()).map(|value| FieldError::not_supported(path, value.as_str(), E::VALUES))
 }
 
 fn non_negative(path: FieldPath, duration: Option<GoDuration>) -> Option<FieldError> {
@@ -169,19 +155,10 @@ fn node_group(group: &NodeGroup, path: &FieldPath) -> Vec<FieldError> {
 
 fn node_group_config(config: &NodeGroupConfig, path: &FieldPath) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    errors.extend(known_enum(
-        path.child("podsFingerprinting"),
-        config.pods_fingerprinting.as_ref(),
-    ));
-    errors.extend(known_enum(
-        path.child("infoRefreshMode"),
-        config.info_refresh_mode.as_ref(),
-    ));
+    errors.extend(known_enum(path.child("podsFingerprinting"), config.pods_fingerprinting.as_ref()));
+    errors.extend(known_enum(path.child("infoRefreshMode"), config.info_refresh_mode.as_ref()));
     errors.extend(non_negative(path.child("infoRefreshPeriod"), config.info_refresh_period));
-    errors.extend(known_enum(
-        path.child("infoRefreshPause"),
-        config.info_refresh_pause.as_ref(),
-    ));
+    errors.extend(known_enum(path.child("infoRefreshPause"), config.info_refresh_pause.as_ref()));
     for (i, toleration) in config.tolerations.iter().enumerate() {
         errors.extend(validate_toleration(toleration, &path.child("tolerations").index(i)));
     }
@@ -266,10 +243,7 @@ fn validate_toleration(toleration: &Toleration, path: &FieldPath) -> Vec<FieldEr
 
 fn scoring_strategy(strategy: &ScoringStrategyParams, path: &FieldPath) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    errors.extend(known_enum(
-        path.child("type"),
-        strategy.type_.as_ref(),
-    ));
+    errors.extend(known_enum(path.child("type"), strategy.type_.as_ref()));
     let mut names = HashMap::new();
     for (i, resource) in strategy.resources.iter().enumerate() {
         let item = path.child("resources").index(i);
@@ -291,10 +265,7 @@ fn scoring_strategy(strategy: &ScoringStrategyParams, path: &FieldPath) -> Vec<F
 
 fn pod_routing(routing: &PodRouting, path: &FieldPath) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    errors.extend(known_enum(
-        path.child("mode"),
-        routing.mode.as_ref(),
-    ));
+    errors.extend(known_enum(path.child("mode"), routing.mode.as_ref()));
     if let Some(selector) = &routing.namespace_selector {
         errors.extend(selector::validate(selector, &path.child("namespaceSelector")));
     }

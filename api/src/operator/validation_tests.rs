@@ -81,12 +81,7 @@ fn each_operator_rule_is_enforced() {
     use ErrorKind::*;
     let g = "/spec/nodeGroups";
     let rows: Vec<(&str, Value, &str, ErrorKind)> = vec![
-        (
-            "singleton name",
-            with(valid_operator(), "/metadata/name", json!("other")),
-            "metadata.name",
-            Invalid,
-        ),
+        ("singleton name", with(valid_operator(), "/metadata/name", json!("other")), "metadata.name", Invalid),
         (
             "rule 1: a group needs a pool specifier",
             with(valid_operator(), &format!("{g}/0"), json!({"config": {}})),
@@ -105,7 +100,11 @@ fn each_operator_rule_is_enforced() {
         ),
         (
             "exactly one of nodeSelector/poolName/machineConfigPoolSelector",
-            with(valid_operator(), &format!("{g}/0"), json!({"poolName": "a", "nodeSelector": {"matchLabels": {"x": "y"}}})),
+            with(
+                valid_operator(),
+                &format!("{g}/0"),
+                json!({"poolName": "a", "nodeSelector": {"matchLabels": {"x": "y"}}}),
+            ),
             "spec.nodeGroups[0]",
             Forbidden,
         ),
@@ -139,9 +138,13 @@ fn each_operator_rule_is_enforced() {
         ),
         (
             "node selectors unique",
-            with(valid_operator(), &format!("{g}/0"), json!({"nodeSelector": {"matchExpressions": [
-                {"key": "node-role.kubernetes.io/numa", "operator": "In", "values": [""]}
-            ]}})),
+            with(
+                valid_operator(),
+                &format!("{g}/0"),
+                json!({"nodeSelector": {"matchExpressions": [
+                    {"key": "node-role.kubernetes.io/numa", "operator": "In", "values": [""]}
+                ]}}),
+            ),
             "spec.nodeGroups[1].nodeSelector",
             Duplicate,
         ),
@@ -171,12 +174,7 @@ fn each_operator_rule_is_enforced() {
             "spec.nodeGroups[2].machineConfigPoolSelector.matchLabels[a]",
             Invalid,
         ),
-        (
-            "logLevel enum",
-            with(valid_operator(), "/spec/logLevel", json!("Loud")),
-            "spec.logLevel",
-            NotSupported,
-        ),
+        ("logLevel enum", with(valid_operator(), "/spec/logLevel", json!("Loud")), "spec.logLevel", NotSupported),
         (
             "podsFingerprinting enum",
             with(valid_operator(), &format!("{g}/0/config/podsFingerprinting"), json!("Sometimes")),

@@ -1,0 +1,56 @@
+//! The command line: global options and one subcommand per entry point.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::crds::CrdsArgs;
+
+/// The version line: crate version and the git commit the binary was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("NUMARESOURCES_GIT_COMMIT"), ")");
+
+/// NUMA-aware scheduling for Kubernetes: the NodeResourceTopology API server, the node agent,
+/// the admission webhook and the controllers, in one binary.
+#[derive(Debug, Parser)]
+#[command(name = "numaresources", version = VERSION, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Logging options shared by every subcommand.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter, in `tracing` EnvFilter syntax (e.g. `info`, `numaresources=debug`).
+    #[arg(long, global = true, env = "NUMARESOURCES_LOG", default_value = "info")]
+    pub log_level: String,
+    /// Log line format.
+    #[arg(long, global = true, env = "NUMARESOURCES_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print, write or check the CustomResourceDefinitions of the operator API.
+    Crds(CrdsArgs),
+}
+
+impl Cli {
+    /// Runs the chosen subcommand.
+    pub fn run(self) -> anyhow::Result<ExitCode> {
+        match self.command {
+            Command::Crds(args) => crate::crds::run(&args),
+        }
+    }
+}

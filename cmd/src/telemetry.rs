@@ -1,0 +1,21 @@
+//! Logging, set up once for every subcommand.
+
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{LogArgs, LogFormat};
+
+/// Sends log lines to stderr (stdout is for command output), filtered by `--log-level`.
+pub fn init(args: &LogArgs) {
+    let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|error| {
+        eprintln!("invalid --log-level {:?} ({error}); using \"info\"", args.log_level);
+        EnvFilter::new("info")
+    });
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let result = match args.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    if let Err(error) = result {
+        eprintln!("logging was already set up: {error}");
+    }
+}
