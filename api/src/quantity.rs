@@ -447,6 +447,17 @@ mod tests {
     }
 
     #[test]
+    fn binary_values_off_a_1024_multiple_print_bare_and_reread_as_decimal() {
+        // Go does the same: the text form of such a value settles after one round trip.
+        let binary = Quantity::from_i64_binary(317_449_305_000);
+        assert_eq!(binary.to_string(), "317449305000");
+        let reread = Quantity::parse(&binary.to_string()).unwrap();
+        assert_eq!(reread, binary);
+        assert_eq!(reread.to_string(), "317449305k");
+        assert_eq!(Quantity::from_i64_binary(3 << 30).to_string(), "3Gi");
+    }
+
+    #[test]
     fn equality_is_by_value() {
         assert_eq!(Quantity::parse("1Ki").unwrap(), Quantity::parse("1024").unwrap());
         assert_eq!(Quantity::parse("2k").unwrap(), Quantity::from_i64(2000));

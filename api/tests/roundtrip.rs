@@ -85,13 +85,18 @@ fn topology() -> impl Strategy<Value = NodeResourceTopology> {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
     #[test]
     fn json_round_trip_preserves_every_topology(nrt in topology()) {
         let json = serde_json::to_string(&nrt).unwrap();
         let back: NodeResourceTopology = serde_json::from_str(&json).unwrap();
         prop_assert_eq!(&back, &nrt);
-        // Printing is stable: the second serialization is byte-identical to the first.
-        prop_assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        // Printing settles after one trip. (Not always at once: like Go, a binary-SI value that
+        // is no multiple of 1024 prints as a bare number, which reads back as decimal SI.)
+        let settled = serde_json::to_string(&back).unwrap();
+        let again: NodeResourceTopology = serde_json::from_str(&settled).unwrap();
+        prop_assert_eq!(serde_json::to_string(&again).unwrap(), settled);
     }
 
     #[test]

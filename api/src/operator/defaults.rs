@@ -147,34 +147,20 @@ mod tests {
 
     #[test]
     fn node_group_config_defaults_one_row_per_field() {
-        type Row = (&'static str, fn(&mut NodeGroupConfig), fn(&NodeGroupConfig) -> bool);
-        let toleration = Toleration { key: Some("k".into()), operator: Some("Exists".into()), ..Toleration::default() };
+        type Row = (&'static str, fn(&NodeGroupConfig) -> bool);
         let rows: [Row; 5] = [
-            (
-                "podsFingerprinting defaults to EnabledExclusiveResources",
-                |_| {},
-                |c| c.pods_fingerprinting == Some(PodsFingerprintingMode::EnabledExclusiveResources),
-            ),
-            (
-                "infoRefreshMode defaults to Periodic",
-                |_| {},
-                |c| c.info_refresh_mode == Some(InfoRefreshMode::Periodic),
-            ),
-            ("infoRefreshPeriod defaults to 10s", |_| {}, |c| c.info_refresh_period == secs(10)),
-            (
-                "infoRefreshPause defaults to Disabled",
-                |_| {},
-                |c| c.info_refresh_pause == Some(InfoRefreshPauseMode::Disabled),
-            ),
-            ("tolerations default to none", |_| {}, |c| c.tolerations.is_empty()),
+            ("podsFingerprinting defaults to EnabledExclusiveResources", |c| {
+                c.pods_fingerprinting == Some(PodsFingerprintingMode::EnabledExclusiveResources)
+            }),
+            ("infoRefreshMode defaults to Periodic", |c| c.info_refresh_mode == Some(InfoRefreshMode::Periodic)),
+            ("infoRefreshPeriod defaults to 10s", |c| c.info_refresh_period == secs(10)),
+            ("infoRefreshPause defaults to Disabled", |c| c.info_refresh_pause == Some(InfoRefreshPauseMode::Disabled)),
+            ("tolerations default to none", |c| c.tolerations.is_empty()),
         ];
-        for (name, set, check) in rows {
-            let mut config = NodeGroupConfig::default();
-            set(&mut config);
-            assert!(check(&config.normalized()), "{name}");
+        for (name, check) in rows {
+            assert!(check(&NodeGroupConfig::default().normalized()), "{name}");
             assert!(check(&NodeGroup::default().normalized_config()), "{name} (no config at all)");
         }
-        let _ = toleration;
     }
 
     #[test]
