@@ -1,0 +1,1 @@
+//! The aggregated NodeResourceTopology API server.

@@ -1,0 +1,1 @@
+//! TLS for every numaresources server.

@@ -1,0 +1,6 @@
+//! The resource topology exporter (RTE).
+
+pub mod fingerprint;
+pub mod numaplacement;
+pub mod podresources;
+pub mod sysfs;
