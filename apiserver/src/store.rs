@@ -1,0 +1,627 @@
+//! The in-memory store of NodeResourceTopology objects, with a bounded watch history.
+//!
+//! One writer at a time (a write lock held only for map updates and one serialization), many
+//! readers: a GET by name is a hash lookup that clones an `Arc`, and the object's JSON is
+//! serialized once per write, so reads never serialize.
+//!
+//! Every accepted write gets the next resourceVersion of one monotonic sequence. The sequence
+//! starts at the server's start time in microseconds, so it does not go backwards across a
+//! restart: a client holding a resourceVersion from before the restart is older than anything
+//! the history holds and gets `410 Expired`, and relists, instead of a silently wrong stream.
+//!
+//! Writes that do not change the object (same topology after canonical ordering, same labels,
+//! annotations, owners and finalizers) keep the old resourceVersion and emit no event: every
+//! NRT event makes kube-scheduler requeue pods.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use numaresources_api::nrt::NodeResourceTopology;
+use tokio::sync::broadcast;
+
+/// How many events the watch history keeps by default.
+pub const DEFAULT_HISTORY: usize = 10_000;
+/// How many events a slow watcher may fall behind before it is told to relist.
+const WATCH_BUFFER: usize = 4_096;
+
+/// One stored object with its pre-serialized JSON.
+#[derive(Debug)]
+pub struct Stored {
+    /// The object, metadata complete (uid, resourceVersion, creationTimestamp, generation).
+    pub object: NodeResourceTopology,
+    /// `object` as JSON, computed once at write time.
+    pub json: Bytes,
+    /// The resourceVersion of `object`, as a number.
+    pub revision: u64,
+    /// When a writer last reported this object, changed or not.
+    pub last_report: Arc<AtomicU64>,
+}
+
+impl Stored {
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        self.object.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Seconds since the Unix epoch of the last accepted report.
+    pub fn last_report_unix(&self) -> u64 {
+        self.last_report.load(Ordering::Relaxed)
+    }
+}
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Removed.
+    Deleted,
+}
+
+impl EventType {
+    /// The watch event type as the API spells it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watchers see it.
+#[derive(Debug)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventType,
+    /// The resourceVersion of the change.
+    pub revision: u64,
+    /// The object after the change (for a deletion: the last state, at the deletion's revision).
+    pub object: Arc<Stored>,
+    /// The object before the change, for modifications (selector-filtered watches need it).
+    pub previous: Option<Arc<Stored>>,
+}
+
+/// Why a write was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No object by that name.
+    #[error("not found")]
+    NotFound,
+    /// An object by that name exists already.
+    #[error("already exists")]
+    AlreadyExists,
+    /// A precondition (resourceVersion or uid) does not hold.
+    #[error("{0}")]
+    Conflict(String),
+    /// The writer's own function refused the change (e.g. a patch that does not apply).
+    #[error("{0}")]
+    Rejected(String),
+    /// The object could not be serialized (never expected: our types always serialize).
+    #[error("serializing the object: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+/// A point from which a watch starts.
+#[derive(Debug)]
+pub struct WatchStart {
+    /// Events after the requested revision that the history still holds.
+    pub backlog: Vec<Arc<Event>>,
+    /// Every later event.
+    pub receiver: broadcast::Receiver<Arc<Event>>,
+    /// The store's revision when the watch started.
+    pub revision: u64,
+}
+
+/// A consistent view of all objects.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Objects sorted by name.
+    pub items: Vec<Arc<Stored>>,
+    /// The revision the snapshot reflects.
+    pub revision: u64,
+}
+
+/// The store.
+#[derive(Debug)]
+pub struct Store {
+    state: RwLock<State>,
+    events: broadcast::Sender<Arc<Event>>,
+    history_limit: usize,
+    uid_seed: std::collections::hash_map::RandomState,
+}
+
+#[derive(Debug)]
+struct State {
+    objects: HashMap<String, Arc<Stored>>,
+    history: VecDeque<Arc<Event>>,
+    /// The last revision handed out.
+    revision: u64,
+    /// Watches may resume from this revision or any later one.
+    oldest_resumable: u64,
+}
+
+/// Preconditions a write must meet.
+#[derive(Debug, Default, Clone)]
+pub struct Preconditions {
+    /// The object's current resourceVersion must be this.
+    pub resource_version: Option<String>,
+    /// The object's uid must be this.
+    pub uid: Option<String>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new(DEFAULT_HISTORY)
+    }
+}
+
+impl Store {
+    /// An empty store keeping `history_limit` events for resuming watches.
+    pub fn new(history_limit: usize) -> Self {
+        let start = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_micros() as u64);
+        Self::starting_at(start, history_limit)
+    }
+
+    /// An empty store whose first write gets revision `start + 1`.
+    pub fn starting_at(start: u64, history_limit: usize) -> Self {
+        let (events, _) = broadcast::channel(WATCH_BUFFER);
+        Self {
+            state: RwLock::new(State {
+                objects: HashMap::new(),
+                history: VecDeque::new(),
+                revision: start,
+                oldest_resumable: start,
+            }),
+            events,
+            history_limit: history_limit.max(1),
+            uid_seed: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    /// The object named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Stored>> {
+        self.read().objects.get(name).cloned()
+    }
+
+    /// Every object, sorted by name, and the revision they reflect.
+    pub fn snapshot(&self) -> Snapshot {
+        let state = self.read();
+        let mut items: Vec<Arc<Stored>> = state.objects.values().cloned().collect();
+        let revision = state.revision;
+        drop(state);
+        items.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        Snapshot { items, revision }
+    }
+
+    /// How many objects the store holds.
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+
+    /// True when the store holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The last revision handed out.
+    pub fn revision(&self) -> u64 {
+        self.read().revision
+    }
+
+    /// Starts a watch after `from` (None: from now). `Err(oldest)` when `from` is older than the
+    /// history reaches back (or not one of ours): the client must relist.
+    pub fn watch(&self, from: Option<u64>) -> Result<WatchStart, u64> {
+        let state = self.read();
+        // Subscribing under the read lock: writers publish under the write lock, so no event
+        // falls between the backlog and the receiver.
+        let receiver = self.events.subscribe();
+        let backlog = match from {
+            None => Vec::new(),
+            Some(from) if from < state.oldest_resumable || from > state.revision => {
+                return Err(state.oldest_resumable);
+            }
+            Some(from) => state.history.iter().filter(|e| e.revision > from).cloned().collect(),
+        };
+        Ok(WatchStart { backlog, receiver, revision: state.revision })
+    }
+
+    /// Creates `object`. Server-owned metadata is set here; `dry_run` validates without storing.
+    pub fn create(&self, mut object: NodeResourceTopology, dry_run: bool) -> Result<Arc<Stored>, StoreError> {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let mut state = self.write();
+        if state.objects.contains_key(&name) {
+            return Err(StoreError::AlreadyExists);
+        }
+        let revision = state.revision + 1;
+        let now = now();
+        let meta = &mut object.metadata;
+        meta.namespace = None;
+        meta.uid = Some(self.new_uid(&name, revision));
+        meta.creation_timestamp = Some(Time(now));
+        meta.generation = Some(1);
+        meta.deletion_timestamp = None;
+        meta.deletion_grace_period_seconds = None;
+        meta.self_link = None;
+        meta.managed_fields = None;
+        meta.resource_version = Some(revision.to_string());
+        let stored = Arc::new(stored(object, revision, Arc::new(AtomicU64::new(unix_seconds(now))))?);
+        if !dry_run {
+            state.revision = revision;
+            state.objects.insert(name, stored.clone());
+            self.publish(&mut state, EventType::Added, &stored, None);
+        }
+        Ok(stored)
+    }
+
+    /// Replaces the object named like `object`, if `preconditions` hold (the object's own
+    /// `metadata.resourceVersion`, when set, is a precondition too). Returns the stored object
+    /// and whether anything changed.
+    pub fn update(
+        &self,
+        object: NodeResourceTopology,
+        preconditions: &Preconditions,
+        dry_run: bool,
+    ) -> Result<(Arc<Stored>, bool), StoreError> {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        self.modify(&name, preconditions, dry_run, |_| Ok(object))
+    }
+
+    /// Computes the new object from the current one under the write lock (patches apply to the
+    /// exact state they replace), then writes it like [`Store::update`].
+    pub fn modify(
+        &self,
+        name: &str,
+        preconditions: &Preconditions,
+        dry_run: bool,
+        change: impl FnOnce(&NodeResourceTopology) -> Result<NodeResourceTopology, String>,
+    ) -> Result<(Arc<Stored>, bool), StoreError> {
+        let mut state = self.write();
+        let current = state.objects.get(name).cloned().ok_or(StoreError::NotFound)?;
+        check_preconditions(&current, preconditions)?;
+        let mut next = change(&current.object).map_err(StoreError::Rejected)?;
+        let given_rv = next.metadata.resource_version.clone().filter(|rv| !rv.is_empty());
+        if let Some(rv) = given_rv
+            && rv != current.revision.to_string()
+        {
+            return Err(StoreError::Conflict(format!(
+                "the object has been modified; please apply your changes to the latest version and try again \
+                 (you sent resourceVersion {rv}, the current one is {})",
+                current.revision
+            )));
+        }
+        if let Some(uid) = next.metadata.uid.as_deref().filter(|u| !u.is_empty())
+            && Some(uid) != current.object.metadata.uid.as_deref()
+        {
+            return Err(StoreError::Conflict(format!(
+                "Precondition failed: UID in object meta: {uid}, does not match the stored object's UID"
+            )));
+        }
+        next.metadata.name = Some(name.to_owned());
+        let now_secs = unix_seconds(now());
+        if unchanged(&current.object, &next) {
+            if !dry_run {
+                current.last_report.store(now_secs, Ordering::Relaxed);
+            }
+            return Ok((current, false));
+        }
+        let revision = state.revision + 1;
+        let topology_changed = !current.object.same_topology(&next);
+        let old = &current.object.metadata;
+        let meta = &mut next.metadata;
+        meta.namespace = None;
+        meta.uid.clone_from(&old.uid);
+        meta.creation_timestamp.clone_from(&old.creation_timestamp);
+        meta.deletion_timestamp.clone_from(&old.deletion_timestamp);
+        meta.deletion_grace_period_seconds = old.deletion_grace_period_seconds;
+        meta.self_link = None;
+        meta.managed_fields = None;
+        meta.generation = Some(old.generation.unwrap_or(1) + i64::from(topology_changed));
+        meta.resource_version = Some(revision.to_string());
+        // A deletion that waited for finalizers completes when the last one is removed.
+        let finished = next.metadata.deletion_timestamp.is_some() && finalizers(&next.metadata).is_empty();
+        let stored = Arc::new(stored(next, revision, current.last_report.clone())?);
+        if dry_run {
+            return Ok((stored, true));
+        }
+        current.last_report.store(now_secs, Ordering::Relaxed);
+        state.revision = revision;
+        if finished {
+            state.objects.remove(name);
+            self.publish(&mut state, EventType::Deleted, &stored, Some(current));
+        } else {
+            state.objects.insert(name.to_owned(), stored.clone());
+            self.publish(&mut state, EventType::Modified, &stored, Some(current));
+        }
+        Ok((stored, true))
+    }
+
+    /// Deletes the object named `name`. An object with finalizers is only marked for deletion
+    /// (deletionTimestamp set) and goes once its finalizers are removed. Returns the object as
+    /// it was deleted (or marked) and whether it is gone.
+    pub fn delete(
+        &self,
+        name: &str,
+        preconditions: &Preconditions,
+        dry_run: bool,
+    ) -> Result<(Arc<Stored>, bool), StoreError> {
+        let mut state = self.write();
+        let current = state.objects.get(name).cloned().ok_or(StoreError::NotFound)?;
+        check_preconditions(&current, preconditions)?;
+        let revision = state.revision + 1;
+        let mut object = current.object.clone();
+        let gone = finalizers(&object.metadata).is_empty();
+        if !gone && object.metadata.deletion_timestamp.is_some() {
+            // Already marked: nothing changes until the finalizers go.
+            return Ok((current, false));
+        }
+        if !gone {
+            object.metadata.deletion_timestamp = Some(Time(now()));
+            object.metadata.deletion_grace_period_seconds = Some(0);
+        }
+        object.metadata.resource_version = Some(revision.to_string());
+        let stored = Arc::new(stored(object, revision, current.last_report.clone())?);
+        if dry_run {
+            return Ok((stored, gone));
+        }
+        state.revision = revision;
+        if gone {
+            state.objects.remove(name);
+            self.publish(&mut state, EventType::Deleted, &stored, Some(current));
+        } else {
+            state.objects.insert(name.to_owned(), stored.clone());
+            self.publish(&mut state, EventType::Modified, &stored, Some(current));
+        }
+        Ok((stored, gone))
+    }
+
+    fn publish(&self, state: &mut State, kind: EventType, object: &Arc<Stored>, previous: Option<Arc<Stored>>) {
+        let event = Arc::new(Event { kind, revision: object.revision, object: object.clone(), previous });
+        state.history.push_back(event.clone());
+        while state.history.len() > self.history_limit {
+            if let Some(dropped) = state.history.pop_front() {
+                state.oldest_resumable = dropped.revision;
+            }
+        }
+        // No receivers is fine: nobody is watching.
+        let _ = self.events.send(event);
+    }
+
+    /// A random version-4-shaped UUID (no extra dependency: the std hasher is seeded randomly
+    /// per process, and the name and revision make each input unique).
+    fn new_uid(&self, name: &str, revision: u64) -> String {
+        let mut words = [0u64; 2];
+        for (i, word) in words.iter_mut().enumerate() {
+            let mut hasher = self.uid_seed.build_hasher();
+            hasher.write(name.as_bytes());
+            hasher.write_u64(revision);
+            hasher.write_usize(i);
+            *word = hasher.finish();
+        }
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&words[0].to_be_bytes());
+        bytes[8..].copy_from_slice(&words[1].to_be_bytes());
+        bytes[6] = (bytes[6] & 0x0f) | 0x40; // version 4
+        bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        // A panic while holding the lock cannot leave the map half-written (every mutation is a
+        // single insert/remove), so a poisoned lock is still consistent.
+        self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn stored(object: NodeResourceTopology, revision: u64, last_report: Arc<AtomicU64>) -> Result<Stored, StoreError> {
+    let json = Bytes::from(serde_json::to_vec(&object)?);
+    Ok(Stored { object, json, revision, last_report })
+}
+
+fn check_preconditions(current: &Stored, preconditions: &Preconditions) -> Result<(), StoreError> {
+    if let Some(rv) = preconditions.resource_version.as_deref()
+        && rv != current.revision.to_string()
+    {
+        return Err(StoreError::Conflict(format!(
+            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+            current.revision
+        )));
+    }
+    if let Some(uid) = preconditions.uid.as_deref()
+        && Some(uid) != current.object.metadata.uid.as_deref()
+    {
+        return Err(StoreError::Conflict(format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            current.object.metadata.uid.as_deref().unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
+/// Same topology and same user-owned metadata: the write would change nothing.
+fn unchanged(current: &NodeResourceTopology, next: &NodeResourceTopology) -> bool {
+    let (a, b): (&ObjectMeta, &ObjectMeta) = (&current.metadata, &next.metadata);
+    current.same_topology(next)
+        && a.labels.as_ref().filter(|m| !m.is_empty()) == b.labels.as_ref().filter(|m| !m.is_empty())
+        && a.annotations.as_ref().filter(|m| !m.is_empty()) == b.annotations.as_ref().filter(|m| !m.is_empty())
+        && a.owner_references.as_deref().unwrap_or_default() == b.owner_references.as_deref().unwrap_or_default()
+        && finalizers(a) == finalizers(b)
+        && b.deletion_timestamp.is_none() == a.deletion_timestamp.is_none()
+}
+
+fn finalizers(meta: &ObjectMeta) -> &[String] {
+    meta.finalizers.as_deref().unwrap_or_default()
+}
+
+/// Now, at the second precision Kubernetes timestamps have.
+fn now() -> Timestamp {
+    Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn unix_seconds(time: Timestamp) -> u64 {
+    u64::try_from(time.as_second()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use numaresources_api::nrt::{AttributeInfo, ResourceInfo, Zone};
+    use numaresources_api::quantity::Quantity;
+
+    use super::*;
+
+    fn nrt(name: &str, cpus: i64) -> NodeResourceTopology {
+        let mut object = NodeResourceTopology::new(name);
+        object.zones = vec![Zone {
+            name: "node-0".into(),
+            zone_type: "Node".into(),
+            resources: vec![ResourceInfo {
+                name: "cpu".into(),
+                capacity: Quantity::from_i64(cpus),
+                allocatable: Quantity::from_i64(cpus),
+                available: Quantity::from_i64(cpus),
+            }],
+            ..Zone::default()
+        }];
+        object.attributes = vec![AttributeInfo::new("topologyManagerPolicy", "single-numa-node")];
+        object
+    }
+
+    #[test]
+    fn create_sets_server_owned_metadata_and_bumps_the_revision() {
+        let store = Store::starting_at(100, 10);
+        let mut object = nrt("worker-0", 4);
+        object.metadata.uid = Some("client-chosen".into());
+        object.metadata.namespace = Some("default".into());
+        let created = store.create(object, false).unwrap();
+        let meta = &created.object.metadata;
+        assert_eq!(meta.resource_version.as_deref(), Some("101"));
+        assert_eq!(meta.generation, Some(1));
+        assert!(meta.creation_timestamp.is_some());
+        assert_eq!(meta.namespace, None);
+        let uid = meta.uid.as_deref().unwrap();
+        assert_ne!(uid, "client-chosen");
+        assert_eq!(uid.len(), 36);
+        assert_eq!(&uid[14..15], "4");
+        assert!(matches!(store.create(nrt("worker-0", 4), false), Err(StoreError::AlreadyExists)));
+        assert_eq!(store.revision(), 101);
+    }
+
+    #[test]
+    fn unchanged_writes_keep_the_revision_and_emit_nothing() {
+        let store = Store::starting_at(0, 10);
+        store.create(nrt("n", 4), false).unwrap();
+        let start = store.watch(Some(1)).unwrap();
+        let mut reordered = nrt("n", 4);
+        reordered.zones[0].resources[0].capacity = Quantity::parse("4").unwrap();
+        let (stored, changed) = store.update(reordered, &Preconditions::default(), false).unwrap();
+        assert!(!changed);
+        assert_eq!(stored.revision, 1);
+        assert_eq!(store.revision(), 1);
+        assert!(start.receiver.is_empty());
+    }
+
+    #[test]
+    fn real_changes_bump_revision_and_generation_and_are_watched() {
+        let store = Store::starting_at(0, 10);
+        store.create(nrt("n", 4), false).unwrap();
+        let mut start = store.watch(Some(1)).unwrap();
+        let (stored, changed) = store.update(nrt("n", 3), &Preconditions::default(), false).unwrap();
+        assert!(changed);
+        assert_eq!(stored.revision, 2);
+        assert_eq!(stored.object.metadata.generation, Some(2));
+        let event = start.receiver.try_recv().unwrap();
+        assert_eq!((event.kind, event.revision), (EventType::Modified, 2));
+        assert_eq!(event.previous.as_ref().unwrap().revision, 1);
+
+        // A label change is a change, but not a new generation.
+        let mut labelled = nrt("n", 3);
+        labelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
+        let (stored, changed) = store.update(labelled, &Preconditions::default(), false).unwrap();
+        assert!(changed);
+        assert_eq!(stored.object.metadata.generation, Some(2));
+    }
+
+    #[test]
+    fn stale_resource_versions_and_uids_conflict() {
+        let store = Store::starting_at(0, 10);
+        store.create(nrt("n", 4), false).unwrap();
+        let mut stale = nrt("n", 3);
+        stale.metadata.resource_version = Some("0".into());
+        assert!(matches!(store.update(stale, &Preconditions::default(), false), Err(StoreError::Conflict(_))));
+        let mut wrong_uid = nrt("n", 3);
+        wrong_uid.metadata.uid = Some("other".into());
+        assert!(matches!(store.update(wrong_uid, &Preconditions::default(), false), Err(StoreError::Conflict(_))));
+        let pre = Preconditions { uid: Some("other".into()), ..Preconditions::default() };
+        assert!(matches!(store.delete("n", &pre, false), Err(StoreError::Conflict(_))));
+        assert!(matches!(store.update(nrt("missing", 1), &Preconditions::default(), false), Err(StoreError::NotFound)));
+    }
+
+    #[test]
+    fn dry_run_never_stores() {
+        let store = Store::starting_at(0, 10);
+        let created = store.create(nrt("n", 4), true).unwrap();
+        assert_eq!(created.revision, 1);
+        assert!(store.get("n").is_none());
+        store.create(nrt("n", 4), false).unwrap();
+        store.update(nrt("n", 2), &Preconditions::default(), true).unwrap();
+        store.delete("n", &Preconditions::default(), true).unwrap();
+        let kept = store.get("n").unwrap();
+        assert_eq!(kept.revision, 1);
+    }
+
+    #[test]
+    fn finalizers_hold_deletion_until_removed() {
+        let store = Store::starting_at(0, 10);
+        let mut object = nrt("n", 4);
+        object.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+        store.create(object, false).unwrap();
+        let (marked, gone) = store.delete("n", &Preconditions::default(), false).unwrap();
+        assert!(!gone);
+        assert!(marked.object.metadata.deletion_timestamp.is_some());
+        let mut released = marked.object.clone();
+        released.metadata.finalizers = None;
+        let mut watch = store.watch(Some(store.revision())).unwrap();
+        store.update(released, &Preconditions::default(), false).unwrap();
+        assert!(store.get("n").is_none());
+        assert_eq!(watch.receiver.try_recv().unwrap().kind, EventType::Deleted);
+    }
+
+    #[test]
+    fn watches_resume_from_history_or_expire() {
+        let store = Store::starting_at(0, 3);
+        for i in 0..5 {
+            store.create(nrt(&format!("n{i}"), 1), false).unwrap();
+        }
+        // Revisions 1..=5; the history keeps 3..=5, so resuming after 2 still works.
+        let start = store.watch(Some(2)).unwrap();
+        let revisions: Vec<u64> = start.backlog.iter().map(|e| e.revision).collect();
+        assert_eq!(revisions, [3, 4, 5]);
+        assert_eq!(store.watch(Some(1)).unwrap_err(), 2);
+        assert!(store.watch(Some(99)).is_err(), "a revision from the future is not ours");
+        assert!(store.watch(None).unwrap().backlog.is_empty());
+    }
+
+    #[test]
+    fn a_restarted_store_starts_above_any_earlier_revision() {
+        let first = Store::new(10);
+        first.create(nrt("n", 1), false).unwrap();
+        let old_revision = first.revision();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let second = Store::new(10);
+        assert!(second.revision() > old_revision);
+        assert!(second.watch(Some(old_revision)).is_err());
+    }
+}
