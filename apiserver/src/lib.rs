@@ -2,10 +2,115 @@
 //! `noderesourcetopologies`, served from memory behind an `APIService`.
 //!
 //! ```text
-//!   request ─► negotiate (Accept) ─► handler (rest / watch / discovery / openapi)
-//!                                          │ reads: Arc clones of stored objects and their JSON
-//!                                          ▼
-//!                                   store (one writer at a time, bounded watch history)
+//!   request ─► router ─► negotiate (Accept) ─► rest / watch / discovery / openapi / health
+//!                                                   │ reads: Arc clones of stored objects
+//!                                                   ▼         and their pre-serialized JSON
+//!                                            store (one writer at a time, bounded history)
 //! ```
+//!
+//! The crate returns an [`axum::Router`]; the binary binds the TLS listener.
 
+pub mod discovery;
+mod health;
+pub mod negotiate;
+pub mod openapi;
+pub mod query;
+pub mod render;
+mod rest;
+pub mod status;
 pub mod store;
+pub mod validate;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+
+pub use health::Readiness;
+pub use store::Store;
+
+/// Limits and periods that tests and benchmarks may tune.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Request bodies above this are refused with 413 (kube-apiserver's default is 3 MiB).
+    pub max_body_bytes: usize,
+    /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_body_bytes: 3 * 1024 * 1024, bookmark_interval: Duration::from_secs(60) }
+    }
+}
+
+/// Everything a handler needs.
+#[derive(Debug)]
+pub struct AppState {
+    /// The objects.
+    pub store: Arc<Store>,
+    /// Discovery documents.
+    pub discovery: discovery::Discovery,
+    /// OpenAPI documents.
+    pub openapi: openapi::OpenApi,
+    /// Limits.
+    pub limits: Limits,
+    /// Readiness checks.
+    pub readiness: Readiness,
+}
+
+impl AppState {
+    /// State around `store`, reporting `version`/`commit` on `/version`.
+    pub fn new(store: Arc<Store>, version: &str, commit: &str) -> Self {
+        Self {
+            store,
+            discovery: discovery::Discovery::new(version, commit),
+            openapi: openapi::OpenApi::new(),
+            limits: Limits::default(),
+            readiness: Readiness::default(),
+        }
+    }
+}
+
+/// Every route the server answers.
+pub fn router(state: Arc<AppState>) -> Router {
+    let group = numaresources_api::nrt::GROUP;
+    let version = discovery::VERSION;
+    let plural = numaresources_api::nrt::PLURAL;
+    let collection = format!("/apis/{group}/{version}/{plural}");
+    let item = format!("{collection}/{{name}}");
+    let watch_collection = format!("/apis/{group}/{version}/watch/{plural}");
+    let watch_item = format!("{watch_collection}/{{name}}");
+    Router::new()
+        .route("/apis", get(health::apis))
+        .route(&format!("/apis/{group}"), get(health::group).fallback(rest::method_not_allowed))
+        .route(&format!("/apis/{group}/{version}"), get(health::resources).fallback(rest::method_not_allowed))
+        .route(
+            &collection,
+            get(rest::list_or_watch)
+                .post(rest::create)
+                .delete(rest::delete_collection)
+                .fallback(rest::method_not_allowed),
+        )
+        .route(
+            &item,
+            get(rest::get).put(rest::update).patch(rest::patch).delete(rest::delete).fallback(rest::method_not_allowed),
+        )
+        .route(&watch_collection, get(health::legacy_watch))
+        .route(&watch_item, get(health::legacy_watch_one))
+        .route("/version", get(health::version))
+        .route("/api", get(health::core))
+        .route("/openapi/v2", get(health::openapi_v2))
+        .route("/openapi/v3", get(health::openapi_v3_index))
+        .route(&format!("/openapi/v3/apis/{group}/{version}"), get(health::openapi_v3))
+        .route("/healthz", get(health::healthz))
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/healthz/{check}", get(health::check))
+        .route("/livez/{check}", get(health::check))
+        .route("/readyz/{check}", get(health::check))
+        .fallback(rest::not_found)
+        .with_state(state)
+}

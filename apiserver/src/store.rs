@@ -102,9 +102,6 @@ pub enum StoreError {
     /// A precondition (resourceVersion or uid) does not hold.
     #[error("{0}")]
     Conflict(String),
-    /// The writer's own function refused the change (e.g. a patch that does not apply).
-    #[error("{0}")]
-    Rejected(String),
     /// The object could not be serialized (never expected: our types always serialize).
     #[error("serializing the object: {0}")]
     Serialize(#[from] serde_json::Error),
@@ -234,6 +231,21 @@ impl Store {
         Ok(WatchStart { backlog, receiver, revision: state.revision })
     }
 
+    /// Starts a watch with every current object as a synthetic `ADDED` event, then every change.
+    pub fn watch_with_snapshot(&self) -> WatchStart {
+        let state = self.read();
+        let receiver = self.events.subscribe();
+        let mut objects: Vec<&Arc<Stored>> = state.objects.values().collect();
+        objects.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        let backlog = objects
+            .into_iter()
+            .map(|object| {
+                Arc::new(Event { kind: EventType::Added, revision: object.revision, object: object.clone(), previous: None })
+            })
+            .collect();
+        WatchStart { backlog, receiver, revision: state.revision }
+    }
+
     /// Creates `object`. Server-owned metadata is set here; `dry_run` validates without storing.
     pub fn create(&self, mut object: NodeResourceTopology, dry_run: bool) -> Result<Arc<Stored>, StoreError> {
         let name = object.metadata.name.clone().unwrap_or_default();
@@ -272,22 +284,22 @@ impl Store {
         dry_run: bool,
     ) -> Result<(Arc<Stored>, bool), StoreError> {
         let name = object.metadata.name.clone().unwrap_or_default();
-        self.modify(&name, preconditions, dry_run, |_| Ok(object))
+        self.modify(&name, preconditions, dry_run, |_| Ok::<_, StoreError>(object))
     }
 
     /// Computes the new object from the current one under the write lock (patches apply to the
     /// exact state they replace), then writes it like [`Store::update`].
-    pub fn modify(
+    pub fn modify<E: From<StoreError>>(
         &self,
         name: &str,
         preconditions: &Preconditions,
         dry_run: bool,
-        change: impl FnOnce(&NodeResourceTopology) -> Result<NodeResourceTopology, String>,
-    ) -> Result<(Arc<Stored>, bool), StoreError> {
+        change: impl FnOnce(&NodeResourceTopology) -> Result<NodeResourceTopology, E>,
+    ) -> Result<(Arc<Stored>, bool), E> {
         let mut state = self.write();
         let current = state.objects.get(name).cloned().ok_or(StoreError::NotFound)?;
         check_preconditions(&current, preconditions)?;
-        let mut next = change(&current.object).map_err(StoreError::Rejected)?;
+        let mut next = change(&current.object)?;
         let given_rv = next.metadata.resource_version.clone().filter(|rv| !rv.is_empty());
         if let Some(rv) = given_rv
             && rv != current.revision.to_string()
@@ -296,14 +308,16 @@ impl Store {
                 "the object has been modified; please apply your changes to the latest version and try again \
                  (you sent resourceVersion {rv}, the current one is {})",
                 current.revision
-            )));
+            ))
+            .into());
         }
         if let Some(uid) = next.metadata.uid.as_deref().filter(|u| !u.is_empty())
             && Some(uid) != current.object.metadata.uid.as_deref()
         {
             return Err(StoreError::Conflict(format!(
                 "Precondition failed: UID in object meta: {uid}, does not match the stored object's UID"
-            )));
+            ))
+            .into());
         }
         next.metadata.name = Some(name.to_owned());
         let now_secs = unix_seconds(now());
@@ -328,7 +342,7 @@ impl Store {
         meta.resource_version = Some(revision.to_string());
         // A deletion that waited for finalizers completes when the last one is removed.
         let finished = next.metadata.deletion_timestamp.is_some() && finalizers(&next.metadata).is_empty();
-        let stored = Arc::new(stored(next, revision, current.last_report.clone())?);
+        let stored = Arc::new(stored(next, revision, current.last_report.clone()).map_err(E::from)?);
         if dry_run {
             return Ok((stored, true));
         }

@@ -1,0 +1,391 @@
+//! Query parameters of list, watch and write requests, parsed once with errors a person can act
+//! on (`400 BadRequest` naming the parameter).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use numaresources_api::selector;
+use serde::Deserialize;
+
+use crate::status::ApiError;
+
+/// The raw query string, as axum decodes it. Unknown parameters are ignored, as kube-apiserver
+/// does (e.g. `shardSelector` from newer clients).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawQuery {
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    resource_version: Option<String>,
+    resource_version_match: Option<String>,
+    watch: Option<String>,
+    allow_watch_bookmarks: Option<String>,
+    timeout_seconds: Option<String>,
+    send_initial_events: Option<String>,
+    dry_run: Option<String>,
+    include_object: Option<String>,
+    #[serde(rename = "continue")]
+    continue_: Option<String>,
+}
+
+impl RawQuery {
+    /// Makes this a watch (the legacy `/watch/` path prefix).
+    pub fn force_watch(&mut self) {
+        self.watch = Some("true".into());
+    }
+}
+
+/// Parsed options.
+#[derive(Debug, Default)]
+pub struct Options {
+    /// Objects must match this (an empty selector matches everything).
+    pub labels: LabelSelector,
+    /// Field selector terms on `metadata.name`.
+    pub fields: Vec<FieldTerm>,
+    /// A field selector no object here can satisfy (e.g. a non-empty namespace).
+    pub selects_nothing: bool,
+    /// The `resourceVersion` parameter, parsed (`None`: unset or empty).
+    pub resource_version: Option<ResourceVersion>,
+    /// `resourceVersionMatch`.
+    pub resource_version_match: Option<VersionMatch>,
+    /// `watch=true`.
+    pub watch: bool,
+    /// `allowWatchBookmarks=true`.
+    pub allow_bookmarks: bool,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<u64>,
+    /// `sendInitialEvents=true`.
+    pub send_initial_events: bool,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// `includeObject` for Tables.
+    pub include_object: IncludeObject,
+    /// A `continue` token was given (we never hand one out; see the list handler).
+    pub has_continue: bool,
+}
+
+/// A resourceVersion as clients send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceVersion {
+    /// `"0"`: any state will do.
+    Any,
+    /// A specific revision.
+    At(u64),
+}
+
+/// `resourceVersionMatch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionMatch {
+    /// At least as new as the given revision.
+    NotOlderThan,
+    /// Exactly the given revision.
+    Exact,
+}
+
+/// What a Table row carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IncludeObject {
+    /// Nothing.
+    None,
+    /// `PartialObjectMetadata` (the default).
+    #[default]
+    Metadata,
+    /// The whole object.
+    Object,
+}
+
+/// One `metadata.name` field-selector term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldTerm {
+    /// The value compared with.
+    pub value: String,
+    /// True for `!=`.
+    pub negated: bool,
+}
+
+impl Options {
+    /// Whether an object with this name and these labels passes the selectors.
+    pub fn selects(&self, name: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        !self.selects_nothing
+            && self.fields.iter().all(|term| (term.value == name) != term.negated)
+            && selector::matches(&self.labels, labels.unwrap_or(&EMPTY))
+    }
+
+    /// True when no selector narrows the result.
+    pub fn selects_everything(&self) -> bool {
+        self.fields.is_empty()
+            && !self.selects_nothing
+            && self.labels.match_expressions.as_ref().is_none_or(Vec::is_empty)
+            && self.labels.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+    }
+}
+
+impl TryFrom<RawQuery> for Options {
+    type Error = ApiError;
+
+    fn try_from(raw: RawQuery) -> Result<Self, ApiError> {
+        let mut options = Options {
+            watch: flag(raw.watch.as_deref(), "watch")?,
+            allow_bookmarks: flag(raw.allow_watch_bookmarks.as_deref(), "allowWatchBookmarks")?,
+            send_initial_events: flag(raw.send_initial_events.as_deref(), "sendInitialEvents")?,
+            has_continue: raw.continue_.as_deref().is_some_and(|c| !c.is_empty()),
+            ..Options::default()
+        };
+        if let Some(text) = raw.label_selector.as_deref().filter(|s| !s.trim().is_empty()) {
+            options.labels = parse_label_selector(text)?;
+        }
+        if let Some(text) = raw.field_selector.as_deref().filter(|s| !s.trim().is_empty()) {
+            (options.fields, options.selects_nothing) = parse_field_selector(text)?;
+        }
+        options.resource_version = match raw.resource_version.as_deref() {
+            None | Some("") => None,
+            Some("0") => Some(ResourceVersion::Any),
+            Some(text) => Some(ResourceVersion::At(text.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid resourceVersion {text:?}: must be a resourceVersion returned by this server"))
+            })?)),
+        };
+        options.resource_version_match = match raw.resource_version_match.as_deref() {
+            None | Some("") => None,
+            Some("NotOlderThan") => Some(VersionMatch::NotOlderThan),
+            Some("Exact") => Some(VersionMatch::Exact),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+                )));
+            }
+        };
+        if options.resource_version_match.is_some() && options.resource_version.is_none() && !options.send_initial_events {
+            return Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided"));
+        }
+        options.timeout_seconds = match raw.timeout_seconds.as_deref() {
+            None | Some("") => None,
+            Some(text) => Some(text.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid timeoutSeconds {text:?}: must be a non-negative integer"))
+            })?),
+        };
+        options.dry_run = match raw.dry_run.as_deref() {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!("dryRun: Unsupported value: {other:?}: supported values: \"All\"")));
+            }
+        };
+        options.include_object = match raw.include_object.as_deref() {
+            None | Some("") | Some("Metadata") => IncludeObject::Metadata,
+            Some("None") => IncludeObject::None,
+            Some("Object") => IncludeObject::Object,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "includeObject: Unsupported value: {other:?}: supported values: \"None\", \"Metadata\", \"Object\""
+                )));
+            }
+        };
+        Ok(options)
+    }
+}
+
+fn flag(value: Option<&str>, name: &str) -> Result<bool, ApiError> {
+    match value {
+        None | Some("") | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!("invalid {name} {other:?}: must be true or false"))),
+    }
+}
+
+/// Parses the label-selector syntax of `labels.Parse`: `a=b`, `a==b`, `a!=b`, `a in (x,y)`,
+/// `a notin (x,y)`, `a`, `!a`, joined by commas.
+pub fn parse_label_selector(text: &str) -> Result<LabelSelector, ApiError> {
+    let bad = |why: String| ApiError::bad_request(format!("unable to parse requirement: {why} (in labelSelector {text:?})"));
+    let mut requirements = Vec::new();
+    for term in split_terms(text) {
+        let term = term.trim();
+        if term.is_empty() {
+            return Err(bad("empty requirement".into()));
+        }
+        let requirement = if let Some(key) = term.strip_prefix('!') {
+            requirement(key.trim(), "DoesNotExist", Vec::new())
+        } else if let Some((key, value)) = term.split_once("!=") {
+            requirement(key.trim(), "NotIn", vec![value.trim().to_owned()])
+        } else if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            requirement(key.trim(), "In", vec![value.trim().to_owned()])
+        } else if let Some((key, rest)) = split_set_operator(term) {
+            let (operator, values) = rest;
+            requirement(key, operator, values)
+        } else if term.contains(['<', '>']) {
+            return Err(bad(format!("{term:?}: the operators > and < are not supported for this resource")));
+        } else {
+            requirement(term, "Exists", Vec::new())
+        };
+        if let Err(why) = selector::check_qualified_name(&requirement.key) {
+            return Err(bad(format!("invalid label key {:?}: {why}", requirement.key)));
+        }
+        for value in requirement.values.iter().flatten() {
+            if let Err(why) = selector::check_label_value(value) {
+                return Err(bad(format!("invalid label value {value:?}: {why}")));
+            }
+        }
+        requirements.push(requirement);
+    }
+    Ok(LabelSelector { match_expressions: Some(requirements), match_labels: None })
+}
+
+fn requirement(key: &str, operator: &str, values: Vec<String>) -> LabelSelectorRequirement {
+    LabelSelectorRequirement {
+        key: key.to_owned(),
+        operator: operator.to_owned(),
+        values: (!values.is_empty()).then_some(values),
+    }
+}
+
+/// `key in (a,b)` / `key notin (a,b)` → (key, (operator, values)).
+fn split_set_operator(term: &str) -> Option<(&str, (&'static str, Vec<String>))> {
+    let open = term.find('(')?;
+    let close = term.rfind(')')?;
+    if close != term.len() - 1 || close < open {
+        return None;
+    }
+    let head = term[..open].trim();
+    let (key, operator) = if let Some(key) = head.strip_suffix("notin") {
+        (key, "NotIn")
+    } else if let Some(key) = head.strip_suffix("in") {
+        (key, "In")
+    } else {
+        return None;
+    };
+    if !key.ends_with(char::is_whitespace) {
+        return None;
+    }
+    let values = term[open + 1..close].split(',').map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()).collect();
+    Some((key.trim(), (operator, values)))
+}
+
+/// Splits on commas outside parentheses.
+fn split_terms(text: &str) -> Vec<&str> {
+    let (mut terms, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&text[start..]);
+    terms
+}
+
+/// Parses `metadata.name=x`, `metadata.name!=x`, `metadata.namespace=` (cluster-scoped objects
+/// have an empty namespace) joined by commas; any other field is a 400, as kube-apiserver has it.
+/// Returns the name terms and whether a namespace term rules out every object.
+pub fn parse_field_selector(text: &str) -> Result<(Vec<FieldTerm>, bool), ApiError> {
+    let (mut terms, mut nothing) = (Vec::new(), false);
+    for term in text.split(',').map(str::trim) {
+        let (field, value, negated) = if let Some((f, v)) = term.split_once("!=") {
+            (f, v, true)
+        } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            (f, v, false)
+        } else {
+            return Err(ApiError::bad_request(format!("invalid selector: {term:?}; can't understand {term:?}")));
+        };
+        match field.trim() {
+            "metadata.name" => terms.push(FieldTerm { value: value.trim().to_owned(), negated }),
+            "metadata.namespace" => {
+                // Every object here has the empty namespace.
+                nothing |= value.trim().is_empty() == negated;
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "\"{other}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                )));
+            }
+        }
+    }
+    Ok((terms, nothing))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    fn options(label_selector: &str, field_selector: &str) -> Options {
+        Options::try_from(RawQuery {
+            label_selector: Some(label_selector.into()),
+            field_selector: Some(field_selector.into()),
+            ..RawQuery::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn every_label_operator_filters() {
+        let set = labels(&[("zone", "a"), ("tier", "cnf")]);
+        let rows = [
+            ("zone=a", true),
+            ("zone==a", true),
+            ("zone!=a", false),
+            ("zone!=b", true),
+            ("missing!=b", true),
+            ("zone in (a, b)", true),
+            ("zone notin (a,b)", false),
+            ("tier", true),
+            ("!tier", false),
+            ("!missing", true),
+            ("zone=a,tier in (cnf),!gpu", true),
+            ("zone=a,tier=other", false),
+        ];
+        for (selector, want) in rows {
+            assert_eq!(options(selector, "").selects("n", Some(&set)), want, "{selector}");
+        }
+    }
+
+    #[test]
+    fn bad_label_selectors_are_400() {
+        for selector in ["zone=a,,tier", "bad key=x", "a=b c", "cpu>4", "zone in (a", "!"] {
+            let raw = RawQuery { label_selector: Some(selector.into()), ..RawQuery::default() };
+            let error = Options::try_from(raw).unwrap_err();
+            assert_eq!(error.code(), http::StatusCode::BAD_REQUEST, "{selector}");
+        }
+    }
+
+    #[test]
+    fn field_selectors_know_name_and_namespace_only() {
+        assert!(options("", "metadata.name=worker-0").selects("worker-0", None));
+        assert!(!options("", "metadata.name=worker-0").selects("worker-1", None));
+        assert!(options("", "metadata.name!=worker-0").selects("worker-1", None));
+        assert!(options("", "metadata.namespace=").selects("x", None));
+        assert!(!options("", "metadata.namespace=default").selects("x", None));
+        let raw = RawQuery { field_selector: Some("spec.nodeName=x".into()), ..RawQuery::default() };
+        let error = Options::try_from(raw).unwrap_err();
+        assert_eq!(error.code(), http::StatusCode::BAD_REQUEST);
+        assert!(error.to_status()["message"].as_str().unwrap().contains("spec.nodeName"));
+    }
+
+    #[test]
+    fn versions_and_flags() {
+        let raw = RawQuery {
+            resource_version: Some("0".into()),
+            watch: Some("1".into()),
+            dry_run: Some("All".into()),
+            timeout_seconds: Some("290".into()),
+            ..RawQuery::default()
+        };
+        let options = Options::try_from(raw).unwrap();
+        assert_eq!(options.resource_version, Some(ResourceVersion::Any));
+        assert!(options.watch && options.dry_run);
+        assert_eq!(options.timeout_seconds, Some(290));
+        let raw = RawQuery { resource_version_match: Some("Exact".into()), ..RawQuery::default() };
+        assert!(Options::try_from(raw).is_err(), "a match needs a resourceVersion");
+        let raw = RawQuery { dry_run: Some("Maybe".into()), ..RawQuery::default() };
+        assert!(Options::try_from(raw).is_err());
+        let raw = RawQuery { resource_version: Some("abc".into()), ..RawQuery::default() };
+        assert!(Options::try_from(raw).is_err());
+    }
+}

@@ -1,0 +1,333 @@
+//! The resource endpoints: get, list, create, update, patch, delete, deletecollection.
+//! Watches (`?watch=true`) are handed to [`crate::watch`].
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use http::{HeaderMap, StatusCode};
+use numaresources_api::nrt::NodeResourceTopology;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::AppState;
+use crate::negotiate::{Representation, negotiate};
+use crate::query::{Options, RawQuery, ResourceVersion, VersionMatch};
+use crate::render;
+use crate::status::ApiError;
+use crate::store::{Preconditions, StoreError};
+use crate::validate::{decode, parse_body};
+
+/// Patch types we apply, and the ones we refuse with a reason.
+const PATCH_TYPES: &[&str] = &["application/merge-patch+json", "application/json-patch+json"];
+
+/// `GET` on the collection: a list, or a watch with `watch=true`.
+pub async fn list_or_watch(
+    State(state): State<Arc<AppState>>,
+    Query(raw): Query<RawQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let options = Options::try_from(raw)?;
+    let representation = negotiate(accept(&headers))?;
+    if options.watch {
+        return crate::watch::serve(&state, options, representation);
+    }
+    list(&state, &options, representation)
+}
+
+fn list(state: &AppState, options: &Options, representation: Representation) -> Result<Response, ApiError> {
+    let snapshot = state.store.snapshot();
+    if let Some(ResourceVersion::At(wanted)) = options.resource_version {
+        match options.resource_version_match {
+            Some(VersionMatch::Exact) if wanted != snapshot.revision => {
+                return Err(ApiError::expired(format!(
+                    "too old resource version: {wanted} ({}); this server keeps only the latest state",
+                    snapshot.revision
+                )));
+            }
+            _ if wanted > snapshot.revision => {
+                return Err(ApiError::unavailable(
+                    format!("Too large resource version: {wanted}, current: {}", snapshot.revision),
+                    1,
+                ));
+            }
+            _ => {}
+        }
+    }
+    // `limit` is honoured by returning everything and no `continue` token, which the API allows;
+    // a LIST of every object is cheap here. A continue token cannot be ours.
+    if options.has_continue {
+        return Err(ApiError::expired("the provided continue parameter is too old; restart the list without it"));
+    }
+    let items: Vec<_> = if options.selects_everything() {
+        snapshot.items
+    } else {
+        snapshot
+            .items
+            .into_iter()
+            .filter(|s| options.selects(s.name(), s.object.metadata.labels.as_ref()))
+            .collect()
+    };
+    Ok(json_response(StatusCode::OK, render::list(&items, snapshot.revision, representation, options.include_object)))
+}
+
+/// `GET` on one object.
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Query(raw): Query<RawQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let options = Options::try_from(raw)?;
+    let representation = negotiate(accept(&headers))?;
+    let stored = state.store.get(&name).ok_or_else(|| ApiError::not_found(&name))?;
+    Ok(json_response(StatusCode::OK, render::object(&stored, representation, options.include_object)))
+}
+
+/// `POST` on the collection.
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    Query(raw): Query<RawQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let options = Options::try_from(raw)?;
+    let body = read_body(body, state.limits.max_body_bytes).await?;
+    let mut object = decode(parse_body(&body, content_type(&headers))?, None)?;
+    if object.metadata.name.as_deref().is_none_or(str::is_empty) {
+        let prefix = object.metadata.generate_name.clone().unwrap_or_default();
+        object.metadata.name = Some(generated_name(&prefix, &state));
+    }
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let stored = state.store.create(object, options.dry_run).map_err(|e| store_error(e, &name))?;
+    tracing::debug!(%name, revision = stored.revision, dry_run = options.dry_run, "created");
+    Ok(json_response(StatusCode::CREATED, stored.json.clone()))
+}
+
+/// `PUT` on one object.
+pub async fn update(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Query(raw): Query<RawQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let options = Options::try_from(raw)?;
+    let body = read_body(body, state.limits.max_body_bytes).await?;
+    let object = decode(parse_body(&body, content_type(&headers))?, Some(&name))?;
+    let (stored, changed) =
+        state.store.update(object, &Preconditions::default(), options.dry_run).map_err(|e| store_error(e, &name))?;
+    tracing::debug!(%name, revision = stored.revision, changed, "updated");
+    Ok(json_response(StatusCode::OK, stored.json.clone()))
+}
+
+/// `PATCH` on one object: JSON merge patch (RFC 7386) or JSON patch (RFC 6902), applied to the
+/// current state under the store's write lock so no concurrent write is lost.
+pub async fn patch(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Query(raw): Query<RawQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let options = Options::try_from(raw)?;
+    let media = content_type(&headers).unwrap_or_default().split(';').next().unwrap_or_default().trim().to_owned();
+    let kind = match media.as_str() {
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/json-patch+json" => PatchKind::Json,
+        "application/strategic-merge-patch+json" => {
+            return Err(unsupported_patch(&media, "strategic merge patch is not supported for NodeResourceTopology (as for every custom resource); use --type=merge or --type=json"));
+        }
+        "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+            return Err(unsupported_patch(&media, "server-side apply is not supported by this API server; use a merge patch, or kubectl apply without --server-side"));
+        }
+        other => return Err(ApiError::unsupported_media_type(other, PATCH_TYPES)),
+    };
+    let body = read_body(body, state.limits.max_body_bytes).await?;
+    let patch: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
+    let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| {
+        apply_patch(current, &patch, kind, &name)
+    });
+    let (stored, changed) = result.map_err(|e| match e {
+        PatchError::Api(api) => api,
+        PatchError::Store(store) => store_error(store, &name),
+    })?;
+    tracing::debug!(%name, revision = stored.revision, changed, "patched");
+    Ok(json_response(StatusCode::OK, stored.json.clone()))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PatchKind {
+    Merge,
+    Json,
+}
+
+/// What can go wrong while patching: the patch itself (400/422) or the write (404/409).
+#[derive(Debug)]
+pub enum PatchError {
+    /// The patch does not apply, or the result is not a valid object.
+    Api(ApiError),
+    /// The store refused the write.
+    Store(StoreError),
+}
+
+impl From<StoreError> for PatchError {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
+    }
+}
+
+fn apply_patch(
+    current: &NodeResourceTopology,
+    patch: &Value,
+    kind: PatchKind,
+    name: &str,
+) -> Result<NodeResourceTopology, PatchError> {
+    let mut document = serde_json::to_value(current).map_err(|e| PatchError::Api(ApiError::internal("encoding", &e)))?;
+    match kind {
+        PatchKind::Merge => {
+            if !patch.is_object() {
+                return Err(PatchError::Api(ApiError::bad_request("a merge patch must be a JSON object")));
+            }
+            json_patch::merge(&mut document, patch);
+        }
+        PatchKind::Json => {
+            let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| PatchError::Api(ApiError::bad_request(format!("the JSON patch is malformed: {e}"))))?;
+            json_patch::patch(&mut document, &operations).map_err(|e| {
+                PatchError::Api(ApiError::invalid_patch(name, &format!("the JSON patch could not be applied: {e}")))
+            })?;
+        }
+    }
+    decode(document, Some(name)).map_err(PatchError::Api)
+}
+
+fn unsupported_patch(media: &str, why: &str) -> ApiError {
+    let mut error = ApiError::unsupported_media_type(media, PATCH_TYPES);
+    error.append_message(why);
+    error
+}
+
+/// The body of a DELETE, when there is one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeleteOptions {
+    #[serde(default)]
+    preconditions: Option<DeletePreconditions>,
+    #[serde(default)]
+    dry_run: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeletePreconditions {
+    resource_version: Option<String>,
+    uid: Option<String>,
+}
+
+/// `DELETE` on one object. Answers with the object as deleted (or as marked, when finalizers
+/// hold it), as kube-apiserver does for custom resources.
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Query(raw): Query<RawQuery>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let options = Options::try_from(raw)?;
+    let body = read_body(body, state.limits.max_body_bytes).await?;
+    let delete_options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    let dry_run = options.dry_run || delete_options.dry_run.iter().any(|d| d == "All");
+    let preconditions = delete_options
+        .preconditions
+        .map(|p| Preconditions { resource_version: p.resource_version, uid: p.uid })
+        .unwrap_or_default();
+    let (stored, gone) = state.store.delete(&name, &preconditions, dry_run).map_err(|e| store_error(e, &name))?;
+    tracing::debug!(%name, gone, dry_run, "deleted");
+    let status = if gone { StatusCode::OK } else { StatusCode::ACCEPTED };
+    Ok(json_response(status, stored.json.clone()))
+}
+
+/// `DELETE` on the collection, narrowed by the selectors.
+pub async fn delete_collection(
+    State(state): State<Arc<AppState>>,
+    Query(raw): Query<RawQuery>,
+) -> Result<Response, ApiError> {
+    let options = Options::try_from(raw)?;
+    let snapshot = state.store.snapshot();
+    let mut deleted = Vec::new();
+    for stored in snapshot.items.iter().filter(|s| options.selects(s.name(), s.object.metadata.labels.as_ref())) {
+        match state.store.delete(stored.name(), &Preconditions::default(), options.dry_run) {
+            Ok((gone, _)) => deleted.push(gone),
+            Err(StoreError::NotFound) => {} // deleted concurrently
+            Err(error) => return Err(store_error(error, stored.name())),
+        }
+    }
+    let revision = state.store.revision();
+    Ok(json_response(StatusCode::OK, render::list(&deleted, revision, Representation::Json, Default::default())))
+}
+
+/// Answers a path we do not serve.
+pub async fn not_found(uri: http::Uri) -> ApiError {
+    ApiError::no_such_path(uri.path())
+}
+
+/// Answers a method a path does not support.
+pub async fn method_not_allowed(method: http::Method, uri: http::Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}
+
+/// Maps a store refusal to the Status kube-apiserver would send.
+pub fn store_error(error: StoreError, name: &str) -> ApiError {
+    match error {
+        StoreError::NotFound => ApiError::not_found(name),
+        StoreError::AlreadyExists => ApiError::already_exists(name),
+        StoreError::Conflict(why) => ApiError::conflict(name, &why),
+        StoreError::Serialize(e) => ApiError::internal("serializing the object", &e),
+    }
+}
+
+/// Reads a request body, refusing more than `limit` bytes with 413.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|error| {
+        let too_large = std::error::Error::source(&error)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+            || error.to_string().contains("length limit");
+        if too_large { ApiError::too_large(limit) } else { ApiError::bad_request(format!("reading the body: {error}")) }
+    })
+}
+
+/// A JSON body with the right content type.
+pub fn json_response(status: StatusCode, body: Bytes) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn accept(headers: &HeaderMap) -> Option<&str> {
+    headers.get(ACCEPT).and_then(|v| v.to_str().ok())
+}
+
+fn content_type(headers: &HeaderMap) -> Option<&str> {
+    headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
+}
+
+/// `generateName` + 5 characters from kube's alphabet (no vowels, no look-alike digits).
+fn generated_name(prefix: &str, state: &AppState) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut seed = state.store.revision() ^ std::process::id() as u64 ^ prefix.len() as u64;
+    let suffix: String = (0..5)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ALPHABET[(seed >> 33) as usize % ALPHABET.len()] as char
+        })
+        .collect();
+    format!("{prefix}{suffix}")
+}

@@ -1,0 +1,121 @@
+//! Decoding and validating written objects as kube-apiserver would for the upstream CRD:
+//! the right apiVersion and kind, a valid name, the schema's required fields.
+
+use bytes::Bytes;
+use numaresources_api::nrt::{GROUP, KIND, NodeResourceTopology};
+use numaresources_api::{FieldError, FieldErrors, FieldPath, selector};
+use serde_json::Value;
+
+use crate::status::ApiError;
+
+/// Media types a write body may use.
+pub const BODY_TYPES: &[&str] = &["application/json", "application/yaml"];
+
+/// Parses a create/update body (JSON, or YAML as kubectl may send) into a JSON value.
+pub fn parse_body(body: &Bytes, content_type: Option<&str>) -> Result<Value, ApiError> {
+    let media = content_type.map(|c| c.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
+    match media.as_deref() {
+        None | Some("") | Some("application/json") => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request is not valid JSON: {e}"))),
+        Some("application/yaml") | Some("application/x-yaml") => serde_norway::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body of the request is not valid YAML: {e}"))),
+        Some(other) => Err(ApiError::unsupported_media_type(other, BODY_TYPES)),
+    }
+}
+
+/// Checks apiVersion/kind, decodes the object and validates it. `url_name` is the name in the
+/// URL for updates (the body must agree).
+pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopology, ApiError> {
+    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let expected_version = format!("{GROUP}/v1alpha2");
+    if !api_version.is_empty() && api_version != expected_version {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({expected_version})"
+        )));
+    }
+    if !kind.is_empty() && kind != KIND {
+        return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({KIND})")));
+    }
+    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    if let (Some(url_name), false) = (url_name, name.is_empty())
+        && url_name != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({url_name})"
+        )));
+    }
+    let mut errors = FieldErrors::default();
+    if !value.is_object() {
+        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+    }
+    if value.get("zones").is_none_or(Value::is_null) {
+        errors.push(FieldError::required(FieldPath::new("zones"), ""));
+    }
+    let mut object: NodeResourceTopology = match serde_json::from_value(value) {
+        Ok(object) => object,
+        Err(error) => {
+            errors.push(FieldError::invalid(FieldPath::new(""), "body", error.to_string()));
+            return Err(ApiError::invalid(&name, &errors));
+        }
+    };
+    if let Some(url_name) = url_name {
+        object.metadata.name.get_or_insert_with(|| url_name.to_owned());
+    }
+    let name = object.metadata.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        if object.metadata.generate_name.as_deref().is_none_or(str::is_empty) {
+            errors.push(FieldError::required(FieldPath::new("metadata").child("name"), "name or generateName is required"));
+        }
+    } else if let Err(why) = selector::check_dns1123_subdomain(&name) {
+        errors.push(FieldError::invalid(FieldPath::new("metadata").child("name"), &name, why));
+    }
+    errors.into_result().map_err(|errors| ApiError::invalid(&name, &errors))?;
+    Ok(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn code(result: Result<NodeResourceTopology, ApiError>) -> u16 {
+        result.map(|_| 200).unwrap_or_else(|e| e.code().as_u16())
+    }
+
+    #[test]
+    fn good_objects_decode() {
+        let body = json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+                          "metadata": {"name": "worker-0"}, "zones": []});
+        assert_eq!(code(decode(body, Some("worker-0"))), 200);
+    }
+
+    #[test]
+    fn bad_objects_get_the_code_kube_apiserver_gives() {
+        let rows = [
+            (json!({"apiVersion": "v1", "kind": "NodeResourceTopology", "metadata": {"name": "a"}, "zones": []}), 400),
+            (json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "Pod", "metadata": {"name": "a"}, "zones": []}), 400),
+            (json!({"metadata": {"name": "a"}}), 422),
+            (json!({"metadata": {"name": "Not_A_Name"}, "zones": []}), 422),
+            (json!({"metadata": {}, "zones": []}), 422),
+            (json!({"metadata": {"name": "a"}, "zones": [{"name": "node-0", "type": "Node",
+                    "resources": [{"name": "cpu", "capacity": "lots", "allocatable": 1, "available": 1}]}]}), 422),
+            (json!([1, 2]), 400),
+        ];
+        for (body, want) in rows {
+            assert_eq!(code(decode(body.clone(), None)), want, "{body}");
+        }
+        let renamed = json!({"metadata": {"name": "b"}, "zones": []});
+        assert_eq!(code(decode(renamed, Some("a"))), 400, "the URL and body names must agree");
+    }
+
+    #[test]
+    fn bodies_parse_as_json_or_yaml_only() {
+        let json = Bytes::from_static(b"{\"a\":1}");
+        assert!(parse_body(&json, Some("application/json; charset=utf-8")).is_ok());
+        assert!(parse_body(&Bytes::from_static(b"a: 1\n"), Some("application/yaml")).is_ok());
+        assert_eq!(parse_body(&json, Some("application/vnd.kubernetes.protobuf")).unwrap_err().code().as_u16(), 415);
+        assert_eq!(parse_body(&Bytes::from_static(b"{"), None).unwrap_err().code().as_u16(), 400);
+    }
+}

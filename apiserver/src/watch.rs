@@ -1,0 +1,215 @@
+//! Watches: a chunked stream of `{"type": …, "object": …}` lines, one per event, flushed as
+//! they happen.
+//!
+//! Start points follow kube-apiserver: no resourceVersion (or `"0"`) replays the current state as
+//! `ADDED` events; a resourceVersion resumes after it from the history, or, when the history no
+//! longer reaches back that far, sends one `ERROR` event with a 410 `Expired` Status so the client
+//! relists. `sendInitialEvents=true` (the streaming list) replays the state and then marks its end
+//! with a `BOOKMARK` annotated `k8s.io/initial-events-end`. Selector-filtered watches turn an
+//! object entering the selection into `ADDED` and one leaving it into `DELETED`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::{BufMut, Bytes, BytesMut};
+use http::StatusCode;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use numaresources_api::nrt::KIND;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::AppState;
+use crate::negotiate::Representation;
+use crate::query::{Options, ResourceVersion, VersionMatch};
+use crate::render;
+use crate::status::ApiError;
+use crate::store::{Event, EventType, WatchStart};
+
+const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
+/// The annotation that marks the end of the initial events of a streaming list.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Starts a watch and returns the streaming response.
+pub fn serve(state: &Arc<AppState>, options: Options, representation: Representation) -> Result<Response, ApiError> {
+    if options.send_initial_events
+        && (!options.allow_bookmarks || options.resource_version_match != Some(VersionMatch::NotOlderThan))
+    {
+        return Err(ApiError::invalid_options(
+            "sendInitialEvents is forbidden for watch unless allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+        ));
+    }
+    if options.resource_version_match.is_some() && !options.send_initial_events {
+        return Err(ApiError::invalid_options("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+    }
+    let start = match (options.send_initial_events, options.resource_version) {
+        (true, _) | (false, None | Some(ResourceVersion::Any)) => Ok(state.store.watch_with_snapshot()),
+        (false, Some(ResourceVersion::At(from))) => state.store.watch(Some(from)).map_err(|oldest| (from, oldest)),
+    };
+    let timeout = options.timeout_seconds.map_or_else(default_timeout, Duration::from_secs);
+    let (sender, receiver) = mpsc::channel::<Bytes>(64);
+    let stream = Watch {
+        options,
+        representation,
+        sender,
+        bookmark_every: state.limits.bookmark_interval,
+        deadline: Instant::now() + timeout,
+        headers_sent: false,
+    };
+    match start {
+        Ok(start) => {
+            tokio::spawn(stream.run(start));
+        }
+        Err((from, oldest)) => {
+            tokio::spawn(stream.expired(format!("too old resource version: {from} ({oldest})")));
+        }
+    }
+    let mut response = Response::new(Body::from_stream(ReceiverStream::new(receiver).map_ok()));
+    *response.status_mut() = StatusCode::OK;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
+}
+
+/// Without `timeoutSeconds`, a watch still ends after 30–60 minutes so long-lived connections
+/// rebalance across replicas.
+fn default_timeout() -> Duration {
+    let jitter = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    Duration::from_secs(1_800 + u64::from(jitter % 1_800))
+}
+
+struct Watch {
+    options: Options,
+    representation: Representation,
+    sender: mpsc::Sender<Bytes>,
+    bookmark_every: Duration,
+    deadline: Instant,
+    headers_sent: bool,
+}
+
+impl Watch {
+    async fn run(mut self, start: WatchStart) {
+        let WatchStart { backlog, mut receiver, revision } = start;
+        let mut last_revision = revision;
+        for event in backlog {
+            if !self.send_event(&event).await {
+                return;
+            }
+        }
+        if self.options.send_initial_events && !self.send(self.bookmark(revision, true)).await {
+            return;
+        }
+        let mut bookmarks = tokio::time::interval_at(Instant::now() + self.bookmark_every, self.bookmark_every);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(self.deadline) => return,
+                _ = self.sender.closed() => return,
+                _ = bookmarks.tick(), if self.options.allow_bookmarks => {
+                    if !self.send(self.bookmark(last_revision, false)).await {
+                        return;
+                    }
+                }
+                received = receiver.recv() => match received {
+                    Ok(event) => {
+                        last_revision = event.revision;
+                        if !self.send_event(&event).await {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, "a watcher fell behind; telling it to relist");
+                        self.expired(format!("the watch fell {missed} events behind; relist")).await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+
+    /// Sends one ERROR event carrying a 410 Expired Status, then ends the stream.
+    async fn expired(self, message: String) {
+        let status = ApiError::expired(message).to_status();
+        let line = line("ERROR", &Bytes::from(serde_json::to_vec(&status).unwrap_or_default()));
+        let _ = self.sender.send(line).await;
+    }
+
+    /// Encodes and sends an event if the selectors let it through. False when the client left.
+    async fn send_event(&mut self, event: &Event) -> bool {
+        let Some(kind) = self.visible_as(event) else {
+            return true;
+        };
+        let object = match self.representation {
+            Representation::Json => event.object.json.clone(),
+            Representation::Metadata(version) => to_bytes(&render::partial_metadata(&event.object.object, version)),
+            Representation::Table(version) => {
+                let mut table = render::table(&[&event.object], version, self.options.include_object, None);
+                if self.headers_sent {
+                    // Column definitions go with the first event only, as kube-apiserver does.
+                    table["columnDefinitions"] = json!([]);
+                }
+                self.headers_sent = true;
+                to_bytes(&table)
+            }
+        };
+        self.send(line(kind.as_str(), &object)).await
+    }
+
+    /// How a selector-filtered watcher sees an event: entering the selection is ADDED, leaving
+    /// it is DELETED, and changes outside it are not seen at all.
+    fn visible_as(&self, event: &Event) -> Option<EventType> {
+        let selects = |s: &crate::store::Stored| self.options.selects(s.name(), s.object.metadata.labels.as_ref());
+        let now = selects(&event.object);
+        match (event.kind, event.previous.as_deref().map(selects)) {
+            (EventType::Modified, Some(false)) if now => Some(EventType::Added),
+            (EventType::Modified, Some(true)) if !now => Some(EventType::Deleted),
+            (kind, _) if now => Some(kind),
+            _ => None,
+        }
+    }
+
+    fn bookmark(&self, revision: u64, initial_events_end: bool) -> Bytes {
+        let mut metadata = json!({"resourceVersion": revision.to_string()});
+        if initial_events_end {
+            metadata["annotations"] = json!({INITIAL_EVENTS_END: "true"});
+        }
+        let object: Value = match self.representation {
+            Representation::Metadata(version) => {
+                json!({"kind": "PartialObjectMetadata", "apiVersion": version.api_version(), "metadata": metadata})
+            }
+            _ => json!({"kind": KIND, "apiVersion": API_VERSION, "metadata": metadata}),
+        };
+        line("BOOKMARK", &to_bytes(&object))
+    }
+
+    async fn send(&self, line: Bytes) -> bool {
+        self.sender.send(line).await.is_ok()
+    }
+}
+
+fn line(kind: &str, object: &Bytes) -> Bytes {
+    let mut out = BytesMut::with_capacity(object.len() + 32);
+    out.put_slice(b"{\"type\":\"");
+    out.put_slice(kind.as_bytes());
+    out.put_slice(b"\",\"object\":");
+    out.put_slice(object);
+    out.put_slice(b"}\n");
+    out.freeze()
+}
+
+fn to_bytes(value: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// Adapts a stream of `Bytes` into the `Result` items `Body::from_stream` wants.
+trait MapOk: Sized {
+    fn map_ok(self) -> futures_util::stream::Map<Self, fn(Bytes) -> Result<Bytes, std::convert::Infallible>>;
+}
+
+impl MapOk for ReceiverStream<Bytes> {
+    fn map_ok(self) -> futures_util::stream::Map<Self, fn(Bytes) -> Result<Bytes, std::convert::Infallible>> {
+        futures_util::StreamExt::map(self, Ok)
+    }
+}
