@@ -1,0 +1,401 @@
+//! The API server's HTTP contract, exercised in process through the router (no sockets): what
+//! kubectl, client-go informers, the scheduler plugin and the exporters send, and what they must
+//! get back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use futures_util::StreamExt;
+use http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use numaresources_apiserver::{AppState, Limits, Store, router};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+fn app() -> (Router, Arc<AppState>) {
+    let mut state = AppState::new(Arc::new(Store::starting_at(1000, 100)), "0.1.0", "test");
+    state.limits = Limits { max_body_bytes: 64 * 1024, bookmark_interval: Duration::from_millis(200) };
+    let state = Arc::new(state);
+    (router(state.clone()), state)
+}
+
+fn nrt(name: &str, available: i64) -> Value {
+    json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": name, "labels": {"pool": "cnf"}},
+        "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}],
+        "zones": [{"name": "node-0", "type": "Node", "costs": [{"name": "node-0", "value": 10}],
+                   "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": available}]}]
+    })
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: Value,
+}
+
+async fn call(app: &Router, method: Method, uri: &str, headers: &[(&str, &str)], body: Option<Value>) -> Answer {
+    let mut request = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = body.map_or_else(Body::empty, |b| Body::from(serde_json::to_vec(&b).unwrap()));
+    let response = app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    Answer { status, headers, body }
+}
+
+async fn create(app: &Router, object: Value) -> Answer {
+    call(app, Method::POST, BASE, &[("content-type", "application/json")], Some(object)).await
+}
+
+#[tokio::test]
+async fn discovery_answers_the_aggregator_and_kubectl() {
+    let (app, _) = app();
+    let probe = call(&app, Method::GET, "/apis/topology.node.k8s.io/v1alpha2", &[], None).await;
+    assert_eq!(probe.status, StatusCode::OK);
+    assert_eq!(probe.body["kind"], "APIResourceList");
+    assert_eq!(probe.body["resources"][0]["shortNames"], json!(["node-res-topo", "nrt"]));
+
+    let legacy = call(&app, Method::GET, "/apis", &[("accept", "application/json")], None).await;
+    assert_eq!(legacy.body["kind"], "APIGroupList");
+    assert_eq!(legacy.body["groups"][0]["preferredVersion"]["version"], "v1alpha2");
+
+    let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let aggregated = call(&app, Method::GET, "/apis", &[("accept", accept)], None).await;
+    assert_eq!(aggregated.status, StatusCode::OK);
+    assert_eq!(
+        aggregated.headers["content-type"],
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    assert_eq!(aggregated.body["apiVersion"], "apidiscovery.k8s.io/v2");
+    let etag = aggregated.headers["etag"].to_str().unwrap().to_owned();
+    let again = call(&app, Method::GET, "/apis", &[("accept", accept), ("if-none-match", &etag)], None).await;
+    assert_eq!(again.status, StatusCode::NOT_MODIFIED);
+
+    let version = call(&app, Method::GET, "/version", &[], None).await;
+    assert_eq!(version.body["major"], "1");
+}
+
+#[tokio::test]
+async fn objects_can_be_created_read_listed_and_tabled() {
+    let (app, _) = app();
+    let created = create(&app, nrt("worker-0", 22)).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(created.body["metadata"]["resourceVersion"], "1001");
+    assert_eq!(created.body["zones"][0]["resources"][0]["capacity"], "32", "quantities are written as strings");
+    assert!(created.body["metadata"]["uid"].is_string());
+
+    let duplicate = create(&app, nrt("worker-0", 22)).await;
+    assert_eq!(duplicate.status, StatusCode::CONFLICT);
+    assert_eq!(duplicate.body["reason"], "AlreadyExists");
+
+    let got = call(&app, Method::GET, &format!("{BASE}/worker-0"), &[], None).await;
+    assert_eq!(got.body, created.body);
+    let missing = call(&app, Method::GET, &format!("{BASE}/worker-9"), &[], None).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.body["kind"], "Status");
+    assert_eq!(missing.body["message"], "noderesourcetopologies.topology.node.k8s.io \"worker-9\" not found");
+
+    create(&app, nrt("worker-1", 30)).await;
+    let list = call(&app, Method::GET, &format!("{BASE}?limit=500"), &[], None).await;
+    assert_eq!(list.body["kind"], "NodeResourceTopologyList");
+    assert_eq!(list.body["metadata"]["resourceVersion"], "1002");
+    assert_eq!(list.body["items"].as_array().unwrap().len(), 2);
+    assert!(list.body.get("continue").is_none() && list.body["metadata"].get("continue").is_none());
+
+    let table = call(&app, Method::GET, BASE, &[("accept", TABLE)], None).await;
+    assert_eq!(table.body["kind"], "Table");
+    assert_eq!(table.body["columnDefinitions"][0]["name"], "Name");
+    let row = &table.body["rows"][0];
+    assert_eq!(row["cells"][0], "worker-0");
+    assert_eq!(row["cells"][2], "single-numa-node");
+    assert_eq!(row["cells"][3], "22/30");
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+
+    let metadata = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let partial = call(&app, Method::GET, BASE, &[("accept", metadata)], None).await;
+    assert_eq!(partial.body["kind"], "PartialObjectMetadataList");
+    assert!(partial.body["items"][0].get("zones").is_none());
+
+    let protobuf_first = call(&app, Method::GET, BASE, &[("accept", "application/vnd.kubernetes.protobuf, */*")], None).await;
+    assert_eq!(protobuf_first.status, StatusCode::OK);
+    let impossible = call(&app, Method::GET, BASE, &[("accept", "application/vnd.kubernetes.protobuf")], None).await;
+    assert_eq!(impossible.status, StatusCode::NOT_ACCEPTABLE);
+}
+
+#[tokio::test]
+async fn selectors_filter_lists() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    let mut other = nrt("worker-1", 1);
+    other["metadata"]["labels"] = json!({"pool": "infra"});
+    create(&app, other).await;
+    let names = |answer: Answer| -> Vec<String> {
+        answer.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(names(call(&app, Method::GET, &format!("{BASE}?labelSelector=pool%3Dinfra"), &[], None).await), ["worker-1"]);
+    assert_eq!(names(call(&app, Method::GET, &format!("{BASE}?labelSelector=pool%20notin%20(infra)"), &[], None).await), ["worker-0"]);
+    assert_eq!(names(call(&app, Method::GET, &format!("{BASE}?fieldSelector=metadata.name%3Dworker-0"), &[], None).await), ["worker-0"]);
+    let bad = call(&app, Method::GET, &format!("{BASE}?fieldSelector=spec.x%3D1"), &[], None).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn updates_and_patches_keep_optimistic_concurrency() {
+    let (app, _) = app();
+    let created = create(&app, nrt("worker-0", 22)).await.body;
+
+    // A stale resourceVersion is a conflict.
+    let mut stale = nrt("worker-0", 20);
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let answer = call(&app, Method::PUT, &format!("{BASE}/worker-0"), &[], Some(stale)).await;
+    assert_eq!(answer.status, StatusCode::CONFLICT);
+    assert_eq!(answer.body["reason"], "Conflict");
+
+    // The current one works, and an identical write changes nothing.
+    let mut fresh = nrt("worker-0", 20);
+    fresh["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
+    let updated = call(&app, Method::PUT, &format!("{BASE}/worker-0"), &[], Some(fresh.clone())).await;
+    assert_eq!(updated.status, StatusCode::OK);
+    assert_eq!(updated.body["metadata"]["resourceVersion"], "1002");
+    assert_eq!(updated.body["metadata"]["uid"], created["metadata"]["uid"]);
+    fresh["metadata"]["resourceVersion"] = json!("1002");
+    let same = call(&app, Method::PUT, &format!("{BASE}/worker-0"), &[], Some(fresh)).await;
+    assert_eq!(same.body["metadata"]["resourceVersion"], "1002", "a no-op write keeps the resourceVersion");
+
+    // Merge patch, as the exporter sends it.
+    let patch = json!({"zones": [{"name": "node-0", "type": "Node",
+        "resources": [{"name": "cpu", "capacity": "32", "allocatable": "30", "available": "18"}]}]});
+    let merge = [("content-type", "application/merge-patch+json")];
+    let patched = call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &merge, Some(patch)).await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.body);
+    assert_eq!(patched.body["zones"][0]["resources"][0]["available"], "18");
+    assert_eq!(patched.body["metadata"]["labels"]["pool"], "cnf", "labels survive a merge patch");
+
+    // JSON patch.
+    let ops = json!([{"op": "replace", "path": "/attributes/0/value", "value": "restricted"}]);
+    let json_patch = [("content-type", "application/json-patch+json")];
+    let patched = call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &json_patch, Some(ops)).await;
+    assert_eq!(patched.body["attributes"][0]["value"], "restricted");
+    let bad_ops = json!([{"op": "replace", "path": "/nope/0", "value": 1}]);
+    let failed = call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &json_patch, Some(bad_ops)).await;
+    assert_eq!(failed.status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Strategic merge and server-side apply are refused clearly.
+    for media in ["application/strategic-merge-patch+json", "application/apply-patch+yaml"] {
+        let refused = call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &[("content-type", media)], Some(json!({}))).await;
+        assert_eq!(refused.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{media}");
+        assert_eq!(refused.body["reason"], "UnsupportedMediaType");
+    }
+
+    let missing = call(&app, Method::PATCH, &format!("{BASE}/worker-9"), &merge, Some(json!({}))).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_status_never_a_crash() {
+    let (app, _) = app();
+    let garbage = Request::post(BASE).header("content-type", "application/json").body(Body::from("{not json")).unwrap();
+    let response = app.clone().oneshot(garbage).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+
+    let wrong_kind = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}});
+    assert_eq!(create(&app, wrong_kind).await.status, StatusCode::BAD_REQUEST);
+
+    let mut invalid = nrt("worker-0", 1);
+    invalid["zones"][0]["resources"][0]["available"] = json!("a lot");
+    let answer = create(&app, invalid).await;
+    assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(answer.body["reason"], "Invalid");
+
+    let huge = json!({"metadata": {"name": "x"}, "zones": [], "pad": "x".repeat(100 * 1024)});
+    let answer = create(&app, huge).await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(answer.body["reason"], "RequestEntityTooLarge");
+
+    let dry = call(&app, Method::POST, &format!("{BASE}?dryRun=All"), &[], Some(nrt("worker-5", 1))).await;
+    assert_eq!(dry.status, StatusCode::CREATED);
+    assert_eq!(call(&app, Method::GET, &format!("{BASE}/worker-5"), &[], None).await.status, StatusCode::NOT_FOUND);
+
+    let nowhere = call(&app, Method::GET, "/apis/topology.node.k8s.io/v1alpha2/namespaces/x/noderesourcetopologies", &[], None).await;
+    assert_eq!(nowhere.status, StatusCode::NOT_FOUND);
+    assert_eq!(nowhere.body["kind"], "Status");
+    let not_allowed = call(&app, Method::PUT, BASE, &[], Some(json!({}))).await;
+    assert_eq!(not_allowed.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn deletes_honour_preconditions_and_collections() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    create(&app, nrt("worker-1", 1)).await;
+    let wrong_uid = json!({"preconditions": {"uid": "not-it"}});
+    let refused = call(&app, Method::DELETE, &format!("{BASE}/worker-0"), &[], Some(wrong_uid)).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    let deleted = call(&app, Method::DELETE, &format!("{BASE}/worker-0"), &[], None).await;
+    assert_eq!(deleted.status, StatusCode::OK);
+    assert_eq!(deleted.body["metadata"]["name"], "worker-0");
+    assert_eq!(call(&app, Method::DELETE, &format!("{BASE}/worker-0"), &[], None).await.status, StatusCode::NOT_FOUND);
+    let collection = call(&app, Method::DELETE, &format!("{BASE}?labelSelector=pool%3Dcnf"), &[], None).await;
+    assert_eq!(collection.body["items"].as_array().unwrap().len(), 1);
+    let list = call(&app, Method::GET, BASE, &[], None).await;
+    assert!(list.body["items"].as_array().unwrap().is_empty());
+}
+
+/// Reads watch events from a streaming response until `count` arrived (bounded wait).
+async fn events(body: Body, count: usize) -> Vec<Value> {
+    let mut stream = body.into_data_stream();
+    let mut buffer = Vec::new();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while out.len() < count {
+            let Some(chunk) = stream.next().await else { break };
+            buffer.extend_from_slice(&chunk.unwrap());
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                out.push(serde_json::from_slice(&line).unwrap());
+            }
+        }
+    })
+    .await
+    .expect("watch events did not arrive; likely deadlocked");
+    out
+}
+
+async fn watch(app: &Router, query: &str, accept: &str) -> Body {
+    let request = Request::get(format!("{BASE}?watch=true&{query}")).header("accept", accept).body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.into_body()
+}
+
+#[tokio::test]
+async fn watches_replay_state_then_stream_changes() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    let body = watch(&app, "", "application/json").await;
+    create(&app, nrt("worker-1", 1)).await;
+    let merge = [("content-type", "application/merge-patch+json")];
+    call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &merge, Some(json!({"metadata": {"labels": {"x": "y"}}}))).await;
+    call(&app, Method::DELETE, &format!("{BASE}/worker-1"), &[], None).await;
+    let seen = events(body, 4).await;
+    let summary: Vec<(String, String)> = seen
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap().to_owned(), e["object"]["metadata"]["name"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("ADDED".into(), "worker-0".into()),
+            ("ADDED".into(), "worker-1".into()),
+            ("MODIFIED".into(), "worker-0".into()),
+            ("DELETED".into(), "worker-1".into()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn watches_resume_from_a_resource_version_or_expire() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await; // 1001
+    create(&app, nrt("worker-1", 1)).await; // 1002
+    let seen = events(watch(&app, "resourceVersion=1001", "application/json").await, 1).await;
+    assert_eq!(seen[0]["type"], "ADDED");
+    assert_eq!(seen[0]["object"]["metadata"]["name"], "worker-1");
+
+    let seen = events(watch(&app, "resourceVersion=5", "application/json").await, 1).await;
+    assert_eq!(seen[0]["type"], "ERROR");
+    assert_eq!(seen[0]["object"]["code"], 410);
+    assert_eq!(seen[0]["object"]["reason"], "Expired");
+}
+
+#[tokio::test]
+async fn streaming_lists_end_their_initial_events_with_a_bookmark() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    create(&app, nrt("worker-1", 1)).await;
+    let query = "sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
+    let seen = events(watch(&app, query, "application/json").await, 4).await;
+    assert_eq!(seen[0]["type"], "ADDED");
+    assert_eq!(seen[1]["type"], "ADDED");
+    assert_eq!(seen[2]["type"], "BOOKMARK");
+    assert_eq!(seen[2]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+    assert_eq!(seen[2]["object"]["metadata"]["resourceVersion"], "1002");
+    // Then periodic bookmarks (every 200 ms in this test setup).
+    assert_eq!(seen[3]["type"], "BOOKMARK");
+    assert!(seen[3]["object"]["metadata"].get("annotations").is_none());
+
+    let wrong = call(&app, Method::GET, &format!("{BASE}?watch=true&sendInitialEvents=true"), &[], None).await;
+    assert_eq!(wrong.status, StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[tokio::test]
+async fn selector_watches_see_objects_enter_and_leave() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    let body = watch(&app, "resourceVersion=1001&labelSelector=pool%3Dinfra", "application/json").await;
+    let merge = [("content-type", "application/merge-patch+json")];
+    let uri = format!("{BASE}/worker-0");
+    call(&app, Method::PATCH, &uri, &merge, Some(json!({"metadata": {"labels": {"pool": "infra"}}}))).await;
+    call(&app, Method::PATCH, &uri, &merge, Some(json!({"metadata": {"labels": {"pool": "cnf"}}}))).await;
+    let seen = events(body, 2).await;
+    assert_eq!(seen[0]["type"], "ADDED");
+    assert_eq!(seen[1]["type"], "DELETED");
+}
+
+#[tokio::test]
+async fn kubectl_get_watch_gets_table_events() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    let body = watch(&app, "", TABLE).await;
+    create(&app, nrt("worker-1", 1)).await;
+    let seen = events(body, 2).await;
+    assert_eq!(seen[0]["object"]["kind"], "Table");
+    assert!(!seen[0]["object"]["columnDefinitions"].as_array().unwrap().is_empty());
+    assert!(seen[1]["object"]["columnDefinitions"].as_array().unwrap().is_empty());
+    assert_eq!(seen[1]["object"]["rows"][0]["cells"][0], "worker-1");
+}
+
+#[tokio::test]
+async fn health_endpoints_report_checks() {
+    let (app, state) = app();
+    assert_eq!(call(&app, Method::GET, "/healthz", &[], None).await.status, StatusCode::OK);
+    state.readiness.set("store-warm", false);
+    let ready = call(&app, Method::GET, "/readyz?verbose", &[], None).await;
+    assert_eq!(ready.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(ready.body.as_str().unwrap().contains("[-]store-warm failed"));
+    state.readiness.set("store-warm", true);
+    let ready = call(&app, Method::GET, "/readyz?verbose", &[], None).await;
+    assert_eq!(ready.status, StatusCode::OK);
+    assert!(ready.body.as_str().unwrap().contains("[+]store-warm ok"));
+    assert_eq!(call(&app, Method::GET, "/livez", &[], None).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn openapi_documents_are_served_with_etags() {
+    let (app, _) = app();
+    let index = call(&app, Method::GET, "/openapi/v3", &[], None).await;
+    let url = index.body["paths"]["apis/topology.node.k8s.io/v1alpha2"]["serverRelativeURL"].as_str().unwrap().to_owned();
+    let document = call(&app, Method::GET, &url, &[], None).await;
+    assert_eq!(document.status, StatusCode::OK);
+    assert_eq!(document.body["openapi"], "3.0.0");
+    let etag = document.headers["etag"].to_str().unwrap().to_owned();
+    assert_eq!(call(&app, Method::GET, &url, &[("if-none-match", &etag)], None).await.status, StatusCode::NOT_MODIFIED);
+    let v2 = call(&app, Method::GET, "/openapi/v2", &[], None).await;
+    assert_eq!(v2.body["swagger"], "2.0");
+}
