@@ -1,0 +1,127 @@
+//! Server-side costs of the requests that dominate a real cluster, measured in process through
+//! the router (no sockets, no TLS: this is the time our code spends per request):
+//! LIST of 5,000 two-zone NRTs as JSON and as a Table, GET by name, merge-patch ingest, and the
+//! memory 5,000 objects take.
+//!
+//! `cargo bench -p numaresources-apiserver`. Figures go to BENCHMARKS.md; nothing asserts a time.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use http::Request;
+use http_body_util::BodyExt;
+use numaresources_apiserver::{AppState, Store, router};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+const NODES: usize = 5_000;
+
+fn worker(name: &str, available: i64) -> Value {
+    let zone = |id: i64| {
+        json!({"name": format!("node-{id}"), "type": "Node",
+               "costs": [{"name": "node-0", "value": if id == 0 {10} else {21}}, {"name": "node-1", "value": if id == 1 {10} else {21}}],
+               "resources": [
+                   {"name": "cpu", "capacity": "32", "allocatable": "30", "available": available.to_string()},
+                   {"name": "example.com/sriov_vf", "capacity": "8", "allocatable": "8", "available": "7"},
+                   {"name": "hugepages-1Gi", "capacity": "17179869184", "allocatable": "17179869184", "available": "12884901888"},
+                   {"name": "memory", "capacity": "202355617792", "allocatable": "184022315008", "available": "166842445824"}]})
+    };
+    json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+           "metadata": {"name": name},
+           "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                          {"name": "topologyManagerScope", "value": "container"},
+                          {"name": "nodeTopologyPodsFingerprint", "value": "pfp0v001a9cddfe43845cd3a"}],
+           "zones": [zone(0), zone(1)]})
+}
+
+async fn send(app: &Router, request: Request<Body>) -> usize {
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    response.into_body().collect().await.unwrap().to_bytes().len()
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn resident_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let before = resident_kib();
+    let state = Arc::new(AppState::new(Arc::new(Store::default()), "bench", "bench"));
+    let app = router(state.clone());
+    for i in 0..NODES {
+        let body = serde_json::to_vec(&worker(&format!("worker-{i:05}"), 22)).unwrap();
+        send(&app, Request::post(BASE).header("content-type", "application/json").body(Body::from(body)).unwrap()).await;
+    }
+    let after = resident_kib();
+    if let (Some(before), Some(after)) = (before, after) {
+        println!("memory: {NODES} objects add {:.1} MiB resident ({:.1} MiB total)", (after - before) as f64 / 1024.0, after as f64 / 1024.0);
+    }
+
+    let mut bytes = 0;
+    let samples: Vec<Duration> = {
+        let mut samples = Vec::new();
+        for _ in 0..15 {
+            let start = Instant::now();
+            bytes = send(&app, Request::get(BASE).body(Body::empty()).unwrap()).await;
+            samples.push(start.elapsed());
+        }
+        samples
+    };
+    println!("LIST {NODES} as JSON ({:.1} MiB): median {:.1} ms", bytes as f64 / 1048576.0, median(samples).as_secs_f64() * 1e3);
+
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let mut samples = Vec::new();
+    for _ in 0..15 {
+        let start = Instant::now();
+        bytes = send(&app, Request::get(BASE).header("accept", table).body(Body::empty()).unwrap()).await;
+        samples.push(start.elapsed());
+    }
+    println!("LIST {NODES} as Table ({:.1} MiB): median {:.1} ms", bytes as f64 / 1048576.0, median(samples).as_secs_f64() * 1e3);
+
+    let gets = 100_000;
+    let start = Instant::now();
+    for i in 0..gets {
+        let uri = format!("{BASE}/worker-{:05}", i % NODES);
+        send(&app, Request::get(uri).body(Body::empty()).unwrap()).await;
+    }
+    let per_get = start.elapsed() / gets as u32;
+    println!("GET by name: {:.2} µs per request ({:.0} requests/s on one task)", per_get.as_secs_f64() * 1e6, 1.0 / per_get.as_secs_f64());
+
+    // Ingest: 32 concurrent writers sending merge patches that change `available` every time.
+    let patches_per_writer = 2_000;
+    let start = Instant::now();
+    let mut writers = Vec::new();
+    for writer in 0..32 {
+        let app = app.clone();
+        writers.push(tokio::spawn(async move {
+            for n in 0..patches_per_writer {
+                let node = (writer * 151 + n) % NODES;
+                let patch = json!({"zones": worker("x", (n % 30) as i64)["zones"]});
+                let request = Request::patch(format!("{BASE}/worker-{node:05}"))
+                    .header("content-type", "application/merge-patch+json")
+                    .body(Body::from(serde_json::to_vec(&patch).unwrap()))
+                    .unwrap();
+                send(&app, request).await;
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let total = 32 * patches_per_writer;
+    let elapsed = start.elapsed();
+    println!("ingest: {total} merge patches from 32 writers in {:.2} s = {:.0} updates/s", elapsed.as_secs_f64(), total as f64 / elapsed.as_secs_f64());
+}
