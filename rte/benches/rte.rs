@@ -1,0 +1,3 @@
+//! Benchmarks of discovery, fingerprint and placement (being written).
+
+fn main() {}

@@ -1,0 +1,66 @@
+//! The kubelet podresources API: a gRPC client over the kubelet's unix socket, a plain model of
+//! its answers, and the filters applied to them before accounting (`nrt-rte.md` §2.4, §2.5).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use numaresources_rte::podresources::{PodResourcesClient, PodResourcesSource};
+//!
+//! let client = PodResourcesClient::for_socket("unix:///podresources/kubelet.sock")?;
+//! let pods = client.list().await?;
+//! let allocatable = client.allocatable().await?;
+//! println!("{} pods, {} allocatable cpus", pods.len(), allocatable.cpu_ids.len());
+//! # Ok(()) }
+//! ```
+
+mod backoff;
+mod client;
+mod endpoint;
+mod error;
+pub mod middleware;
+pub mod model;
+#[cfg(feature = "test-kubelet")]
+pub mod testing;
+
+use std::future::Future;
+
+pub use backoff::Backoff;
+pub use client::{ClientConfig, ConnectionHealth, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, PodResourcesClient};
+pub use endpoint::{DEFAULT_SOCKET, KUBELET_SOCKET, SocketPath, SocketPathError};
+pub use error::Error;
+pub use model::{Allocatable, ContainerResources, Devices, MemoryBlock, NumaAffinity, PodResources};
+
+/// The wire types of `v1.PodResourcesLister`, generated from `proto/podresources/v1/api.proto`.
+///
+/// The server half is compiled only with the `test-kubelet` feature (the fake kubelet).
+#[allow(missing_docs, clippy::all, clippy::pedantic, missing_debug_implementations, rust_2018_idioms)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/v1.rs"));
+}
+
+/// Where the accounting gets pods and allocatable resources from: the kubelet in production,
+/// plain data in tests.
+pub trait PodResourcesSource {
+    /// Every pod with its exclusive resources.
+    fn list(&self) -> impl Future<Output = Result<Vec<PodResources>, Error>> + Send;
+    /// What the kubelet may allocate.
+    fn allocatable(&self) -> impl Future<Output = Result<Allocatable, Error>> + Send;
+}
+
+/// A [`PodResourcesSource`] that always answers the same plain data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StaticPodResources {
+    /// What `list` answers.
+    pub pods: Vec<PodResources>,
+    /// What `allocatable` answers.
+    pub allocatable: Allocatable,
+}
+
+impl PodResourcesSource for StaticPodResources {
+    fn list(&self) -> impl Future<Output = Result<Vec<PodResources>, Error>> + Send {
+        std::future::ready(Ok(self.pods.clone()))
+    }
+
+    fn allocatable(&self) -> impl Future<Output = Result<Allocatable, Error>> + Send {
+        std::future::ready(Ok(self.allocatable.clone()))
+    }
+}
