@@ -5,3 +5,4 @@ pub mod fingerprint;
 pub mod numaplacement;
 pub mod podresources;
 pub mod sysfs;
+pub mod topology;
