@@ -6,7 +6,7 @@
 //! id, never by list position (sparse ids work), resources come out sorted, and a zone the kubelet
 //! reports nothing for still says how many CPUs it has.
 //!
-//! Per zone *i* and resource *r*: the published resources are the keys of allocatable[i];
+//! Per zone *i* and resource *r*: the published resources are the keys of `allocatable[i]`;
 //! `capacity = max(machine[i][r], allocatable[i][r])` (the kubelet wins when it knows more, and
 //! devices have no other source); `available = max(0, allocatable[i][r] − used[i][r])`. A memory
 //! block or device set whose affinity spans several zones counts in full in each of them, as
@@ -42,7 +42,8 @@ pub fn zones(machine: &Machine, kubelet: Option<KubeletView<'_>>) -> Vec<Zone> {
         return zones;
     };
     let cpu_numa = machine.cpu_to_numa();
-    let allocatable = amounts(&cpu_numa, &kubelet.allocatable.cpu_ids, &kubelet.allocatable.memory, &kubelet.allocatable.devices);
+    let allocatable =
+        amounts(&cpu_numa, &kubelet.allocatable.cpu_ids, &kubelet.allocatable.memory, &kubelet.allocatable.devices);
     let mut used: Amounts = BTreeMap::new();
     for container in kubelet.pods.iter().flat_map(|pod| &pod.containers) {
         add_container(&mut used, &cpu_numa, container);
@@ -157,9 +158,17 @@ mod tests {
                 MemoryBlock { memory_type: "hugepages-1Gi".into(), size_bytes: 4 * GI, affinity: on(&[2]) },
             ],
             devices: vec![
-                Devices { resource_name: "example.com/vf".into(), device_ids: vec!["a".into(), "b".into()], affinity: on(&[0]) },
+                Devices {
+                    resource_name: "example.com/vf".into(),
+                    device_ids: vec!["a".into(), "b".into()],
+                    affinity: on(&[0]),
+                },
                 Devices { resource_name: "example.com/vf".into(), device_ids: vec!["c".into()], affinity: on(&[2]) },
-                Devices { resource_name: "example.com/gpu".into(), device_ids: vec!["g".into()], affinity: NumaAffinity::NoAffinity },
+                Devices {
+                    resource_name: "example.com/gpu".into(),
+                    device_ids: vec!["g".into()],
+                    affinity: NumaAffinity::NoAffinity,
+                },
             ],
         }
     }
@@ -175,7 +184,11 @@ mod tests {
                     MemoryBlock { memory_type: "memory".into(), size_bytes: 8 * GI, affinity: on(&[0]) },
                     MemoryBlock { memory_type: "hugepages-1Gi".into(), size_bytes: GI, affinity: on(&[0]) },
                 ],
-                devices: vec![Devices { resource_name: "example.com/vf".into(), device_ids: vec!["a".into()], affinity: on(&[0]) }],
+                devices: vec![Devices {
+                    resource_name: "example.com/vf".into(),
+                    device_ids: vec!["a".into()],
+                    affinity: on(&[0]),
+                }],
             }],
         }
     }
@@ -185,7 +198,10 @@ mod tests {
         let zones = zones(&machine(), None);
         assert_eq!(zones.iter().map(|z| z.name.as_str()).collect::<Vec<_>>(), ["node-0", "node-2"]);
         assert_eq!(numbers(find(&zones[1], "cpu")), (4, 4, 4));
-        assert_eq!(zones[1].costs.iter().map(|c| (c.name.as_str(), c.value)).collect::<Vec<_>>(), [("node-0", 21), ("node-2", 10)]);
+        assert_eq!(
+            zones[1].costs.iter().map(|c| (c.name.as_str(), c.value)).collect::<Vec<_>>(),
+            [("node-0", 21), ("node-2", 10)]
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@ use numaresources_rte::podresources::{
     Allocatable, Backoff, ClientConfig, ContainerResources, Devices, Error, MemoryBlock, NumaAffinity, PodResources,
     PodResourcesClient, PodResourcesSource, StaticPodResources,
 };
-use prost::Message;
 use proptest::prelude::*;
+use prost::Message;
 
 /// Every wait in this file goes through here, so a bug shows as a failure, never a hang.
 async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
@@ -50,7 +50,11 @@ fn rich_list() -> proto::ListPodResourcesResponse {
                     name: "app".into(),
                     cpu_ids: vec![33, 1, 2, 34, 1],
                     memory: vec![
-                        proto::ContainerMemory { memory_type: "memory".into(), size: 17_179_869_184, topology: numa(&[0]) },
+                        proto::ContainerMemory {
+                            memory_type: "memory".into(),
+                            size: 17_179_869_184,
+                            topology: numa(&[0]),
+                        },
                         proto::ContainerMemory {
                             memory_type: "hugepages-1Gi".into(),
                             size: 4_294_967_296,
@@ -121,7 +125,11 @@ fn rich_allocatable() -> proto::AllocatableResourcesResponse {
                 device_ids: vec!["0000:3b:02.0".into(), "0000:3b:02.1".into()],
                 topology: numa(&[0]),
             },
-            proto::ContainerDevices { resource_name: "example.com/fpga".into(), device_ids: vec!["fpga-0".into()], topology: None },
+            proto::ContainerDevices {
+                resource_name: "example.com/fpga".into(),
+                device_ids: vec!["fpga-0".into()],
+                topology: None,
+            },
         ],
     }
 }
@@ -131,7 +139,11 @@ fn memory(memory_type: &str, size_bytes: u64, affinity: NumaAffinity) -> MemoryB
 }
 
 fn devices(resource_name: &str, ids: &[&str], affinity: NumaAffinity) -> Devices {
-    Devices { resource_name: resource_name.into(), device_ids: ids.iter().map(|id| (*id).to_string()).collect(), affinity }
+    Devices {
+        resource_name: resource_name.into(),
+        device_ids: ids.iter().map(|id| (*id).to_string()).collect(),
+        affinity,
+    }
 }
 
 fn serve(kubelet: FakeKubelet, path: &Path) -> RunningKubelet {
@@ -189,8 +201,7 @@ async fn list_round_trips_every_field_and_ignores_dynamic_resources() {
 #[tokio::test]
 async fn allocatable_round_trips_cpus_memory_and_devices() {
     let dir = tempfile::tempdir().unwrap();
-    let kubelet =
-        serve(FakeKubelet { allocatable: Some(rich_allocatable()), ..Default::default() }, &socket_in(&dir));
+    let kubelet = serve(FakeKubelet { allocatable: Some(rich_allocatable()), ..Default::default() }, &socket_in(&dir));
     let client = client(&socket_in(&dir));
 
     let allocatable = bounded("GetAllocatableResources", client.allocatable()).await.unwrap();

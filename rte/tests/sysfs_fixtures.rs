@@ -1,6 +1,8 @@
 //! Discovery on real machines: the sysfs snapshots in `tests/fixtures/sysfs/` (see the README
 //! there), and the machine the test runs on.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed unpack is a failed test
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -72,7 +74,8 @@ fn intel_2numa_24cpu_has_two_nodes_of_twelve_cpus_split_even_and_odd() {
 fn intel_2numa_24cpu_capacity_zones_are_what_the_exporter_publishes() {
     let (_dir, machine) = discover_fixture("intel-2numa-24cpu");
     let zones = capacity_zones(&machine);
-    let summary: Vec<(String, Vec<(String, i64)>, Vec<(String, String)>)> = zones
+    type ZoneSummary = (String, Vec<(String, i64)>, Vec<(String, String)>);
+    let summary: Vec<ZoneSummary> = zones
         .iter()
         .map(|z| {
             (

@@ -59,7 +59,9 @@ fn check_accepts_the_same_pod_set_and_sorts_the_three_failures() {
         Err(CheckError::IncompatibleVersion { found: "v002".to_owned() })
     );
     let computed = "pfp0v0019131e707ccadb65c".to_owned();
-    for other in ["pfp0v001ef46db3751d8e999", "pfp0v0019131E707CCADB65C", "pfp0v0019131e707ccadb65c0", "pfp0v00112345678"] {
+    for other in
+        ["pfp0v001ef46db3751d8e999", "pfp0v0019131E707CCADB65C", "pfp0v0019131e707ccadb65c0", "pfp0v00112345678"]
+    {
         assert_eq!(
             fingerprint.check(other),
             Err(CheckError::Mismatch { expected: other.to_owned(), computed: computed.clone() }),
@@ -162,7 +164,10 @@ fn the_status_file_reports_where_it_could_not_write() {
         Err(StatusError::Write { path, .. }) => assert!(path.ends_with("no-such-dir/__status.json")),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(write_status_file(std::path::Path::new("/"), &Status::default()), Err(StatusError::NotAFile { .. })));
+    assert!(matches!(
+        write_status_file(std::path::Path::new("/"), &Status::default()),
+        Err(StatusError::NotAFile { .. })
+    ));
 }
 
 proptest! {

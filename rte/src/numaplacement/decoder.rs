@@ -88,7 +88,10 @@ impl Decoder {
 
     /// Places the containers, given as (namespace, pod, container); their distinct identities
     /// must be exactly the `cc` the producer encoded.
-    pub fn result<'a>(&self, containers: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> Result<Placements, Error> {
+    pub fn result<'a>(
+        &self,
+        containers: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) -> Result<Placements, Error> {
         let mut hashes: Vec<u64> = containers.into_iter().map(|(ns, pod, cnt)| container_hash(ns, pod, cnt)).collect();
         hashes.sort_unstable();
         hashes.dedup();
@@ -97,8 +100,7 @@ impl Decoder {
         }
         let mut by_hash: HashMap<u64, i64> = HashMap::with_capacity(hashes.len());
         for (&numa_node, vector) in &self.vectors {
-            let offsets =
-                leb89::decode_offsets(vector.as_bytes()).map_err(|_| Error::CorruptedVector { numa_node })?;
+            let offsets = leb89::decode_offsets(vector.as_bytes()).map_err(|_| Error::CorruptedVector { numa_node })?;
             for offset in offsets {
                 let hash = *hashes.get(offset as usize).ok_or(Error::CorruptedVector { numa_node })?;
                 if by_hash.insert(hash, numa_node).is_some() {

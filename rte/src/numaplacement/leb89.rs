@@ -12,7 +12,8 @@
 //! continuations (`ff!` is 64, like `f!`).
 
 /// The 89 symbols in index order.
-pub const ALPHABET: &[u8; 89] = b"!#$%'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]^_`abcdefghijklmnopqrstuvwxyz{|}~";
+pub const ALPHABET: &[u8; 89] =
+    b"!#$%'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]^_`abcdefghijklmnopqrstuvwxyz{|}~";
 
 /// Number of terminal symbols (indices `0..TERMINALS`).
 const TERMINALS: u32 = 64;
@@ -136,10 +137,8 @@ pub fn decode_value(input: &[u8], pos: usize) -> Result<(u32, usize), Error> {
         if continuations == 0 {
             return Ok((index, at));
         }
-        let value = c
-            .checked_mul(TERMINALS)
-            .and_then(|v| v.checked_add(TERMINALS + index))
-            .ok_or(Error::Overflow { at })?;
+        let value =
+            c.checked_mul(TERMINALS).and_then(|v| v.checked_add(TERMINALS + index)).ok_or(Error::Overflow { at })?;
         return Ok((value, at));
     }
 }

@@ -72,7 +72,9 @@ impl ContainerAffinity {
     /// True when the container holds exclusive CPUs, a memory block with a NUMA id, or a device
     /// with ids and a NUMA id.
     pub fn is_numa_local(&self) -> bool {
-        !self.cpu_ids.is_empty() || self.memory.iter().any(MemoryAffinity::is_local) || self.devices.iter().any(DeviceAffinity::is_local)
+        !self.cpu_ids.is_empty()
+            || self.memory.iter().any(MemoryAffinity::is_local)
+            || self.devices.iter().any(DeviceAffinity::is_local)
     }
 
     /// The container's NUMA node, `Ok(None)` when it has none to speak of (a shared-pool sidecar).
@@ -83,7 +85,12 @@ impl ContainerAffinity {
         if let Some(&cpu) = self.cpu_ids.first() {
             return cpu_to_numa(cpu).map(|n| Some(i64::from(n))).ok_or(Error::UnknownCpu(cpu));
         }
-        let device = self.devices.iter().filter(|d| d.device_count > 0).map(|d| local_ids(&d.numa_nodes)).find(|ids| !ids.is_empty());
+        let device = self
+            .devices
+            .iter()
+            .filter(|d| d.device_count > 0)
+            .map(|d| local_ids(&d.numa_nodes))
+            .find(|ids| !ids.is_empty());
         let ids = device.or_else(|| self.memory.iter().map(|m| local_ids(&m.numa_nodes)).find(|ids| !ids.is_empty()));
         match ids {
             None => Ok(None),

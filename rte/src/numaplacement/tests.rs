@@ -46,11 +46,7 @@ fn container_hashes_match_the_spec_check_values() {
     assert_eq!(container_hash("", "", ""), 0x9aab_a41f_fa2d_a101);
     assert_eq!(container_hash("ns", "pod", "c"), 0x1ee6_e11c_c465_4238);
     assert_eq!(
-        container_hash(
-            "openshift-numaresources",
-            "numaresourcesoperator-worker-xyz12",
-            "resource-topology-exporter"
-        ),
+        container_hash("openshift-numaresources", "numaresourcesoperator-worker-xyz12", "resource-topology-exporter"),
         0xf42c_335b_b7f8_d419
     );
 }
@@ -107,13 +103,15 @@ fn e6_five_containers_on_two_nodes() {
 
 #[test]
 fn e7_a_tie_goes_to_the_lowest_node() {
-    let inputs = default_ns(&[("pod-a", "cnt-0", 0), ("pod-a", "cnt-1", 0), ("pod-c", "cnt-0", 1), ("pod-c", "cnt-1", 1)]);
+    let inputs =
+        default_ns(&[("pod-a", "cnt-0", 0), ("pod-a", "cnt-1", 0), ("pod-c", "cnt-0", 1), ("pod-c", "cnt-1", 1)]);
     assert_encodes(2, &inputs, "npv0v001::ve=leb89::cc=4::nn=2::bn=0", &[(1, "!%")]);
 }
 
 #[test]
 fn e8_node_1_can_be_the_busiest() {
-    let inputs = default_ns(&[("pod-a", "cnt-0", 0), ("pod-c", "cnt-0", 1), ("pod-c", "cnt-1", 1), ("pod-d", "cnt-0", 1)]);
+    let inputs =
+        default_ns(&[("pod-a", "cnt-0", 0), ("pod-c", "cnt-0", 1), ("pod-c", "cnt-1", 1), ("pod-d", "cnt-0", 1)]);
     assert_encodes(2, &inputs, "npv0v001::ve=leb89::cc=4::nn=2::bn=1", &[(0, "$")]);
     assert_eq!(container_hash("default", "pod-d", "cnt-0"), 0x4baf_7c3d_6c53_584b);
 }
@@ -152,12 +150,8 @@ fn e12_a_repeated_identity_keeps_its_last_node() {
 
 #[test]
 fn e13_empty_strings_are_identities_too() {
-    let inputs = [
-        (triple("", "", ""), 1),
-        (triple("a", "", ""), 0),
-        (triple("", "a", ""), 0),
-        (triple("", "", "a"), 0),
-    ];
+    let inputs =
+        [(triple("", "", ""), 1), (triple("a", "", ""), 0), (triple("", "a", ""), 0), (triple("", "", "a"), 0)];
     assert_encodes(2, &inputs, "npv0v001::ve=leb89::cc=4::nn=2::bn=0", &[(1, "#")]);
 }
 
@@ -190,19 +184,14 @@ fn e15_a_hundred_containers_on_four_nodes() {
         4,
         &inputs,
         "npv0v001::ve=leb89::cc=100::nn=4::bn=0",
-        &[
-            (1, "!'#%#%-#*/$%%''#$$$*'#$$4"),
-            (2, "*%(#'#%$*5$,$($%#+$$%#$$'"),
-            (3, "%%(+)%#$#%#'(#$#%'#%-+'**"),
-        ],
+        &[(1, "!'#%#%-#*/$%%''#$$$*'#$$4"), (2, "*%(#'#%$*5$,$($%#+$$%#$$'"), (3, "%%(+)%#$#%#'(#$#%'#%-+'**")],
     );
 }
 
 #[test]
 fn e16_two_thousand_containers_need_multi_byte_values() {
-    let inputs: Vec<(Triple, i64)> = (0..2000)
-        .map(|i| (triple("scale", &format!("p{i}"), "c"), i64::from(matches!(i, 7 | 1000 | 1999))))
-        .collect();
+    let inputs: Vec<(Triple, i64)> =
+        (0..2000).map(|i| (triple("scale", &format!("p{i}"), "c"), i64::from(matches!(i, 7 | 1000 | 1999)))).collect();
     assert_encodes(2, &inputs, "npv0v001::ve=leb89::cc=2000::nn=2::bn=0", &[(1, "z9k*gY")]);
     assert_eq!(leb89::decode_offsets(b"z9k*gY").unwrap(), [1366, 1757, 1937]);
 }
@@ -370,13 +359,18 @@ fn r15_r16_r17_topologies_are_deduplicated_and_the_first_device_wins() {
     assert_eq!(r15.metadata_string(), "npv0v001::ve=leb89::cc=1::nn=2::bn=1");
     let r16 = scan(2, &[pod("default", "mm", vec![with_memory("c", vec![memory(&[-1, 1])])])]).unwrap();
     assert_eq!(r16.metadata_string(), "npv0v001::ve=leb89::cc=1::nn=2::bn=1");
-    let r17 = scan(2, &[pod("default", "d2", vec![with_devices("c", vec![device(1, &[1]), device(1, &[0])])])]).unwrap();
+    let r17 =
+        scan(2, &[pod("default", "d2", vec![with_devices("c", vec![device(1, &[1]), device(1, &[0])])])]).unwrap();
     assert_eq!(r17.metadata_string(), "npv0v001::ve=leb89::cc=1::nn=2::bn=1");
 }
 
 #[test]
 fn r18_a_pod_listed_twice_keeps_its_last_entry() {
-    let pods = [pod("a", "p", vec![cpus("c", &[0])]), pod("b", "p", vec![cpus("c", &[4])]), pod("b", "p", vec![cpus("c", &[5])])];
+    let pods = [
+        pod("a", "p", vec![cpus("c", &[0])]),
+        pod("b", "p", vec![cpus("c", &[4])]),
+        pod("b", "p", vec![cpus("c", &[5])]),
+    ];
     let payload = scan(2, &pods).unwrap();
     assert_eq!(published(&payload), ("npv0v001::ve=leb89::cc=2::nn=2::bn=0".to_owned(), vec![(1, "#")]));
 }
@@ -413,7 +407,8 @@ fn metadata_parses_as_upstream_in_every_listed_case() {
     assert_eq!(parsed("npv0v001::ve=leb89::cc=0::nn=0::bn=0"), ok("leb89", 0, 0, 0));
 
     let rest = "::cc=2::nn=2::bn=0";
-    let cases: [(&str, fn(&Error) -> bool); 11] = [
+    type IsExpected = fn(&Error) -> bool;
+    let cases: [(&str, IsExpected); 11] = [
         ("npv0v002::ve=leb89::cc=2::nn=2::bn=0", |e| matches!(e, Error::MalformedMetadata(_))),
         ("npv0v001:ve=leb89::cc=2::nn=2::bn=0", |e| matches!(e, Error::MalformedMetadata(_))),
         ("npv0v001::", |e| matches!(e, Error::MalformedMetadataPair(_))),
@@ -485,13 +480,26 @@ const POD_B: (&str, &str, &str) = ("default", "pod-b", "cnt-0");
 
 #[test]
 fn the_decoder_places_containers_and_rejects_bad_vectors_as_upstream() {
-    let placements = decoder("npv0v001::ve=leb89::cc=2::nn=2::bn=0", &[(1, "#")]).unwrap().result([POD_A, POD_B]).unwrap();
-    assert_eq!((placements.numa_node("default", "pod-a", "cnt-0"), placements.numa_node("default", "pod-b", "cnt-0")), (Some(0), Some(1)));
+    let placements =
+        decoder("npv0v001::ve=leb89::cc=2::nn=2::bn=0", &[(1, "#")]).unwrap().result([POD_A, POD_B]).unwrap();
+    assert_eq!(
+        (placements.numa_node("default", "pod-a", "cnt-0"), placements.numa_node("default", "pod-b", "cnt-0")),
+        (Some(0), Some(1))
+    );
     assert_eq!(placements.numa_node("default", "pod-c", "cnt-0"), None);
 
-    assert_eq!(decoder("npv0v001::ve=leb89::cc=2::nn=2::bn=0", &[(0, "#")]).err(), Some(Error::CorruptedVector { numa_node: 0 }));
-    assert_eq!(decoder("npv0v001::ve=leb89::cc=2::nn=3::bn=0", &[(3, "#")]).err(), Some(Error::CorruptedVector { numa_node: 3 }));
-    assert_eq!(decoder("npv0v001::ve=leb89::cc=2::nn=2::bn=0", &[(0, "!"), (1, "#")]).err(), Some(Error::InconsistentVectorData));
+    assert_eq!(
+        decoder("npv0v001::ve=leb89::cc=2::nn=2::bn=0", &[(0, "#")]).err(),
+        Some(Error::CorruptedVector { numa_node: 0 })
+    );
+    assert_eq!(
+        decoder("npv0v001::ve=leb89::cc=2::nn=3::bn=0", &[(3, "#")]).err(),
+        Some(Error::CorruptedVector { numa_node: 3 })
+    );
+    assert_eq!(
+        decoder("npv0v001::ve=leb89::cc=2::nn=2::bn=0", &[(0, "!"), (1, "#")]).err(),
+        Some(Error::InconsistentVectorData)
+    );
     assert_eq!(decoder("npv0v001::ve=leb89::cc=0::nn=2::bn=0", &[(1, "!")]).err(), Some(Error::InconsistentVectorData));
 
     let result = |text: &str, vectors: &[(i64, &str)], containers: &[(&'static str, &'static str, &'static str)]| {
@@ -507,7 +515,10 @@ fn the_decoder_places_containers_and_rejects_bad_vectors_as_upstream() {
     assert_eq!(result(meta2, &[(1, "f")], &[POD_A, POD_B]).err(), Some(Error::CorruptedVector { numa_node: 1 }));
     assert_eq!(result(meta2, &[(1, "!!")], &[POD_A, POD_B]).err(), Some(Error::DuplicatedVectorData));
     let both_on_0 = result(meta2, &[(1, "")], &[POD_A, POD_B]).unwrap();
-    assert_eq!((both_on_0.numa_node("default", "pod-a", "cnt-0"), both_on_0.numa_node("default", "pod-b", "cnt-0")), (Some(0), Some(0)));
+    assert_eq!(
+        (both_on_0.numa_node("default", "pod-a", "cnt-0"), both_on_0.numa_node("default", "pod-b", "cnt-0")),
+        (Some(0), Some(0))
+    );
     let empty = result("npv0v001::ve=leb89::cc=0::nn=2::bn=0", &[], &[]).unwrap();
     assert!(empty.is_empty());
     // Duplicated identities count once.
@@ -517,7 +528,8 @@ fn the_decoder_places_containers_and_rejects_bad_vectors_as_upstream() {
 fn two_zone_nrt() -> NodeResourceTopology {
     let mut nrt = NodeResourceTopology::new("worker-0");
     nrt.attributes = vec![AttributeInfo::new("nodeTopologyPodsFingerprint", "pfp0v001ef46db3751d8e999")];
-    nrt.zones = (0..2).map(|i| Zone { name: format!("node-{i}"), zone_type: "Node".into(), ..Zone::default() }).collect();
+    nrt.zones =
+        (0..2).map(|i| Zone { name: format!("node-{i}"), zone_type: "Node".into(), ..Zone::default() }).collect();
     nrt
 }
 
@@ -525,12 +537,13 @@ fn two_zone_nrt() -> NodeResourceTopology {
 fn a_payload_is_written_into_and_read_back_from_an_nrt() {
     let mut nrt = two_zone_nrt();
     nrt.zones[0].attributes.push(AttributeInfo::new(ATTR_NUMA_PLACEMENT_VECTOR, "stale"));
-    let payload = encode(2, [Placement { namespace: "default", pod: "pod-a", container: "cnt-0", numa_node: 0 }, Placement {
-        namespace: "default",
-        pod: "pod-b",
-        container: "cnt-0",
-        numa_node: 1,
-    }])
+    let payload = encode(
+        2,
+        [
+            Placement { namespace: "default", pod: "pod-a", container: "cnt-0", numa_node: 0 },
+            Placement { namespace: "default", pod: "pod-b", container: "cnt-0", numa_node: 1 },
+        ],
+    )
     .unwrap();
     payload.apply_to(&mut nrt);
     payload.apply_to(&mut nrt); // idempotent
@@ -561,15 +574,21 @@ fn a_vector_on_a_zone_not_named_by_id_abandons_decoding() {
 #[test]
 fn sparse_ids_are_encodable_with_the_id_bound() {
     // Nodes 0 and 2: nn = 3 (the id bound), so a container on node 2 is fine.
-    let payload = encode(3, [
-        Placement { namespace: "default", pod: "pod-a", container: "cnt-0", numa_node: 2 },
-        Placement { namespace: "default", pod: "pod-b", container: "cnt-0", numa_node: 0 },
-        Placement { namespace: "default", pod: "pod-c", container: "cnt-0", numa_node: 0 },
-    ])
+    let payload = encode(
+        3,
+        [
+            Placement { namespace: "default", pod: "pod-a", container: "cnt-0", numa_node: 2 },
+            Placement { namespace: "default", pod: "pod-b", container: "cnt-0", numa_node: 0 },
+            Placement { namespace: "default", pod: "pod-c", container: "cnt-0", numa_node: 0 },
+        ],
+    )
     .unwrap();
     assert_eq!(payload.metadata_string(), "npv0v001::ve=leb89::cc=3::nn=3::bn=0");
     assert_eq!(payload.vectors.keys().copied().collect::<Vec<_>>(), [2]);
-    assert_eq!(encode(2, [Placement { namespace: "a", pod: "b", container: "c", numa_node: 2 }]).err(), Some(Error::WrongNumaAffinity { numa_node: 2, numa_nodes: 2 }));
+    assert_eq!(
+        encode(2, [Placement { namespace: "a", pod: "b", container: "c", numa_node: 2 }]).err(),
+        Some(Error::WrongNumaAffinity { numa_node: 2, numa_nodes: 2 })
+    );
 }
 
 proptest! {

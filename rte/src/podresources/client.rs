@@ -78,6 +78,7 @@ pub struct ConnectionHealth {
 /// The kubelet podresources client. Cheap to share behind an `Arc`; calls may run concurrently.
 ///
 /// Never panics and never hangs: every call is bounded by the call timeout, connecting included.
+/// Use it from one tokio runtime: the first call starts the connection's worker task there.
 #[derive(Debug)]
 pub struct PodResourcesClient {
     config: ClientConfig,

@@ -40,7 +40,9 @@ pub enum Error {
         path: PathBuf,
     },
     /// Connecting took longer than the connect timeout.
-    #[error("connecting to kubelet podresources socket {path} took longer than {timeout:?}: the kubelet may be overloaded")]
+    #[error(
+        "connecting to kubelet podresources socket {path} took longer than {timeout:?}: the kubelet may be overloaded"
+    )]
     ConnectTimeout {
         /// The socket path.
         path: PathBuf,
@@ -98,7 +100,9 @@ pub enum Error {
         method: &'static str,
     },
     /// The answer is larger than the client accepts.
-    #[error("kubelet podresources {method} answer exceeds the {limit}-byte limit ({message}): raise the client's maximum response size")]
+    #[error(
+        "kubelet podresources {method} answer exceeds the {limit}-byte limit ({message}): raise the client's maximum response size"
+    )]
     ResponseTooLarge {
         /// The gRPC method.
         method: &'static str,
@@ -164,7 +168,9 @@ impl Error {
             DialFailure::PermissionDenied => Error::PermissionDenied { path },
             DialFailure::Refused => Error::ConnectionRefused { path },
             DialFailure::Timeout(timeout) => Error::ConnectTimeout { path, timeout: *timeout },
-            DialFailure::Other(source) => Error::Connect { path, source: io::Error::new(source.kind(), source.to_string()) },
+            DialFailure::Other(source) => {
+                Error::Connect { path, source: io::Error::new(source.kind(), source.to_string()) }
+            }
             DialFailure::Backoff { failures, retry_in, last_error } => {
                 Error::Backoff { path, failures: *failures, retry_in: *retry_in, last_error: last_error.clone() }
             }
@@ -249,7 +255,11 @@ mod tests {
     use super::*;
 
     fn limits() -> CallLimits<'static> {
-        CallLimits { socket: Path::new("/podresources/kubelet.sock"), timeout: Duration::from_secs(10), max_response_bytes: 16 }
+        CallLimits {
+            socket: Path::new("/podresources/kubelet.sock"),
+            timeout: Duration::from_secs(10),
+            max_response_bytes: 16,
+        }
     }
 
     #[test]

@@ -164,14 +164,22 @@ mod tests {
             name: name.into(),
             containers: containers
                 .iter()
-                .map(|(name, cpus)| ContainerResources { name: (*name).into(), cpu_ids: cpus.to_vec(), ..Default::default() })
+                .map(|(name, cpus)| ContainerResources {
+                    name: (*name).into(),
+                    cpu_ids: cpus.to_vec(),
+                    ..Default::default()
+                })
                 .collect(),
         }
     }
 
     fn cpus(pods: &[PodResources]) -> Vec<(String, Vec<u32>)> {
         pods.iter()
-            .flat_map(|pod| pod.containers.iter().map(move |c| (format!("{}/{}/{}", pod.namespace, pod.name, c.name), c.cpu_ids.clone())))
+            .flat_map(|pod| {
+                pod.containers
+                    .iter()
+                    .map(move |c| (format!("{}/{}/{}", pod.namespace, pod.name, c.name), c.cpu_ids.clone()))
+            })
             .collect()
     }
 

@@ -44,16 +44,14 @@ impl FakeKubelet {
         let (stop, stopping) = watch::channel(false);
         let service = Lister { answers: Arc::new(self), stopping: stopping.clone() };
         let mut shutdown = stopping;
-        let server = tokio::spawn(
-            tonic::transport::Server::builder().serve_with_incoming_shutdown(
-                PodResourcesListerServer::new(service),
-                UnixListenerStream::new(listener),
-                async move {
-                    // An Err means the sender is gone, which is a stop too.
-                    let _ = shutdown.wait_for(|stop| *stop).await;
-                },
-            ),
-        );
+        let server = tokio::spawn(tonic::transport::Server::builder().serve_with_incoming_shutdown(
+            PodResourcesListerServer::new(service),
+            UnixListenerStream::new(listener),
+            async move {
+                // An Err means the sender is gone, which is a stop too.
+                let _ = shutdown.wait_for(|stop| *stop).await;
+            },
+        ));
         Ok(RunningKubelet { path: path.to_path_buf(), stop, server })
     }
 }
@@ -112,7 +110,9 @@ impl PodResourcesLister for Lister {
         match &self.answers.allocatable {
             Some(allocatable) => Ok(Response::new(allocatable.clone())),
             // What tonic itself answers for an unknown method.
-            None => Err(Status::unimplemented("unknown method GetAllocatableResources for service v1.PodResourcesLister")),
+            None => {
+                Err(Status::unimplemented("unknown method GetAllocatableResources for service v1.PodResourcesLister"))
+            }
         }
     }
 
@@ -150,7 +150,11 @@ pub fn synthetic_list(pods: usize) -> proto::ListPodResourcesResponse {
                     cpu_ids: vec![first, first + 32],
                     memory: vec![
                         proto::ContainerMemory { memory_type: "memory".into(), size: 1 << 30, topology: numa(node) },
-                        proto::ContainerMemory { memory_type: "hugepages-1Gi".into(), size: 1 << 30, topology: numa(node) },
+                        proto::ContainerMemory {
+                            memory_type: "hugepages-1Gi".into(),
+                            size: 1 << 30,
+                            topology: numa(node),
+                        },
                     ],
                     devices: vec![proto::ContainerDevices {
                         resource_name: "example.com/sriov_vf".into(),
@@ -165,7 +169,11 @@ pub fn synthetic_list(pods: usize) -> proto::ListPodResourcesResponse {
                     proto::ContainerResources { name: "sidecar".into(), ..Default::default() },
                 ]
             };
-            proto::PodResources { name: format!("workload-{i:04}-7c9f8b6d5-x2k4q"), namespace: format!("team-{}", i % 7), containers }
+            proto::PodResources {
+                name: format!("workload-{i:04}-7c9f8b6d5-x2k4q"),
+                namespace: format!("team-{}", i % 7),
+                containers,
+            }
         })
         .collect();
     proto::ListPodResourcesResponse { pod_resources }

@@ -25,12 +25,7 @@ pub(super) fn discover(fs: &Sysfs) -> Result<Discovery, Error> {
     Ok(Discovery { machine, skipped })
 }
 
-fn numa_machine(
-    fs: &Sysfs,
-    node_dir: &Path,
-    entries: fs::ReadDir,
-    skipped: &mut Vec<Error>,
-) -> Result<Machine, Error> {
+fn numa_machine(fs: &Sysfs, node_dir: &Path, entries: fs::ReadDir, skipped: &mut Vec<Error>) -> Result<Machine, Error> {
     let mut ids = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|source| Error::Read { path: node_dir.to_path_buf(), source })?;

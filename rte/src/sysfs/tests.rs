@@ -55,11 +55,8 @@ impl Tree {
         let dir = format!("sys/devices/system/node/node{id}");
         self.mkdir(&dir);
         for cpu in cpus {
-            std::os::unix::fs::symlink(
-                format!("../../cpu/cpu{cpu}"),
-                self.dir.path().join(format!("{dir}/cpu{cpu}")),
-            )
-            .unwrap();
+            std::os::unix::fs::symlink(format!("../../cpu/cpu{cpu}"), self.dir.path().join(format!("{dir}/cpu{cpu}")))
+                .unwrap();
         }
         let list: Vec<String> = cpus.iter().map(u32::to_string).collect();
         self.write(&format!("{dir}/cpulist"), &format!("{}\n", list.join(",")));
@@ -347,11 +344,7 @@ fn garbage_that_would_falsify_a_number_is_an_error_naming_the_file() {
         ),
         ("node name not a number", |t| t.mkdir("sys/devices/system/node/nodeX"), "node/nodeX"),
         ("node name with a leading zero", |t| t.mkdir("sys/devices/system/node/node01"), "node/node01"),
-        (
-            "pool overflowing i64",
-            |t| t.pool(0, 1_048_576, u64::MAX / 2),
-            "hugepages-1048576kB/nr_hugepages",
-        ),
+        ("pool overflowing i64", |t| t.pool(0, 1_048_576, u64::MAX / 2), "hugepages-1048576kB/nr_hugepages"),
         (
             "a CPU under two nodes",
             |t| std::os::unix::fs::symlink("../../cpu/cpu0", t.sys().join("devices/system/node/node1/cpu0")).unwrap(),
@@ -424,7 +417,8 @@ fn a_hugepage_symlink_that_stays_inside_its_directory_is_followed() {
     let pools = tree.sys().join("devices/system/node/node0/hugepages");
     std::os::unix::fs::symlink("hugepages-2048kB", pools.join("hugepages-4096kB")).unwrap();
     let machine = tree.machine();
-    let found: Vec<(u64, u64)> = machine.nodes[0].hugepages.iter().map(|p| (p.page_size_bytes >> 10, p.pages)).collect();
+    let found: Vec<(u64, u64)> =
+        machine.nodes[0].hugepages.iter().map(|p| (p.page_size_bytes >> 10, p.pages)).collect();
     assert_eq!(found, [(2048, 5), (4096, 5), (1_048_576, 0)]);
 }
 

@@ -37,10 +37,8 @@ fn zone(node: &NumaNode) -> Zone {
         .iter()
         .map(|(&to, &distance)| CostInfo { name: numa_zone_name(to), value: i64::from(distance) })
         .collect();
-    let mut resources = vec![
-        resource(RESOURCE_CPU, node.cpus.len() as u64),
-        resource(RESOURCE_MEMORY, node.memory_bytes),
-    ];
+    let mut resources =
+        vec![resource(RESOURCE_CPU, node.cpus.len() as u64), resource(RESOURCE_MEMORY, node.memory_bytes)];
     resources.extend(node.hugepages.iter().map(|pool| resource(&pool.resource_name(), pool.total_bytes)));
     resources.sort_by(|a, b| a.name.cmp(&b.name));
     Zone { name: numa_zone_name(node.id), zone_type: ZONE_TYPE_NODE.to_owned(), costs, resources, ..Zone::default() }
