@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::crds::CrdsArgs;
+use crate::local::LocalArgs;
 
 /// The version line: crate version and the git commit the binary was built from.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("NUMARESOURCES_GIT_COMMIT"), ")");
@@ -44,6 +45,9 @@ pub enum LogFormat {
 enum Command {
     /// Print, write or check the CustomResourceDefinitions of the operator API.
     Crds(CrdsArgs),
+    /// Serve the NodeResourceTopology API for this machine on loopback, with an embedded
+    /// exporter: `kubectl get noderesourcetopologies` with no cluster.
+    Local(LocalArgs),
 }
 
 impl Cli {
@@ -51,6 +55,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
             Command::Crds(args) => crate::crds::run(&args),
+            Command::Local(args) => crate::local::run(args).map(|()| ExitCode::SUCCESS),
         }
     }
 }

@@ -6,7 +6,9 @@ use clap::Parser;
 
 mod cli;
 mod crds;
+mod local;
 mod telemetry;
+mod tls;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -1,0 +1,148 @@
+//! End to end: `numaresources local` serving a real sysfs tree over TLS, driven by the real
+//! `kubectl` (installed by scripts/setup.sh where missing).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Kills the server when the test ends, however it ends.
+struct Server {
+    child: Child,
+    kubeconfig: PathBuf,
+    _state: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("kubectl runs (scripts/setup.sh installs it)")
+    }
+
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Unpacks a real machine's /sys (the exporter's fixtures) into `dir`.
+fn unpack_sysfs(dir: &Path) -> PathBuf {
+    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
+    let file = std::fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
+    tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir).unwrap();
+    dir.join("sys")
+}
+
+fn start() -> Server {
+    let state = tempfile::tempdir().unwrap();
+    let sys = unpack_sysfs(&state.path().join("machine"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
+        .args(["local", "--secure-port", "0", "--hostname", "fixture-node", "--refresh-period", "1s"])
+        .arg("--state-dir")
+        .arg(state.path().join("local"))
+        .arg("--sysfs")
+        .arg(&sys)
+        .args(["--podresources-socket", "/nonexistent/kubelet.sock", "--kubelet-config", "/nonexistent/config.yaml"])
+        .env("NUMARESOURCES_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    // Wait for the log line naming the kubeconfig.
+    let stderr = child.stderr.take().unwrap();
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split("KUBECONFIG=").nth(1) {
+                let path = rest.split_whitespace().next().unwrap_or_default().to_owned();
+                let _ = sender.send(path);
+            }
+        }
+    });
+    let kubeconfig = receiver.recv_timeout(Duration::from_secs(60)).expect("the server logged its kubeconfig");
+    let server = Server { child, kubeconfig: PathBuf::from(kubeconfig), _state: state };
+    // Ready once the exporter has published the first scan.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = server.kubectl(&["get", "--raw", "/readyz"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready: {}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server
+}
+
+#[test]
+fn kubectl_reads_this_machines_topology() {
+    let server = start();
+
+    let table = server.kubectl_ok(&["get", "noderesourcetopologies"]);
+    assert!(table.contains("NAME") && table.contains("ZONES") && table.contains("POLICY"), "{table}");
+    assert!(table.contains("fixture-node"), "{table}");
+    assert!(table.contains("12/12 12/12"), "both zones show 12 available of 12 CPUs: {table}");
+
+    let json: Value = serde_json::from_str(&server.kubectl_ok(&["get", "nrt", "fixture-node", "-o", "json"])).unwrap();
+    let zones = json["zones"].as_array().unwrap();
+    assert_eq!(zones.len(), 2);
+    assert_eq!(zones[0]["name"], "node-0");
+    assert_eq!(zones[0]["costs"][1]["value"], 20);
+    let cpu = zones[1]["resources"].as_array().unwrap().iter().find(|r| r["name"] == "cpu").unwrap();
+    assert_eq!(cpu["capacity"], "12");
+    let policy = json["attributes"].as_array().unwrap().iter().find(|a| a["name"] == "topologyManagerPolicy").unwrap();
+    assert_eq!(policy["value"], "none");
+
+    let resources = server.kubectl_ok(&["api-resources", "--api-group=topology.node.k8s.io"]);
+    assert!(resources.contains("noderesourcetopologies") && resources.contains("nrt"), "{resources}");
+}
+
+#[test]
+fn kubectl_writes_patches_and_deletes_objects() {
+    let server = start();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nrt/worker-0-2numa-v1alpha2.yaml");
+    let applied = server.kubectl_ok(&["apply", "-f", fixture.to_str().unwrap()]);
+    assert!(applied.contains("worker-0 created"), "{applied}");
+    let again = server.kubectl_ok(&["apply", "-f", fixture.to_str().unwrap()]);
+    assert!(again.contains("worker-0 unchanged") || again.contains("worker-0 configured"), "{again}");
+
+    let patch = r#"{"metadata":{"labels":{"pool":"cnf"}}}"#;
+    server.kubectl_ok(&["patch", "nrt", "worker-0", "--type=merge", "-p", patch]);
+    let labelled = server.kubectl_ok(&["get", "nrt", "-l", "pool=cnf", "-o", "name"]);
+    assert_eq!(labelled.trim(), "noderesourcetopology.topology.node.k8s.io/worker-0");
+
+    let strategic = server.kubectl(&["patch", "nrt", "worker-0", "--type=strategic", "-p", patch]);
+    assert!(!strategic.status.success());
+    assert!(String::from_utf8_lossy(&strategic.stderr).contains("strategic merge patch is not supported"));
+
+    let missing = server.kubectl(&["get", "nrt", "worker-9"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("\"worker-9\" not found"));
+
+    server.kubectl_ok(&["delete", "nrt", "worker-0", "--wait=true", "--timeout=30s"]);
+    let left = server.kubectl_ok(&["get", "nrt", "-o", "name"]);
+    assert!(!left.contains("worker-0"), "{left}");
+}
+
+#[test]
+fn kubectl_explain_finds_the_schema() {
+    let server = start();
+    let explained = server.kubectl_ok(&["explain", "noderesourcetopologies.zones.resources"]);
+    assert!(explained.contains("allocatable"), "{explained}");
+}

@@ -1,0 +1,505 @@
+//! The agent's command line (`numaresources rte`) and its validated configuration.
+//!
+//! Flag names follow upstream's resource-topology-exporter where it has them (nro.md §4.2), so
+//! the operator's DaemonSet arguments read the same. [`Args::resolve`] gathers the flags, the
+//! environment and the two optional files (the kubelet's configuration and the operator's
+//! ConfigMap) and reports every problem at once. The gathering is behind [`Environment`] so the
+//! rules are tested without touching the process.
+//!
+//! Topology manager precedence, per field: `--topology-manager-policy/-scope` (or env
+//! `TOPOLOGY_MANAGER_POLICY/SCOPE`), then the kubelet configuration file (a field it leaves out
+//! is the kubelet's default, because that is what the kubelet runs with), then the operator's
+//! ConfigMap (`kubelet.topologyManagerPolicy/Scope`), then the kubelet defaults `none`/`container`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use numaresources_api::GoDuration;
+use numaresources_api::nrt::well_known::{TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MANAGER_SCOPES};
+use serde::Deserialize;
+
+use crate::fingerprint::Method;
+use crate::podresources::middleware::{ContainerRef, PodExclude};
+use crate::podresources::{DEFAULT_SOCKET, SocketPath};
+use crate::sysfs::DEFAULT_SYSFS_ROOT;
+use crate::topology::TopologyManager;
+
+/// Where the operator mounts its ConfigMap (nro.md §4.2); a missing file there is not an error.
+pub const DEFAULT_OPERATOR_CONFIG: &str = "/etc/resource-topology-exporter/config.yaml";
+
+/// The `numaresources rte` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The node's name, which is also the NodeResourceTopology object's name [default: env
+    /// NODE_NAME, then the host name].
+    #[arg(long, env = "NUMARESOURCES_RTE_HOSTNAME")]
+    pub hostname: Option<String>,
+
+    /// The sysfs root to discover the machine from (the DaemonSet mounts the host's at /host-sys).
+    #[arg(long, env = "NUMARESOURCES_RTE_SYSFS", default_value = DEFAULT_SYSFS_ROOT)]
+    pub sysfs: PathBuf,
+
+    /// The kubelet podresources socket, `unix:///path`.
+    #[arg(long, env = "NUMARESOURCES_RTE_PODRESOURCES_SOCKET", default_value = DEFAULT_SOCKET)]
+    pub podresources_socket: String,
+
+    /// How often to rescan, as a Go duration (`10s`, `1m30s`); `0` disables periodic scans.
+    #[arg(long, env = "NUMARESOURCES_RTE_SLEEP_INTERVAL", default_value = "10s")]
+    pub sleep_interval: String,
+
+    /// A file whose modification triggers a scan (created empty, with its directory, if missing).
+    #[arg(long, env = "NUMARESOURCES_RTE_NOTIFY_FILE")]
+    pub notify_file: Option<PathBuf>,
+
+    /// The kubelet's configuration file (KubeletConfiguration), read for the topology manager
+    /// policy and scope.
+    #[arg(long, env = "NUMARESOURCES_RTE_KUBELET_CONFIG_FILE")]
+    pub kubelet_config_file: Option<PathBuf>,
+
+    /// Overrides the topology manager policy (env TOPOLOGY_MANAGER_POLICY too).
+    #[arg(long, env = "NUMARESOURCES_RTE_TOPOLOGY_MANAGER_POLICY")]
+    pub topology_manager_policy: Option<String>,
+
+    /// Overrides the topology manager scope (env TOPOLOGY_MANAGER_SCOPE too).
+    #[arg(long, env = "NUMARESOURCES_RTE_TOPOLOGY_MANAGER_SCOPE")]
+    pub topology_manager_scope: Option<String>,
+
+    /// The operator's ConfigMap file (podExclude, resourceExclude, kubelet topology manager
+    /// settings) [default: /etc/resource-topology-exporter/config.yaml, if present].
+    #[arg(long, env = "NUMARESOURCES_RTE_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Publish the pods fingerprint (`--pods-fingerprint=false` turns it off).
+    #[arg(long, env = "NUMARESOURCES_RTE_PODS_FINGERPRINT", default_value_t = true,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub pods_fingerprint: bool,
+
+    /// Which pods the fingerprint covers: `with-exclusive-resources` or `all`.
+    #[arg(long, env = "NUMARESOURCES_RTE_PODS_FINGERPRINT_METHOD", default_value = "with-exclusive-resources")]
+    pub pods_fingerprint_method: String,
+
+    /// Where to dump the fingerprint status after each scan (env PFP_STATUS_FILE too).
+    #[arg(long, env = "NUMARESOURCES_RTE_PODS_FINGERPRINT_STATUS_FILE")]
+    pub pods_fingerprint_status_file: Option<PathBuf>,
+
+    /// The shared-pool reference container, `namespace/pod/container` (env REFERENCE_NAMESPACE,
+    /// REFERENCE_POD_NAME and REFERENCE_CONTAINER_NAME too).
+    #[arg(long, env = "NUMARESOURCES_RTE_REFERENCE_CONTAINER")]
+    pub reference_container: Option<String>,
+
+    /// Scan, but never write to the API server.
+    #[arg(long, env = "NUMARESOURCES_RTE_NO_PUBLISH")]
+    pub no_publish: bool,
+
+    /// Make the Node the owner of its NodeResourceTopology (`--add-nrt-owner=false` turns it off).
+    #[arg(long, env = "NUMARESOURCES_RTE_ADD_NRT_OWNER", default_value_t = true,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub add_nrt_owner: bool,
+
+    /// At most this many scans per second; a burst of triggers becomes one scan.
+    #[arg(long, env = "NUMARESOURCES_RTE_MAX_EVENTS_PER_SECOND", default_value_t = 1)]
+    pub max_events_per_second: u32,
+
+    /// Republish an unchanged topology this often, as a Go duration; `0` never does.
+    #[arg(long, env = "NUMARESOURCES_RTE_HEARTBEAT", default_value = "60s")]
+    pub heartbeat: String,
+}
+
+impl Default for Args {
+    /// The defaults the command line has when no flag is given.
+    fn default() -> Self {
+        Self {
+            hostname: None,
+            sysfs: PathBuf::from(DEFAULT_SYSFS_ROOT),
+            podresources_socket: DEFAULT_SOCKET.to_owned(),
+            sleep_interval: "10s".to_owned(),
+            notify_file: None,
+            kubelet_config_file: None,
+            topology_manager_policy: None,
+            topology_manager_scope: None,
+            config: None,
+            pods_fingerprint: true,
+            pods_fingerprint_method: Method::WithExclusiveResources.as_str().to_owned(),
+            pods_fingerprint_status_file: None,
+            reference_container: None,
+            no_publish: false,
+            add_nrt_owner: true,
+            max_events_per_second: 1,
+            heartbeat: "60s".to_owned(),
+        }
+    }
+}
+
+/// The validated configuration the agent runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The node's name (and the object's).
+    pub node_name: String,
+    /// The sysfs root.
+    pub sysfs: PathBuf,
+    /// The podresources socket.
+    pub podresources_socket: SocketPath,
+    /// The periodic scan interval; `None` when periodic scans are off.
+    pub sleep_interval: Option<Duration>,
+    /// The notify file, if event-driven scans are on.
+    pub notify_file: Option<PathBuf>,
+    /// Topology manager settings to publish.
+    pub topology_manager: TopologyManager,
+    /// Pods left out of the accounting and the fingerprint.
+    pub pod_excludes: Vec<PodExclude>,
+    /// Resource names never published.
+    pub resource_excludes: Vec<String>,
+    /// The fingerprint method; `None` when fingerprinting is off.
+    pub fingerprint: Option<Method>,
+    /// The fingerprint status dump.
+    pub fingerprint_status_file: Option<PathBuf>,
+    /// The shared-pool reference container.
+    pub reference_container: Option<ContainerRef>,
+    /// Whether to write to the API server.
+    pub publish: bool,
+    /// Whether to set the Node as the owner.
+    pub add_nrt_owner: bool,
+    /// The scan rate limit.
+    pub max_events_per_second: NonZeroU32,
+    /// How often to republish an unchanged topology; `None`: never.
+    pub heartbeat: Option<Duration>,
+}
+
+impl Config {
+    /// A configuration with the flag defaults for `node_name`, for tests and embedding.
+    pub fn for_node(node_name: &str) -> Self {
+        Self {
+            node_name: node_name.to_owned(),
+            sysfs: PathBuf::from(DEFAULT_SYSFS_ROOT),
+            // The default is a valid `unix://` address; parsing it cannot fail.
+            podresources_socket: DEFAULT_SOCKET.parse().unwrap_or_else(|_| unreachable!("valid default socket")),
+            sleep_interval: Some(Duration::from_secs(10)),
+            notify_file: None,
+            topology_manager: TopologyManager::default(),
+            pod_excludes: Vec::new(),
+            resource_excludes: Vec::new(),
+            fingerprint: Some(Method::WithExclusiveResources),
+            fingerprint_status_file: None,
+            reference_container: None,
+            publish: true,
+            add_nrt_owner: true,
+            max_events_per_second: NonZeroU32::MIN,
+            heartbeat: Some(Duration::from_secs(60)),
+        }
+    }
+}
+
+/// One thing wrong with the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The flag, variable or file it is about (`--sleep-interval`, `--config podExclude[1]`).
+    pub source: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.source, self.message)
+    }
+}
+
+/// Every problem found in the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid rte configuration: {}", join(.problems))]
+pub struct ConfigError {
+    /// The problems, in flag order.
+    pub problems: Vec<Problem>,
+}
+
+fn join(problems: &[Problem]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// What [`Args::resolve`] reads besides the flags.
+pub trait Environment {
+    /// An environment variable, `None` when unset or not UTF-8.
+    fn var(&self, name: &str) -> Option<String>;
+    /// The machine's host name.
+    fn host_name(&self) -> Option<String>;
+    /// A file's contents.
+    fn read_file(&self, path: &Path) -> io::Result<String>;
+}
+
+/// The process's environment and file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnvironment;
+
+impl Environment for ProcessEnvironment {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+
+    fn host_name(&self) -> Option<String> {
+        // Linux exposes it here; HOSTNAME is what shells export elsewhere.
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+    }
+
+    fn read_file(&self, path: &Path) -> io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+}
+
+/// The operator's ConfigMap (nro.md §3.3); unknown keys are ignored, as upstream does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorConfig {
+    /// Topology manager settings the operator saw in the KubeletConfig.
+    #[serde(default)]
+    pub kubelet: KubeletSection,
+    /// Pods to leave out.
+    #[serde(default)]
+    pub pod_exclude: Vec<PodExcludeRule>,
+    /// Resource names to leave out, by node name (`*` for every node).
+    #[serde(default)]
+    pub resource_exclude: BTreeMap<String, Vec<String>>,
+}
+
+/// The `kubelet` section of the operator's ConfigMap.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletSection {
+    /// `topologyManagerPolicy`.
+    pub topology_manager_policy: Option<String>,
+    /// `topologyManagerScope`.
+    pub topology_manager_scope: Option<String>,
+}
+
+/// One `podExclude` entry: shell globs; an empty pattern matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodExcludeRule {
+    /// Namespace glob.
+    #[serde(default)]
+    pub namespace_pattern: String,
+    /// Name glob.
+    #[serde(default)]
+    pub name_pattern: String,
+}
+
+impl Args {
+    /// Validates the flags against the process's environment and files.
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        self.resolve_with(&ProcessEnvironment)
+    }
+
+    /// Validates the flags, reading the environment and files through `env`.
+    pub fn resolve_with(&self, env: &dyn Environment) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let mut problem = |source: &str, message: String| problems.push(Problem { source: source.to_owned(), message });
+
+        let node_name = self
+            .hostname
+            .clone()
+            .filter(|h| !h.is_empty())
+            .or_else(|| env.var("NODE_NAME").filter(|h| !h.is_empty()))
+            .or_else(|| env.host_name())
+            .unwrap_or_default();
+        if node_name.is_empty() {
+            problem("--hostname", "no node name: set --hostname or NODE_NAME".into());
+        } else if let Some(why) = invalid_object_name(&node_name) {
+            problem("--hostname", format!("{node_name:?} cannot name an object: {why}"));
+        }
+
+        if self.sysfs.as_os_str().is_empty() {
+            problem("--sysfs", "must not be empty".into());
+        }
+        let socket = self.podresources_socket.parse::<SocketPath>().map_err(|e| e.to_string());
+        if let Err(message) = &socket {
+            problem("--podresources-socket", message.clone());
+        }
+        let sleep_interval = parse_interval(&self.sleep_interval).map_err(|m| problem("--sleep-interval", m)).ok();
+        let heartbeat = parse_interval(&self.heartbeat).map_err(|m| problem("--heartbeat", m)).ok();
+
+        if let Some(path) = &self.notify_file
+            && (path.as_os_str().is_empty() || path.file_name().is_none())
+        {
+            problem("--notify-file", format!("{} is not a file path", path.display()));
+        }
+
+        // The operator's ConfigMap.
+        let operator = match &self.config {
+            Some(path) => read_yaml::<OperatorConfig>(env, path, true),
+            None => read_yaml::<OperatorConfig>(env, Path::new(DEFAULT_OPERATOR_CONFIG), false),
+        }
+        .map_err(|m| problem("--config", m))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+
+        // The kubelet's configuration file: missing fields are the kubelet's defaults.
+        let kubelet = self.kubelet_config_file.as_ref().and_then(|path| match env.read_file(path) {
+            Ok(text) => TopologyManager::from_kubelet_config(&text)
+                .map_err(|e| problem("--kubelet-config-file", format!("{}: {e}", path.display())))
+                .ok(),
+            Err(e) => {
+                problem("--kubelet-config-file", format!("cannot read {}: {e}", path.display()));
+                None
+            }
+        });
+        let defaults = TopologyManager::default();
+        let policy = pick(
+            &self.topology_manager_policy,
+            env.var("TOPOLOGY_MANAGER_POLICY"),
+            kubelet.as_ref().map(|k| k.policy.clone()),
+            &operator.kubelet.topology_manager_policy,
+        )
+        .unwrap_or(defaults.policy);
+        let scope = pick(
+            &self.topology_manager_scope,
+            env.var("TOPOLOGY_MANAGER_SCOPE"),
+            kubelet.as_ref().map(|k| k.scope.clone()),
+            &operator.kubelet.topology_manager_scope,
+        )
+        .unwrap_or(defaults.scope);
+        if !TOPOLOGY_MANAGER_POLICIES.contains(&policy.as_str()) {
+            problem(
+                "--topology-manager-policy",
+                format!("unsupported policy {policy:?}: expected one of {TOPOLOGY_MANAGER_POLICIES:?}"),
+            );
+        }
+        if !TOPOLOGY_MANAGER_SCOPES.contains(&scope.as_str()) {
+            problem(
+                "--topology-manager-scope",
+                format!("unsupported scope {scope:?}: expected one of {TOPOLOGY_MANAGER_SCOPES:?}"),
+            );
+        }
+
+        let mut pod_excludes = Vec::new();
+        for (i, rule) in operator.pod_exclude.iter().enumerate() {
+            match PodExclude::new(&rule.namespace_pattern, &rule.name_pattern) {
+                Ok(rule) => pod_excludes.push(rule),
+                Err(e) => problem(&format!("--config podExclude[{i}]"), e.to_string()),
+            }
+        }
+        let resource_excludes: Vec<String> = ["*", node_name.as_str()]
+            .iter()
+            .filter_map(|key| operator.resource_exclude.get(*key))
+            .flatten()
+            .cloned()
+            .collect();
+
+        let method = self.pods_fingerprint_method.parse::<Method>().map_err(|e| e.to_string());
+        if let Err(message) = &method {
+            problem("--pods-fingerprint-method", message.clone());
+        }
+        let fingerprint_status_file = self
+            .pods_fingerprint_status_file
+            .clone()
+            .or_else(|| env.var("PFP_STATUS_FILE").filter(|f| !f.is_empty()).map(PathBuf::from));
+        if let Some(path) = &fingerprint_status_file
+            && path.file_name().is_none()
+        {
+            problem("--pods-fingerprint-status-file", format!("{} is not a file path", path.display()));
+        }
+
+        let reference_container = match &self.reference_container {
+            Some(text) => text.parse::<ContainerRef>().map_err(|e| problem("--reference-container", e.to_string())).ok(),
+            None => reference_from_env(env).map_err(|m| problem("REFERENCE_*", m)).ok().flatten(),
+        };
+
+        let max_events_per_second = NonZeroU32::new(self.max_events_per_second);
+        if max_events_per_second.is_none() {
+            problem("--max-events-per-second", "must be at least 1".into());
+        }
+
+        match (socket, sleep_interval, heartbeat, method, max_events_per_second) {
+            (Ok(podresources_socket), Some(sleep_interval), Some(heartbeat), Ok(method), Some(max_events_per_second))
+                if problems.is_empty() =>
+            {
+                Ok(Config {
+                    node_name,
+                    sysfs: self.sysfs.clone(),
+                    podresources_socket,
+                    sleep_interval,
+                    notify_file: self.notify_file.clone(),
+                    topology_manager: TopologyManager { policy, scope },
+                    pod_excludes,
+                    resource_excludes,
+                    fingerprint: self.pods_fingerprint.then_some(method),
+                    fingerprint_status_file,
+                    reference_container,
+                    publish: !self.no_publish,
+                    add_nrt_owner: self.add_nrt_owner,
+                    max_events_per_second,
+                    heartbeat,
+                })
+            }
+            _ => Err(ConfigError { problems }),
+        }
+    }
+}
+
+/// The first non-empty of: the flag, the upstream env variable, the kubelet file, the ConfigMap.
+fn pick(flag: &Option<String>, env: Option<String>, kubelet: Option<String>, operator: &Option<String>) -> Option<String> {
+    [flag.clone(), env, kubelet, operator.clone()].into_iter().flatten().find(|v| !v.is_empty())
+}
+
+/// A Go duration that is zero (off) or positive.
+fn parse_interval(text: &str) -> Result<Option<Duration>, String> {
+    let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
+    if duration.is_negative() {
+        return Err(format!("{text:?} is negative; use 0 to turn it off"));
+    }
+    Ok(duration.to_std().filter(|d| !d.is_zero()))
+}
+
+/// Reads a YAML file; `Ok(None)` for a missing file that was not asked for explicitly.
+fn read_yaml<T: serde::de::DeserializeOwned>(env: &dyn Environment, path: &Path, required: bool) -> Result<Option<T>, String> {
+    match env.read_file(path) {
+        Ok(text) if text.trim().is_empty() => Ok(None),
+        Ok(text) => serde_norway::from_str(&text).map(Some).map_err(|e| format!("{}: not valid YAML: {e}", path.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !required => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// The reference container from the three variables the DaemonSet sets; all or none.
+fn reference_from_env(env: &dyn Environment) -> Result<Option<ContainerRef>, String> {
+    let names = ["REFERENCE_NAMESPACE", "REFERENCE_POD_NAME", "REFERENCE_CONTAINER_NAME"];
+    let values: Vec<Option<String>> = names.iter().map(|n| env.var(n).filter(|v| !v.is_empty())).collect();
+    match values.as_slice() {
+        [Some(namespace), Some(pod), Some(container)] => {
+            Ok(Some(ContainerRef { namespace: namespace.clone(), pod: pod.clone(), container: container.clone() }))
+        }
+        [None, None, None] => Ok(None),
+        _ => {
+            let missing: Vec<&str> = names.iter().zip(&values).filter(|(_, v)| v.is_none()).map(|(n, _)| *n).collect();
+            Err(format!("set all three of {names:?} or none; missing {missing:?}"))
+        }
+    }
+}
+
+/// Why `name` cannot be a cluster-scoped object's name (a DNS subdomain), if it cannot.
+fn invalid_object_name(name: &str) -> Option<&'static str> {
+    if name.len() > 253 {
+        return Some("longer than 253 characters");
+    }
+    let valid_label = |label: &str| {
+        !label.is_empty()
+            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if name.split('.').all(valid_label) {
+        None
+    } else {
+        Some("must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit")
+    }
+}
+
+#[cfg(test)]
+mod tests;
