@@ -137,14 +137,26 @@ fn paths(reference_prefix: &str) -> Value {
     let object = json!({"$ref": format!("{reference_prefix}{PREFIX}.{KIND}")});
     let list = json!({"$ref": format!("{reference_prefix}{PREFIX}.{LIST_KIND}")});
     let gvk = json!({"group": GROUP, "version": VERSION, "kind": KIND});
+    // Writes declare the query parameters we implement; kubectl looks for `fieldValidation` on
+    // PATCH to decide that it may leave validation to the server.
+    let write_parameters = json!([
+        {"name": "dryRun", "in": "query", "type": "string", "schema": {"type": "string"},
+         "description": "When present, indicates that modifications should not be persisted. The only valid value is All."},
+        {"name": "fieldValidation", "in": "query", "type": "string", "schema": {"type": "string"},
+         "description": "How the server treats unknown fields: Ignore, Warn (the default) or Strict."},
+    ]);
     let operation = |id: &str, action: &str, schema: &Value| {
-        json!({
+        let mut operation = json!({
             "operationId": id,
             "x-kubernetes-action": action,
             "x-kubernetes-group-version-kind": gvk,
             "responses": {"200": {"description": "OK", "schema": schema,
                                   "content": {"application/json": {"schema": schema}}}},
-        })
+        });
+        if matches!(action, "post" | "put" | "patch") {
+            operation["parameters"] = write_parameters.clone();
+        }
+        operation
     };
     json!({
         format!("/apis/{GROUP}/{VERSION}/{PLURAL}"): {

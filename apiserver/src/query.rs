@@ -24,6 +24,7 @@ pub struct RawQuery {
     send_initial_events: Option<String>,
     dry_run: Option<String>,
     include_object: Option<String>,
+    field_validation: Option<String>,
     #[serde(rename = "continue")]
     continue_: Option<String>,
 }
@@ -62,6 +63,20 @@ pub struct Options {
     pub include_object: IncludeObject,
     /// A `continue` token was given (we never hand one out; see the list handler).
     pub has_continue: bool,
+    /// What to do about fields the schema does not know.
+    pub field_validation: FieldValidation,
+}
+
+/// `fieldValidation`: what happens to unknown fields in a written object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in `Warning` headers (the server default).
+    #[default]
+    Warn,
+    /// Refuse the request.
+    Strict,
 }
 
 /// A resourceVersion as clients send it.
@@ -169,6 +184,16 @@ impl TryFrom<RawQuery> for Options {
             Some("All") => true,
             Some(other) => {
                 return Err(ApiError::bad_request(format!("dryRun: Unsupported value: {other:?}: supported values: \"All\"")));
+            }
+        };
+        options.field_validation = match raw.field_validation.as_deref() {
+            None | Some("") | Some("Warn") => FieldValidation::Warn,
+            Some("Ignore") => FieldValidation::Ignore,
+            Some("Strict") => FieldValidation::Strict,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Warn\", \"Strict\""
+                )));
             }
         };
         options.include_object = match raw.include_object.as_deref() {

@@ -15,11 +15,11 @@ use serde_json::Value;
 
 use crate::AppState;
 use crate::negotiate::{Representation, negotiate};
-use crate::query::{Options, RawQuery, ResourceVersion, VersionMatch};
+use crate::query::{FieldValidation, Options, RawQuery, ResourceVersion, VersionMatch};
 use crate::render;
 use crate::status::ApiError;
 use crate::store::{Preconditions, StoreError};
-use crate::validate::{decode, parse_body};
+use crate::validate::{decode, parse_body, unknown_fields};
 
 /// Patch types we apply, and the ones we refuse with a reason.
 const PATCH_TYPES: &[&str] = &["application/merge-patch+json", "application/json-patch+json"];
@@ -96,7 +96,9 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
     let body = read_body(body, state.limits.max_body_bytes).await?;
-    let mut object = decode(parse_body(&body, content_type(&headers))?, None)?;
+    let value = parse_body(&body, content_type(&headers))?;
+    let warnings = field_check(&value, options.field_validation)?;
+    let mut object = decode(value, None)?;
     if object.metadata.name.as_deref().is_none_or(str::is_empty) {
         let prefix = object.metadata.generate_name.clone().unwrap_or_default();
         object.metadata.name = Some(generated_name(&prefix, &state));
@@ -104,7 +106,7 @@ pub async fn create(
     let name = object.metadata.name.clone().unwrap_or_default();
     let stored = state.store.create(object, options.dry_run).map_err(|e| store_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, dry_run = options.dry_run, "created");
-    Ok(json_response(StatusCode::CREATED, stored.json.clone()))
+    Ok(with_warnings(json_response(StatusCode::CREATED, stored.json.clone()), &warnings))
 }
 
 /// `PUT` on one object.
@@ -117,11 +119,13 @@ pub async fn update(
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
     let body = read_body(body, state.limits.max_body_bytes).await?;
-    let object = decode(parse_body(&body, content_type(&headers))?, Some(&name))?;
+    let value = parse_body(&body, content_type(&headers))?;
+    let warnings = field_check(&value, options.field_validation)?;
+    let object = decode(value, Some(&name))?;
     let (stored, changed) =
         state.store.update(object, &Preconditions::default(), options.dry_run).map_err(|e| store_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, changed, "updated");
-    Ok(json_response(StatusCode::OK, stored.json.clone()))
+    Ok(with_warnings(json_response(StatusCode::OK, stored.json.clone()), &warnings))
 }
 
 /// `PATCH` on one object: JSON merge patch (RFC 7386) or JSON patch (RFC 6902), applied to the
@@ -149,15 +153,16 @@ pub async fn patch(
     let body = read_body(body, state.limits.max_body_bytes).await?;
     let patch: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
+    let mut warnings = Vec::new();
     let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| {
-        apply_patch(current, &patch, kind, &name)
+        apply_patch(current, &patch, kind, &name, options.field_validation, &mut warnings)
     });
     let (stored, changed) = result.map_err(|e| match e {
         PatchError::Api(api) => api,
         PatchError::Store(store) => store_error(store, &name),
     })?;
     tracing::debug!(%name, revision = stored.revision, changed, "patched");
-    Ok(json_response(StatusCode::OK, stored.json.clone()))
+    Ok(with_warnings(json_response(StatusCode::OK, stored.json.clone()), &warnings))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -186,6 +191,8 @@ fn apply_patch(
     patch: &Value,
     kind: PatchKind,
     name: &str,
+    validation: FieldValidation,
+    warnings: &mut Vec<String>,
 ) -> Result<NodeResourceTopology, PatchError> {
     let mut document = serde_json::to_value(current).map_err(|e| PatchError::Api(ApiError::internal("encoding", &e)))?;
     match kind {
@@ -203,7 +210,32 @@ fn apply_patch(
             })?;
         }
     }
+    *warnings = field_check(&document, validation).map_err(PatchError::Api)?;
     decode(document, Some(name)).map_err(PatchError::Api)
+}
+
+/// Applies `fieldValidation` to a written object: `Strict` refuses unknown fields (400, as
+/// kube-apiserver words it), `Warn` returns them as warnings, `Ignore` drops them silently.
+fn field_check(value: &Value, validation: FieldValidation) -> Result<Vec<String>, ApiError> {
+    if validation == FieldValidation::Ignore {
+        return Ok(Vec::new());
+    }
+    let unknown: Vec<String> = unknown_fields(value).into_iter().map(|path| format!("unknown field \"{path}\"")).collect();
+    if validation == FieldValidation::Strict && !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!("strict decoding error: {}", unknown.join(", "))));
+    }
+    Ok(unknown)
+}
+
+/// Adds one `Warning: 299 - "…"` header per warning (kubectl prints them).
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        let text = format!("299 - {:?}", warning);
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append("warning", value);
+        }
+    }
+    response
 }
 
 fn unsupported_patch(media: &str, why: &str) -> ApiError {

@@ -74,6 +74,47 @@ pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopolo
     Ok(object)
 }
 
+/// Fields each level of a NodeResourceTopology may carry (what the upstream schema declares).
+const ROOT_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "topologyPolicies", "zones", "attributes"];
+const METADATA_FIELDS: &[&str] = &[
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
+    "managedFields",
+];
+const ZONE_FIELDS: &[&str] = &["name", "type", "parent", "costs", "attributes", "resources"];
+const RESOURCE_FIELDS: &[&str] = &["name", "capacity", "allocatable", "available"];
+const NAME_VALUE_FIELDS: &[&str] = &["name", "value"];
+
+/// Paths of fields the schema does not declare (kube-apiserver would prune them; with
+/// `fieldValidation=Strict` it refuses them and with `Warn` it says so).
+pub fn unknown_fields(value: &Value) -> Vec<String> {
+    let mut unknown = Vec::new();
+    check_fields(value, ROOT_FIELDS, "", &mut unknown);
+    if let Some(metadata) = value.get("metadata") {
+        check_fields(metadata, METADATA_FIELDS, ".metadata", &mut unknown);
+    }
+    let each = |list: Option<&Value>, fields: &[&str], path: &str, unknown: &mut Vec<String>| {
+        for (i, item) in list.and_then(Value::as_array).into_iter().flatten().enumerate() {
+            check_fields(item, fields, &format!("{path}[{i}]"), unknown);
+        }
+    };
+    each(value.get("attributes"), NAME_VALUE_FIELDS, ".attributes", &mut unknown);
+    for (i, zone) in value.get("zones").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let path = format!(".zones[{i}]");
+        check_fields(zone, ZONE_FIELDS, &path, &mut unknown);
+        each(zone.get("resources"), RESOURCE_FIELDS, &format!("{path}.resources"), &mut unknown);
+        each(zone.get("costs"), NAME_VALUE_FIELDS, &format!("{path}.costs"), &mut unknown);
+        each(zone.get("attributes"), NAME_VALUE_FIELDS, &format!("{path}.attributes"), &mut unknown);
+    }
+    unknown
+}
+
+fn check_fields(value: &Value, known: &[&str], path: &str, unknown: &mut Vec<String>) {
+    if let Some(object) = value.as_object() {
+        unknown.extend(object.keys().filter(|k| !known.contains(&k.as_str())).map(|k| format!("{path}.{k}")));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -108,6 +149,19 @@ mod tests {
         }
         let renamed = json!({"metadata": {"name": "b"}, "zones": []});
         assert_eq!(code(decode(renamed, Some("a"))), 400, "the URL and body names must agree");
+    }
+
+    #[test]
+    fn unknown_fields_are_found_at_every_level() {
+        let body = json!({"apiVersion": "x", "kind": "y", "spec": {}, "metadata": {"name": "a", "nmae": "b"},
+            "attributes": [{"name": "a", "value": "b", "vaule": "c"}],
+            "zones": [{"name": "node-0", "type": "Node", "typ": "x",
+                       "resources": [{"name": "cpu", "capacity": 1, "allocatable": 1, "available": 1, "used": 0}],
+                       "costs": [{"name": "node-0", "value": 10, "unit": "x"}]}]});
+        assert_eq!(
+            unknown_fields(&body),
+            [".spec", ".metadata.nmae", ".attributes[0].vaule", ".zones[0].typ", ".zones[0].resources[0].used", ".zones[0].costs[0].unit"]
+        );
     }
 
     #[test]

@@ -399,3 +399,19 @@ async fn openapi_documents_are_served_with_etags() {
     let v2 = call(&app, Method::GET, "/openapi/v2", &[], None).await;
     assert_eq!(v2.body["swagger"], "2.0");
 }
+
+#[tokio::test]
+async fn unknown_fields_follow_field_validation() {
+    let (app, _) = app();
+    let mut object = nrt("worker-0", 1);
+    object["spec"] = json!({"oops": true});
+    let strict = call(&app, Method::POST, &format!("{BASE}?fieldValidation=Strict"), &[], Some(object.clone())).await;
+    assert_eq!(strict.status, StatusCode::BAD_REQUEST);
+    assert!(strict.body["message"].as_str().unwrap().contains("unknown field \".spec\""));
+    let warned = call(&app, Method::POST, BASE, &[], Some(object)).await;
+    assert_eq!(warned.status, StatusCode::CREATED);
+    assert_eq!(warned.headers["warning"], "299 - \"unknown field \\\".spec\\\"\"");
+    assert!(warned.body.get("spec").is_none(), "unknown fields are dropped");
+    let bad = call(&app, Method::POST, &format!("{BASE}?fieldValidation=Loose"), &[], Some(nrt("worker-1", 1))).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}

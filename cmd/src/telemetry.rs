@@ -1,5 +1,7 @@
 //! Logging, set up once for every subcommand.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{LogArgs, LogFormat};
@@ -10,7 +12,8 @@ pub fn init(args: &LogArgs) {
         eprintln!("invalid --log-level {:?} ({error}); using \"info\"", args.log_level);
         EnvFilter::new("info")
     });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
     let result = match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -38,11 +38,13 @@ impl LocalTls {
     }
 
     /// Writes `<state_dir>/kubeconfig` pointing kubectl at `address`, trusting our certificate.
+    /// The token is a placeholder so kubectl does not prompt for a password: the local mode
+    /// listens on loopback only and does not authenticate.
     pub fn write_kubeconfig(&self, state_dir: &Path, address: SocketAddr) -> anyhow::Result<PathBuf> {
         let ca = base64::engine::general_purpose::STANDARD.encode(&self.cert_pem);
         let server = format!("https://{address}");
         let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: numaresources-local\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n    tls-server-name: localhost\ncontexts:\n- name: numaresources-local\n  context:\n    cluster: numaresources-local\n    user: numaresources-local\ncurrent-context: numaresources-local\nusers:\n- name: numaresources-local\n  user: {{}}\n"
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: numaresources-local\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n    tls-server-name: localhost\ncontexts:\n- name: numaresources-local\n  context:\n    cluster: numaresources-local\n    user: numaresources-local\ncurrent-context: numaresources-local\nusers:\n- name: numaresources-local\n  user:\n    token: numaresources-local\n"
         );
         let path = state_dir.join("kubeconfig");
         std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
