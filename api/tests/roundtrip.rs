@@ -1,6 +1,8 @@
 //! Property tests: any valid NodeResourceTopology survives JSON and YAML round trips, and every
 //! quantity's canonical text is a fixed point of parse-then-print.
 
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

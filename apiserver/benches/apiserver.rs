@@ -63,11 +63,16 @@ async fn main() {
     let app = router(state.clone());
     for i in 0..NODES {
         let body = serde_json::to_vec(&worker(&format!("worker-{i:05}"), 22)).unwrap();
-        send(&app, Request::post(BASE).header("content-type", "application/json").body(Body::from(body)).unwrap()).await;
+        send(&app, Request::post(BASE).header("content-type", "application/json").body(Body::from(body)).unwrap())
+            .await;
     }
     let after = resident_kib();
     if let (Some(before), Some(after)) = (before, after) {
-        println!("memory: {NODES} objects add {:.1} MiB resident ({:.1} MiB total)", (after - before) as f64 / 1024.0, after as f64 / 1024.0);
+        println!(
+            "memory: {NODES} objects add {:.1} MiB resident ({:.1} MiB total)",
+            (after - before) as f64 / 1024.0,
+            after as f64 / 1024.0
+        );
     }
 
     let mut bytes = 0;
@@ -80,7 +85,11 @@ async fn main() {
         }
         samples
     };
-    println!("LIST {NODES} as JSON ({:.1} MiB): median {:.1} ms", bytes as f64 / 1048576.0, median(samples).as_secs_f64() * 1e3);
+    println!(
+        "LIST {NODES} as JSON ({:.1} MiB): median {:.1} ms",
+        bytes as f64 / 1048576.0,
+        median(samples).as_secs_f64() * 1e3
+    );
 
     let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
     let mut samples = Vec::new();
@@ -89,7 +98,11 @@ async fn main() {
         bytes = send(&app, Request::get(BASE).header("accept", table).body(Body::empty()).unwrap()).await;
         samples.push(start.elapsed());
     }
-    println!("LIST {NODES} as Table ({:.1} MiB): median {:.1} ms", bytes as f64 / 1048576.0, median(samples).as_secs_f64() * 1e3);
+    println!(
+        "LIST {NODES} as Table ({:.1} MiB): median {:.1} ms",
+        bytes as f64 / 1048576.0,
+        median(samples).as_secs_f64() * 1e3
+    );
 
     let gets = 100_000;
     let start = Instant::now();
@@ -98,7 +111,11 @@ async fn main() {
         send(&app, Request::get(uri).body(Body::empty()).unwrap()).await;
     }
     let per_get = start.elapsed() / gets as u32;
-    println!("GET by name: {:.2} µs per request ({:.0} requests/s on one task)", per_get.as_secs_f64() * 1e6, 1.0 / per_get.as_secs_f64());
+    println!(
+        "GET by name: {:.2} µs per request ({:.0} requests/s on one task)",
+        per_get.as_secs_f64() * 1e6,
+        1.0 / per_get.as_secs_f64()
+    );
 
     // Ingest: 32 concurrent writers sending merge patches that change `available` every time.
     let patches_per_writer = 2_000;
@@ -123,5 +140,9 @@ async fn main() {
     }
     let total = 32 * patches_per_writer;
     let elapsed = start.elapsed();
-    println!("ingest: {total} merge patches from 32 writers in {:.2} s = {:.0} updates/s", elapsed.as_secs_f64(), total as f64 / elapsed.as_secs_f64());
+    println!(
+        "ingest: {total} merge patches from 32 writers in {:.2} s = {:.0} updates/s",
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64()
+    );
 }

@@ -162,7 +162,10 @@ mod tests {
     fn aggregated_discovery_is_recognised_in_either_version() {
         let aggregator = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
         assert_eq!(wants_aggregated(aggregator), Some(false));
-        assert_eq!(wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"), Some(true));
+        assert_eq!(
+            wants_aggregated("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"),
+            Some(true)
+        );
         assert_eq!(wants_aggregated("application/json"), None);
     }
 

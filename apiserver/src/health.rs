@@ -71,7 +71,8 @@ pub async fn openapi_v3_index(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn openapi_v3(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let mut response = with_etag(&headers, state.openapi.v3_group_version.clone(), &state.openapi.v3_etag, "application/json");
+    let mut response =
+        with_etag(&headers, state.openapi.v3_group_version.clone(), &state.openapi.v3_etag, "application/json");
     // The hash in the URL pins the content, so clients may cache it for good.
     response.headers_mut().insert("cache-control", HeaderValue::from_static("public, immutable"));
     response
@@ -155,7 +156,8 @@ fn with_etag(headers: &HeaderMap, body: Bytes, etag: &str, content_type: &'stati
         .get(IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag || tag.trim() == "*"));
-    let mut response = if matches { StatusCode::NOT_MODIFIED.into_response() } else { (StatusCode::OK, body).into_response() };
+    let mut response =
+        if matches { StatusCode::NOT_MODIFIED.into_response() } else { (StatusCode::OK, body).into_response() };
     let out = response.headers_mut();
     out.insert(ETAG, etag_value);
     out.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));

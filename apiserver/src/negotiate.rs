@@ -119,17 +119,24 @@ mod tests {
             (None, Representation::Json),
             (Some("application/json"), Representation::Json),
             (
-                Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"),
+                Some(
+                    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json",
+                ),
                 Representation::Table(MetaVersion::V1),
             ),
             (Some("application/json;as=Table;v=v1beta1;g=meta.k8s.io"), Representation::Table(MetaVersion::V1beta1)),
             (
-                Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"),
+                Some(
+                    "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+                ),
                 Representation::Metadata(MetaVersion::V1),
             ),
             (Some("application/vnd.kubernetes.protobuf, */*"), Representation::Json),
             (Some("application/cbor, application/json"), Representation::Json),
-            (Some("application/json;q=0.5, application/json;as=Table;v=v1;g=meta.k8s.io"), Representation::Table(MetaVersion::V1)),
+            (
+                Some("application/json;q=0.5, application/json;as=Table;v=v1;g=meta.k8s.io"),
+                Representation::Table(MetaVersion::V1),
+            ),
         ];
         for (accept, want) in rows {
             assert_eq!(negotiate(accept).unwrap(), want, "{accept:?}");
@@ -138,7 +145,9 @@ mod tests {
 
     #[test]
     fn nothing_we_can_produce_is_406() {
-        for accept in ["application/vnd.kubernetes.protobuf", "application/json;as=Table;v=v2;g=meta.k8s.io", "text/html"] {
+        for accept in
+            ["application/vnd.kubernetes.protobuf", "application/json;as=Table;v=v2;g=meta.k8s.io", "text/html"]
+        {
             let error = negotiate(Some(accept)).unwrap_err();
             assert_eq!(error.code(), http::StatusCode::NOT_ACCEPTABLE, "{accept}");
         }

@@ -83,7 +83,10 @@ fn schemas(reference_prefix: &'static str) -> Map<String, Value> {
         object.remove("$schema");
         object.remove("definitions");
         object.remove("$defs");
-        object.insert("x-kubernetes-group-version-kind".into(), json!([{"group": GROUP, "version": VERSION, "kind": KIND}]));
+        object.insert(
+            "x-kubernetes-group-version-kind".into(),
+            json!([{"group": GROUP, "version": VERSION, "kind": KIND}]),
+        );
     }
     for (name, schema) in generator.take_definitions(true) {
         out.insert(name, schema);

@@ -157,7 +157,9 @@ impl TryFrom<RawQuery> for Options {
             None | Some("") => None,
             Some("0") => Some(ResourceVersion::Any),
             Some(text) => Some(ResourceVersion::At(text.parse().map_err(|_| {
-                ApiError::bad_request(format!("invalid resourceVersion {text:?}: must be a resourceVersion returned by this server"))
+                ApiError::bad_request(format!(
+                    "invalid resourceVersion {text:?}: must be a resourceVersion returned by this server"
+                ))
             })?)),
         };
         options.resource_version_match = match raw.resource_version_match.as_deref() {
@@ -170,7 +172,10 @@ impl TryFrom<RawQuery> for Options {
                 )));
             }
         };
-        if options.resource_version_match.is_some() && options.resource_version.is_none() && !options.send_initial_events {
+        if options.resource_version_match.is_some()
+            && options.resource_version.is_none()
+            && !options.send_initial_events
+        {
             return Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided"));
         }
         options.timeout_seconds = match raw.timeout_seconds.as_deref() {
@@ -183,7 +188,9 @@ impl TryFrom<RawQuery> for Options {
             None | Some("") => false,
             Some("All") => true,
             Some(other) => {
-                return Err(ApiError::bad_request(format!("dryRun: Unsupported value: {other:?}: supported values: \"All\"")));
+                return Err(ApiError::bad_request(format!(
+                    "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+                )));
             }
         };
         options.field_validation = match raw.field_validation.as_deref() {
@@ -221,7 +228,8 @@ fn flag(value: Option<&str>, name: &str) -> Result<bool, ApiError> {
 /// Parses the label-selector syntax of `labels.Parse`: `a=b`, `a==b`, `a!=b`, `a in (x,y)`,
 /// `a notin (x,y)`, `a`, `!a`, joined by commas.
 pub fn parse_label_selector(text: &str) -> Result<LabelSelector, ApiError> {
-    let bad = |why: String| ApiError::bad_request(format!("unable to parse requirement: {why} (in labelSelector {text:?})"));
+    let bad =
+        |why: String| ApiError::bad_request(format!("unable to parse requirement: {why} (in labelSelector {text:?})"));
     let mut requirements = Vec::new();
     for term in split_terms(text) {
         let term = term.trim();

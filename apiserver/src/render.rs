@@ -166,11 +166,7 @@ fn human_bytes(bytes: Option<i64>) -> String {
     };
     const GI: i64 = 1 << 30;
     const MI: i64 = 1 << 20;
-    if bytes >= GI {
-        format!("{}Gi", bytes / GI)
-    } else {
-        format!("{}Mi", bytes / MI)
-    }
+    if bytes >= GI { format!("{}Gi", bytes / GI) } else { format!("{}Mi", bytes / MI) }
 }
 
 fn to_bytes(value: &Value) -> Bytes {

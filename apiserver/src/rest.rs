@@ -65,11 +65,7 @@ fn list(state: &AppState, options: &Options, representation: Representation) -> 
     let items: Vec<_> = if options.selects_everything() {
         snapshot.items
     } else {
-        snapshot
-            .items
-            .into_iter()
-            .filter(|s| options.selects(s.name(), s.object.metadata.labels.as_ref()))
-            .collect()
+        snapshot.items.into_iter().filter(|s| options.selects(s.name(), s.object.metadata.labels.as_ref())).collect()
     };
     Ok(json_response(StatusCode::OK, render::list(&items, snapshot.revision, representation, options.include_object)))
 }
@@ -143,10 +139,16 @@ pub async fn patch(
         "application/merge-patch+json" => PatchKind::Merge,
         "application/json-patch+json" => PatchKind::Json,
         "application/strategic-merge-patch+json" => {
-            return Err(unsupported_patch(&media, "strategic merge patch is not supported for NodeResourceTopology (as for every custom resource); use --type=merge or --type=json"));
+            return Err(unsupported_patch(
+                &media,
+                "strategic merge patch is not supported for NodeResourceTopology (as for every custom resource); use --type=merge or --type=json",
+            ));
         }
         "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
-            return Err(unsupported_patch(&media, "server-side apply is not supported by this API server; use a merge patch, or kubectl apply without --server-side"));
+            return Err(unsupported_patch(
+                &media,
+                "server-side apply is not supported by this API server; use a merge patch, or kubectl apply without --server-side",
+            ));
         }
         other => return Err(ApiError::unsupported_media_type(other, PATCH_TYPES)),
     };
@@ -194,7 +196,8 @@ fn apply_patch(
     validation: FieldValidation,
     warnings: &mut Vec<String>,
 ) -> Result<NodeResourceTopology, PatchError> {
-    let mut document = serde_json::to_value(current).map_err(|e| PatchError::Api(ApiError::internal("encoding", &e)))?;
+    let mut document =
+        serde_json::to_value(current).map_err(|e| PatchError::Api(ApiError::internal("encoding", &e)))?;
     match kind {
         PatchKind::Merge => {
             if !patch.is_object() {
@@ -220,7 +223,8 @@ fn field_check(value: &Value, validation: FieldValidation) -> Result<Vec<String>
     if validation == FieldValidation::Ignore {
         return Ok(Vec::new());
     }
-    let unknown: Vec<String> = unknown_fields(value).into_iter().map(|path| format!("unknown field \"{path}\"")).collect();
+    let unknown: Vec<String> =
+        unknown_fields(value).into_iter().map(|path| format!("unknown field \"{path}\"")).collect();
     if validation == FieldValidation::Strict && !unknown.is_empty() {
         return Err(ApiError::bad_request(format!("strict decoding error: {}", unknown.join(", "))));
     }
@@ -329,8 +333,7 @@ pub fn store_error(error: StoreError, name: &str) -> ApiError {
 /// Reads a request body, refusing more than `limit` bytes with 413.
 pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|error| {
-        let too_large = std::error::Error::source(&error)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        let too_large = std::error::Error::source(&error).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
             || error.to_string().contains("length limit");
         if too_large { ApiError::too_large(limit) } else { ApiError::bad_request(format!("reading the body: {error}")) }
     })

@@ -50,7 +50,11 @@ impl ApiError {
 
     /// 404 for a path we do not serve.
     pub fn no_such_path(path: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "NotFound", format!("the server could not find the requested resource ({path})"))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
     }
 
     /// 405.
@@ -63,7 +67,9 @@ impl ApiError {
         Self::new(
             StatusCode::NOT_ACCEPTABLE,
             "NotAcceptable",
-            format!("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io (you asked for {accept})"),
+            format!(
+                "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io (you asked for {accept})"
+            ),
         )
     }
 
@@ -102,7 +108,10 @@ impl ApiError {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format ({content_type}); accepted media types include: {}", supported.join(", ")),
+            format!(
+                "the body of the request was in an unknown format ({content_type}); accepted media types include: {}",
+                supported.join(", ")
+            ),
         )
     }
 

@@ -240,7 +240,12 @@ impl Store {
         let backlog = objects
             .into_iter()
             .map(|object| {
-                Arc::new(Event { kind: EventType::Added, revision: object.revision, object: object.clone(), previous: None })
+                Arc::new(Event {
+                    kind: EventType::Added,
+                    revision: object.revision,
+                    object: object.clone(),
+                    previous: None,
+                })
             })
             .collect();
         WatchStart { backlog, receiver, revision: state.revision }

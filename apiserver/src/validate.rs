@@ -35,7 +35,9 @@ pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopolo
         )));
     }
     if !kind.is_empty() && kind != KIND {
-        return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({KIND})")));
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({KIND})"
+        )));
     }
     let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
     if let (Some(url_name), false) = (url_name, name.is_empty())
@@ -65,7 +67,10 @@ pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopolo
     let name = object.metadata.name.clone().unwrap_or_default();
     if name.is_empty() {
         if object.metadata.generate_name.as_deref().is_none_or(str::is_empty) {
-            errors.push(FieldError::required(FieldPath::new("metadata").child("name"), "name or generateName is required"));
+            errors.push(FieldError::required(
+                FieldPath::new("metadata").child("name"),
+                "name or generateName is required",
+            ));
         }
     } else if let Err(why) = selector::check_dns1123_subdomain(&name) {
         errors.push(FieldError::invalid(FieldPath::new("metadata").child("name"), &name, why));
@@ -77,8 +82,20 @@ pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopolo
 /// Fields each level of a NodeResourceTopology may carry (what the upstream schema declares).
 const ROOT_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "topologyPolicies", "zones", "attributes"];
 const METADATA_FIELDS: &[&str] = &[
-    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
     "managedFields",
 ];
 const ZONE_FIELDS: &[&str] = &["name", "type", "parent", "costs", "attributes", "resources"];
@@ -136,12 +153,18 @@ mod tests {
     fn bad_objects_get_the_code_kube_apiserver_gives() {
         let rows = [
             (json!({"apiVersion": "v1", "kind": "NodeResourceTopology", "metadata": {"name": "a"}, "zones": []}), 400),
-            (json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "Pod", "metadata": {"name": "a"}, "zones": []}), 400),
+            (
+                json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "Pod", "metadata": {"name": "a"}, "zones": []}),
+                400,
+            ),
             (json!({"metadata": {"name": "a"}}), 422),
             (json!({"metadata": {"name": "Not_A_Name"}, "zones": []}), 422),
             (json!({"metadata": {}, "zones": []}), 422),
-            (json!({"metadata": {"name": "a"}, "zones": [{"name": "node-0", "type": "Node",
-                    "resources": [{"name": "cpu", "capacity": "lots", "allocatable": 1, "available": 1}]}]}), 422),
+            (
+                json!({"metadata": {"name": "a"}, "zones": [{"name": "node-0", "type": "Node",
+                    "resources": [{"name": "cpu", "capacity": "lots", "allocatable": 1, "available": 1}]}]}),
+                422,
+            ),
             (json!([1, 2]), 400),
         ];
         for (body, want) in rows {
@@ -160,7 +183,14 @@ mod tests {
                        "costs": [{"name": "node-0", "value": 10, "unit": "x"}]}]});
         assert_eq!(
             unknown_fields(&body),
-            [".spec", ".metadata.nmae", ".attributes[0].vaule", ".zones[0].typ", ".zones[0].resources[0].used", ".zones[0].costs[0].unit"]
+            [
+                ".spec",
+                ".metadata.nmae",
+                ".attributes[0].vaule",
+                ".zones[0].typ",
+                ".zones[0].resources[0].used",
+                ".zones[0].costs[0].unit"
+            ]
         );
     }
 

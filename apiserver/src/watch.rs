@@ -43,7 +43,9 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
         ));
     }
     if options.resource_version_match.is_some() && !options.send_initial_events {
-        return Err(ApiError::invalid_options("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+        return Err(ApiError::invalid_options(
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
     }
     let start = match (options.send_initial_events, options.resource_version) {
         (true, _) | (false, None | Some(ResourceVersion::Any)) => Ok(state.store.watch_with_snapshot()),
@@ -67,7 +69,8 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
             tokio::spawn(stream.expired(format!("too old resource version: {from} ({oldest})")));
         }
     }
-    let mut response = Response::new(Body::from_stream(ReceiverStream::new(receiver).map_ok()));
+    let lines = futures_util::StreamExt::map(ReceiverStream::new(receiver), Ok::<Bytes, std::convert::Infallible>);
+    let mut response = Response::new(Body::from_stream(lines));
     *response.status_mut() = StatusCode::OK;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
@@ -201,15 +204,4 @@ fn line(kind: &str, object: &Bytes) -> Bytes {
 
 fn to_bytes(value: &Value) -> Bytes {
     Bytes::from(serde_json::to_vec(value).unwrap_or_default())
-}
-
-/// Adapts a stream of `Bytes` into the `Result` items `Body::from_stream` wants.
-trait MapOk: Sized {
-    fn map_ok(self) -> futures_util::stream::Map<Self, fn(Bytes) -> Result<Bytes, std::convert::Infallible>>;
-}
-
-impl MapOk for ReceiverStream<Bytes> {
-    fn map_ok(self) -> futures_util::stream::Map<Self, fn(Bytes) -> Result<Bytes, std::convert::Infallible>> {
-        futures_util::StreamExt::map(self, Ok)
-    }
 }

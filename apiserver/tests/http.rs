@@ -2,6 +2,8 @@
 //! kubectl, client-go informers, the scheduler plugin and the exporters send, and what they must
 //! get back.
 
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +17,8 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
-const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+const TABLE: &str =
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 fn app() -> (Router, Arc<AppState>) {
     let mut state = AppState::new(Arc::new(Store::starting_at(1000, 100)), "0.1.0", "test");
@@ -132,7 +135,8 @@ async fn objects_can_be_created_read_listed_and_tabled() {
     assert_eq!(partial.body["kind"], "PartialObjectMetadataList");
     assert!(partial.body["items"][0].get("zones").is_none());
 
-    let protobuf_first = call(&app, Method::GET, BASE, &[("accept", "application/vnd.kubernetes.protobuf, */*")], None).await;
+    let protobuf_first =
+        call(&app, Method::GET, BASE, &[("accept", "application/vnd.kubernetes.protobuf, */*")], None).await;
     assert_eq!(protobuf_first.status, StatusCode::OK);
     let impossible = call(&app, Method::GET, BASE, &[("accept", "application/vnd.kubernetes.protobuf")], None).await;
     assert_eq!(impossible.status, StatusCode::NOT_ACCEPTABLE);
@@ -146,11 +150,25 @@ async fn selectors_filter_lists() {
     other["metadata"]["labels"] = json!({"pool": "infra"});
     create(&app, other).await;
     let names = |answer: Answer| -> Vec<String> {
-        answer.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+        answer.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
     };
-    assert_eq!(names(call(&app, Method::GET, &format!("{BASE}?labelSelector=pool%3Dinfra"), &[], None).await), ["worker-1"]);
-    assert_eq!(names(call(&app, Method::GET, &format!("{BASE}?labelSelector=pool%20notin%20(infra)"), &[], None).await), ["worker-0"]);
-    assert_eq!(names(call(&app, Method::GET, &format!("{BASE}?fieldSelector=metadata.name%3Dworker-0"), &[], None).await), ["worker-0"]);
+    assert_eq!(
+        names(call(&app, Method::GET, &format!("{BASE}?labelSelector=pool%3Dinfra"), &[], None).await),
+        ["worker-1"]
+    );
+    assert_eq!(
+        names(call(&app, Method::GET, &format!("{BASE}?labelSelector=pool%20notin%20(infra)"), &[], None).await),
+        ["worker-0"]
+    );
+    assert_eq!(
+        names(call(&app, Method::GET, &format!("{BASE}?fieldSelector=metadata.name%3Dworker-0"), &[], None).await),
+        ["worker-0"]
+    );
     let bad = call(&app, Method::GET, &format!("{BASE}?fieldSelector=spec.x%3D1"), &[], None).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }
@@ -198,7 +216,8 @@ async fn updates_and_patches_keep_optimistic_concurrency() {
 
     // Strategic merge and server-side apply are refused clearly.
     for media in ["application/strategic-merge-patch+json", "application/apply-patch+yaml"] {
-        let refused = call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &[("content-type", media)], Some(json!({}))).await;
+        let refused =
+            call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &[("content-type", media)], Some(json!({}))).await;
         assert_eq!(refused.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{media}");
         assert_eq!(refused.body["reason"], "UnsupportedMediaType");
     }
@@ -232,7 +251,9 @@ async fn bad_input_gets_a_status_never_a_crash() {
     assert_eq!(dry.status, StatusCode::CREATED);
     assert_eq!(call(&app, Method::GET, &format!("{BASE}/worker-5"), &[], None).await.status, StatusCode::NOT_FOUND);
 
-    let nowhere = call(&app, Method::GET, "/apis/topology.node.k8s.io/v1alpha2/namespaces/x/noderesourcetopologies", &[], None).await;
+    let nowhere =
+        call(&app, Method::GET, "/apis/topology.node.k8s.io/v1alpha2/namespaces/x/noderesourcetopologies", &[], None)
+            .await;
     assert_eq!(nowhere.status, StatusCode::NOT_FOUND);
     assert_eq!(nowhere.body["kind"], "Status");
     let not_allowed = call(&app, Method::PUT, BASE, &[], Some(json!({}))).await;
@@ -278,7 +299,8 @@ async fn events(body: Body, count: usize) -> Vec<Value> {
 }
 
 async fn watch(app: &Router, query: &str, accept: &str) -> Body {
-    let request = Request::get(format!("{BASE}?watch=true&{query}")).header("accept", accept).body(Body::empty()).unwrap();
+    let request =
+        Request::get(format!("{BASE}?watch=true&{query}")).header("accept", accept).body(Body::empty()).unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     response.into_body()
@@ -291,7 +313,8 @@ async fn watches_replay_state_then_stream_changes() {
     let body = watch(&app, "", "application/json").await;
     create(&app, nrt("worker-1", 1)).await;
     let merge = [("content-type", "application/merge-patch+json")];
-    call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &merge, Some(json!({"metadata": {"labels": {"x": "y"}}}))).await;
+    call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &merge, Some(json!({"metadata": {"labels": {"x": "y"}}})))
+        .await;
     call(&app, Method::DELETE, &format!("{BASE}/worker-1"), &[], None).await;
     let seen = events(body, 4).await;
     let summary: Vec<(String, String)> = seen
@@ -390,7 +413,8 @@ async fn health_endpoints_report_checks() {
 async fn openapi_documents_are_served_with_etags() {
     let (app, _) = app();
     let index = call(&app, Method::GET, "/openapi/v3", &[], None).await;
-    let url = index.body["paths"]["apis/topology.node.k8s.io/v1alpha2"]["serverRelativeURL"].as_str().unwrap().to_owned();
+    let url =
+        index.body["paths"]["apis/topology.node.k8s.io/v1alpha2"]["serverRelativeURL"].as_str().unwrap().to_owned();
     let document = call(&app, Method::GET, &url, &[], None).await;
     assert_eq!(document.status, StatusCode::OK);
     assert_eq!(document.body["openapi"], "3.0.0");

@@ -66,7 +66,10 @@ fn parse_duration(text: &str) -> Result<GoDuration, String> {
 /// Runs until Ctrl-C.
 pub fn run(args: LocalArgs) -> anyhow::Result<()> {
     if !args.bind_address.is_loopback() {
-        bail!("the local mode serves without authentication and only listens on loopback; {} is not", args.bind_address);
+        bail!(
+            "the local mode serves without authentication and only listens on loopback; {} is not",
+            args.bind_address
+        );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(serve(args))

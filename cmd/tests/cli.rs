@@ -1,5 +1,7 @@
 //! The real binary, run as a user runs it.
 
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
 use std::path::Path;
 use std::process::{Command, Output};
 

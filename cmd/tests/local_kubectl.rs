@@ -1,6 +1,8 @@
 //! End to end: `numaresources local` serving a real sysfs tree over TLS, driven by the real
 //! `kubectl` (installed by scripts/setup.sh where missing).
 
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

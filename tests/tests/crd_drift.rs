@@ -1,6 +1,8 @@
 //! The checked-in CRDs are exactly what the code generates, and the samples we document are
 //! valid objects of them.
 
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
 use numaresources_api::crds;
 use numaresources_api::operator::{NUMAResourcesOperator, NUMAResourcesScheduler, validation};
 use numaresources_tests::workspace_root;

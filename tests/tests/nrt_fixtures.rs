@@ -2,6 +2,8 @@
 //! semantically equal to the input (quantities compared by value, since we print the canonical
 //! string where upstream YAML may carry an integer).
 
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
 use numaresources_api::nrt::{self, NodeResourceTopology, v1alpha1, well_known};
 use numaresources_api::quantity::Quantity;
 use numaresources_tests::read_fixture;
