@@ -10,6 +10,7 @@
 //!
 //! The crate returns an [`axum::Router`]; the binary binds the TLS listener.
 
+pub mod auth;
 pub mod discovery;
 mod health;
 pub mod negotiate;
@@ -59,6 +60,8 @@ pub struct AppState {
     pub limits: Limits,
     /// Readiness checks.
     pub readiness: Readiness,
+    /// Authentication and authorization.
+    pub auth: auth::Auth,
 }
 
 impl AppState {
@@ -70,6 +73,7 @@ impl AppState {
             openapi: openapi::OpenApi::new(),
             limits: Limits::default(),
             readiness: Readiness::default(),
+            auth: auth::Auth::Disabled,
         }
     }
 }
@@ -112,5 +116,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/livez/{check}", get(health::check))
         .route("/readyz/{check}", get(health::check))
         .fallback(rest::not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::check))
         .with_state(state)
 }

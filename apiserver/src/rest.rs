@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::AppState;
+use crate::auth::NodeScope;
 use crate::negotiate::{Representation, negotiate};
 use crate::query::{FieldValidation, Options, RawQuery, ResourceVersion, VersionMatch};
 use crate::render;
@@ -86,6 +87,7 @@ pub async fn get(
 /// `POST` on the collection.
 pub async fn create(
     State(state): State<Arc<AppState>>,
+    scope: Option<axum::Extension<NodeScope>>,
     Query(raw): Query<RawQuery>,
     headers: HeaderMap,
     body: Body,
@@ -100,6 +102,11 @@ pub async fn create(
         object.metadata.name = Some(generated_name(&prefix, &state));
     }
     let name = object.metadata.name.clone().unwrap_or_default();
+    if let Some(axum::Extension(NodeScope(node))) = scope
+        && node != name
+    {
+        return Err(crate::auth::forbidden_for_node(&node, &name));
+    }
     let stored = state.store.create(object, options.dry_run).map_err(|e| store_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, dry_run = options.dry_run, "created");
     Ok(with_warnings(json_response(StatusCode::CREATED, stored.json.clone()), &warnings))

@@ -1,1 +1,52 @@
-//! TLS for every numaresources server.
+//! TLS for every numaresources server (the aggregated API server and the admission webhook).
+//!
+//! One code path serves certificates from any source (OLM-mounted files, cert-manager or
+//! service-ca Secrets, or certificates we generate ourselves):
+//!
+//! - [`ServingCertificate`] loads a PEM chain and key (PKCS#8, PKCS#1 or SEC1) and checks that
+//!   they belong together;
+//! - [`ReloadingCertificate`] serves the current pair from disk and follows changes without a
+//!   restart (directory watch for the kubelet's `..data` swap, plus polling), keeping the old
+//!   pair when a new one does not load;
+//! - [`ClientCaVerifier`] and [`CaBundle`] verify optional client certificates against CA
+//!   bundles that can be replaced at runtime (front proxy and client CAs);
+//! - [`ServerConfigBuilder`] assembles the rustls `ServerConfig` (TLS 1.2+, ALPN, ring provider
+//!   passed explicitly);
+//! - [`serve`] runs an axum `Router` over it, with the peer's identity ([`PeerInfo`]) on every
+//!   request;
+//! - [`CertificateAuthority`], [`self_signed`] and [`ensure_self_signed`] generate certificates
+//!   with rcgen.
+//!
+//! ```no_run
+//! # async fn run(app: axum::Router) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use numaresources_certs::{ReloadingCertificate, ServerConfigBuilder, WatchOptions, serve};
+//!
+//! let certificate = ReloadingCertificate::load("/certs/tls.crt", "/certs/tls.key")?;
+//! let _watcher = certificate.watch(WatchOptions::default())?;
+//! let tls = ServerConfigBuilder::new(Arc::new(certificate)).build()?;
+//! let listener = tokio::net::TcpListener::bind("0.0.0.0:8443").await?;
+//! serve(listener, tls, app, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+
+mod certificate;
+mod client_auth;
+mod config;
+mod error;
+mod generate;
+mod pem;
+mod reload;
+mod serve;
+mod time;
+
+pub use certificate::{ServingCertificate, Validity};
+pub use client_auth::{CaBundle, ClientCaVerifier};
+pub use config::ServerConfigBuilder;
+pub use error::Error;
+pub use generate::{
+    CertificateAuthority, PemPair, SELF_SIGNED_MIN_REMAINING, SELF_SIGNED_VALIDITY, SelfSignedFiles,
+    ensure_self_signed, self_signed,
+};
+pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions};
+pub use serve::{PeerInfo, ServeOptions, serve, serve_with};

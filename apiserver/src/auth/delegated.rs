@@ -1,0 +1,188 @@
+//! Delegation to kube-apiserver: TokenReview for bearer tokens and SubjectAccessReview for every
+//! request, each cached for 10 s (allow and deny, success and failure alike), as
+//! k8s.io/apiserver's delegating authenticator and authorizer do.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use numaresources_api::nrt::{GROUP, PLURAL};
+use numaresources_certs::ClientCaVerifier;
+
+use super::attributes::Attributes;
+use super::authn::{AuthenticationConfig, UserInfo};
+use crate::discovery::VERSION;
+
+/// How long decisions are remembered.
+const CACHE_TTL: Duration = Duration::from_secs(10);
+/// Where kube-apiserver publishes the authentication settings for extension API servers.
+const AUTH_CONFIGMAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
+
+/// What went wrong asking kube-apiserver.
+#[derive(Debug, thiserror::Error)]
+pub enum DelegationError {
+    /// The review request failed.
+    #[error("{what} failed: {source}")]
+    Request {
+        /// Which review.
+        what: &'static str,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Delegated authentication and authorization.
+pub struct Delegated {
+    client: kube::Client,
+    config: RwLock<Option<Arc<AuthenticationConfig>>>,
+    tokens: moka::sync::Cache<String, Option<UserInfo>>,
+    decisions: moka::sync::Cache<String, bool>,
+    verifier: Option<Arc<ClientCaVerifier>>,
+}
+
+impl std::fmt::Debug for Delegated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delegated").finish_non_exhaustive()
+    }
+}
+
+impl Delegated {
+    /// Delegates to the cluster `client` talks to. `verifier` is the TLS client-certificate
+    /// verifier whose CA bundles follow the ConfigMap.
+    pub fn new(client: kube::Client, verifier: Option<Arc<ClientCaVerifier>>) -> Self {
+        Self {
+            client,
+            config: RwLock::new(None),
+            tokens: moka::sync::Cache::builder().max_capacity(10_000).time_to_live(CACHE_TTL).build(),
+            decisions: moka::sync::Cache::builder().max_capacity(100_000).time_to_live(CACHE_TTL).build(),
+            verifier,
+        }
+    }
+
+    /// The authentication settings, once loaded.
+    pub fn config(&self) -> Option<Arc<AuthenticationConfig>> {
+        self.config.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Installs new settings (and their CAs for new TLS connections).
+    pub fn set_config(&self, config: AuthenticationConfig) {
+        if let Some(verifier) = &self.verifier
+            && let Err(error) = verifier.replace(&config.bundles())
+        {
+            tracing::error!("installing the client CAs for TLS: {error}");
+        }
+        *self.config.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(config));
+    }
+
+    /// Reads `kube-system/extension-apiserver-authentication` once.
+    pub async fn load_config(&self) -> Result<AuthenticationConfig, String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), AUTH_CONFIGMAP.0);
+        let configmap = api.get(AUTH_CONFIGMAP.1).await.map_err(|error| match &error {
+            kube::Error::Api(status) if status.code == 403 => format!(
+                "reading {}/{} is forbidden: bind the Role extension-apiserver-authentication-reader in kube-system to this server's ServiceAccount ({error})",
+                AUTH_CONFIGMAP.0, AUTH_CONFIGMAP.1
+            ),
+            _ => format!("reading {}/{}: {error}", AUTH_CONFIGMAP.0, AUTH_CONFIGMAP.1),
+        })?;
+        AuthenticationConfig::from_configmap(&configmap.data.unwrap_or_default()).map_err(|e| e.to_string())
+    }
+
+    /// Keeps the settings current: loads them now and every `period` (a CA rotation on a
+    /// control-plane upgrade reaches new connections within one period). Failures keep the
+    /// last good settings. Calls `ready(true)` once settings are in place.
+    pub async fn keep_config_current(&self, period: Duration, ready: impl Fn(bool)) {
+        loop {
+            match self.load_config().await {
+                Ok(config) => {
+                    self.set_config(config);
+                    ready(true);
+                }
+                Err(error) => {
+                    tracing::error!("{error}");
+                    ready(self.config().is_some());
+                }
+            }
+            tokio::time::sleep(period).await;
+        }
+    }
+
+    /// The identity a bearer token stands for (`None`: not a valid token), via TokenReview.
+    pub async fn token_review(&self, token: &str) -> Result<Option<UserInfo>, DelegationError> {
+        if let Some(cached) = self.tokens.get(token) {
+            return Ok(cached);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
+            ..TokenReview::default()
+        };
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|source| DelegationError::Request { what: "TokenReview", source })?;
+        let user = answer.status.filter(|s| s.authenticated == Some(true)).and_then(|s| s.user).map(|user| {
+            UserInfo {
+                name: user.username.unwrap_or_default(),
+                uid: user.uid.unwrap_or_default(),
+                groups: user.groups.unwrap_or_default(),
+                extra: user.extra.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
+            }
+            .authenticated()
+        });
+        self.tokens.insert(token.to_owned(), user.clone());
+        Ok(user)
+    }
+
+    /// Whether `user` may do `attributes`, via SubjectAccessReview.
+    pub async fn authorize(&self, user: &UserInfo, attributes: &Attributes) -> Result<bool, DelegationError> {
+        let spec = review_spec(user, attributes);
+        let key = serde_json::to_string(&spec).unwrap_or_default();
+        if let Some(allowed) = self.decisions.get(&key) {
+            return Ok(allowed);
+        }
+        let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
+        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|source| DelegationError::Request { what: "SubjectAccessReview", source })?;
+        let allowed = answer.status.is_some_and(|s| s.allowed && s.denied != Some(true));
+        self.decisions.insert(key, allowed);
+        Ok(allowed)
+    }
+}
+
+/// The SubjectAccessReview spec for a request.
+pub fn review_spec(user: &UserInfo, attributes: &Attributes) -> SubjectAccessReviewSpec {
+    let mut spec = SubjectAccessReviewSpec {
+        user: Some(user.name.clone()),
+        uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+        groups: Some(user.groups.clone()),
+        extra: (!user.extra.is_empty()).then(|| user.extra.clone().into_iter().collect()),
+        ..SubjectAccessReviewSpec::default()
+    };
+    match attributes {
+        Attributes::Resource { verb, name } => {
+            spec.resource_attributes = Some(ResourceAttributes {
+                group: Some(GROUP.to_owned()),
+                version: Some(VERSION.to_owned()),
+                resource: Some(PLURAL.to_owned()),
+                verb: Some((*verb).to_owned()),
+                name: name.clone(),
+                ..ResourceAttributes::default()
+            });
+        }
+        Attributes::NonResource { verb, path } => {
+            spec.non_resource_attributes =
+                Some(NonResourceAttributes { path: Some(path.clone()), verb: Some(verb.clone()) });
+        }
+    }
+    spec
+}

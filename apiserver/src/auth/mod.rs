@@ -1,0 +1,130 @@
+//! Delegated authentication and authorization, as k8s.io/apiserver does it for extension API
+//! servers: identities from the front proxy's request headers, client certificates or
+//! TokenReview; decisions from SubjectAccessReview; health paths open to everyone;
+//! `system:masters` never asks. An identity bound to a node (bound service-account tokens carry
+//! `authentication.kubernetes.io/node-name`) may write only that node's object.
+
+mod attributes;
+pub mod authn;
+mod delegated;
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::header::AUTHORIZATION;
+use numaresources_api::nrt::{GROUP, PLURAL};
+use numaresources_certs::PeerInfo;
+
+pub use attributes::{Attributes, always_allowed};
+pub use authn::{AuthenticationConfig, UserInfo};
+pub use delegated::{Delegated, DelegationError, review_spec};
+
+use crate::AppState;
+use crate::status::ApiError;
+
+/// How requests are authenticated and authorized.
+#[derive(Debug, Clone, Default)]
+pub enum Auth {
+    /// Everyone may do everything: only for the loopback-bound `local` mode and tests.
+    #[default]
+    Disabled,
+    /// Delegated to kube-apiserver.
+    Delegated(Arc<Delegated>),
+}
+
+/// The name a node-bound identity may write, for the create handler to check against the body.
+#[derive(Debug, Clone)]
+pub struct NodeScope(pub String);
+
+/// The middleware: authenticate, strip identity headers, authorize, then run the handler.
+pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+    let Auth::Delegated(delegated) = &state.auth else {
+        return next.run(request).await;
+    };
+    let path = request.uri().path().to_owned();
+    let Some(config) = delegated.config() else {
+        if always_allowed(&path) {
+            return next.run(request).await;
+        }
+        return ApiError::unavailable("the authentication configuration is not loaded yet", 1).into_response();
+    };
+    let chain = request.extensions().get::<PeerInfo>().map(|p| p.client_chain().to_vec()).unwrap_or_default();
+    let from_connection = authn::from_connection(&config, &chain, request.headers());
+    authn::strip_identity_headers(&config.request_header, request.headers_mut());
+    if always_allowed(&path) {
+        return next.run(request).await;
+    }
+    let user = match (from_connection, bearer(&request)) {
+        (Some(user), _) => user,
+        (None, Some(token)) => match delegated.token_review(&token).await {
+            Ok(Some(user)) => user,
+            Ok(None) => return ApiError::unauthorized("Unauthorized").into_response(),
+            Err(error) => {
+                tracing::warn!("{error}");
+                return ApiError::unauthorized("Unauthorized").into_response();
+            }
+        },
+        (None, None) => UserInfo::anonymous(),
+    };
+    let attributes = Attributes::of(request.method(), &path, request.uri().query());
+    if let Some(node) = user.node_name().map(str::to_owned)
+        && attributes.is_write()
+    {
+        match &attributes {
+            Attributes::Resource { name: Some(name), .. } if *name != node => {
+                return forbidden_for_node(&node, name).into_response();
+            }
+            Attributes::Resource { verb: "deletecollection", .. } => {
+                return forbidden_for_node(&node, "*").into_response();
+            }
+            _ => {
+                request.extensions_mut().insert(NodeScope(node));
+            }
+        }
+    }
+    if !user.groups.iter().any(|g| g == "system:masters") {
+        match delegated.authorize(&user, &attributes).await {
+            Ok(true) => {}
+            Ok(false) => return forbidden(&user, &attributes).into_response(),
+            Err(error) => {
+                tracing::error!("{error}");
+                return ApiError::unavailable("authorization is unavailable; retry shortly", 1).into_response();
+            }
+        }
+    }
+    tracing::trace!(user = %user.name, ?attributes, "authorized");
+    request.extensions_mut().insert(user);
+    next.run(request).await
+}
+
+fn bearer(request: &Request) -> Option<String> {
+    let value = request.headers().get(AUTHORIZATION)?.to_str().ok()?;
+    let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))?.trim();
+    (!token.is_empty()).then(|| token.to_owned())
+}
+
+/// kube-apiserver's wording for a denied request.
+fn forbidden(user: &UserInfo, attributes: &Attributes) -> ApiError {
+    match attributes {
+        Attributes::Resource { verb, name } => {
+            let object =
+                name.as_deref().map_or_else(|| format!("{PLURAL}.{GROUP}"), |n| format!("{PLURAL}.{GROUP} \"{n}\""));
+            ApiError::forbidden(format!(
+                "{object} is forbidden: User \"{}\" cannot {verb} resource \"{PLURAL}\" in API group \"{GROUP}\" at the cluster scope",
+                user.name
+            ))
+        }
+        Attributes::NonResource { verb, path } => {
+            ApiError::forbidden(format!("forbidden: User \"{}\" cannot {verb} path \"{path}\"", user.name))
+        }
+    }
+}
+
+/// A node-bound identity writing another node's object.
+pub(crate) fn forbidden_for_node(node: &str, name: &str) -> ApiError {
+    ApiError::forbidden(format!(
+        "{PLURAL}.{GROUP} \"{name}\" is forbidden: the caller is bound to node \"{node}\" and may write only the NodeResourceTopology named \"{node}\""
+    ))
+}

@@ -1,0 +1,189 @@
+//! Hot reload: a server built once serves whatever pair its files hold now.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use numaresources_certs::{
+    CertificateAuthority, Error, PemPair, Reloaded, ReloadingCertificate, ServerConfigBuilder, WatchOptions,
+};
+
+use crate::support::{TestServer, app, bounded, ca, der_of, eventually, localhost_pair, served_leaf, write_plain};
+
+/// Watches with directory events only: the poll is too rare to matter within a test.
+fn events_only() -> WatchOptions {
+    WatchOptions::default().debounce(Duration::from_millis(50)).poll_interval(Duration::from_secs(3600))
+}
+
+async fn serving(certificate: &ReloadingCertificate) -> TestServer {
+    let tls = ServerConfigBuilder::new(Arc::new(certificate.clone())).build().unwrap();
+    TestServer::start(tls, app()).await
+}
+
+async fn wait_until_served(server: &TestServer, ca: &CertificateAuthority, pair: &PemPair, what: &str) {
+    let expected = der_of(&pair.cert_pem);
+    eventually(what, || async { served_leaf(server.addr, ca.cert_pem()).await.ok().as_ref() == Some(&expected) }).await;
+}
+
+/// Lays out a directory the way the kubelet mounts a Secret: `tls.crt -> ..data/tls.crt`,
+/// `..data -> ..<version>`.
+fn kubelet_mount(dir: &Path, version: &str, pair: &PemPair) {
+    let data = dir.join(version);
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("tls.crt"), &pair.cert_pem).unwrap();
+    std::fs::write(data.join("tls.key"), &pair.key_pem).unwrap();
+    std::os::unix::fs::symlink(version, dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
+    std::os::unix::fs::symlink("..data/tls.key", dir.join("tls.key")).unwrap();
+}
+
+/// The kubelet's atomic update: a new version directory, a `..data_tmp` symlink to it renamed
+/// over `..data`, then the old version removed.
+fn kubelet_swap(dir: &Path, old: &str, new: &str, pair: &PemPair) {
+    let data = dir.join(new);
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("tls.crt"), &pair.cert_pem).unwrap();
+    std::fs::write(data.join("tls.key"), &pair.key_pem).unwrap();
+    std::os::unix::fs::symlink(new, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.join(old)).unwrap();
+}
+
+#[tokio::test]
+async fn a_pair_rewritten_in_place_is_served_to_the_next_connection() {
+    let ca = ca("reload-ca");
+    let (first, second) = (localhost_pair(&ca), localhost_pair(&ca));
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &first);
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let watcher = certificate.watch(events_only()).unwrap();
+    let server = serving(&certificate).await;
+    assert_eq!(served_leaf(server.addr, ca.cert_pem()).await.unwrap(), der_of(&first.cert_pem));
+
+    write_plain(dir.path(), &second);
+    wait_until_served(&server, &ca, &second, "the rewritten pair to be served").await;
+
+    bounded("watcher stop", watcher.stop()).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_kubelet_symlink_swap_is_served_to_the_next_connection() {
+    let ca = ca("reload-ca");
+    let (first, second, third) = (localhost_pair(&ca), localhost_pair(&ca), localhost_pair(&ca));
+    let dir = tempfile::tempdir().unwrap();
+    kubelet_mount(dir.path(), "..2026_11_22_05_00_00.1", &first);
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let _watcher = certificate.watch(events_only()).unwrap();
+    let server = serving(&certificate).await;
+    assert_eq!(served_leaf(server.addr, ca.cert_pem()).await.unwrap(), der_of(&first.cert_pem));
+
+    kubelet_swap(dir.path(), "..2026_11_22_05_00_00.1", "..2026_11_22_06_00_00.2", &second);
+    wait_until_served(&server, &ca, &second, "the swapped-in pair to be served").await;
+
+    // And again: the watch must survive the removal of the directory it first resolved to.
+    kubelet_swap(dir.path(), "..2026_11_22_06_00_00.2", "..2026_11_22_07_00_00.3", &third);
+    wait_until_served(&server, &ca, &third, "the second swapped-in pair to be served").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn polling_alone_picks_up_a_new_pair() {
+    let ca = ca("reload-ca");
+    let (first, second) = (localhost_pair(&ca), localhost_pair(&ca));
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &first);
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let options = WatchOptions::default().file_events(false).poll_interval(Duration::from_millis(100));
+    let watcher = certificate.watch(options).unwrap();
+    let server = serving(&certificate).await;
+
+    write_plain(dir.path(), &second);
+    wait_until_served(&server, &ca, &second, "the polled pair to be served").await;
+    drop(watcher);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_broken_new_pair_keeps_the_old_one_serving_until_a_good_one_arrives() {
+    let ca = ca("reload-ca");
+    let (good, other, recovered) = (localhost_pair(&ca), localhost_pair(&ca), localhost_pair(&ca));
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &good);
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let _watcher = certificate.watch(events_only()).unwrap();
+    let server = serving(&certificate).await;
+    let served = || async { served_leaf(server.addr, ca.cert_pem()).await.unwrap() };
+
+    // A certificate with someone else's key.
+    write_plain(dir.path(), &PemPair { cert_pem: other.cert_pem.clone(), key_pem: good.key_pem.clone() });
+    assert!(matches!(certificate.reload(), Err(Error::KeyMismatch { .. })));
+    assert_eq!(served().await, der_of(&good.cert_pem));
+
+    // Garbage, an empty file, a missing file.
+    std::fs::write(dir.path().join("tls.crt"), b"\x00garbage").unwrap();
+    assert!(matches!(certificate.reload(), Err(Error::NoCertificate { .. })));
+    std::fs::write(dir.path().join("tls.key"), b"").unwrap();
+    std::fs::write(dir.path().join("tls.crt"), &good.cert_pem).unwrap();
+    assert!(matches!(certificate.reload(), Err(Error::NoPrivateKey { .. })));
+    std::fs::remove_file(dir.path().join("tls.key")).unwrap();
+    assert!(matches!(certificate.reload(), Err(Error::Read { .. })));
+    assert_eq!(served().await, der_of(&good.cert_pem));
+
+    // An expired pair does not replace a valid one.
+    write_plain(dir.path(), &expired_pair());
+    assert!(matches!(certificate.reload(), Err(Error::Expired { .. })));
+    assert_eq!(served().await, der_of(&good.cert_pem));
+    assert_eq!(certificate.current().certified_key().cert[0], der_of(&good.cert_pem));
+
+    // The watcher keeps going after failures.
+    write_plain(dir.path(), &recovered);
+    wait_until_served(&server, &ca, &recovered, "the recovered pair to be served").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_pair_at_start_is_served_and_replaced_by_any_newer_one() {
+    let ca = ca("reload-ca");
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &expired_pair());
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    assert!(certificate.not_after() < std::time::SystemTime::now());
+
+    let renewed = localhost_pair(&ca);
+    write_plain(dir.path(), &renewed);
+    assert_eq!(certificate.reload().unwrap(), Reloaded::Replaced);
+    assert_eq!(certificate.reload().unwrap(), Reloaded::Unchanged);
+    let validity = certificate.current().validity();
+    assert_eq!(certificate.not_after(), validity.not_after);
+    assert!(validity.contains(std::time::SystemTime::now()));
+}
+
+#[tokio::test]
+async fn the_watcher_stops_when_asked_and_when_dropped() {
+    let ca = ca("reload-ca");
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &localhost_pair(&ca));
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let watcher = certificate.watch(WatchOptions::default()).unwrap();
+    bounded("watcher stop", watcher.stop()).await;
+    drop(certificate.watch(WatchOptions::default()).unwrap());
+}
+
+#[test]
+fn watching_outside_a_runtime_is_an_error_not_a_panic() {
+    let ca = ca("reload-ca");
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &localhost_pair(&ca));
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    assert!(matches!(certificate.watch(WatchOptions::default()), Err(Error::NoRuntime(_))));
+}
+
+/// A pair for `localhost` whose notAfter is long past.
+fn expired_pair() -> PemPair {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    PemPair { cert_pem: params.self_signed(&key).unwrap().pem(), key_pem: key.serialize_pem() }
+}

@@ -1,0 +1,163 @@
+//! `serve`: protocols, hostile clients, shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use numaresources_certs::{ReloadingCertificate, ServeOptions, ServerConfigBuilder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{
+    TestServer, app, bounded, ca, client, client_with_versions, fetch, localhost_pair, served_leaf, write_plain,
+};
+
+struct Fixture {
+    server: TestServer,
+    roots: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn fixture(options: ServeOptions) -> Fixture {
+    fixture_with(options, app()).await
+}
+
+async fn fixture_with(options: ServeOptions, app: axum::Router) -> Fixture {
+    let serving_ca = ca("serving-ca");
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &localhost_pair(&serving_ca));
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let tls = ServerConfigBuilder::new(Arc::new(certificate)).build().unwrap();
+    Fixture {
+        server: TestServer::start_with(tls, app, options).await,
+        roots: serving_ca.cert_pem().to_owned(),
+        _dir: dir,
+    }
+}
+
+/// Reads until the server closes the connection (EOF or reset); fails the test if it never does.
+async fn closed_by_server(stream: &mut TcpStream) {
+    bounded("the server to close the connection", async {
+        let mut buffer = [0_u8; 1024];
+        while let Ok(read) = stream.read(&mut buffer).await {
+            if read == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn http1_and_http2_are_both_served_as_alpn_chooses() {
+    let Fixture { server, roots, _dir } = fixture(ServeOptions::default()).await;
+    let (status, body) = fetch(server.addr, client(&roots, None, &[b"h2", b"http/1.1"]), "/whoami").await.unwrap();
+    assert_eq!((status.as_u16(), body.as_str()), (200, "anonymous HTTP/2.0"));
+    let (_, body) = fetch(server.addr, client(&roots, None, &[b"http/1.1"]), "/whoami").await.unwrap();
+    assert_eq!(body, "anonymous HTTP/1.1");
+    // No ALPN at all (curl --no-alpn, old clients): HTTP/1.1.
+    let (_, body) = fetch(server.addr, client(&roots, None, &[]), "/whoami").await.unwrap();
+    assert_eq!(body, "anonymous HTTP/1.1");
+    let (status, _) = fetch(server.addr, client(&roots, None, &[]), "/missing").await.unwrap();
+    assert_eq!(status.as_u16(), 404);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tls_1_2_clients_are_served_and_handlers_see_the_peer_address() {
+    let Fixture { server, roots, _dir } = fixture(ServeOptions::default()).await;
+    let tls12 = client_with_versions(&roots, None, &[b"h2"], &[&rustls::version::TLS12]);
+    let (_, body) = fetch(server.addr, tls12, "/whoami").await.unwrap();
+    assert_eq!(body, "anonymous HTTP/2.0");
+    let (_, addr) = fetch(server.addr, client(&roots, None, &[]), "/addr").await.unwrap();
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn garbage_and_abandoned_handshakes_do_not_disturb_the_next_client() {
+    let Fixture { server, roots, _dir } = fixture(ServeOptions::default()).await;
+
+    // Not TLS at all: a plain HTTP request, then random bytes.
+    let mut plain = TcpStream::connect(server.addr).await.unwrap();
+    plain.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    closed_by_server(&mut plain).await;
+    let mut noise = TcpStream::connect(server.addr).await.unwrap();
+    noise.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 0xde, 0xad, 0xbe, 0xef]).await.unwrap();
+    noise.write_all(&[0_u8; 4096]).await.unwrap();
+    closed_by_server(&mut noise).await;
+
+    // A real ClientHello cut short, then the client goes away.
+    let mut cut = TcpStream::connect(server.addr).await.unwrap();
+    cut.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]).await.unwrap();
+    drop(cut);
+    // Connect and leave without a byte.
+    drop(TcpStream::connect(server.addr).await.unwrap());
+
+    let (_, body) = fetch(server.addr, client(&roots, None, &[b"h2"]), "/whoami").await.unwrap();
+    assert_eq!(body, "anonymous HTTP/2.0");
+    served_leaf(server.addr, &roots).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_handshake_is_disconnected_while_others_are_served() {
+    let options = ServeOptions::default().handshake_timeout(Duration::from_millis(200));
+    let Fixture { server, roots, _dir } = fixture(options).await;
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    // Served while the silent one still holds its connection.
+    fetch(server.addr, client(&roots, None, &[]), "/whoami").await.unwrap();
+    closed_by_server(&mut silent).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_an_in_flight_request_finish_then_refuses_new_connections() {
+    // A handler that reports when it starts and answers only when released.
+    let (entered_tx, mut entered) = tokio::sync::mpsc::channel::<()>(1);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let app = axum::Router::new().route(
+        "/held",
+        axum::routing::get({
+            let release = Arc::clone(&release);
+            move || async move {
+                let _ = entered_tx.send(()).await;
+                release.notified().await;
+                "done"
+            }
+        }),
+    );
+    let Fixture { mut server, roots, _dir } = fixture_with(ServeOptions::default(), app).await;
+    let addr = server.addr;
+    let in_flight = tokio::spawn({
+        let config = client(&roots, None, &[b"h2"]);
+        async move { fetch(addr, config, "/held").await }
+    });
+    bounded("the handler to start", entered.recv()).await;
+
+    server.begin_shutdown();
+    crate::support::eventually("the listener to close", || async { TcpStream::connect(addr).await.is_err() }).await;
+    release.notify_one();
+    let (status, body) = bounded("the in-flight request", in_flight).await.unwrap().unwrap();
+    assert_eq!((status.as_u16(), body.as_str()), (200, "done"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_connections_that_outlive_the_grace_period() {
+    let options = ServeOptions::default().shutdown_grace(Duration::from_millis(50));
+    let Fixture { server, roots, _dir } = fixture(options).await;
+    // A request whose headers never complete keeps its connection busy through the grace period.
+    let mut idle = crate::support::connect(server.addr, client(&roots, None, &[b"http/1.1"])).await.unwrap();
+    idle.write_all(b"GET /whoami HTTP/1.1\r\nHost: local").await.unwrap();
+    server.stop().await;
+    bounded("the server to close the half-sent request", async {
+        let mut buffer = [0_u8; 256];
+        while let Ok(read) = idle.read(&mut buffer).await {
+            if read == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
