@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::apiserver::ApiserverArgs;
 use crate::crds::CrdsArgs;
 use crate::local::LocalArgs;
 
@@ -43,6 +44,9 @@ pub enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve the NodeResourceTopology API behind an APIService, with authentication and
+    /// authorization delegated to kube-apiserver.
+    Apiserver(ApiserverArgs),
     /// Print, write or check the CustomResourceDefinitions of the operator API.
     Crds(CrdsArgs),
     /// Serve the NodeResourceTopology API for this machine on loopback, with an embedded
@@ -54,6 +58,7 @@ impl Cli {
     /// Runs the chosen subcommand.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
+            Command::Apiserver(args) => crate::apiserver::run(args).map(|()| ExitCode::SUCCESS),
             Command::Crds(args) => crate::crds::run(&args),
             Command::Local(args) => crate::local::run(args).map(|()| ExitCode::SUCCESS),
         }

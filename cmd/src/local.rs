@@ -94,11 +94,7 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
     tracing::info!("try: KUBECONFIG={} kubectl get noderesourcetopologies", kubeconfig.display());
 
     let exporter = tokio::spawn(export_loop(args, node_name, store, state.clone()));
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-    };
-    let served = tls.serve(listener, router(state), shutdown).await;
+    let served = tls.serve(listener, router(state), crate::shutdown::signal()).await;
     exporter.abort();
     served.context("serving")
 }

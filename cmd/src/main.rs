@@ -4,9 +4,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+mod apiserver;
 mod cli;
 mod crds;
 mod local;
+mod shutdown;
 mod telemetry;
 mod tls;
 

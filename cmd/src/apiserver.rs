@@ -1,0 +1,122 @@
+//! `numaresources apiserver`: the aggregated NodeResourceTopology API server, as deployed behind
+//! an `APIService`. Authentication and authorization are delegated to kube-apiserver; serving
+//! certificates come from the OLM-mounted files (or any other mount) and are hot-reloaded, or are
+//! generated into `--cert-dir` when no files are given.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use numaresources_api::GoDuration;
+use numaresources_apiserver::auth::{Auth, Delegated};
+use numaresources_apiserver::{AppState, Store, router};
+use numaresources_certs::{
+    ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve,
+};
+
+/// Options of `numaresources apiserver` (named as kube-apiserver and metrics-server name them).
+#[derive(Debug, clap::Args)]
+pub struct ApiserverArgs {
+    /// Address to listen on.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_BIND_ADDRESS", default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    /// Port to listen on (0 picks a free one and logs it).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_SECURE_PORT", default_value_t = 6443)]
+    secure_port: u16,
+    /// Serving certificate (PEM). The default is where OLM mounts it.
+    #[arg(long, default_value = "/apiserver.local.config/certificates/apiserver.crt")]
+    tls_cert_file: PathBuf,
+    /// Serving key (PEM: PKCS#8, PKCS#1 or SEC1). The default is where OLM mounts it.
+    #[arg(long, default_value = "/apiserver.local.config/certificates/apiserver.key")]
+    tls_private_key_file: PathBuf,
+    /// When the certificate files do not exist: generate a self-signed pair here.
+    #[arg(long, default_value = "/tmp/numaresources-apiserver")]
+    cert_dir: PathBuf,
+    /// Names the generated certificate covers (e.g. `numaresources-apiserver.numaresources.svc`).
+    #[arg(long, value_delimiter = ',')]
+    tls_sni_names: Vec<String>,
+    /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
+    /// `$KUBECONFIG`/`~/.kube/config`).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// How often the authentication ConfigMap is re-read.
+    #[arg(long, default_value = "30s", value_parser = parse_period)]
+    authentication_config_refresh: GoDuration,
+    /// How many changes the watch history keeps for resuming watches.
+    #[arg(long, default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY)]
+    watch_history: usize,
+}
+
+fn parse_period(text: &str) -> Result<GoDuration, String> {
+    let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
+    if duration.as_nanos() < 1_000_000_000 {
+        return Err("must be at least 1s".into());
+    }
+    Ok(duration)
+}
+
+/// Runs until SIGTERM or Ctrl-C.
+pub fn run(args: ApiserverArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(serve_api(args))
+}
+
+async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let (cert, key) = serving_files(&args)?;
+    let certificate = ReloadingCertificate::load(&cert, &key)?;
+    let _watcher = certificate.watch(WatchOptions::default())?;
+    let client_cas = Arc::new(ClientCaVerifier::new(&[])?);
+    let tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(client_cas.clone()).build()?;
+
+    let delegated = Arc::new(Delegated::new(client, Some(client_cas)));
+    let mut state = AppState::new(
+        Arc::new(Store::new(args.watch_history)),
+        env!("CARGO_PKG_VERSION"),
+        env!("NUMARESOURCES_GIT_COMMIT"),
+    );
+    state.auth = Auth::Delegated(delegated.clone());
+    state.readiness.set("authentication-config", false);
+    let state = Arc::new(state);
+
+    let refresh = args.authentication_config_refresh.to_std().unwrap_or(Duration::from_secs(30));
+    let readiness_state = state.clone();
+    let config_loop = tokio::spawn(async move {
+        delegated.keep_config_current(refresh, |ok| readiness_state.readiness.set("authentication-config", ok)).await;
+    });
+
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.bind_address, args.secure_port))
+        .await
+        .with_context(|| format!("listening on {}:{}", args.bind_address, args.secure_port))?;
+    let served = serve(listener, tls, router(state), crate::shutdown::signal()).await;
+    config_loop.abort();
+    served.context("serving")
+}
+
+/// The configured certificate files, or a generated pair when they do not exist.
+fn serving_files(args: &ApiserverArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
+    if args.tls_cert_file.exists() || args.tls_private_key_file.exists() {
+        return Ok((args.tls_cert_file.clone(), args.tls_private_key_file.clone()));
+    }
+    tracing::warn!(
+        cert = %args.tls_cert_file.display(),
+        "no serving certificate mounted; generating a self-signed one in {} (kube-apiserver will only reach us with insecureSkipTLSVerify)",
+        args.cert_dir.display()
+    );
+    let files = ensure_self_signed(&args.cert_dir, &args.tls_sni_names)?;
+    Ok((files.cert_path, files.key_path))
+}
+
+async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer().await.context("finding a kube-apiserver (in-cluster or kubeconfig)")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
