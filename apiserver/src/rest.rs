@@ -93,10 +93,7 @@ pub async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
-    let body = read_body(body, state.limits.max_body_bytes).await?;
-    let value = parse_body(&body, content_type(&headers))?;
-    let warnings = field_check(&value, options.field_validation)?;
-    let mut object = decode(value, None)?;
+    let (mut object, warnings) = read_object(&state, &headers, body, &options, None).await?;
     if object.metadata.name.as_deref().is_none_or(str::is_empty) {
         let prefix = object.metadata.generate_name.clone().unwrap_or_default();
         object.metadata.name = Some(generated_name(&prefix, &state));
@@ -121,14 +118,26 @@ pub async fn update(
     body: Body,
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
-    let body = read_body(body, state.limits.max_body_bytes).await?;
-    let value = parse_body(&body, content_type(&headers))?;
-    let warnings = field_check(&value, options.field_validation)?;
-    let object = decode(value, Some(&name))?;
+    let (object, warnings) = read_object(&state, &headers, body, &options, Some(&name)).await?;
     let (stored, changed) =
         state.store.update(object, &Preconditions::default(), options.dry_run).map_err(|e| store_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, changed, "updated");
     Ok(with_warnings(json_response(StatusCode::OK, stored.json.clone()), &warnings))
+}
+
+/// Reads, parses, field-checks and decodes a create or update body; returns the object and the
+/// unknown-field warnings.
+async fn read_object(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    options: &Options,
+    url_name: Option<&str>,
+) -> Result<(NodeResourceTopology, Vec<String>), ApiError> {
+    let body = read_body(body, state.limits.max_body_bytes).await?;
+    let value = parse_body(&body, content_type(headers))?;
+    let warnings = field_check(&value, options.field_validation)?;
+    Ok((decode(value, url_name)?, warnings))
 }
 
 /// `PATCH` on one object: JSON merge patch (RFC 7386) or JSON patch (RFC 6902), applied to the
