@@ -49,6 +49,8 @@ enum Command {
     Apiserver(ApiserverArgs),
     /// Print, write or check the CustomResourceDefinitions of the operator API.
     Crds(CrdsArgs),
+    /// Run the resource topology exporter for this node (the per-node DaemonSet agent).
+    Rte(Box<numaresources_rte::config::Args>),
     /// Serve the NodeResourceTopology API for this machine on loopback, with an embedded
     /// exporter: `kubectl get noderesourcetopologies` with no cluster.
     Local(LocalArgs),
@@ -60,6 +62,7 @@ impl Cli {
         match self.command {
             Command::Apiserver(args) => crate::apiserver::run(args).map(|()| ExitCode::SUCCESS),
             Command::Crds(args) => crate::crds::run(&args),
+            Command::Rte(args) => crate::rte::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Local(args) => crate::local::run(args).map(|()| ExitCode::SUCCESS),
         }
     }

@@ -8,6 +8,7 @@ mod apiserver;
 mod cli;
 mod crds;
 mod local;
+mod rte;
 mod shutdown;
 mod telemetry;
 mod tls;

@@ -407,7 +407,9 @@ impl Args {
         }
 
         let reference_container = match &self.reference_container {
-            Some(text) => text.parse::<ContainerRef>().map_err(|e| problem("--reference-container", e.to_string())).ok(),
+            Some(text) => {
+                text.parse::<ContainerRef>().map_err(|e| problem("--reference-container", e.to_string())).ok()
+            }
             None => reference_from_env(env).map_err(|m| problem("REFERENCE_*", m)).ok().flatten(),
         };
 
@@ -417,34 +419,41 @@ impl Args {
         }
 
         match (socket, sleep_interval, heartbeat, method, max_events_per_second) {
-            (Ok(podresources_socket), Some(sleep_interval), Some(heartbeat), Ok(method), Some(max_events_per_second))
-                if problems.is_empty() =>
-            {
-                Ok(Config {
-                    node_name,
-                    sysfs: self.sysfs.clone(),
-                    podresources_socket,
-                    sleep_interval,
-                    notify_file: self.notify_file.clone(),
-                    topology_manager: TopologyManager { policy, scope },
-                    pod_excludes,
-                    resource_excludes,
-                    fingerprint: self.pods_fingerprint.then_some(method),
-                    fingerprint_status_file,
-                    reference_container,
-                    publish: !self.no_publish,
-                    add_nrt_owner: self.add_nrt_owner,
-                    max_events_per_second,
-                    heartbeat,
-                })
-            }
+            (
+                Ok(podresources_socket),
+                Some(sleep_interval),
+                Some(heartbeat),
+                Ok(method),
+                Some(max_events_per_second),
+            ) if problems.is_empty() => Ok(Config {
+                node_name,
+                sysfs: self.sysfs.clone(),
+                podresources_socket,
+                sleep_interval,
+                notify_file: self.notify_file.clone(),
+                topology_manager: TopologyManager { policy, scope },
+                pod_excludes,
+                resource_excludes,
+                fingerprint: self.pods_fingerprint.then_some(method),
+                fingerprint_status_file,
+                reference_container,
+                publish: !self.no_publish,
+                add_nrt_owner: self.add_nrt_owner,
+                max_events_per_second,
+                heartbeat,
+            }),
             _ => Err(ConfigError { problems }),
         }
     }
 }
 
 /// The first non-empty of: the flag, the upstream env variable, the kubelet file, the ConfigMap.
-fn pick(flag: &Option<String>, env: Option<String>, kubelet: Option<String>, operator: &Option<String>) -> Option<String> {
+fn pick(
+    flag: &Option<String>,
+    env: Option<String>,
+    kubelet: Option<String>,
+    operator: &Option<String>,
+) -> Option<String> {
     [flag.clone(), env, kubelet, operator.clone()].into_iter().flatten().find(|v| !v.is_empty())
 }
 
@@ -458,10 +467,16 @@ fn parse_interval(text: &str) -> Result<Option<Duration>, String> {
 }
 
 /// Reads a YAML file; `Ok(None)` for a missing file that was not asked for explicitly.
-fn read_yaml<T: serde::de::DeserializeOwned>(env: &dyn Environment, path: &Path, required: bool) -> Result<Option<T>, String> {
+fn read_yaml<T: serde::de::DeserializeOwned>(
+    env: &dyn Environment,
+    path: &Path,
+    required: bool,
+) -> Result<Option<T>, String> {
     match env.read_file(path) {
         Ok(text) if text.trim().is_empty() => Ok(None),
-        Ok(text) => serde_norway::from_str(&text).map(Some).map_err(|e| format!("{}: not valid YAML: {e}", path.display())),
+        Ok(text) => {
+            serde_norway::from_str(&text).map(Some).map_err(|e| format!("{}: not valid YAML: {e}", path.display()))
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound && !required => Ok(None),
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),
     }
@@ -502,4 +517,270 @@ fn invalid_object_name(name: &str) -> Option<&'static str> {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A fake environment: variables, a host name and files.
+    #[derive(Default)]
+    struct Fake {
+        vars: BTreeMap<&'static str, &'static str>,
+        host: Option<&'static str>,
+        files: BTreeMap<&'static str, &'static str>,
+    }
+
+    impl Environment for Fake {
+        fn var(&self, name: &str) -> Option<String> {
+            self.vars.get(name).map(|v| (*v).to_owned())
+        }
+        fn host_name(&self) -> Option<String> {
+            self.host.map(str::to_owned)
+        }
+        fn read_file(&self, path: &Path) -> io::Result<String> {
+            let path = path.to_str().unwrap();
+            self.files.get(path).map(|t| (*t).to_owned()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        }
+    }
+
+    fn host(name: &'static str) -> Fake {
+        Fake { host: Some(name), ..Fake::default() }
+    }
+
+    fn sources(error: &ConfigError) -> Vec<&str> {
+        error.problems.iter().map(|p| p.source.as_str()).collect()
+    }
+
+    #[test]
+    fn defaults_give_the_upstream_behaviour_with_our_fixes() {
+        let config = Args::default().resolve_with(&host("worker-0")).unwrap();
+        assert_eq!(config.node_name, "worker-0");
+        assert_eq!(config.sysfs, Path::new("/sys"));
+        assert_eq!(config.podresources_socket.path(), Path::new("/podresources/kubelet.sock"));
+        assert_eq!(config.sleep_interval, Some(Duration::from_secs(10)));
+        assert_eq!(config.heartbeat, Some(Duration::from_secs(60)));
+        assert_eq!(config.topology_manager, TopologyManager::default());
+        assert_eq!(config.fingerprint, Some(Method::WithExclusiveResources));
+        assert!(config.publish && config.add_nrt_owner);
+        assert_eq!(config.max_events_per_second.get(), 1);
+        assert!(config.reference_container.is_none() && config.pod_excludes.is_empty());
+    }
+
+    #[test]
+    fn the_node_name_comes_from_the_flag_then_node_name_then_the_host_name() {
+        type Case = (Option<&'static str>, Option<&'static str>, Option<&'static str>, &'static str);
+        let cases: [Case; 4] = [
+            (Some("flag-node"), Some("env-node"), Some("host"), "flag-node"),
+            (None, Some("env-node"), Some("host"), "env-node"),
+            (Some(""), Some(""), Some("host"), "host"),
+            (None, None, Some("host.example.com"), "host.example.com"),
+        ];
+        for (flag, env, hostname, want) in cases {
+            let mut fake = Fake { host: hostname, ..Fake::default() };
+            if let Some(env) = env {
+                fake.vars.insert("NODE_NAME", env);
+            }
+            let args = Args { hostname: flag.map(str::to_owned), ..Args::default() };
+            assert_eq!(args.resolve_with(&fake).unwrap().node_name, want);
+        }
+    }
+
+    #[test]
+    fn every_invalid_flag_is_reported_at_once() {
+        let args = Args {
+            hostname: Some("Worker_0".into()),
+            podresources_socket: "tcp://kubelet:10250".into(),
+            sleep_interval: "10 seconds".into(),
+            heartbeat: "-1s".into(),
+            pods_fingerprint_method: "some".into(),
+            reference_container: Some("ns/pod".into()),
+            max_events_per_second: 0,
+            topology_manager_policy: Some("numa-please".into()),
+            topology_manager_scope: Some("node".into()),
+            sysfs: PathBuf::new(),
+            ..Args::default()
+        };
+        let error = args.resolve_with(&Fake::default()).unwrap_err();
+        assert_eq!(
+            sources(&error),
+            [
+                "--hostname",
+                "--sysfs",
+                "--podresources-socket",
+                "--sleep-interval",
+                "--heartbeat",
+                "--topology-manager-policy",
+                "--topology-manager-scope",
+                "--pods-fingerprint-method",
+                "--reference-container",
+                "--max-events-per-second",
+            ]
+        );
+        let text = error.to_string();
+        assert!(
+            text.starts_with("invalid rte configuration: --hostname: \"Worker_0\" cannot name an object"),
+            "{text}"
+        );
+        assert!(text.contains("unsupported policy \"numa-please\""), "{text}");
+    }
+
+    #[test]
+    fn a_missing_node_name_is_an_error() {
+        let error = Args::default().resolve_with(&Fake::default()).unwrap_err();
+        assert_eq!(sources(&error), ["--hostname"]);
+    }
+
+    #[test]
+    fn zero_turns_periodic_scans_and_heartbeats_off() {
+        let args = Args { sleep_interval: "0".into(), heartbeat: "0s".into(), ..Args::default() };
+        let config = args.resolve_with(&host("n")).unwrap();
+        assert_eq!((config.sleep_interval, config.heartbeat), (None, None));
+        let args = Args { sleep_interval: "1m30s".into(), ..Args::default() };
+        assert_eq!(args.resolve_with(&host("n")).unwrap().sleep_interval, Some(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn topology_manager_settings_follow_flag_then_kubelet_file_then_configmap_then_defaults() {
+        let kubelet = "kind: KubeletConfiguration\ntopologyManagerPolicy: restricted\n";
+        let configmap = "kubelet:\n  topologyManagerPolicy: best-effort\n  topologyManagerScope: pod\n";
+        let files = BTreeMap::from([("/kubelet.yaml", kubelet), ("/cm.yaml", configmap)]);
+        type Case = (Option<&'static str>, Option<&'static str>, bool, bool, (&'static str, &'static str));
+        let cases: [Case; 6] = [
+            (None, None, false, false, ("none", "container")),
+            (None, None, false, true, ("best-effort", "pod")),
+            // The kubelet file is complete: a field it omits is the kubelet's default.
+            (None, None, true, true, ("restricted", "container")),
+            (Some("single-numa-node"), None, true, true, ("single-numa-node", "container")),
+            (None, Some("pod"), true, false, ("restricted", "pod")),
+            (Some("single-numa-node"), Some("pod"), false, false, ("single-numa-node", "pod")),
+        ];
+        for (policy, scope, with_kubelet, with_configmap, want) in cases {
+            let fake = Fake { host: Some("n"), files: files.clone(), ..Fake::default() };
+            let args = Args {
+                topology_manager_policy: policy.map(str::to_owned),
+                topology_manager_scope: scope.map(str::to_owned),
+                kubelet_config_file: with_kubelet.then(|| PathBuf::from("/kubelet.yaml")),
+                config: with_configmap.then(|| PathBuf::from("/cm.yaml")),
+                ..Args::default()
+            };
+            let tm = args.resolve_with(&fake).unwrap().topology_manager;
+            assert_eq!(
+                (tm.policy.as_str(), tm.scope.as_str()),
+                want,
+                "{policy:?} {scope:?} {with_kubelet} {with_configmap}"
+            );
+        }
+    }
+
+    #[test]
+    fn upstream_topology_manager_variables_count_as_flags() {
+        let mut fake = host("n");
+        fake.vars.insert("TOPOLOGY_MANAGER_POLICY", "single-numa-node");
+        fake.vars.insert("TOPOLOGY_MANAGER_SCOPE", "pod");
+        let tm = Args::default().resolve_with(&fake).unwrap().topology_manager;
+        assert_eq!((tm.policy.as_str(), tm.scope.as_str()), ("single-numa-node", "pod"));
+    }
+
+    #[test]
+    fn the_operator_configmap_gives_pod_and_resource_excludes() {
+        let configmap = "podExclude:\n- namespacePattern: kube-*\n  namePattern: '*'\n- namePattern: canary-*\nresourceExclude:\n  '*': [example.com/gpu]\n  n: [hugepages-2Mi]\n  other: [memory]\nunknownKey: 1\n";
+        let fake = Fake {
+            host: Some("n"),
+            files: BTreeMap::from([("/etc/resource-topology-exporter/config.yaml", configmap)]),
+            ..Fake::default()
+        };
+        let config = Args::default().resolve_with(&fake).unwrap();
+        assert_eq!(config.pod_excludes.len(), 2);
+        assert!(
+            config.pod_excludes[0].matches("kube-system", "x") && config.pod_excludes[1].matches("any", "canary-1")
+        );
+        assert_eq!(config.resource_excludes, ["example.com/gpu", "hugepages-2Mi"]);
+    }
+
+    #[test]
+    fn configmap_and_kubelet_file_problems_name_the_file() {
+        let files = BTreeMap::from([
+            ("/cm.yaml", "podExclude:\n- namespacePattern: 'kube-['\n"),
+            ("/bad.yaml", "{ nope"),
+            ("/kubelet.yaml", "topologyManagerScope: node\n"),
+        ]);
+        let cases: [(Option<&str>, Option<&str>, &[&str]); 5] = [
+            (Some("/cm.yaml"), None, &["--config podExclude[0]"]),
+            (Some("/bad.yaml"), None, &["--config"]),
+            (Some("/missing.yaml"), None, &["--config"]),
+            (None, Some("/kubelet.yaml"), &["--kubelet-config-file"]),
+            (None, Some("/missing.yaml"), &["--kubelet-config-file"]),
+        ];
+        for (configmap, kubelet, want) in cases {
+            let fake = Fake { host: Some("n"), files: files.clone(), ..Fake::default() };
+            let args = Args {
+                config: configmap.map(PathBuf::from),
+                kubelet_config_file: kubelet.map(PathBuf::from),
+                ..Args::default()
+            };
+            let error = args.resolve_with(&fake).unwrap_err();
+            assert_eq!(sources(&error), want, "{error}");
+        }
+    }
+
+    #[test]
+    fn the_reference_container_comes_from_the_flag_or_all_three_variables() {
+        let mut fake = host("n");
+        fake.vars.extend([
+            ("REFERENCE_NAMESPACE", "rte"),
+            ("REFERENCE_POD_NAME", "rte-x"),
+            ("REFERENCE_CONTAINER_NAME", "shared"),
+        ]);
+        let config = Args::default().resolve_with(&fake).unwrap();
+        assert_eq!(config.reference_container.unwrap().to_string(), "rte/rte-x/shared");
+        let args = Args { reference_container: Some("a/b/c".into()), ..Args::default() };
+        assert_eq!(args.resolve_with(&fake).unwrap().reference_container.unwrap().to_string(), "a/b/c");
+        fake.vars.remove("REFERENCE_POD_NAME");
+        let error = Args::default().resolve_with(&fake).unwrap_err();
+        assert!(error.to_string().contains("missing [\"REFERENCE_POD_NAME\"]"), "{error}");
+    }
+
+    #[test]
+    fn fingerprinting_can_be_turned_off_and_its_status_file_set_by_pfp_status_file() {
+        let mut fake = host("n");
+        fake.vars.insert("PFP_STATUS_FILE", "/run/pfpstatus/dump.json");
+        let args = Args { pods_fingerprint: false, pods_fingerprint_method: "all".into(), ..Args::default() };
+        let config = args.resolve_with(&fake).unwrap();
+        assert_eq!(config.fingerprint, None);
+        assert_eq!(config.fingerprint_status_file.unwrap(), Path::new("/run/pfpstatus/dump.json"));
+        let args =
+            Args { pods_fingerprint_method: "all".into(), no_publish: true, add_nrt_owner: false, ..Args::default() };
+        let config = args.resolve_with(&fake).unwrap();
+        assert_eq!(config.fingerprint, Some(Method::All));
+        assert!(!config.publish && !config.add_nrt_owner);
+    }
+
+    #[test]
+    fn the_operator_daemonset_arguments_parse() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::try_parse_from([
+            "rte",
+            "--sleep-interval=10s",
+            "--sysfs=/host-sys",
+            "--podresources-socket=unix:///host-podresources/kubelet.sock",
+            "--notify-file=/run/rte/notify",
+            "--pods-fingerprint",
+            "--pods-fingerprint-method=all",
+            "--add-nrt-owner=false",
+            "--no-publish",
+        ])
+        .unwrap();
+        let config = cli.args.resolve_with(&host("worker-1")).unwrap();
+        assert_eq!(config.sysfs, Path::new("/host-sys"));
+        assert_eq!(config.notify_file.unwrap(), Path::new("/run/rte/notify"));
+        assert_eq!(config.fingerprint, Some(Method::All));
+        assert!(!config.add_nrt_owner && !config.publish);
+        let cli = Cli::try_parse_from(["rte", "--pods-fingerprint=false"]).unwrap();
+        assert!(!cli.args.pods_fingerprint);
+    }
+}

@@ -6,3 +6,7 @@ pub mod numaplacement;
 pub mod podresources;
 pub mod sysfs;
 pub mod topology;
+
+pub mod agent;
+pub mod config;
+pub mod publish;

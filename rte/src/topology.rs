@@ -176,7 +176,12 @@ mod tests {
         let names: Vec<&str> = nrt.attributes.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(
             names,
-            ["nodeTopologyPodsFingerprint", "nodeTopologyPodsFingerprintMethod", "topologyManagerScope", "topologyManagerPolicy"]
+            [
+                "nodeTopologyPodsFingerprint",
+                "nodeTopologyPodsFingerprintMethod",
+                "topologyManagerScope",
+                "topologyManagerPolicy"
+            ]
         );
         // The test vector of nrt-rte.md §2.8 for this one pod.
         assert_eq!(nrt.attributes[0].value, "pfp0v001a9cddfe43845cd3a");

@@ -1,0 +1,468 @@
+//! The agent end to end (a real fake kubelet on a unix socket, a real sysfs fixture, a recording
+//! publisher) and the Kubernetes publisher against a mock API server.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
+
+use std::fs;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_rte::agent::{Agent, ScanError, Trigger};
+use numaresources_rte::config::Config;
+use numaresources_rte::podresources::proto;
+use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
+use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient};
+use numaresources_rte::publish::{self, KubePublisher, Outcome, PublishError, Publisher};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// Bounds every wait: a test that hangs fails instead.
+async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: timed out, likely deadlocked"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent with a real fake kubelet and a real sysfs tree.
+
+/// Records what it is asked to publish, and tells the test.
+#[derive(Clone)]
+struct Recorder {
+    published: Arc<Mutex<Vec<NodeResourceTopology>>>,
+    tell: mpsc::UnboundedSender<NodeResourceTopology>,
+}
+
+impl Recorder {
+    fn new() -> (Self, mpsc::UnboundedReceiver<NodeResourceTopology>) {
+        let (tell, told) = mpsc::unbounded_channel();
+        (Self { published: Arc::default(), tell }, told)
+    }
+
+    fn count(&self) -> usize {
+        self.published.lock().unwrap().len()
+    }
+}
+
+impl Publisher for Recorder {
+    fn publish(&self, desired: NodeResourceTopology) -> impl Future<Output = Result<Outcome, PublishError>> + Send {
+        self.published.lock().unwrap().push(desired.clone());
+        let _ = self.tell.send(desired);
+        std::future::ready(Ok(Outcome::Patched))
+    }
+}
+
+struct Node {
+    dir: tempfile::TempDir,
+    sys: PathBuf,
+    socket: PathBuf,
+}
+
+impl Node {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
+        let file = fs::File::open(tarball).unwrap();
+        tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
+        let sys = dir.path().join("sys");
+        let socket = dir.path().join("kubelet.sock");
+        Self { dir, sys, socket }
+    }
+
+    fn config(&self) -> Config {
+        let mut config = Config::for_node("worker-0");
+        config.sysfs.clone_from(&self.sys);
+        config.sleep_interval = None;
+        config.heartbeat = None;
+        config.fingerprint_status_file = Some(self.dir.path().join("status.json"));
+        config
+    }
+
+    /// Serves a kubelet whose pods hold `exclusive` CPUs each (NUMA 0 is even, NUMA 1 odd).
+    fn kubelet(&self, exclusive: &[(&str, &[i64])]) -> RunningKubelet {
+        let _ = fs::remove_file(&self.socket);
+        let pod_resources = exclusive
+            .iter()
+            .map(|(name, cpus)| proto::PodResources {
+                name: (*name).into(),
+                namespace: "telco".into(),
+                containers: vec![proto::ContainerResources {
+                    name: "app".into(),
+                    cpu_ids: cpus.to_vec(),
+                    ..Default::default()
+                }],
+            })
+            .collect();
+        let kubelet = FakeKubelet {
+            list: proto::ListPodResourcesResponse { pod_resources },
+            allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
+            hang: false,
+        };
+        kubelet.serve(&self.socket).unwrap()
+    }
+
+    fn client(&self) -> PodResourcesClient {
+        let mut config = ClientConfig::new(self.socket.clone().into());
+        config.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(20), jitter: 0.0 };
+        config.call_timeout = Duration::from_secs(5);
+        PodResourcesClient::new(config)
+    }
+}
+
+fn available_cpus(nrt: &NodeResourceTopology, zone: &str) -> i64 {
+    let zone = nrt.zones.iter().find(|z| z.name == zone).unwrap();
+    zone.resources.iter().find(|r| r.name == "cpu").unwrap().available.as_i64().unwrap()
+}
+
+fn annotation<'a>(nrt: &'a NodeResourceTopology, key: &str) -> &'a str {
+    nrt.metadata.annotations.as_ref().and_then(|a| a.get(key)).map_or("", String::as_str)
+}
+
+#[tokio::test]
+async fn the_agent_publishes_changes_only_and_never_a_topology_without_the_kubelet() {
+    let node = Node::new();
+    let kubelet = node.kubelet(&[("dpdk", &[2, 4])]);
+    let (recorder, _told) = Recorder::new();
+    let mut agent = Agent::new(node.config(), node.client(), recorder.clone());
+    let metrics = agent.metrics();
+
+    // The first scan publishes.
+    let outcome = bounded("first refresh", agent.refresh(Trigger::Periodic)).await.unwrap();
+    assert_eq!(outcome, Some(Outcome::Patched));
+    let first = recorder.published.lock().unwrap()[0].clone();
+    assert_eq!(first.metadata.name.as_deref(), Some("worker-0"));
+    assert_eq!((available_cpus(&first, "node-0"), available_cpus(&first, "node-1")), (10, 12));
+    assert_eq!(annotation(&first, "k8stopoawareschedwg/rte-update"), "periodic");
+    assert_eq!(first.attribute("topologyManagerPolicy"), Some("none"));
+    let status: Value =
+        serde_json::from_str(&fs::read_to_string(node.dir.path().join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["nodeName"], "worker-0");
+    assert_eq!(status["pods"], json!([{"Namespace": "telco", "Name": "dpdk"}]));
+    assert_eq!(status["fingerprintComputed"], first.attribute("nodeTopologyPodsFingerprint").unwrap());
+
+    // The same machine and pods: nothing to send, even when the trigger differs.
+    let outcome = bounded("unchanged refresh", agent.refresh(Trigger::Reactive)).await.unwrap();
+    assert_eq!(outcome, None);
+    assert_eq!(recorder.count(), 1);
+
+    // A new allocation on NUMA 1 is published.
+    bounded("kubelet stop", kubelet.stop()).await.unwrap();
+    let kubelet = node.kubelet(&[("dpdk", &[2, 4]), ("dpdk-2", &[3, 5, 7])]);
+    let outcome = bounded("changed refresh", agent.refresh(Trigger::Reactive)).await.unwrap();
+    assert_eq!(outcome, Some(Outcome::Patched));
+    let second = recorder.published.lock().unwrap()[1].clone();
+    assert_eq!((available_cpus(&second, "node-0"), available_cpus(&second, "node-1")), (10, 9));
+    assert_eq!(annotation(&second, "k8stopoawareschedwg/rte-update"), "reactive");
+
+    // The kubelet goes away: the scan fails and nothing (least of all an empty machine) is sent.
+    bounded("kubelet stop", kubelet.stop()).await.unwrap();
+    let _ = fs::remove_file(&node.socket);
+    let error = bounded("refresh without kubelet", agent.refresh(Trigger::Periodic)).await.unwrap_err();
+    assert!(matches!(error, ScanError::Kubelet(_)), "{error}");
+    assert!(error.to_string().contains("not publishing"), "{error}");
+    assert_eq!(recorder.count(), 2);
+
+    let stats = metrics.snapshot();
+    assert_eq!((stats.scans, stats.publishes, stats.skipped_unchanged), (4, 2, 1));
+    assert_eq!((stats.scan_failures, stats.kubelet_failures, stats.publish_failures), (1, 1, 0));
+}
+
+#[tokio::test]
+async fn an_unchanged_topology_is_republished_when_the_heartbeat_is_due() {
+    let node = Node::new();
+    let _kubelet = node.kubelet(&[]);
+    let (recorder, _told) = Recorder::new();
+    let mut config = node.config();
+    config.heartbeat = Some(Duration::from_millis(1));
+    let mut agent = Agent::new(config, node.client(), recorder.clone());
+    bounded("first", agent.refresh(Trigger::Periodic)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let outcome = bounded("heartbeat", agent.refresh(Trigger::Periodic)).await.unwrap();
+    assert_eq!(outcome, Some(Outcome::Patched));
+    assert_eq!(recorder.count(), 2);
+}
+
+#[tokio::test]
+async fn the_run_loop_scans_at_start_and_when_the_notify_file_is_touched_and_stops_on_shutdown() {
+    let node = Node::new();
+    let kubelet = node.kubelet(&[("dpdk", &[2])]);
+    let notify = node.dir.path().join("run/rte/notify");
+    let mut config = node.config();
+    config.notify_file = Some(notify.clone());
+    config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap();
+    let (recorder, mut told) = Recorder::new();
+    let agent = Agent::new(config, node.client(), recorder);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(agent.run(async move {
+        let _ = stopped.await;
+    }));
+
+    let first = bounded("initial publish", told.recv()).await.unwrap();
+    assert_eq!(annotation(&first, "k8stopoawareschedwg/rte-update"), "periodic");
+    assert_eq!(fs::metadata(&notify).unwrap().len(), 0, "the notify file was created empty");
+
+    // Change the pods, then touch the file the way a hook would (metadata only).
+    bounded("kubelet stop", kubelet.stop()).await.unwrap();
+    let _kubelet = node.kubelet(&[("dpdk", &[2]), ("new", &[1])]);
+    fs::File::options().write(true).open(&notify).unwrap().set_modified(std::time::SystemTime::now()).unwrap();
+    let second = bounded("reactive publish", told.recv()).await.unwrap();
+    assert_eq!(annotation(&second, "k8stopoawareschedwg/rte-update"), "reactive");
+    assert_eq!(available_cpus(&second, "node-1"), 11);
+
+    stop.send(()).unwrap();
+    bounded("agent shutdown", running).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_agent_started_before_the_kubelet_retries_on_its_own_and_publishes_once_it_is_up() {
+    let node = Node::new();
+    // No timer, no notify file: only the failure retry can bring the next scan.
+    let (recorder, mut told) = Recorder::new();
+    let agent = Agent::new(node.config(), node.client(), recorder.clone());
+    let metrics = agent.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(agent.run(async move {
+        let _ = stopped.await;
+    }));
+    bounded("first scan fails", async {
+        while metrics.snapshot().kubelet_failures == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(recorder.count(), 0, "nothing published without the kubelet");
+    let _kubelet = node.kubelet(&[("dpdk", &[2])]);
+    let published = bounded("publish after the kubelet came up", told.recv()).await.unwrap();
+    assert_eq!(available_cpus(&published, "node-0"), 11);
+    stop.send(()).unwrap();
+    bounded("agent shutdown", running).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_interrupts_a_scan_stuck_on_a_hung_kubelet() {
+    let node = Node::new();
+    let kubelet = FakeKubelet { hang: true, ..FakeKubelet::default() };
+    let _running_kubelet = kubelet.serve(&node.socket).unwrap();
+    let (recorder, _told) = Recorder::new();
+    let mut config = node.config();
+    config.notify_file = None;
+    let agent = Agent::new(config, node.client(), recorder.clone());
+    let metrics = agent.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(agent.run(async move {
+        let _ = stopped.await;
+    }));
+    // Wait until the start-up scan is in flight.
+    bounded("scan started", async {
+        while metrics.snapshot().scans == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    stop.send(()).unwrap();
+    bounded("agent shutdown during a hung scan", running).await.unwrap().unwrap();
+    assert_eq!(recorder.count(), 0);
+}
+
+#[tokio::test]
+async fn a_non_empty_notify_file_stops_the_agent_with_a_clear_error() {
+    let node = Node::new();
+    let notify = node.dir.path().join("notify");
+    fs::write(&notify, "someone's data").unwrap();
+    let mut config = node.config();
+    config.notify_file = Some(notify);
+    let (recorder, _told) = Recorder::new();
+    let error =
+        bounded("run", Agent::new(config, node.client(), recorder).run(std::future::pending())).await.unwrap_err();
+    assert!(error.to_string().contains("is not empty"), "{error}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Kubernetes publisher against a mock API server.
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+
+/// Answers the requests the publisher sends, asserting each.
+struct ApiServerVerifier(Handle);
+
+/// One request as seen by the API server.
+struct Seen {
+    method: http::Method,
+    path: String,
+    content_type: String,
+    body: Value,
+}
+
+impl ApiServerVerifier {
+    /// Takes the next request, checks its method and path, answers `status` with `reply`.
+    async fn expect(&mut self, method: &str, path: &str, status: u16, reply: Value) -> Seen {
+        let (request, respond) = bounded("next request", self.0.next_request()).await.expect("a request");
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await.unwrap();
+        let seen = Seen {
+            method: parts.method.clone(),
+            path: parts.uri.path().to_owned(),
+            content_type: parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default(),
+            body: if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() },
+        };
+        assert_eq!((seen.method.as_str(), seen.path.as_str()), (method, path));
+        let response = Response::builder()
+            .status(StatusCode::from_u16(status).unwrap())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+            .unwrap();
+        respond.send_response(response);
+        seen
+    }
+}
+
+fn mock_publisher(add_owner: bool) -> (KubePublisher, ApiServerVerifier) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    (KubePublisher::new(client, add_owner), ApiServerVerifier(handle))
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+fn desired() -> NodeResourceTopology {
+    let mut nrt = NodeResourceTopology::new("worker-0");
+    nrt.zones =
+        vec![numaresources_api::nrt::Zone { name: "node-0".into(), zone_type: "Node".into(), ..Default::default() }];
+    nrt.attributes = vec![numaresources_api::nrt::AttributeInfo::new("topologyManagerPolicy", "single-numa-node")];
+    nrt.metadata.annotations = Some([("k8stopoawareschedwg/rte-update".to_owned(), "periodic".to_owned())].into());
+    nrt
+}
+
+fn existing(resource_version: &str) -> Value {
+    json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": "worker-0", "resourceVersion": resource_version,
+                     "annotations": {"someone.else/note": "keep me"}},
+        "zones": [],
+    })
+}
+
+#[tokio::test]
+async fn a_missing_object_is_created_with_the_node_as_owner() {
+    let (publisher, mut server) = mock_publisher(true);
+    let api = tokio::spawn(async move {
+        server.expect("GET", &format!("{NRT_PATH}/worker-0"), 404, status(404, "NotFound", "not found")).await;
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-0", "uid": "6c1f0b1e-uid"}});
+        server.expect("GET", "/api/v1/nodes/worker-0", 200, node).await;
+        let created = server.expect("POST", NRT_PATH, 201, existing("1")).await;
+        assert_eq!(created.body["metadata"]["name"], "worker-0");
+        assert_eq!(
+            created.body["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Node", "name": "worker-0", "uid": "6c1f0b1e-uid"}])
+        );
+        assert_eq!(created.body["zones"][0]["name"], "node-0");
+        assert_eq!(created.body["attributes"][0]["value"], "single-numa-node");
+        server
+    });
+    let outcome = bounded("publish", publisher.publish(desired())).await.unwrap();
+    assert_eq!(outcome, Outcome::Created);
+    bounded("api server scenario", api).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_existing_object_is_merge_patched_with_only_what_the_agent_owns() {
+    let (publisher, mut server) = mock_publisher(false);
+    let api = tokio::spawn(async move {
+        server.expect("GET", &format!("{NRT_PATH}/worker-0"), 200, existing("5")).await;
+        for _ in 0..2 {
+            let patch = server.expect("PATCH", &format!("{NRT_PATH}/worker-0"), 200, existing("6")).await;
+            assert_eq!(patch.content_type, "application/merge-patch+json");
+            assert_eq!(
+                patch.body,
+                json!({
+                    "metadata": {"annotations": {
+                        "k8stopoawareschedwg/rte-update": "periodic",
+                        "topology.node.k8s.io/fingerprint": null,
+                    }},
+                    "zones": [{"name": "node-0", "type": "Node"}],
+                    "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}],
+                })
+            );
+        }
+        server
+    });
+    assert_eq!(bounded("publish", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
+    // Known to exist now: straight to the patch.
+    assert_eq!(bounded("publish again", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
+    let mut server = bounded("api server scenario", api).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), server.0.next_request()).await.is_err(),
+        "no extra request"
+    );
+}
+
+#[tokio::test]
+async fn a_conflicting_patch_falls_back_to_get_and_put_with_the_fresh_resource_version() {
+    let (publisher, mut server) = mock_publisher(true);
+    let api = tokio::spawn(async move {
+        let path = format!("{NRT_PATH}/worker-0");
+        server.expect("GET", &path, 200, existing("5")).await;
+        server.expect("PATCH", &path, 409, status(409, "Conflict", "the object has been modified")).await;
+        server.expect("GET", &path, 200, existing("7")).await;
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-0", "uid": "uid-2"}});
+        server.expect("GET", "/api/v1/nodes/worker-0", 200, node).await;
+        let put = server.expect("PUT", &path, 200, existing("8")).await;
+        assert_eq!(put.body["metadata"]["resourceVersion"], "7");
+        assert_eq!(put.body["metadata"]["annotations"]["someone.else/note"], "keep me");
+        assert_eq!(put.body["metadata"]["annotations"]["k8stopoawareschedwg/rte-update"], "periodic");
+        assert_eq!(put.body["metadata"]["ownerReferences"][0]["uid"], "uid-2");
+        assert_eq!(put.body["zones"][0]["name"], "node-0");
+        server
+    });
+    assert_eq!(bounded("publish", publisher.publish(desired())).await.unwrap(), Outcome::Replaced);
+    bounded("api server scenario", api).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_forbidden_answer_names_the_rbac_the_agent_needs() {
+    let (publisher, mut server) = mock_publisher(false);
+    let api = tokio::spawn(async move {
+        let message = "noderesourcetopologies.topology.node.k8s.io \"worker-0\" is forbidden: User \"system:serviceaccount:numaresources:rte\" cannot get resource";
+        server.expect("GET", &format!("{NRT_PATH}/worker-0"), 403, status(403, "Forbidden", message)).await;
+        server
+    });
+    let error = bounded("publish", publisher.publish(desired())).await.unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, PublishError::Forbidden { verb: "get", .. }), "{text}");
+    assert!(text.contains(publish::NRT_RBAC) && text.contains("create, update, patch"), "{text}");
+    assert!(text.contains("system:serviceaccount:numaresources:rte"), "{text}");
+    bounded("api server scenario", api).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_invalid_object_and_an_unreachable_server_are_told_apart() {
+    let (publisher, mut server) = mock_publisher(false);
+    let api = tokio::spawn(async move {
+        server.expect("GET", &format!("{NRT_PATH}/worker-0"), 404, status(404, "NotFound", "not found")).await;
+        server.expect("POST", NRT_PATH, 422, status(422, "Invalid", "zones[0].type: Required value")).await;
+        server
+    });
+    let error = bounded("publish", publisher.publish(desired())).await.unwrap_err();
+    assert!(matches!(error, PublishError::Invalid { .. }), "{error}");
+    assert!(error.to_string().contains("zones[0].type: Required value"), "{error}");
+    drop(bounded("api server scenario", api).await.unwrap());
+
+    // With the server gone, the error says so.
+    let error = bounded("publish", publisher.publish(desired())).await.unwrap_err();
+    assert!(error.is_unreachable(), "{error}");
+    assert!(error.to_string().starts_with("cannot reach the API server to get"), "{error}");
+}
