@@ -59,7 +59,7 @@ pub struct AppState {
     /// Limits.
     pub limits: Limits,
     /// Readiness checks.
-    pub readiness: Readiness,
+    pub readiness: Arc<Readiness>,
     /// Authentication and authorization.
     pub auth: auth::Auth,
 }
@@ -72,7 +72,7 @@ impl AppState {
             discovery: discovery::Discovery::new(version, commit),
             openapi: openapi::OpenApi::new(),
             limits: Limits::default(),
-            readiness: Readiness::default(),
+            readiness: Arc::new(Readiness::default()),
             auth: auth::Auth::Disabled,
         }
     }

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use numaresources_api::GoDuration;
-use numaresources_apiserver::auth::{Auth, Delegated};
+use numaresources_apiserver::auth::{Auth, Delegated, Standalone};
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{
-    ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve,
+    CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve,
 };
 
 /// Options of `numaresources apiserver` (named as kube-apiserver and metrics-server name them).
@@ -39,8 +39,16 @@ pub struct ApiserverArgs {
     tls_sni_names: Vec<String>,
     /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
     /// `$KUBECONFIG`/`~/.kube/config`).
-    #[arg(long)]
+    #[arg(long, env = "NUMARESOURCES_APISERVER_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+    /// Standalone mode (no kube-apiserver): static bearer tokens, kube-apiserver's CSV format
+    /// `token,user,uid,"group1,group2"`. Members of `system:masters` may write; every other
+    /// authenticated user may read.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_TOKEN_AUTH_FILE")]
+    token_auth_file: Option<PathBuf>,
+    /// Standalone mode: accept client certificates issued by this CA (CN is the user, O the groups).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_CLIENT_CA_FILE")]
+    client_ca_file: Option<PathBuf>,
     /// How often the authentication ConfigMap is re-read.
     #[arg(long, default_value = "30s", value_parser = parse_period)]
     authentication_config_refresh: GoDuration,
@@ -64,35 +72,68 @@ pub fn run(args: ApiserverArgs) -> anyhow::Result<()> {
 }
 
 async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
     let (cert, key) = serving_files(&args)?;
     let certificate = ReloadingCertificate::load(&cert, &key)?;
     let _watcher = certificate.watch(WatchOptions::default())?;
-    let client_cas = Arc::new(ClientCaVerifier::new(&[])?);
+    let standalone = standalone(&args)?;
+    let client_cas = Arc::new(ClientCaVerifier::new(&standalone.as_ref().map(|s| s.client_cas()).unwrap_or_default())?);
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(client_cas.clone()).build()?;
 
-    let delegated = Arc::new(Delegated::new(client, Some(client_cas)));
     let mut state = AppState::new(
         Arc::new(Store::new(args.watch_history)),
         env!("CARGO_PKG_VERSION"),
         env!("NUMARESOURCES_GIT_COMMIT"),
     );
-    state.auth = Auth::Delegated(delegated.clone());
-    state.readiness.set("authentication-config", false);
+    let mut background = None;
+    match standalone {
+        Some(standalone) => {
+            tracing::warn!(
+                "standalone mode: static tokens and client certificates, with a permissive authorizer \
+                 (system:masters may write, every other authenticated user may read); not for a cluster"
+            );
+            state.auth = Auth::Standalone(Arc::new(standalone));
+        }
+        None => {
+            let client = kube_client(args.kubeconfig.as_deref()).await?;
+            let delegated = Arc::new(Delegated::new(client, Some(client_cas)));
+            state.auth = Auth::Delegated(delegated.clone());
+            state.readiness.set("authentication-config", false);
+            let readiness = state.readiness.clone();
+            let refresh = args.authentication_config_refresh.to_std().unwrap_or(Duration::from_secs(30));
+            background = Some(tokio::spawn(async move {
+                delegated.keep_config_current(refresh, |ok| readiness.set("authentication-config", ok)).await;
+            }));
+        }
+    }
     let state = Arc::new(state);
-
-    let refresh = args.authentication_config_refresh.to_std().unwrap_or(Duration::from_secs(30));
-    let readiness_state = state.clone();
-    let config_loop = tokio::spawn(async move {
-        delegated.keep_config_current(refresh, |ok| readiness_state.readiness.set("authentication-config", ok)).await;
-    });
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.bind_address, args.secure_port))
         .await
         .with_context(|| format!("listening on {}:{}", args.bind_address, args.secure_port))?;
     let served = serve(listener, tls, router(state), crate::shutdown::signal()).await;
-    config_loop.abort();
+    if let Some(task) = background {
+        task.abort();
+    }
     served.context("serving")
+}
+
+/// The standalone authenticator, when `--token-auth-file` or `--client-ca-file` is given.
+fn standalone(args: &ApiserverArgs) -> anyhow::Result<Option<Standalone>> {
+    if args.token_auth_file.is_none() && args.client_ca_file.is_none() {
+        return Ok(None);
+    }
+    let mut standalone = match &args.token_auth_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            Standalone::from_token_file(&text).with_context(|| path.display().to_string())?
+        }
+        None => Standalone::default(),
+    };
+    if let Some(path) = &args.client_ca_file {
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        standalone = standalone.with_client_ca(CaBundle::from_pem(&pem).with_context(|| path.display().to_string())?);
+    }
+    Ok(Some(standalone))
 }
 
 /// The configured certificate files, or a generated pair when they do not exist.

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use numaresources_api::GoDuration;
 use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_apiserver::auth::{Auth, Standalone};
 use numaresources_apiserver::store::{Preconditions, StoreError};
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_rte::accounting::KubeletView;
@@ -31,9 +32,16 @@ pub struct LocalArgs {
     /// Port to listen on (0 picks a free one and logs it).
     #[arg(long, default_value_t = 6443)]
     secure_port: u16,
-    /// Where the CA, the serving certificate and the kubeconfig are kept.
+    /// Where the serving certificate (reused across runs) and unpacked fixtures are kept.
     #[arg(long, default_value = ".numaresources-local")]
     state_dir: PathBuf,
+    /// Where to write the kubeconfig for kubectl (a new token every run).
+    #[arg(long, default_value = "numaresources.kubeconfig")]
+    kubeconfig: PathBuf,
+    /// Also publish this many synthetic nodes, built from the real machines in our test
+    /// fixtures with varied allocations, to try a fleet (and benchmark against one).
+    #[arg(long, default_value_t = 0)]
+    simulate_nodes: usize,
     /// The sysfs root to read the machine from.
     #[arg(long, default_value = "/sys")]
     sysfs: PathBuf,
@@ -81,17 +89,25 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
         None => host_name().context("cannot tell this machine's host name; pass --hostname")?,
     };
     let store = Arc::new(Store::default());
-    let state = Arc::new(AppState::new(store.clone(), env!("CARGO_PKG_VERSION"), env!("NUMARESOURCES_GIT_COMMIT")));
+    let mut state = AppState::new(store.clone(), env!("CARGO_PKG_VERSION"), env!("NUMARESOURCES_GIT_COMMIT"));
+    let token = random_token();
+    let tokens = format!("{token},admin,local-admin,\"system:masters\"\n");
+    state.auth = Auth::Standalone(Arc::new(Standalone::from_token_file(&tokens)?));
+    let state = Arc::new(state);
     state.readiness.set("exporter-first-scan", false);
+    if args.simulate_nodes > 0 {
+        let published = crate::simulate::publish_fleet(&store, &args.state_dir, args.simulate_nodes)?;
+        tracing::info!(published, "published synthetic nodes built from the sysfs fixtures");
+    }
 
     let tls = crate::tls::LocalTls::prepare(&args.state_dir).context("preparing certificates")?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.bind_address, args.secure_port))
         .await
         .with_context(|| format!("listening on {}:{}", args.bind_address, args.secure_port))?;
     let address = listener.local_addr()?;
-    let kubeconfig = tls.write_kubeconfig(&args.state_dir, address).context("writing the kubeconfig")?;
+    let kubeconfig = tls.write_kubeconfig(&args.kubeconfig, address, &token).context("writing the kubeconfig")?;
     tracing::info!(%address, "serving the NodeResourceTopology API on https://{address}");
-    tracing::info!("try: KUBECONFIG={} kubectl get noderesourcetopologies", kubeconfig.display());
+    tracing::info!("try: kubectl --kubeconfig {} get noderesourcetopologies", kubeconfig.display());
 
     let exporter = tokio::spawn(export_loop(args, node_name, store, state.clone()));
     let served = tls.serve(listener, router(state), crate::shutdown::signal()).await;
@@ -179,6 +195,20 @@ fn read_topology_manager(path: &Path) -> TopologyManager {
         }),
         Err(_) => TopologyManager::default(),
     }
+}
+
+/// 128 random bits as hex, from the std hasher's per-process random keys.
+fn random_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let seed = std::collections::hash_map::RandomState::new();
+    let word = |salt: u64| {
+        let mut hasher = seed.build_hasher();
+        hasher.write_u64(salt);
+        hasher
+            .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+        hasher.finish()
+    };
+    format!("{:016x}{:016x}", word(1), word(2))
 }
 
 fn host_name() -> Option<String> {

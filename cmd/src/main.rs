@@ -10,6 +10,7 @@ mod crds;
 mod local;
 mod rte;
 mod shutdown;
+mod simulate;
 mod telemetry;
 mod tls;
 

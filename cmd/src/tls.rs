@@ -37,18 +37,16 @@ impl LocalTls {
         Ok(Self { cert_pem, config, _watcher: watcher })
     }
 
-    /// Writes `<state_dir>/kubeconfig` pointing kubectl at `address`, trusting our certificate.
-    /// The token is a placeholder so kubectl does not prompt for a password: the local mode
-    /// listens on loopback only and does not authenticate.
-    pub fn write_kubeconfig(&self, state_dir: &Path, address: SocketAddr) -> anyhow::Result<PathBuf> {
+    /// Writes a kubeconfig at `path` pointing kubectl at `address`, trusting our certificate and
+    /// presenting `token`.
+    pub fn write_kubeconfig(&self, path: &Path, address: SocketAddr, token: &str) -> anyhow::Result<PathBuf> {
         let ca = base64::engine::general_purpose::STANDARD.encode(&self.cert_pem);
         let server = format!("https://{address}");
         let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: numaresources-local\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n    tls-server-name: localhost\ncontexts:\n- name: numaresources-local\n  context:\n    cluster: numaresources-local\n    user: numaresources-local\ncurrent-context: numaresources-local\nusers:\n- name: numaresources-local\n  user:\n    token: numaresources-local\n"
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: numaresources-local\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n    tls-server-name: localhost\ncontexts:\n- name: numaresources-local\n  context:\n    cluster: numaresources-local\n    user: numaresources-local\ncurrent-context: numaresources-local\nusers:\n- name: numaresources-local\n  user:\n    token: {token}\n"
         );
-        let path = state_dir.join("kubeconfig");
-        std::fs::write(&path, kubeconfig).with_context(|| format!("writing {}", path.display()))?;
-        Ok(std::fs::canonicalize(&path).unwrap_or(path))
+        write_private(path, kubeconfig.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+        Ok(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned()))
     }
 
     /// Serves `app` until `shutdown` completes.
@@ -60,4 +58,12 @@ impl LocalTls {
     ) -> std::io::Result<()> {
         serve(listener, self.config.clone(), app, shutdown).await
     }
+}
+
+/// Writes a file only its owner can read (it holds a bearer token).
+fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(contents)
 }

@@ -51,6 +51,10 @@ fn unpack_sysfs(dir: &Path) -> PathBuf {
 }
 
 fn start() -> Server {
+    start_with(&[])
+}
+
+fn start_with(extra: &[&str]) -> Server {
     let state = tempfile::tempdir().unwrap();
     let sys = unpack_sysfs(&state.path().join("machine"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
@@ -59,6 +63,9 @@ fn start() -> Server {
         .arg(state.path().join("local"))
         .arg("--sysfs")
         .arg(&sys)
+        .arg("--kubeconfig")
+        .arg(state.path().join("kubeconfig"))
+        .args(extra)
         .args(["--podresources-socket", "/nonexistent/kubelet.sock", "--kubelet-config", "/nonexistent/config.yaml"])
         .env("NUMARESOURCES_LOG", "info")
         .env("NO_COLOR", "1")
@@ -71,7 +78,7 @@ fn start() -> Server {
     let (sender, receiver) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("KUBECONFIG=").nth(1) {
+            if let Some(rest) = line.split("kubectl --kubeconfig ").nth(1) {
                 let path = rest.split_whitespace().next().unwrap_or_default().to_owned();
                 let _ = sender.send(path);
             }
@@ -147,4 +154,19 @@ fn kubectl_explain_finds_the_schema() {
     let server = start();
     let explained = server.kubectl_ok(&["explain", "noderesourcetopologies.zones.resources"]);
     assert!(explained.contains("allocatable"), "{explained}");
+}
+
+#[test]
+fn a_wrong_token_is_401_and_a_simulated_fleet_is_listed() {
+    let server = start_with(&["--simulate-nodes", "9"]);
+    let denied = server.kubectl(&["get", "nrt", "--token", "not-the-token"]);
+    assert!(!denied.status.success());
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    // kubectl's wording for a 401.
+    assert!(stderr.contains("provide credentials") || stderr.contains("Unauthorized"), "{stderr}");
+    let names = server.kubectl_ok(&["get", "nrt", "-o", "name"]);
+    assert_eq!(names.lines().filter(|l| l.contains("/sim-")).count(), 9, "{names}");
+    assert!(names.contains("/fixture-node"), "{names}");
+    let chunked = server.kubectl_ok(&["get", "nrt", "--chunk-size=1", "-o", "name"]);
+    assert_eq!(chunked.lines().count(), 10);
 }

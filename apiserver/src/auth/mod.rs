@@ -7,6 +7,7 @@
 mod attributes;
 pub mod authn;
 mod delegated;
+mod standalone;
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use numaresources_certs::PeerInfo;
 pub use attributes::{Attributes, always_allowed};
 pub use authn::{AuthenticationConfig, UserInfo};
 pub use delegated::{Delegated, DelegationError, review_spec};
+pub use standalone::{Standalone, TokenFileError};
 
 use crate::AppState;
 use crate::status::ApiError;
@@ -32,6 +34,8 @@ pub enum Auth {
     Disabled,
     /// Delegated to kube-apiserver.
     Delegated(Arc<Delegated>),
+    /// Static tokens and client certificates, with the simple authorizer of [`Standalone`].
+    Standalone(Arc<Standalone>),
 }
 
 /// The name a node-bound identity may write, for the create handler to check against the body.
@@ -40,33 +44,41 @@ pub struct NodeScope(pub String);
 
 /// The middleware: authenticate, strip identity headers, authorize, then run the handler.
 pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
-    let Auth::Delegated(delegated) = &state.auth else {
-        return next.run(request).await;
-    };
     let path = request.uri().path().to_owned();
-    let Some(config) = delegated.config() else {
-        if always_allowed(&path) {
-            return next.run(request).await;
-        }
-        return ApiError::unavailable("the authentication configuration is not loaded yet", 1).into_response();
-    };
     let chain = request.extensions().get::<PeerInfo>().map(|p| p.client_chain().to_vec()).unwrap_or_default();
-    let from_connection = authn::from_connection(&config, &chain, request.headers());
-    authn::strip_identity_headers(&config.request_header, request.headers_mut());
-    if always_allowed(&path) {
-        return next.run(request).await;
-    }
-    let user = match (from_connection, bearer(&request)) {
-        (Some(user), _) => user,
-        (None, Some(token)) => match delegated.token_review(&token).await {
-            Ok(Some(user)) => user,
-            Ok(None) => return ApiError::unauthorized("Unauthorized").into_response(),
-            Err(error) => {
-                tracing::warn!("{error}");
-                return ApiError::unauthorized("Unauthorized").into_response();
-            }
+    let token = bearer(&request);
+    let user = match &state.auth {
+        Auth::Disabled => return next.run(request).await,
+        Auth::Standalone(standalone) => match standalone.authenticate(&chain, request.headers(), token.as_deref()) {
+            _ if always_allowed(&path) => return next.run(request).await,
+            Ok(user) => user.unwrap_or_else(UserInfo::anonymous),
+            Err(()) => return ApiError::unauthorized("Unauthorized").into_response(),
         },
-        (None, None) => UserInfo::anonymous(),
+        Auth::Delegated(delegated) => {
+            let Some(config) = delegated.config() else {
+                if always_allowed(&path) {
+                    return next.run(request).await;
+                }
+                return ApiError::unavailable("the authentication configuration is not loaded yet", 1).into_response();
+            };
+            let from_connection = authn::from_connection(&config, &chain, request.headers());
+            authn::strip_identity_headers(&config.request_header, request.headers_mut());
+            if always_allowed(&path) {
+                return next.run(request).await;
+            }
+            match (from_connection, token) {
+                (Some(user), _) => user,
+                (None, Some(token)) => match delegated.token_review(&token).await {
+                    Ok(Some(user)) => user,
+                    Ok(None) => return ApiError::unauthorized("Unauthorized").into_response(),
+                    Err(error) => {
+                        tracing::warn!("{error}");
+                        return ApiError::unauthorized("Unauthorized").into_response();
+                    }
+                },
+                (None, None) => UserInfo::anonymous(),
+            }
+        }
     };
     let attributes = Attributes::of(request.method(), &path, request.uri().query());
     if let Some(node) = user.node_name().map(str::to_owned)
@@ -84,15 +96,20 @@ pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, nex
             }
         }
     }
-    if !user.groups.iter().any(|g| g == "system:masters") {
-        match delegated.authorize(&user, &attributes).await {
-            Ok(true) => {}
-            Ok(false) => return forbidden(&user, &attributes).into_response(),
+    let allowed = match &state.auth {
+        _ if user.groups.iter().any(|g| g == "system:masters") => true,
+        Auth::Delegated(delegated) => match delegated.authorize(&user, &attributes).await {
+            Ok(allowed) => allowed,
             Err(error) => {
                 tracing::error!("{error}");
                 return ApiError::unavailable("authorization is unavailable; retry shortly", 1).into_response();
             }
-        }
+        },
+        Auth::Standalone(_) => Standalone::authorize(&user, &attributes),
+        Auth::Disabled => true,
+    };
+    if !allowed {
+        return forbidden(&user, &attributes).into_response();
     }
     tracing::trace!(user = %user.name, ?attributes, "authorized");
     request.extensions_mut().insert(user);

@@ -1,0 +1,88 @@
+//! `local --simulate-nodes N`: a synthetic fleet for trying the API (and the scheduler plugin's
+//! view of it) without a cluster. Each node is one of the real machines of our sysfs fixtures,
+//! published with its own, varied, exclusive allocations.
+
+use std::path::Path;
+
+use anyhow::Context;
+use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology};
+use numaresources_api::quantity::Quantity;
+use numaresources_apiserver::Store;
+use numaresources_rte::sysfs::{self, Machine, capacity_zones};
+
+/// The real machines (jaypipes/ghw test snapshots, Apache-2.0), embedded so the binary needs no
+/// files at run time.
+const MACHINES: [(&str, &[u8]); 3] = [
+    ("intel-2numa", include_bytes!("../../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz")),
+    ("amd64-1numa", include_bytes!("../../rte/tests/fixtures/sysfs/amd64-1numa-nvidia.tar.gz")),
+    ("amd64-offline", include_bytes!("../../rte/tests/fixtures/sysfs/amd64-offline-cpus.tar.gz")),
+];
+
+/// Unpacks the machines under `<state_dir>/fixtures` and publishes `count` nodes built from them.
+pub fn publish_fleet(store: &Store, state_dir: &Path, count: usize) -> anyhow::Result<usize> {
+    let machines = MACHINES
+        .iter()
+        .map(|(name, tarball)| unpack(state_dir, name, tarball).map(|machine| (*name, machine)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for i in 0..count {
+        let (kind, machine) = &machines[i % machines.len()];
+        store.create(synthetic_node(&format!("sim-{kind}-{i:05}"), machine, i), false)?;
+    }
+    Ok(count)
+}
+
+fn unpack(state_dir: &Path, name: &str, tarball: &[u8]) -> anyhow::Result<Machine> {
+    let dir = state_dir.join("fixtures").join(name);
+    if !dir.join("sys").exists() {
+        tar::Archive::new(flate2::read::GzDecoder::new(tarball))
+            .unpack(&dir)
+            .with_context(|| format!("unpacking the {name} fixture into {}", dir.display()))?;
+    }
+    Ok(sysfs::discover(dir.join("sys")).with_context(|| format!("reading the {name} fixture"))?.machine)
+}
+
+/// A node with a deterministic share of each zone's CPUs and memory taken by exclusive pods.
+fn synthetic_node(name: &str, machine: &Machine, seed: usize) -> NodeResourceTopology {
+    let mut nrt = NodeResourceTopology::new(name);
+    nrt.zones = capacity_zones(machine);
+    for (z, zone) in nrt.zones.iter_mut().enumerate() {
+        for resource in &mut zone.resources {
+            let capacity = resource.capacity.as_i64().unwrap_or(0);
+            // Vary the used share between 0% and 75% by node and zone.
+            let used_percent = ((seed * 37 + z * 11) % 4) as i64 * 25;
+            let available = capacity - capacity * used_percent / 100;
+            resource.available = Quantity::from_i64(available);
+        }
+    }
+    let policy = if seed % 3 == 0 { "best-effort" } else { "single-numa-node" };
+    nrt.attributes = vec![
+        AttributeInfo::new("topologyManagerScope", "container"),
+        AttributeInfo::new("topologyManagerPolicy", policy),
+    ];
+    nrt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fleet_is_built_from_every_fixture_with_varied_allocations() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::starting_at(0, 10);
+        assert_eq!(publish_fleet(&store, dir.path(), 6).unwrap(), 6);
+        let snapshot = store.snapshot();
+        let names: Vec<&str> = snapshot.items.iter().map(|s| s.name()).collect();
+        assert!(names.contains(&"sim-intel-2numa-00000") && names.contains(&"sim-amd64-offline-00005"));
+        let intel = store.get("sim-intel-2numa-00000").unwrap();
+        assert_eq!(intel.object.zones.len(), 2);
+        let availables: std::collections::BTreeSet<i64> = snapshot
+            .items
+            .iter()
+            .flat_map(|s| s.object.zones.iter().flat_map(|z| z.resources.iter()))
+            .filter(|r| r.name == "cpu")
+            .filter_map(|r| r.available.as_i64())
+            .collect();
+        assert!(availables.len() > 2, "allocations vary: {availables:?}");
+    }
+}
