@@ -54,7 +54,7 @@ fn synthetic_node(name: &str, machine: &Machine, seed: usize) -> NodeResourceTop
             resource.available = Quantity::from_i64(available);
         }
     }
-    let policy = if seed % 3 == 0 { "best-effort" } else { "single-numa-node" };
+    let policy = if seed.is_multiple_of(3) { "best-effort" } else { "single-numa-node" };
     nrt.attributes = vec![
         AttributeInfo::new("topologyManagerScope", "container"),
         AttributeInfo::new("topologyManagerPolicy", policy),

@@ -21,7 +21,7 @@ use numaresources_certs::PeerInfo;
 pub use attributes::{Attributes, always_allowed};
 pub use authn::{AuthenticationConfig, UserInfo};
 pub use delegated::{Delegated, DelegationError, review_spec};
-pub use standalone::{Standalone, TokenFileError};
+pub use standalone::{Standalone, TokenFileError, UnknownToken};
 
 use crate::AppState;
 use crate::status::ApiError;
@@ -52,7 +52,7 @@ pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, nex
         Auth::Standalone(standalone) => match standalone.authenticate(&chain, request.headers(), token.as_deref()) {
             _ if always_allowed(&path) => return next.run(request).await,
             Ok(user) => user.unwrap_or_else(UserInfo::anonymous),
-            Err(()) => return ApiError::unauthorized("Unauthorized").into_response(),
+            Err(_) => return ApiError::unauthorized("Unauthorized").into_response(),
         },
         Auth::Delegated(delegated) => {
             let Some(config) = delegated.config() else {

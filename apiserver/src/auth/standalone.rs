@@ -25,6 +25,11 @@ pub struct TokenFileError {
     reason: String,
 }
 
+/// A bearer token the token file does not list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unknown bearer token")]
+pub struct UnknownToken;
+
 /// Static identities.
 #[derive(Debug, Default)]
 pub struct Standalone {
@@ -77,19 +82,19 @@ impl Standalone {
         self.certificates.bundles()
     }
 
-    /// The identity of a request: `Ok(None)` for anonymous, `Err(())` for a presented but unknown
+    /// The identity of a request: `Ok(None)` for anonymous, an error for a presented but unknown
     /// token.
     pub fn authenticate(
         &self,
         chain: &[CertificateDer<'_>],
         headers: &HeaderMap,
         token: Option<&str>,
-    ) -> Result<Option<UserInfo>, ()> {
+    ) -> Result<Option<UserInfo>, UnknownToken> {
         if let Some(user) = from_connection(&self.certificates, chain, headers) {
             return Ok(Some(user));
         }
         match token {
-            Some(token) => self.tokens.get(token).cloned().map(Some).ok_or(()),
+            Some(token) => self.tokens.get(token).cloned().map(Some).ok_or(UnknownToken),
             None => Ok(None),
         }
     }
@@ -118,7 +123,9 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
             ('"', false) if fields.last().is_some_and(String::is_empty) => quoted = true,
             ('"', true) if chars.peek() == Some(&'"') => {
                 chars.next();
-                fields.last_mut().map(|f| f.push('"'));
+                if let Some(field) = fields.last_mut() {
+                    field.push('"');
+                }
             }
             ('"', true) => quoted = false,
             (',', false) => fields.push(String::new()),
