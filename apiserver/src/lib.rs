@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod discovery;
 mod health;
+pub mod metrics;
 pub mod negotiate;
 pub mod openapi;
 pub mod query;
@@ -62,6 +63,8 @@ pub struct AppState {
     pub readiness: Arc<Readiness>,
     /// Authentication and authorization.
     pub auth: auth::Auth,
+    /// Prometheus metrics.
+    pub metrics: metrics::Metrics,
 }
 
 impl AppState {
@@ -74,6 +77,7 @@ impl AppState {
             limits: Limits::default(),
             readiness: Arc::new(Readiness::default()),
             auth: auth::Auth::Disabled,
+            metrics: metrics::Metrics::default(),
         }
     }
 }
@@ -109,6 +113,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi/v2", get(health::openapi_v2))
         .route("/openapi/v3", get(health::openapi_v3_index))
         .route(&format!("/openapi/v3/apis/{group}/{version}"), get(health::openapi_v3))
+        .route("/metrics", get(metrics::serve))
         .route("/healthz", get(health::healthz))
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
@@ -117,5 +122,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz/{check}", get(health::check))
         .fallback(rest::not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::check))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .with_state(state)
 }

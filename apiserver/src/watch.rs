@@ -54,6 +54,7 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
     let timeout = options.timeout_seconds.map_or_else(default_timeout, Duration::from_secs);
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
     let stream = Watch {
+        _open: state.metrics.watch_opened(),
         options,
         representation,
         sender,
@@ -84,6 +85,7 @@ fn default_timeout() -> Duration {
 }
 
 struct Watch {
+    _open: crate::metrics::WatchGuard,
     options: Options,
     representation: Representation,
     sender: mpsc::Sender<Bytes>,

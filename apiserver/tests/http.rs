@@ -439,3 +439,20 @@ async fn unknown_fields_follow_field_validation() {
     let bad = call(&app, Method::POST, &format!("{BASE}?fieldValidation=Loose"), &[], Some(nrt("worker-1", 1))).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test]
+async fn metrics_count_requests_watches_and_report_ages() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    call(&app, Method::GET, &format!("{BASE}/worker-9"), &[], None).await;
+    let _watch = watch(&app, "", "application/json").await;
+    let metrics = call(&app, Method::GET, "/metrics", &[], None).await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    let text = metrics.body.as_str().unwrap();
+    assert!(text.contains("numaresources_apiserver_requests_total{verb=\"create\",code=\"201\"} 1"), "{text}");
+    assert!(text.contains("numaresources_apiserver_requests_total{verb=\"get\",code=\"404\"} 1"), "{text}");
+    assert!(text.contains("numaresources_apiserver_watches 1"), "{text}");
+    assert!(text.contains("numaresources_apiserver_objects 1"), "{text}");
+    assert!(text.contains("numaresources_apiserver_node_report_age_seconds{node=\"worker-0\"}"), "{text}");
+    assert!(text.contains("numaresources_apiserver_request_duration_seconds_bucket{"), "{text}");
+}

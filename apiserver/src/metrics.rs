@@ -1,0 +1,134 @@
+//! Prometheus metrics on `/metrics`: requests by verb and code with their latency, open
+//! watches, the number of objects, and how long ago each node's exporter last reported
+//! (a live node's object is never deleted for being late; this is how staleness shows).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::header::{CONTENT_TYPE, HeaderValue};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::AppState;
+use crate::auth::Attributes;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    verb: String,
+    code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbLabels {
+    verb: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<VerbLabels, Histogram>,
+    watches: Gauge<i64, AtomicI64>,
+    objects: Gauge<i64, AtomicI64>,
+    report_age: Family<NodeLabels, Gauge<i64, AtomicI64>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("numaresources_apiserver");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<VerbLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.000_05, 2.0, 16))) as fn() -> Histogram,
+        );
+        let watches = Gauge::<i64, AtomicI64>::default();
+        let objects = Gauge::<i64, AtomicI64>::default();
+        let report_age = Family::<NodeLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register("requests", "Requests by verb and HTTP code", requests.clone());
+        registry.register(
+            "request_duration_seconds",
+            "Request latency by verb (watches: time to first byte)",
+            latency.clone(),
+        );
+        registry.register("watches", "Open watch streams", watches.clone());
+        registry.register("objects", "NodeResourceTopology objects in the store", objects.clone());
+        registry.register(
+            "node_report_age_seconds",
+            "Seconds since each node's exporter last reported, changed or not",
+            report_age.clone(),
+        );
+        Self { registry, requests, latency, watches, objects, report_age }
+    }
+}
+
+/// Counts an open watch while alive.
+#[derive(Debug)]
+pub struct WatchGuard(Gauge<i64, AtomicI64>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Metrics {
+    /// Marks a watch as open until the guard drops.
+    pub fn watch_opened(&self) -> WatchGuard {
+        self.watches.inc();
+        WatchGuard(self.watches.clone())
+    }
+}
+
+/// The middleware recording every request.
+pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let verb = match Attributes::of(request.method(), request.uri().path(), request.uri().query()) {
+        Attributes::Resource { verb, .. } => verb.to_owned(),
+        Attributes::NonResource { verb, .. } => verb,
+    };
+    let start = Instant::now();
+    let response = next.run(request).await;
+    let metrics = &state.metrics;
+    metrics.latency.get_or_create(&VerbLabels { verb: verb.clone() }).observe(start.elapsed().as_secs_f64());
+    metrics.requests.get_or_create(&RequestLabels { verb, code: response.status().as_u16() }).inc();
+    response
+}
+
+/// `GET /metrics`.
+pub async fn serve(State(state): State<Arc<AppState>>) -> Response {
+    let metrics = &state.metrics;
+    let snapshot = state.store.snapshot();
+    metrics.objects.set(snapshot.items.len() as i64);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    metrics.report_age.clear();
+    for stored in &snapshot.items {
+        let age = now.saturating_sub(stored.last_report_unix());
+        metrics.report_age.get_or_create(&NodeLabels { node: stored.name().to_owned() }).set(age as i64);
+    }
+    let mut body = String::new();
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut body, &metrics.registry) {
+        return crate::status::ApiError::internal("encoding metrics", &error).into_response();
+    }
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+    response
+}
