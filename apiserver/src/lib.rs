@@ -15,6 +15,7 @@ pub mod discovery;
 mod health;
 pub mod metrics;
 pub mod negotiate;
+pub mod nodes;
 pub mod openapi;
 pub mod query;
 pub mod render;

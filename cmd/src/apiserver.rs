@@ -85,6 +85,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         env!("NUMARESOURCES_GIT_COMMIT"),
     );
     let mut background = None;
+    let mut nodes_task = None;
     match standalone {
         Some(standalone) => {
             tracing::warn!(
@@ -95,6 +96,10 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         }
         None => {
             let client = kube_client(args.kubeconfig.as_deref()).await?;
+            nodes_task = Some(tokio::spawn(numaresources_apiserver::nodes::follow_node_deletions(
+                client.clone(),
+                state.store.clone(),
+            )));
             let delegated = Arc::new(Delegated::new(client, Some(client_cas)));
             state.auth = Auth::Delegated(delegated.clone());
             state.readiness.set("authentication-config", false);
@@ -111,7 +116,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}:{}", args.bind_address, args.secure_port))?;
     let served = serve(listener, tls, router(state), crate::shutdown::signal()).await;
-    if let Some(task) = background {
+    for task in [background, nodes_task].into_iter().flatten() {
         task.abort();
     }
     served.context("serving")
