@@ -187,3 +187,48 @@ fn expired_pair() -> PemPair {
     params.not_after = rcgen::date_time_ymd(2001, 1, 1);
     PemPair { cert_pem: params.self_signed(&key).unwrap().pem(), key_pem: key.serialize_pem() }
 }
+
+#[tokio::test]
+async fn rotation_under_load_fails_no_request() {
+    let ca = ca("rotation-ca");
+    let pairs: Vec<PemPair> = (0..4).map(|_| localhost_pair(&ca)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    kubelet_mount(dir.path(), "..v0", &pairs[0]);
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let _watcher = certificate.watch(events_only()).unwrap();
+    let server = serving(&certificate).await;
+    let addr = server.addr;
+
+    // Four clients loop on GET (a new TLS connection each time, so every request sees whatever
+    // pair is current) until told to stop; every request must succeed.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (stop, roots) = (stop.clone(), ca.cert_pem().to_owned());
+        clients.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            let config = crate::support::client(&roots, None, &[b"http/1.1"]);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match crate::support::fetch(addr, config.clone(), "/whoami").await {
+                    Ok((status, _)) if status.is_success() => ok += 1,
+                    Ok((status, body)) => failed.push(format!("{status}: {body}")),
+                    Err(error) => failed.push(error.to_string()),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    for (i, window) in pairs.windows(2).enumerate() {
+        kubelet_swap(dir.path(), &format!("..v{i}"), &format!("..v{}", i + 1), &window[1]);
+        wait_until_served(&server, &ca, &window[1], "the rotated pair to be served under load").await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for client in clients {
+        let (ok, failed) = bounded("a load client to finish", client).await.unwrap();
+        assert!(failed.is_empty(), "requests failed during rotation: {failed:?}");
+        total += ok;
+    }
+    assert!(total > 0, "the clients made requests");
+    server.stop().await;
+}
