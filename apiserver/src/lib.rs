@@ -66,6 +66,9 @@ pub struct AppState {
     pub auth: auth::Auth,
     /// Prometheus metrics.
     pub metrics: metrics::Metrics,
+    /// Cancelled when the server begins to stop: watches end with a final bookmark so clients
+    /// resume elsewhere without relisting.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -79,6 +82,7 @@ impl AppState {
             readiness: Arc::new(Readiness::default()),
             auth: auth::Auth::Disabled,
             metrics: metrics::Metrics::default(),
+            stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
 }

@@ -55,6 +55,7 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
     let stream = Watch {
         _open: state.metrics.watch_opened(),
+        stopping: state.stopping.clone(),
         options,
         representation,
         sender,
@@ -86,6 +87,7 @@ fn default_timeout() -> Duration {
 
 struct Watch {
     _open: crate::metrics::WatchGuard,
+    stopping: tokio_util::sync::CancellationToken,
     options: Options,
     representation: Representation,
     sender: mpsc::Sender<Bytes>,
@@ -110,6 +112,14 @@ impl Watch {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(self.deadline) => return,
+                () = self.stopping.cancelled() => {
+                    // A last bookmark lets the client resume from here against another replica
+                    // (or this one after a restart, which answers 410 and it relists).
+                    if self.options.allow_bookmarks {
+                        self.send(self.bookmark(last_revision, false)).await;
+                    }
+                    return;
+                }
                 _ = self.sender.closed() => return,
                 _ = bookmarks.tick(), if self.options.allow_bookmarks => {
                     if !self.send(self.bookmark(last_revision, false)).await {

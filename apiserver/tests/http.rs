@@ -456,3 +456,23 @@ async fn metrics_count_requests_watches_and_report_ages() {
     assert!(text.contains("numaresources_apiserver_node_report_age_seconds{node=\"worker-0\"}"), "{text}");
     assert!(text.contains("numaresources_apiserver_request_duration_seconds_bucket{"), "{text}");
 }
+
+#[tokio::test]
+async fn stopping_ends_watches_with_a_final_bookmark() {
+    let (app, state) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    let body = watch(&app, "resourceVersion=1001&allowWatchBookmarks=true", "application/json").await;
+    state.stopping.cancel();
+    let mut stream = body.into_data_stream();
+    let mut text = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(chunk) = stream.next().await {
+            text.extend_from_slice(&chunk.unwrap());
+        }
+    })
+    .await
+    .expect("the watch did not end on shutdown; likely deadlocked");
+    let last: Value = serde_json::from_slice(text.split(|b| *b == b'\n').rfind(|l| !l.is_empty()).unwrap()).unwrap();
+    assert_eq!(last["type"], "BOOKMARK");
+    assert_eq!(last["object"]["metadata"]["resourceVersion"], "1001");
+}

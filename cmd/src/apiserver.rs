@@ -115,7 +115,12 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.bind_address, args.secure_port))
         .await
         .with_context(|| format!("listening on {}:{}", args.bind_address, args.secure_port))?;
-    let served = serve(listener, tls, router(state), crate::shutdown::signal()).await;
+    let stopping = state.stopping.clone();
+    let shutdown = async move {
+        crate::shutdown::signal().await;
+        stopping.cancel();
+    };
+    let served = serve(listener, tls, router(state), shutdown).await;
     for task in [background, nodes_task].into_iter().flatten() {
         task.abort();
     }

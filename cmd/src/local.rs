@@ -110,7 +110,12 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
     tracing::info!("try: kubectl --kubeconfig {} get noderesourcetopologies", kubeconfig.display());
 
     let exporter = tokio::spawn(export_loop(args, node_name, store, state.clone()));
-    let served = tls.serve(listener, router(state), crate::shutdown::signal()).await;
+    let stopping = state.stopping.clone();
+    let shutdown = async move {
+        crate::shutdown::signal().await;
+        stopping.cancel();
+    };
+    let served = tls.serve(listener, router(state), shutdown).await;
     exporter.abort();
     served.context("serving")
 }
