@@ -15,8 +15,8 @@ use kube::runtime::watcher::{self, Event, watcher};
 use crate::store::{Preconditions, Store, StoreError};
 
 /// Follows Nodes until the stream ends (it does not, short of shutdown: the watcher retries with
-/// backoff and logs why).
-pub async fn follow_node_deletions(client: kube::Client, store: Arc<Store>) {
+/// backoff and logs why). `on_listed` gets the number of Nodes after every complete list.
+pub async fn follow_node_deletions(client: kube::Client, store: Arc<Store>, on_listed: impl Fn(usize)) {
     // Metadata only: the node objects themselves are large and we need their names.
     let api = kube::Api::<PartialObjectMeta<Node>>::all(client);
     let mut listed: HashSet<String> = HashSet::new();
@@ -34,7 +34,11 @@ pub async fn follow_node_deletions(client: kube::Client, store: Arc<Store>) {
                 continue;
             }
         };
+        let done = matches!(event, Event::InitDone);
         apply(&store, &mut listed, event);
+        if done {
+            on_listed(listed.len());
+        }
     }
 }
 

@@ -52,6 +52,10 @@ pub struct ApiserverArgs {
     /// How often the authentication ConfigMap is re-read.
     #[arg(long, default_value = "30s", value_parser = parse_period)]
     authentication_config_refresh: GoDuration,
+    /// After a start, `/readyz` waits until every Node has reported its topology, or this long at
+    /// most (an empty store makes every node look unconstrained to the scheduler).
+    #[arg(long, default_value = "60s", value_parser = parse_period)]
+    store_warmup: GoDuration,
     /// How many changes the watch history keeps for resuming watches.
     #[arg(long, default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY)]
     watch_history: usize,
@@ -86,6 +90,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     );
     let mut background = None;
     let mut nodes_task = None;
+    let mut warm_task = None;
     match standalone {
         Some(standalone) => {
             tracing::warn!(
@@ -96,10 +101,26 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         }
         None => {
             let client = kube_client(args.kubeconfig.as_deref()).await?;
+            state.readiness.set("store-warm", false);
+            let nodes = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+            let listed = nodes.clone();
             nodes_task = Some(tokio::spawn(numaresources_apiserver::nodes::follow_node_deletions(
                 client.clone(),
                 state.store.clone(),
+                move |count| listed.store(count, std::sync::atomic::Ordering::Relaxed),
             )));
+            let (store, readiness) = (state.store.clone(), state.readiness.clone());
+            let warmup = args.store_warmup.to_std().unwrap_or(Duration::from_secs(60));
+            warm_task = Some(tokio::spawn(async move {
+                let deadline = tokio::time::Instant::now() + warmup;
+                while tokio::time::Instant::now() < deadline
+                    && store.len() < nodes.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                tracing::info!(objects = store.len(), "the store is warm");
+                readiness.set("store-warm", true);
+            }));
             let delegated = Arc::new(Delegated::new(client, Some(client_cas)));
             state.auth = Auth::Delegated(delegated.clone());
             state.readiness.set("authentication-config", false);
@@ -121,7 +142,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         stopping.cancel();
     };
     let served = serve(listener, tls, router(state), shutdown).await;
-    for task in [background, nodes_task].into_iter().flatten() {
+    for task in [background, nodes_task, warm_task].into_iter().flatten() {
         task.abort();
     }
     served.context("serving")
