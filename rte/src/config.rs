@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,6 +24,7 @@ use numaresources_api::nrt::well_known::{TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MAN
 use serde::Deserialize;
 
 use crate::fingerprint::Method;
+use crate::podreadiness::OwnPod;
 use crate::podresources::middleware::{ContainerRef, PodExclude};
 use crate::podresources::{DEFAULT_SOCKET, SocketPath};
 use crate::sysfs::DEFAULT_SYSFS_ROOT;
@@ -91,7 +93,8 @@ pub struct Args {
     #[arg(long, env = "NUMARESOURCES_RTE_REFERENCE_CONTAINER")]
     pub reference_container: Option<String>,
 
-    /// Scan, but never write to the API server.
+    /// Scan, but never write the NodeResourceTopology (own-pod conditions are still set, so a
+    /// paused agent's pod becomes ready).
     #[arg(long, env = "NUMARESOURCES_RTE_NO_PUBLISH")]
     pub no_publish: bool,
 
@@ -107,6 +110,61 @@ pub struct Args {
     /// Republish an unchanged topology this often, as a Go duration; `0` never does.
     #[arg(long, env = "NUMARESOURCES_RTE_HEARTBEAT", default_value = "60s")]
     pub heartbeat: String,
+
+    /// Set the conditions `PodresourcesFetched` and `NodeTopologyUpdated` on the agent's own Pod
+    /// (named by env POD_NAMESPACE/POD_NAME, else REFERENCE_NAMESPACE/REFERENCE_POD_NAME)
+    /// (`--podreadiness=false` turns it off).
+    #[arg(long, env = "NUMARESOURCES_RTE_PODREADINESS", default_value_t = true,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub podreadiness: bool,
+
+    /// Leave this node's pods in phase Succeeded or Failed out of the accounting and the
+    /// fingerprint (watches Pods).
+    #[arg(long, env = "NUMARESOURCES_RTE_EXCLUDE_TERMINAL_PODS", default_value_t = false,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub exclude_terminal_pods: bool,
+
+    /// How to serve `/metrics`: `http` (plain HTTP) or `disabled`. Upstream's `httptls` is not
+    /// supported yet.
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_MODE", default_value = "http")]
+    pub metrics_mode: String,
+
+    /// The metrics port.
+    #[arg(long, env = "METRICS_PORT", default_value_t = DEFAULT_METRICS_PORT)]
+    pub metrics_port: u16,
+
+    /// The metrics listen address.
+    #[arg(long, alias = "metrics-ip", env = "METRICS_ADDRESS", default_value = "0.0.0.0")]
+    pub metrics_address: String,
+
+    /// Scan and publish once, then exit (non-zero when either failed).
+    #[arg(long, env = "NUMARESOURCES_RTE_ONESHOT", default_value_t = false,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub oneshot: bool,
+
+    /// klog verbosity (`-v=2`), accepted so upstream arguments parse; the log filter is the
+    /// binary's `--log-level` (see [`klog_log_level`]).
+    #[arg(short = 'v', long = "v", value_name = "LEVEL")]
+    pub verbosity: Option<u8>,
+
+    /// Accepted for upstream compatibility and always in effect: every scan re-reads sysfs and
+    /// the kubelet's allocatable resources.
+    #[arg(long, env = "NUMARESOURCES_RTE_REFRESH_NODE_RESOURCES", default_value_t = false,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub refresh_node_resources: bool,
+}
+
+/// The default metrics port (upstream's).
+pub const DEFAULT_METRICS_PORT: u16 = 2112;
+
+/// The `tracing` level matching a klog verbosity: up to 2 (klog's usual) `info`, 3 and 4
+/// `debug`, above `trace`.
+pub fn klog_log_level(verbosity: u8) -> &'static str {
+    match verbosity {
+        0..=2 => "info",
+        3..=4 => "debug",
+        _ => "trace",
+    }
 }
 
 impl Default for Args {
@@ -130,6 +188,14 @@ impl Default for Args {
             add_nrt_owner: true,
             max_events_per_second: 1,
             heartbeat: "60s".to_owned(),
+            podreadiness: true,
+            exclude_terminal_pods: false,
+            metrics_mode: "http".to_owned(),
+            metrics_port: DEFAULT_METRICS_PORT,
+            metrics_address: "0.0.0.0".to_owned(),
+            oneshot: false,
+            verbosity: None,
+            refresh_node_resources: false,
         }
     }
 }
@@ -167,6 +233,18 @@ pub struct Config {
     pub max_events_per_second: NonZeroU32,
     /// How often to republish an unchanged topology; `None`: never.
     pub heartbeat: Option<Duration>,
+    /// Whether to set the own-pod conditions.
+    pub pod_readiness: bool,
+    /// The agent's own Pod, when the environment names it.
+    pub own_pod: Option<OwnPod>,
+    /// Whether to leave terminal pods out.
+    pub exclude_terminal_pods: bool,
+    /// Where to serve `/metrics`; `None` when disabled.
+    pub metrics: Option<SocketAddr>,
+    /// Scan and publish once, then exit.
+    pub oneshot: bool,
+    /// The klog verbosity given, if any.
+    pub verbosity: Option<u8>,
 }
 
 impl Config {
@@ -189,6 +267,12 @@ impl Config {
             add_nrt_owner: true,
             max_events_per_second: NonZeroU32::MIN,
             heartbeat: Some(Duration::from_secs(60)),
+            pod_readiness: true,
+            own_pod: None,
+            exclude_terminal_pods: false,
+            metrics: Some(SocketAddr::from(([0, 0, 0, 0], DEFAULT_METRICS_PORT))),
+            oneshot: false,
+            verbosity: None,
         }
     }
 }
@@ -418,6 +502,26 @@ impl Args {
             problem("--max-events-per-second", "must be at least 1".into());
         }
 
+        let own_pod = own_pod_from_env(env, reference_container.as_ref());
+        let metrics = match self.metrics_mode.as_str() {
+            "disabled" => None,
+            "http" => match self.metrics_address.parse::<IpAddr>() {
+                Ok(ip) => Some(SocketAddr::new(ip, self.metrics_port)),
+                Err(_) => {
+                    problem("--metrics-address", format!("{:?} is not an IP address", self.metrics_address));
+                    None
+                }
+            },
+            "httptls" => {
+                problem("--metrics-mode", "httptls is not supported yet; use http or disabled".into());
+                None
+            }
+            other => {
+                problem("--metrics-mode", format!("unsupported mode {other:?}: expected http or disabled"));
+                None
+            }
+        };
+
         match (socket, sleep_interval, heartbeat, method, max_events_per_second) {
             (
                 Ok(podresources_socket),
@@ -441,6 +545,12 @@ impl Args {
                 add_nrt_owner: self.add_nrt_owner,
                 max_events_per_second,
                 heartbeat,
+                pod_readiness: self.podreadiness,
+                own_pod,
+                exclude_terminal_pods: self.exclude_terminal_pods,
+                metrics,
+                oneshot: self.oneshot,
+                verbosity: self.verbosity,
             }),
             _ => Err(ConfigError { problems }),
         }
@@ -496,6 +606,18 @@ fn reference_from_env(env: &dyn Environment) -> Result<Option<ContainerRef>, Str
             Err(format!("set all three of {names:?} or none; missing {missing:?}"))
         }
     }
+}
+
+/// The agent's own Pod: POD_NAMESPACE/POD_NAME, else REFERENCE_NAMESPACE/REFERENCE_POD_NAME
+/// (upstream's source), else the reference container's pod (it is a sidecar of the agent's pod).
+fn own_pod_from_env(env: &dyn Environment, reference: Option<&ContainerRef>) -> Option<OwnPod> {
+    let pair = |namespace: &str, name: &str| match (env.var(namespace), env.var(name)) {
+        (Some(namespace), Some(name)) if !namespace.is_empty() && !name.is_empty() => Some(OwnPod { namespace, name }),
+        _ => None,
+    };
+    pair("POD_NAMESPACE", "POD_NAME")
+        .or_else(|| pair("REFERENCE_NAMESPACE", "REFERENCE_POD_NAME"))
+        .or_else(|| reference.map(|r| OwnPod { namespace: r.namespace.clone(), name: r.pod.clone() }))
 }
 
 /// Why `name` cannot be a cluster-scoped object's name (a DNS subdomain), if it cannot.
@@ -782,5 +904,86 @@ mod tests {
         assert!(!config.add_nrt_owner && !config.publish);
         let cli = Cli::try_parse_from(["rte", "--pods-fingerprint=false"]).unwrap();
         assert!(!cli.args.pods_fingerprint);
+    }
+
+    #[test]
+    fn the_operator_render_and_node_group_arguments_parse_too() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let cli = Cli::try_parse_from([
+            "rte",
+            "-v=2",
+            "--refresh-node-resources",
+            "--exclude-terminal-pods=true",
+            "--podreadiness=false",
+            "--oneshot",
+            "--metrics-ip=127.0.0.1",
+            "--metrics-port=9100",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.verbosity, Some(2));
+        let config = cli.args.resolve_with(&host("worker-1")).unwrap();
+        assert!(config.exclude_terminal_pods && config.oneshot && !config.pod_readiness);
+        assert_eq!(config.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        for args in [&["rte", "--v=4"][..], &["rte", "-v", "4"]] {
+            assert_eq!(Cli::try_parse_from(args).unwrap().args.verbosity, Some(4), "{args:?}");
+        }
+        assert_eq!([0, 2, 3, 4, 5, 10].map(klog_log_level), ["info", "info", "debug", "debug", "trace", "trace"]);
+    }
+
+    #[test]
+    fn metrics_are_served_over_http_by_default_and_the_mode_is_checked() {
+        let config = Args::default().resolve_with(&host("n")).unwrap();
+        assert_eq!(config.metrics, Some("0.0.0.0:2112".parse().unwrap()));
+        let disabled = Args { metrics_mode: "disabled".into(), ..Args::default() };
+        assert_eq!(disabled.resolve_with(&host("n")).unwrap().metrics, None);
+        // (mode, address, the problem's source)
+        let cases = [
+            ("httptls", "0.0.0.0", "--metrics-mode"),
+            ("https", "0.0.0.0", "--metrics-mode"),
+            ("http", "localhost", "--metrics-address"),
+        ];
+        for (mode, address, source) in cases {
+            let args = Args { metrics_mode: mode.into(), metrics_address: address.into(), ..Args::default() };
+            let error = args.resolve_with(&host("n")).unwrap_err();
+            assert_eq!(sources(&error), [source], "{mode} {address}");
+        }
+    }
+
+    #[test]
+    fn the_own_pod_comes_from_pod_then_reference_variables_then_the_reference_container() {
+        type Case = (&'static [(&'static str, &'static str)], Option<&'static str>, Option<&'static str>);
+        let cases: [Case; 5] = [
+            (
+                &[
+                    ("POD_NAMESPACE", "rte"),
+                    ("POD_NAME", "rte-abc"),
+                    ("REFERENCE_NAMESPACE", "x"),
+                    ("REFERENCE_POD_NAME", "y"),
+                    ("REFERENCE_CONTAINER_NAME", "z"),
+                ],
+                None,
+                Some("rte/rte-abc"),
+            ),
+            (
+                &[("REFERENCE_NAMESPACE", "ns"), ("REFERENCE_POD_NAME", "rte-1"), ("REFERENCE_CONTAINER_NAME", "c")],
+                None,
+                Some("ns/rte-1"),
+            ),
+            (&[("POD_NAME", "half")], Some("a/b/c"), Some("a/b")),
+            (&[("POD_NAME", "only-name")], None, None),
+            (&[], None, None),
+        ];
+        for (vars, reference, want) in cases {
+            let mut fake = host("n");
+            fake.vars.extend(vars.iter().copied());
+            let args = Args { reference_container: reference.map(str::to_owned), ..Args::default() };
+            let own = args.resolve_with(&fake).unwrap().own_pod.map(|p| p.to_string());
+            assert_eq!(own.as_deref(), want, "{vars:?}");
+        }
     }
 }

@@ -9,4 +9,7 @@ pub mod topology;
 
 pub mod agent;
 pub mod config;
+pub mod metrics;
+pub mod podreadiness;
 pub mod publish;
+pub mod terminal;

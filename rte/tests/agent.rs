@@ -12,12 +12,14 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use numaresources_api::nrt::NodeResourceTopology;
-use numaresources_rte::agent::{Agent, ScanError, Trigger};
-use numaresources_rte::config::Config;
+use numaresources_rte::agent::{self, Agent, ScanError, Trigger};
+use numaresources_rte::config::{Args, Config};
+use numaresources_rte::podreadiness::{OwnPod, PodConditions};
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient};
 use numaresources_rte::publish::{self, KubePublisher, Outcome, PublishError, Publisher};
+use numaresources_rte::terminal::TerminalPods;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -465,4 +467,253 @@ async fn an_invalid_object_and_an_unreachable_server_are_told_apart() {
     let error = bounded("publish", publisher.publish(desired())).await.unwrap_err();
     assert!(error.is_unreachable(), "{error}");
     assert!(error.to_string().starts_with("cannot reach the API server to get"), "{error}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Own-pod conditions against a mock API server.
+
+const POD_STATUS_PATH: &str = "/api/v1/namespaces/numaresources/pods/rte-worker-0-x7k2p/status";
+
+fn mock_conditions() -> (PodConditions, ApiServerVerifier) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let pod = OwnPod { namespace: "numaresources".into(), name: "rte-worker-0-x7k2p".into() };
+    (PodConditions::new(client, pod), ApiServerVerifier(handle))
+}
+
+fn pod_reply() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rte-worker-0-x7k2p", "namespace": "numaresources"}})
+}
+
+/// Takes the next status patch and returns its one condition, checking the request's shape.
+async fn expect_condition(server: &mut ApiServerVerifier) -> Value {
+    let seen = server.expect("PATCH", POD_STATUS_PATH, 200, pod_reply()).await;
+    assert_eq!(seen.content_type, "application/strategic-merge-patch+json");
+    let conditions = seen.body["status"]["conditions"].as_array().unwrap().clone();
+    assert_eq!(conditions.len(), 1, "one condition per patch: {}", seen.body);
+    let mut condition = conditions[0].clone();
+    assert!(condition["lastTransitionTime"].as_str().unwrap().ends_with('Z'), "{condition}");
+    condition.as_object_mut().unwrap().remove("lastTransitionTime");
+    condition
+}
+
+/// Fails every publish.
+#[derive(Clone)]
+struct Refusing;
+
+impl Publisher for Refusing {
+    fn publish(&self, _: NodeResourceTopology) -> impl Future<Output = Result<Outcome, PublishError>> + Send {
+        std::future::ready(Err(PublishError::NodeNotFound("worker-0".into())))
+    }
+}
+
+#[tokio::test]
+async fn pod_conditions_are_patched_through_pods_status_only_when_they_change() {
+    let node = Node::new();
+    let kubelet = node.kubelet(&[("dpdk", &[2])]);
+    let (recorder, _told) = Recorder::new();
+    let (conditions, mut server) = mock_conditions();
+    let mut agent = Agent::new(node.config(), node.client(), recorder.clone()).with_pod_conditions(conditions);
+    let metrics = agent.metrics();
+
+    let api = tokio::spawn(async move {
+        // First refresh: both conditions become True.
+        let fetched = expect_condition(&mut server).await;
+        assert_eq!(fetched, json!({"type": "PodresourcesFetched", "status": "True", "reason": null, "message": null}));
+        let updated = expect_condition(&mut server).await;
+        assert_eq!(updated, json!({"type": "NodeTopologyUpdated", "status": "True", "reason": null, "message": null}));
+        // The unchanged refresh writes nothing; the next request is the failed scan's.
+        let failed = expect_condition(&mut server).await;
+        assert_eq!(
+            (&failed["type"], &failed["status"], &failed["reason"]),
+            (&json!("PodresourcesFetched"), &json!("False"), &json!("ScanFailed"))
+        );
+        assert!(failed["message"].as_str().unwrap().contains("not publishing"), "{failed}");
+        // A second failed scan writes nothing either; recovery is next.
+        let recovered = expect_condition(&mut server).await;
+        assert_eq!((&recovered["type"], &recovered["status"]), (&json!("PodresourcesFetched"), &json!("True")));
+        server
+    });
+
+    bounded("first refresh", agent.refresh(Trigger::Periodic)).await.unwrap();
+    assert_eq!(bounded("unchanged refresh", agent.refresh(Trigger::Periodic)).await.unwrap(), None);
+    bounded("kubelet stop", kubelet.stop()).await.unwrap();
+    let _ = fs::remove_file(&node.socket);
+    for _ in 0..2 {
+        bounded("refresh without kubelet", agent.refresh(Trigger::Periodic)).await.unwrap_err();
+    }
+    let _kubelet = node.kubelet(&[("dpdk", &[2])]);
+    // The client waits out its dial backoff first; failed scans in between write nothing.
+    bounded("recovered refresh", async {
+        while agent.refresh(Trigger::Periodic).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    bounded("api server scenario", api).await.unwrap();
+    let stats = metrics.snapshot();
+    assert_eq!((stats.condition_writes, stats.condition_failures), (4, 0));
+    assert_eq!(recorder.count(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_publish_sets_update_failed_and_a_refused_status_write_is_retried() {
+    let node = Node::new();
+    let _kubelet = node.kubelet(&[]);
+    let (conditions, mut server) = mock_conditions();
+    let mut agent = Agent::new(node.config(), node.client(), Refusing).with_pod_conditions(conditions);
+    let metrics = agent.metrics();
+    let api = tokio::spawn(async move {
+        // First refresh: the API server refuses PodresourcesFetched…
+        let forbidden = status(403, "Forbidden", "pods \"rte-worker-0-x7k2p\" is forbidden");
+        let refused = server.expect("PATCH", POD_STATUS_PATH, 403, forbidden).await;
+        assert_eq!(refused.body["status"]["conditions"][0]["type"], "PodresourcesFetched");
+        let updated = expect_condition(&mut server).await;
+        assert_eq!((&updated["status"], &updated["reason"]), (&json!("False"), &json!("UpdateFailed")));
+        assert!(updated["message"].as_str().unwrap().contains("node \"worker-0\" not found"), "{updated}");
+        // …so the second refresh writes it again although it did not change, and nothing else.
+        let retried = expect_condition(&mut server).await;
+        assert_eq!((&retried["type"], &retried["status"]), (&json!("PodresourcesFetched"), &json!("True")));
+        server
+    });
+    for _ in 0..2 {
+        bounded("refresh", agent.refresh(Trigger::Periodic)).await.unwrap_err();
+    }
+    bounded("api server scenario", api).await.unwrap();
+    let stats = metrics.snapshot();
+    assert_eq!((stats.condition_writes, stats.condition_failures, stats.publish_failures), (2, 1, 2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics over loopback.
+
+async fn http_get(address: std::net::SocketAddr, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.to_owned(), body.to_owned())
+}
+
+#[tokio::test]
+async fn metrics_are_scraped_over_loopback_with_upstream_names_after_a_scan() {
+    let node = Node::new();
+    let _kubelet = node.kubelet(&[("dpdk", &[2])]);
+    let (recorder, _told) = Recorder::new();
+    let mut agent = Agent::new(node.config(), node.client(), recorder);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(numaresources_rte::metrics::serve(listener, agent.metrics(), "worker-0", async move {
+        let _ = stopped.await;
+    }));
+
+    bounded("refresh", agent.refresh(Trigger::Reactive)).await.unwrap();
+    bounded("unchanged refresh", agent.refresh(Trigger::Periodic)).await.unwrap();
+    let (head, body) = bounded("scrape", http_get(address, "/metrics")).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: application/openmetrics-text"), "{head}");
+    for line in [
+        r#"rte_noderesourcetopology_writes_total{node="worker-0",operation="update",trigger="reactive"} 1"#,
+        r#"numaresources_rte_scans_total{node="worker-0"} 2"#,
+        r#"numaresources_rte_publishes_total{node="worker-0"} 1"#,
+        r#"numaresources_rte_skipped_unchanged_total{node="worker-0"} 1"#,
+        r#"numaresources_rte_scan_failures_total{node="worker-0"} 0"#,
+    ] {
+        assert!(body.lines().any(|l| l == line), "missing {line:?} in\n{body}");
+    }
+    for prefix in [
+        r#"rte_operation_delay_milliseconds{node="worker-0",operation_name="podresources_scan",trigger="reactive"} "#,
+        r#"rte_operation_delay_milliseconds{node="worker-0",operation_name="node_resource_object_update",trigger="reactive"} "#,
+        r#"rte_wakeup_delay_milliseconds{node="worker-0",trigger="periodic"} "#,
+    ] {
+        let value =
+            body.lines().find_map(|l| l.strip_prefix(prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{body}"));
+        assert!(value.parse::<f64>().unwrap() >= 0.0, "{value}");
+    }
+    assert!(!body.contains("rte_podresource_api_call_failures_total{"), "no failures yet:\n{body}");
+    let (head, _) = bounded("unknown path", http_get(address, "/nope")).await;
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    stop.send(()).unwrap();
+    bounded("metrics server shutdown", server).await.unwrap().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Terminal pods from a Pod watch.
+
+#[tokio::test]
+async fn terminal_pods_seen_by_the_watch_are_left_out_of_the_scan() {
+    let node = Node::new();
+    let _kubelet = node.kubelet(&[("dpdk", &[2]), ("job-done", &[4])]);
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let terminal = TerminalPods::default();
+    let watch = tokio::spawn(terminal.clone().watch(client, "worker-0".into()));
+    let mut server = ApiServerVerifier(handle);
+    let (request, respond) = bounded("list", server.0.next_request()).await.expect("a list request");
+    assert_eq!((request.method().as_str(), request.uri().path()), ("GET", "/api/v1/pods"));
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    assert!(
+        query
+            .contains("fieldSelector=spec.nodeName%3Dworker-0%2Cstatus.phase%21%3DPending%2Cstatus.phase%21%3DRunning"),
+        "{query}"
+    );
+    let list = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "10"}, "items": [
+        {"metadata": {"name": "job-done", "namespace": "telco"}, "spec": {"nodeName": "worker-0", "containers": []},
+         "status": {"phase": "Succeeded"}},
+    ]});
+    respond.send_response(
+        Response::builder()
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(serde_json::to_vec(&list).unwrap()))
+            .unwrap(),
+    );
+    bounded("the watch saw the terminal pod", async {
+        while terminal.read().pods.is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+
+    let (recorder, _told) = Recorder::new();
+    let mut agent = Agent::new(node.config(), node.client(), recorder.clone()).with_terminal_pods(terminal);
+    bounded("refresh", agent.refresh(Trigger::Periodic)).await.unwrap();
+    let published = recorder.published.lock().unwrap()[0].clone();
+    // CPU 4 (NUMA 0) held by the finished job counts as free; CPU 2 stays taken.
+    assert_eq!((available_cpus(&published, "node-0"), available_cpus(&published, "node-1")), (11, 12));
+    let status: Value =
+        serde_json::from_str(&fs::read_to_string(node.dir.path().join("status.json")).unwrap()).unwrap();
+    assert_eq!(status["pods"], json!([{"Namespace": "telco", "Name": "dpdk"}]));
+    watch.abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The entry point with --oneshot.
+
+fn oneshot_args(node: &Node) -> Args {
+    Args {
+        hostname: Some("worker-0".into()),
+        sysfs: node.sys.clone(),
+        podresources_socket: format!("unix://{}", node.socket.display()),
+        config: Some(node.dir.path().join("empty-config.yaml")),
+        oneshot: true,
+        no_publish: true,
+        podreadiness: false,
+        metrics_mode: "disabled".into(),
+        ..Args::default()
+    }
+}
+
+#[tokio::test]
+async fn oneshot_refreshes_once_and_fails_when_the_scan_fails() {
+    let node = Node::new();
+    fs::write(node.dir.path().join("empty-config.yaml"), "").unwrap();
+    let error =
+        bounded("oneshot without kubelet", agent::run(oneshot_args(&node), std::future::pending())).await.unwrap_err();
+    assert!(matches!(error, agent::Error::Oneshot(ScanError::Kubelet(_))), "{error}");
+    let _kubelet = node.kubelet(&[("dpdk", &[2])]);
+    bounded("oneshot", agent::run(oneshot_args(&node), std::future::pending())).await.unwrap();
 }

@@ -2,7 +2,10 @@
 //! touched (rate-limited, bursts coalesced), and publish only what changed, plus a heartbeat.
 //!
 //! A scan is sysfs discovery (on the blocking pool) plus the kubelet's podresources `List` and
-//! `GetAllocatableResources`, the middlewares, and [`topology::node_topology`].
+//! `GetAllocatableResources`, the middlewares (terminal pods too, with
+//! [`Agent::with_terminal_pods`]), and [`topology::node_topology`]. After the scan and after the
+//! publish, the own-pod conditions are set when they changed ([`Agent::with_pod_conditions`]).
+//! Every step is counted in [`Metrics`], which [`run`] serves on `/metrics`.
 //!
 //! When the kubelet cannot be asked, the scan fails and nothing is published. Upstream does
 //! the same; publishing the machine without the kubelet's allocations would tell the scheduler
@@ -15,7 +18,6 @@ pub mod trigger;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
@@ -26,13 +28,17 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use crate::accounting::KubeletView;
 use crate::config::{Args, Config, ConfigError};
 use crate::fingerprint::{self, Fingerprint, FingerprintPod};
+use crate::metrics::{Operation, PodResourcesCall};
+use crate::podreadiness::{Condition, ConditionType, PodConditions};
 use crate::podresources::{
     self, Allocatable, ClientConfig, PodResources, PodResourcesClient, PodResourcesSource, middleware,
 };
 use crate::publish::{KubePublisher, Outcome, PublishError, Publisher};
 use crate::sysfs::{self, Machine};
+use crate::terminal::TerminalPods;
 use crate::topology::{self, Scan};
 
+pub use crate::metrics::{Metrics, Stats};
 pub use notify_file::NotifyFileError;
 pub use trigger::{Decision, Published, RateLimiter, Trigger, decide};
 
@@ -48,6 +54,19 @@ pub enum Error {
     /// No client configuration for the API server (neither in-cluster nor a kubeconfig).
     #[error("cannot configure a Kubernetes client (in-cluster service account or KUBECONFIG): {0}")]
     Kube(#[source] kube::Error),
+    /// The metrics port cannot be listened on.
+    #[error("cannot listen for metrics on {address}: {source}")]
+    Metrics {
+        /// The address.
+        address: std::net::SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `--oneshot`: the one scan or publish failed. (Not a `source`: the text carries it, and
+    /// the binary prints the chain, which would repeat it.)
+    #[error("the one refresh (--oneshot) failed: {0}")]
+    Oneshot(ScanError),
 }
 
 /// Why one scan (or its publish) failed; logged and counted, never fatal.
@@ -65,53 +84,6 @@ pub enum ScanError {
     /// Publishing failed; the next scan publishes again.
     #[error("publishing failed: {0}")]
     Publish(#[from] PublishError),
-}
-
-/// Counters the binary can export.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    scans: AtomicU64,
-    scan_failures: AtomicU64,
-    kubelet_failures: AtomicU64,
-    publishes: AtomicU64,
-    skipped_unchanged: AtomicU64,
-    publish_failures: AtomicU64,
-}
-
-/// A snapshot of [`Metrics`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Scans started.
-    pub scans: u64,
-    /// Scans that failed before publishing (discovery or kubelet).
-    pub scan_failures: u64,
-    /// Of those, the ones where the kubelet could not be asked.
-    pub kubelet_failures: u64,
-    /// Successful publishes.
-    pub publishes: u64,
-    /// Scans whose result equalled what was last published.
-    pub skipped_unchanged: u64,
-    /// Failed publishes.
-    pub publish_failures: u64,
-}
-
-impl Metrics {
-    /// The current values.
-    pub fn snapshot(&self) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            scans: get(&self.scans),
-            scan_failures: get(&self.scan_failures),
-            kubelet_failures: get(&self.kubelet_failures),
-            publishes: get(&self.publishes),
-            skipped_unchanged: get(&self.skipped_unchanged),
-            publish_failures: get(&self.publish_failures),
-        }
-    }
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The object for one scan's inputs: middlewares applied to `pods` (in place), accounting,
@@ -160,7 +132,8 @@ fn fingerprint_status(node: &str, method: fingerprint::Method, pods: &[PodResour
     }
 }
 
-/// The agent: a configuration, a kubelet, a publisher and what it last published.
+/// The agent: a configuration, a kubelet, a publisher and what it last published; optionally
+/// its own Pod's conditions and the node's terminal pods.
 #[derive(Debug)]
 pub struct Agent<S, P> {
     config: Config,
@@ -168,17 +141,57 @@ pub struct Agent<S, P> {
     publisher: P,
     metrics: Arc<Metrics>,
     last: Option<Published>,
+    conditions: Option<PodConditions>,
+    terminal: Option<TerminalPods>,
+    last_wakeup: Instant,
 }
 
 impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
     /// An agent that has not scanned yet.
     pub fn new(config: Config, source: S, publisher: P) -> Self {
-        Self { config, source, publisher, metrics: Arc::default(), last: None }
+        Self {
+            config,
+            source,
+            publisher,
+            metrics: Arc::default(),
+            last: None,
+            conditions: None,
+            terminal: None,
+            last_wakeup: Instant::now(),
+        }
+    }
+
+    /// Sets the own-pod conditions after each scan and publish.
+    #[must_use]
+    pub fn with_pod_conditions(mut self, conditions: PodConditions) -> Self {
+        self.conditions = Some(conditions);
+        self
+    }
+
+    /// Leaves the pods in `terminal` out of every scan.
+    #[must_use]
+    pub fn with_terminal_pods(mut self, terminal: TerminalPods) -> Self {
+        self.terminal = Some(terminal);
+        self
     }
 
     /// Its counters, shared.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.metrics)
+    }
+
+    /// The kubelet's pods and allocatable resources, counting each failed call.
+    async fn ask_kubelet(&self) -> Result<(Vec<PodResources>, Allocatable), podresources::Error> {
+        let list = async {
+            self.source.list().await.inspect_err(|_| self.metrics.podresources_call_failed(PodResourcesCall::List))
+        };
+        let allocatable = async {
+            self.source
+                .allocatable()
+                .await
+                .inspect_err(|_| self.metrics.podresources_call_failed(PodResourcesCall::GetAllocatableResources))
+        };
+        tokio::try_join!(list, allocatable)
     }
 
     /// Scans once.
@@ -188,7 +201,13 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         for skipped in &discovery.skipped {
             tracing::debug!(error = %skipped, "sysfs entry skipped");
         }
-        let (mut pods, allocatable) = tokio::try_join!(self.source.list(), self.source.allocatable())?;
+        let (mut pods, allocatable) = self.ask_kubelet().await?;
+        if let Some(terminal) = &self.terminal {
+            let dropped = middleware::exclude_terminal_pods(&mut pods, &terminal.read().pods);
+            if dropped > 0 {
+                tracing::debug!(dropped, "terminal pods left out");
+            }
+        }
         let nrt = assemble(&self.config, &discovery.machine, &mut pods, &allocatable, trigger);
         if let (Some(path), Some(method)) = (&self.config.fingerprint_status_file, self.config.fingerprint) {
             let status = fingerprint_status(&self.config.node_name, method, &pods);
@@ -202,38 +221,71 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         Ok(nrt)
     }
 
+    /// Sets one own-pod condition, if conditions are on and it changed; failures are logged
+    /// and counted, and the condition is tried again on the next scan.
+    async fn set_condition(&mut self, condition: Condition) {
+        let Some(conditions) = self.conditions.as_mut() else { return };
+        match conditions.set(&condition).await {
+            Ok(false) => {}
+            Ok(true) => {
+                self.metrics.condition_written(true);
+                tracing::info!(
+                    condition = condition.kind.as_str(),
+                    status = condition.status(),
+                    pod = %conditions.pod(),
+                    "set pod condition"
+                );
+            }
+            Err(error) => {
+                self.metrics.condition_written(false);
+                tracing::warn!(%error, "cannot set pod condition");
+            }
+        }
+    }
+
     /// Scans once and publishes if the topology changed or the heartbeat is due. Errors are
     /// counted and returned; the caller only logs them.
     pub async fn refresh(&mut self, trigger: Trigger) -> Result<Option<Outcome>, ScanError> {
-        bump(&self.metrics.scans);
-        let desired = match self.scan(trigger).await {
-            Ok(desired) => desired,
+        let started = Instant::now();
+        self.metrics.scan_started(trigger, started.saturating_duration_since(self.last_wakeup));
+        self.last_wakeup = started;
+        let scanned = self.scan(trigger).await;
+        self.metrics.took(Operation::PodresourcesScan, trigger, started.elapsed());
+        let desired = match scanned {
+            Ok(desired) => {
+                self.set_condition(Condition::ok(ConditionType::PodresourcesFetched)).await;
+                desired
+            }
             Err(error) => {
-                bump(&self.metrics.scan_failures);
-                if matches!(error, ScanError::Kubelet(_)) {
-                    bump(&self.metrics.kubelet_failures);
-                }
+                self.metrics.scan_failed(matches!(error, ScanError::Kubelet(_)));
+                self.set_condition(Condition::failed(ConditionType::PodresourcesFetched, &error)).await;
                 return Err(error);
             }
         };
         let now = Instant::now();
         let decision = decide(self.last.as_ref(), &desired, now, self.config.heartbeat);
         if !decision.publishes() {
-            bump(&self.metrics.skipped_unchanged);
+            self.metrics.skipped();
             tracing::debug!(trigger = trigger.as_str(), "topology unchanged; not publishing");
+            // What was published still stands; this also retries a condition write that failed.
+            self.set_condition(Condition::ok(ConditionType::NodeTopologyUpdated)).await;
             return Ok(None);
         }
-        match self.publisher.publish(desired.clone()).await {
+        let published = self.publisher.publish(desired.clone()).await;
+        self.metrics.took(Operation::NodeResourceObjectUpdate, trigger, now.elapsed());
+        match published {
             Ok(outcome) => {
-                bump(&self.metrics.publishes);
+                self.metrics.published(outcome, trigger);
                 tracing::info!(trigger = trigger.as_str(), ?decision, ?outcome, "published the node topology");
                 self.last = Some(Published { topology: desired, at: now });
+                self.set_condition(Condition::ok(ConditionType::NodeTopologyUpdated)).await;
                 Ok(Some(outcome))
             }
             Err(error) => {
-                bump(&self.metrics.publish_failures);
+                self.metrics.publish_failed();
                 // Forget what was published: the next scan must send again.
                 self.last = None;
+                self.set_condition(Condition::failed(ConditionType::NodeTopologyUpdated, &error)).await;
                 Err(error.into())
             }
         }
@@ -334,17 +386,108 @@ impl Publisher for DryRun {
 }
 
 /// The `numaresources rte` entry point: validates `args`, connects to the kubelet and the API
-/// server, and runs until `shutdown` completes.
+/// server, serves metrics, and runs until `shutdown` completes (or after one refresh with
+/// `--oneshot`, failing when it failed).
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
     let config = args.resolve()?;
+    if let Some(verbosity) = config.verbosity {
+        tracing::info!(
+            verbosity,
+            matching_log_level = crate::config::klog_log_level(verbosity),
+            "klog verbosity accepted; the log filter is the binary's --log-level (NUMARESOURCES_LOG)"
+        );
+    }
+    if args.refresh_node_resources {
+        tracing::debug!("--refresh-node-resources is always in effect: every scan re-reads the node's resources");
+    }
     // No readiness wait here: the first scan dials, and a failed scan is retried with backoff.
     let source = PodResourcesClient::new(ClientConfig::new(config.podresources_socket.clone()));
-    if config.publish {
-        let client = kube::Client::try_default().await.map_err(Error::Kube)?;
-        let publisher = KubePublisher::new(client, config.add_nrt_owner);
-        Agent::new(config, source, publisher).run(shutdown).await
-    } else {
-        Agent::new(config, source, DryRun).run(shutdown).await
+    let own_pod = if config.pod_readiness { config.own_pod.clone() } else { None };
+    if config.pod_readiness && own_pod.is_none() {
+        tracing::warn!(
+            "--podreadiness is on but neither POD_NAMESPACE/POD_NAME nor REFERENCE_NAMESPACE/REFERENCE_POD_NAME \
+             name the agent's pod: not setting pod conditions"
+        );
+    }
+    let needs_client = config.publish || own_pod.is_some() || config.exclude_terminal_pods;
+    let client = if needs_client { Some(kube::Client::try_default().await.map_err(Error::Kube)?) } else { None };
+
+    let listener = match config.metrics {
+        Some(address) => {
+            Some(tokio::net::TcpListener::bind(address).await.map_err(|source| Error::Metrics { address, source })?)
+        }
+        None => None,
+    };
+    let mut background = tokio::task::JoinSet::new();
+    let terminal = match (&client, config.exclude_terminal_pods) {
+        (Some(client), true) => {
+            let terminal = TerminalPods::default();
+            background.spawn(terminal.clone().watch(client.clone(), config.node_name.clone()));
+            Some(terminal)
+        }
+        _ => None,
+    };
+    let conditions = match (&client, own_pod) {
+        (Some(client), Some(pod)) => Some(PodConditions::new(client.clone(), pod)),
+        _ => None,
+    };
+
+    let options = Options { oneshot: config.oneshot, conditions, terminal };
+    let result = match client.filter(|_| config.publish) {
+        Some(client) => {
+            let publisher = KubePublisher::new(client, config.add_nrt_owner);
+            drive(Agent::new(config, source, publisher), options, listener, &mut background, shutdown).await
+        }
+        None => drive(Agent::new(config, source, DryRun), options, listener, &mut background, shutdown).await,
+    };
+    background.shutdown().await;
+    result
+}
+
+/// What [`run`] wires around the agent.
+struct Options {
+    oneshot: bool,
+    conditions: Option<PodConditions>,
+    terminal: Option<TerminalPods>,
+}
+
+/// Serves metrics (when given a listener) and runs the agent, once or until `shutdown`.
+async fn drive<P: Publisher + Sync>(
+    mut agent: Agent<PodResourcesClient, P>,
+    options: Options,
+    metrics: Option<tokio::net::TcpListener>,
+    background: &mut tokio::task::JoinSet<()>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    if let Some(conditions) = options.conditions {
+        agent = agent.with_pod_conditions(conditions);
+    }
+    if let Some(terminal) = options.terminal {
+        agent = agent.with_terminal_pods(terminal);
+    }
+    if let Some(listener) = metrics {
+        let metrics = agent.metrics();
+        let node = agent.config.node_name.clone();
+        // Stopped with the other background tasks when the agent returns.
+        background.spawn(async move {
+            if let Err(error) = crate::metrics::serve(listener, metrics, &node, std::future::pending()).await {
+                tracing::error!(%error, "the metrics server stopped");
+            }
+        });
+    }
+    if !options.oneshot {
+        return agent.run(shutdown).await;
+    }
+    tokio::select! {
+        biased;
+        () = shutdown => Ok(()),
+        refreshed = agent.refresh(Trigger::Periodic) => match refreshed {
+            Ok(outcome) => {
+                tracing::info!(?outcome, "--oneshot: refreshed once; exiting");
+                Ok(())
+            }
+            Err(error) => Err(Error::Oneshot(error)),
+        },
     }
 }
 

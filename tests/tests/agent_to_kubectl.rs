@@ -1,0 +1,520 @@
+//! End to end, in one process plus the real `kubectl`: the exporter (the real `Agent` with a
+//! `KubePublisher`) scans a real 2-NUMA sysfs tree and asks a real fake kubelet on a unix socket,
+//! publishes through kube-rs over TLS to our API server (served by the certs crate on
+//! 127.0.0.1:0), and `kubectl` reads and watches the result through a kubeconfig that trusts the
+//! generated CA.
+//!
+//! Every wait is bounded; nothing asserts how long anything took.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
+
+use std::fs;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use numaresources_apiserver::{AppState, Store, router};
+use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
+use numaresources_rte::agent::{Agent, Metrics, Stats};
+use numaresources_rte::config::Config;
+use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
+use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
+use numaresources_rte::publish::KubePublisher;
+use numaresources_rte::topology::TopologyManager;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+const NODE: &str = "worker-0";
+const GIB: i64 = 1 << 30;
+const VF: &str = "example.com/sriov_vf";
+
+/// Bounds a wait: a hang fails the test with `what` instead of stalling the suite.
+async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no progress in 30 s, likely deadlocked"))
+}
+
+/// A temporary directory with the machine's /sys, the kubelet socket, the notify file, the
+/// certificates and the kubeconfig.
+struct Workspace {
+    dir: tempfile::TempDir,
+    sys: PathBuf,
+    socket: PathBuf,
+    notify: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Workspace {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tarball =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
+        let file = fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
+        tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path().join("machine")).unwrap();
+        let sys = dir.path().join("machine/sys");
+        let socket = dir.path().join("kubelet/pod-resources.sock");
+        fs::create_dir_all(socket.parent().unwrap()).unwrap();
+        let notify = dir.path().join("run/rte/notify");
+        let kubeconfig = dir.path().join("kubeconfig");
+        Self { dir, sys, socket, notify, kubeconfig }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A kubeconfig for `address` trusting `ca_pem`, with a placeholder token (the server runs
+    /// with authentication disabled; kubectl would otherwise prompt).
+    fn write_kubeconfig(&self, address: SocketAddr, ca_pem: &str) {
+        let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+        let text = format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://{address}
+    certificate-authority-data: {ca}
+contexts:
+- name: e2e
+  context:
+    cluster: e2e
+    user: e2e
+current-context: e2e
+users:
+- name: e2e
+  user:
+    token: placeholder
+"
+        );
+        fs::write(&self.kubeconfig, text).unwrap();
+    }
+
+    /// Makes the agent scan: closing the notify file after a write open is what it watches for.
+    fn touch_notify_file(&self) {
+        fs::OpenOptions::new().write(true).open(&self.notify).unwrap().flush().unwrap();
+    }
+
+    /// (Re)starts the fake kubelet with `pods` on the socket, as a restarted kubelet would.
+    fn serve_kubelet(&self, pods: Vec<proto::PodResources>) -> RunningKubelet {
+        let _ = fs::remove_file(&self.socket);
+        FakeKubelet {
+            list: proto::ListPodResourcesResponse { pod_resources: pods },
+            allocatable: Some(allocatable()),
+            hang: false,
+        }
+        .serve(&self.socket)
+        .unwrap()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the fake kubelet reports, and what that must become.
+//
+// The fixture: NUMA node 0 has the even CPUs 0-22, node 1 the odd ones 1-23 (12 each, SMT
+// siblings n and n+12); MemTotal 33,771,839,488 and 33,731,551,232 bytes; empty hugepage pools.
+
+/// Static CPU manager with CPUs 0, 1, 12, 13 reserved (10 allocatable per node), Static memory
+/// manager with 30 GiB per node, and two SR-IOV VFs per node.
+fn allocatable() -> proto::AllocatableResourcesResponse {
+    let reserved = [0, 1, 12, 13];
+    proto::AllocatableResourcesResponse {
+        cpu_ids: (0..24).filter(|cpu| !reserved.contains(cpu)).collect(),
+        memory: (0..2).map(|node| memory("memory", 30 * GIB, node)).collect(),
+        devices: (0..2)
+            .map(|node| proto::ContainerDevices {
+                resource_name: VF.into(),
+                device_ids: vec![
+                    format!("0000:{:02x}:02.0", 0x3b + node * 0x40),
+                    format!("0000:{:02x}:02.1", 0x3b + node * 0x40),
+                ],
+                topology: numa(node),
+            })
+            .collect(),
+    }
+}
+
+fn numa(node: i64) -> Option<proto::TopologyInfo> {
+    Some(proto::TopologyInfo { nodes: vec![proto::NumaNode { id: node }] })
+}
+
+fn memory(kind: &str, bytes: i64, node: i64) -> proto::ContainerMemory {
+    proto::ContainerMemory { memory_type: kind.into(), size: bytes as u64, topology: numa(node) }
+}
+
+/// A Guaranteed pod with exclusive CPUs, memory and a VF on NUMA node 0, and a burstable pod
+/// holding nothing exclusive (invisible to the accounting).
+fn pods_before() -> Vec<proto::PodResources> {
+    vec![
+        proto::PodResources {
+            namespace: "telco".into(),
+            name: "dpdk-0".into(),
+            containers: vec![proto::ContainerResources {
+                name: "app".into(),
+                cpu_ids: vec![2, 4, 14, 16],
+                memory: vec![memory("memory", 4 * GIB, 0)],
+                devices: vec![proto::ContainerDevices {
+                    resource_name: VF.into(),
+                    device_ids: vec!["0000:3b:02.0".into()],
+                    topology: numa(0),
+                }],
+                dynamic_resources: vec![],
+            }],
+        },
+        proto::PodResources {
+            namespace: "web".into(),
+            name: "frontend".into(),
+            containers: vec![proto::ContainerResources { name: "nginx".into(), ..Default::default() }],
+        },
+    ]
+}
+
+/// The same, plus a pod with 3 exclusive CPUs on NUMA node 1.
+fn pods_after() -> Vec<proto::PodResources> {
+    let mut pods = pods_before();
+    pods.push(proto::PodResources {
+        namespace: "telco".into(),
+        name: "dpdk-1".into(),
+        containers: vec![proto::ContainerResources {
+            name: "app".into(),
+            cpu_ids: vec![3, 5, 7],
+            ..Default::default()
+        }],
+    });
+    pods
+}
+
+/// `(name, capacity, allocatable, available)` per resource, as the API returns them (strings).
+type Resources = Vec<(String, String, String, String)>;
+
+fn rows(rows: &[(&str, i64, i64, i64)]) -> Resources {
+    rows.iter().map(|(n, c, a, v)| ((*n).to_owned(), c.to_string(), a.to_string(), v.to_string())).collect()
+}
+
+/// Hand-computed: capacity = max(machine, allocatable) (devices have only the kubelet's number),
+/// available = allocatable − exclusive allocations; only resources the kubelet lists, sorted.
+fn expected_zone0() -> Resources {
+    rows(&[("cpu", 12, 10, 10 - 4), (VF, 2, 2, 2 - 1), ("memory", 33_771_839_488, 30 * GIB, 30 * GIB - 4 * GIB)])
+}
+
+fn expected_zone1(cpus_taken: i64) -> Resources {
+    rows(&[("cpu", 12, 10, 10 - cpus_taken), (VF, 2, 2, 2), ("memory", 33_731_551_232, 30 * GIB, 30 * GIB)])
+}
+
+fn resources(zone: &Value) -> Resources {
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    zone["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (text(&r["name"]), text(&r["capacity"]), text(&r["allocatable"]), text(&r["available"])))
+        .collect()
+}
+
+fn zone<'a>(object: &'a Value, name: &str) -> &'a Value {
+    object["zones"].as_array().unwrap().iter().find(|z| z["name"] == name).unwrap_or_else(|| panic!("no zone {name}"))
+}
+
+fn attribute<'a>(object: &'a Value, name: &str) -> &'a str {
+    object["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == name)
+        .and_then(|a| a["value"].as_str())
+        .unwrap_or_else(|| panic!("no attribute {name}: {object}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server, the agent and kubectl.
+
+struct Server {
+    address: SocketAddr,
+    ca_pem: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Our API server over TLS on 127.0.0.1:0: a generated CA, a serving certificate for
+    /// `localhost` and `127.0.0.1` it signed, authentication disabled.
+    async fn start(dir: &Path) -> Self {
+        let ca = CertificateAuthority::generate("e2e-ca", Duration::from_secs(24 * 3600)).unwrap();
+        let pair =
+            ca.issue_serving(&["localhost".to_owned(), "127.0.0.1".to_owned()], Duration::from_secs(3600)).unwrap();
+        let (cert, key) = (dir.join("apiserver.crt"), dir.join("apiserver.key"));
+        pair.write(&cert, &key).unwrap();
+        let tls = ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap())).build().unwrap();
+        let state = Arc::new(AppState::new(Arc::new(Store::new(1_000)), "0.1.0", "e2e"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let options = ServeOptions::default().shutdown_grace(Duration::from_millis(200));
+        let task = tokio::spawn(serve_with(listener, tls, router(state), async move { drop(stopped.await) }, options));
+        Self { address, ca_pem: ca.cert_pem().to_owned(), stop: Some(stop), task }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        bounded("server shutdown", &mut self.task).await.unwrap().unwrap();
+    }
+}
+
+/// The agent running in the background, with its counters.
+struct RunningAgent {
+    metrics: Arc<Metrics>,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), numaresources_rte::agent::Error>>,
+}
+
+impl RunningAgent {
+    async fn start(ws: &Workspace) -> Self {
+        let mut config = Config::for_node(NODE);
+        config.sysfs.clone_from(&ws.sys);
+        config.podresources_socket = ws.socket.clone().into();
+        // Scans only when the test says so (the notify file), and no heartbeat: every write the
+        // server sees is one the test caused.
+        config.sleep_interval = None;
+        config.heartbeat = None;
+        config.notify_file = Some(ws.notify.clone());
+        config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap();
+        // Our API server serves no Nodes to own the object.
+        config.add_nrt_owner = false;
+        config.topology_manager = TopologyManager { policy: "single-numa-node".into(), scope: "pod".into() };
+
+        let mut kubelet = ClientConfig::new(ws.socket.clone().into());
+        kubelet.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 };
+        kubelet.call_timeout = Duration::from_secs(5);
+
+        // The client the agent would build from KUBECONFIG.
+        let kubeconfig = kube::config::Kubeconfig::read_from(&ws.kubeconfig).unwrap();
+        let client_config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .unwrap();
+        let client = kube::Client::try_from(client_config).unwrap();
+
+        let agent = Agent::new(config, PodResourcesClient::new(kubelet), KubePublisher::new(client, false));
+        let metrics = agent.metrics();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(agent.run(async move { drop(stopped.await) }));
+        Self { metrics, stop, task }
+    }
+
+    fn stats(&self) -> Stats {
+        self.metrics.snapshot()
+    }
+
+    /// Waits until the counters satisfy `done`; fails on a scan or publish failure.
+    async fn wait_for(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+        bounded(what, async {
+            loop {
+                let stats = self.stats();
+                assert_eq!(
+                    (stats.scan_failures, stats.publish_failures),
+                    (0, 0),
+                    "{what}: the agent failed: {stats:?}"
+                );
+                if done(&stats) {
+                    return stats;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        bounded("agent shutdown", self.task).await.unwrap().unwrap();
+    }
+}
+
+fn kubectl_command(ws: &Workspace, args: &[&str]) -> Command {
+    let mut command = Command::new("kubectl");
+    command
+        .args(args)
+        .arg("--cache-dir")
+        .arg(ws.path("kube-cache"))
+        .env("KUBECONFIG", &ws.kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT");
+    command
+}
+
+/// Runs kubectl to completion (bounded; killed if it hangs) and returns its stdout.
+async fn kubectl(ws: &Workspace, args: &[&str]) -> String {
+    let mut command = tokio::process::Command::from(kubectl_command(ws, args));
+    command.kill_on_drop(true).stdin(Stdio::null());
+    let output = bounded(&format!("kubectl {args:?}"), command.output())
+        .await
+        .expect("kubectl runs (scripts/setup.sh installs it)");
+    assert!(output.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// A running `kubectl get … -w`, its JSON documents forwarded by a reader thread; killed on drop.
+struct KubectlWatch {
+    child: Child,
+    events: mpsc::UnboundedReceiver<Value>,
+    stderr: PathBuf,
+}
+
+impl KubectlWatch {
+    fn start(ws: &Workspace, args: &[&str]) -> Self {
+        let stderr = ws.path("kubectl-watch.stderr");
+        let mut child = kubectl_command(ws, args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("kubectl runs (scripts/setup.sh installs it)");
+        let stdout = child.stdout.take().unwrap();
+        let (tell, events) = mpsc::unbounded_channel();
+        // Ends when kubectl's stdout closes (it exits, or is killed on drop).
+        std::thread::spawn(move || {
+            for document in serde_json::Deserializer::from_reader(stdout).into_iter::<Value>() {
+                let Ok(document) = document else { break };
+                if tell.send(document).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, events, stderr }
+    }
+
+    async fn next(&mut self, what: &str) -> Value {
+        let event = tokio::time::timeout(Duration::from_secs(30), self.events.recv()).await;
+        match event {
+            Ok(Some(event)) => event,
+            Ok(None) => panic!("{what}: kubectl watch ended: {}", fs::read_to_string(&self.stderr).unwrap_or_default()),
+            Err(_) => panic!(
+                "{what}: no watch event in 30 s, likely deadlocked; kubectl said: {}",
+                fs::read_to_string(&self.stderr).unwrap_or_default()
+            ),
+        }
+    }
+}
+
+impl Drop for KubectlWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn summary(event: &Value) -> String {
+    format!("{} {}", event["type"].as_str().unwrap_or("?"), event["object"]["metadata"]["name"].as_str().unwrap_or("?"))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_what_the_agent_publishes_and_each_change_exactly_once() {
+    let ws = Workspace::new();
+    let server = Server::start(ws.dir.path()).await;
+    ws.write_kubeconfig(server.address, &server.ca_pem);
+    let kubelet = ws.serve_kubelet(pods_before());
+    let agent = RunningAgent::start(&ws).await;
+
+    // The scan at start creates the object.
+    agent.wait_for("the first publish", |s| s.publishes == 1).await;
+
+    // What kubectl shows, field by field, against the hand-computed figures.
+    let listed: Value =
+        serde_norway::from_str(&kubectl(&ws, &["get", "noderesourcetopologies", "-o", "yaml"]).await).unwrap();
+    assert_eq!(listed["kind"], "List");
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{listed:?}");
+    let nrt = &items[0];
+    assert_eq!(nrt["apiVersion"], "topology.node.k8s.io/v1alpha2");
+    assert_eq!(nrt["kind"], "NodeResourceTopology");
+    assert_eq!(nrt["metadata"]["name"], NODE);
+    let zone_names: Vec<&str> = nrt["zones"].as_array().unwrap().iter().map(|z| z["name"].as_str().unwrap()).collect();
+    assert_eq!(zone_names, ["node-0", "node-1"]);
+    for (name, costs) in [("node-0", [10, 20]), ("node-1", [20, 10])] {
+        let zone = zone(nrt, name);
+        assert_eq!(zone["type"], "Node");
+        let got: Vec<(String, i64)> = zone["costs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap().to_owned(), c["value"].as_i64().unwrap()))
+            .collect();
+        assert_eq!(got, [("node-0".to_owned(), costs[0]), ("node-1".to_owned(), costs[1])], "{name} costs");
+    }
+    assert_eq!(resources(zone(nrt, "node-0")), expected_zone0());
+    assert_eq!(resources(zone(nrt, "node-1")), expected_zone1(0));
+    assert_eq!(attribute(nrt, "topologyManagerPolicy"), "single-numa-node");
+    assert_eq!(attribute(nrt, "topologyManagerScope"), "pod");
+    let fingerprint_before = attribute(nrt, "nodeTopologyPodsFingerprint").to_owned();
+    assert!(fingerprint_before.starts_with("pfp0v001"), "{fingerprint_before}");
+    assert_eq!(nrt["metadata"]["annotations"]["k8stopoawareschedwg/rte-update"], "periodic");
+
+    // The table kubectl prints by default: available/allocatable CPUs per zone.
+    let table = kubectl(&ws, &["get", "nrt"]).await;
+    assert!(table.contains(NODE) && table.contains("6/10") && table.contains("10/10"), "{table}");
+
+    // A running watch: first the current object.
+    let mut watch = KubectlWatch::start(&ws, &["get", "nrt", "-w", "--output-watch-events", "-o", "json"]);
+    let added = watch.next("the initial event").await;
+    assert_eq!(summary(&added), format!("ADDED {NODE}"));
+    let rv_added: u64 = added["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+
+    // An unchanged refresh sends nothing.
+    let before = agent.stats();
+    ws.touch_notify_file();
+    agent.wait_for("an unchanged refresh", |s| s.skipped_unchanged > before.skipped_unchanged).await;
+    assert_eq!(agent.stats().publishes, 1);
+
+    // A new exclusive allocation on NUMA node 1 (the kubelet restarts with it).
+    bounded("fake kubelet stop", kubelet.stop()).await.unwrap();
+    let kubelet = ws.serve_kubelet(pods_after());
+    ws.touch_notify_file();
+    agent.wait_for("the changed refresh", |s| s.publishes == 2).await;
+    let modified = watch.next("the change").await;
+    assert_eq!(summary(&modified), format!("MODIFIED {NODE}"), "{modified}");
+    let object = &modified["object"];
+    assert_eq!(resources(zone(object, "node-0")), expected_zone0());
+    assert_eq!(resources(zone(object, "node-1")), expected_zone1(3));
+    assert_ne!(attribute(object, "nodeTopologyPodsFingerprint"), fingerprint_before);
+    assert_eq!(object["metadata"]["annotations"]["k8stopoawareschedwg/rte-update"], "reactive");
+    let rv_modified: u64 = object["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    assert!(rv_modified > rv_added, "{rv_modified} after {rv_added}");
+
+    // Another unchanged refresh, then a barrier: a write of another object. Watch events come in
+    // write order, so if the barrier is the next event, nothing came for the node in between:
+    // the change reached the watch exactly once and the unchanged refreshes not at all.
+    let before = agent.stats();
+    ws.touch_notify_file();
+    agent.wait_for("a second unchanged refresh", |s| s.skipped_unchanged > before.skipped_unchanged).await;
+    let barrier = ws.path("barrier.yaml");
+    fs::write(
+        &barrier,
+        "apiVersion: topology.node.k8s.io/v1alpha2\nkind: NodeResourceTopology\nmetadata:\n  name: zz-barrier\nzones: []\n",
+    )
+    .unwrap();
+    kubectl(&ws, &["create", "-f", barrier.to_str().unwrap()]).await;
+    let next = watch.next("the barrier").await;
+    assert_eq!(summary(&next), "ADDED zz-barrier", "expected no further event for {NODE} before the barrier: {next}");
+
+    // The stored object still has the revision of the one real change.
+    let current: Value = serde_json::from_str(&kubectl(&ws, &["get", "nrt", NODE, "-o", "json"]).await).unwrap();
+    assert_eq!(current["metadata"]["resourceVersion"], rv_modified.to_string());
+    let stats = agent.stats();
+    assert_eq!((stats.publishes, stats.scan_failures), (2, 0), "{stats:?}");
+    assert!(stats.skipped_unchanged >= 2, "{stats:?}");
+
+    drop(watch);
+    agent.stop().await;
+    bounded("fake kubelet stop", kubelet.stop()).await.unwrap();
+    server.stop().await;
+}
