@@ -7,7 +7,7 @@ use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{NoServerSessionStorage, ResolvesServerCert};
 
-use crate::{ClientCaVerifier, Error};
+use crate::{ClientCaVerifier, Error, TlsPolicy};
 
 /// The ring provider, passed explicitly everywhere so nothing depends on a process-wide default.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -16,7 +16,7 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::clone(&PROVIDER)
 }
 
-/// Builds a `ServerConfig`: TLS 1.2 and 1.3 only, ALPN `h2` then `http/1.1`, the certificate
+/// Builds a `ServerConfig`: TLS 1.2 and 1.3 only (narrowed by a [`TlsPolicy`]), ALPN `h2` then `http/1.1`, the certificate
 /// from a resolver (usually a [`crate::ReloadingCertificate`]), and optionally client
 /// certificates verified against replaceable CA bundles.
 ///
@@ -34,6 +34,7 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 pub struct ServerConfigBuilder {
     certificate: Arc<dyn ResolvesServerCert>,
     client_cas: Option<Arc<ClientCaVerifier>>,
+    policy: TlsPolicy,
 }
 
 impl fmt::Debug for ServerConfigBuilder {
@@ -41,6 +42,7 @@ impl fmt::Debug for ServerConfigBuilder {
         f.debug_struct("ServerConfigBuilder")
             .field("certificate", &self.certificate)
             .field("client_cas", &self.client_cas)
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -48,7 +50,14 @@ impl fmt::Debug for ServerConfigBuilder {
 impl ServerConfigBuilder {
     /// Serves whatever `certificate` resolves at each handshake; no client certificates.
     pub fn new(certificate: Arc<dyn ResolvesServerCert>) -> Self {
-        Self { certificate, client_cas: None }
+        Self { certificate, client_cas: None, policy: TlsPolicy::default() }
+    }
+
+    /// Applies a minimum TLS version and TLS 1.2 cipher suites (the default: TLS 1.2+, every
+    /// suite the ring provider implements).
+    pub fn policy(mut self, policy: TlsPolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// Asks clients for a certificate and verifies any they present against the CA bundles
@@ -64,8 +73,8 @@ impl ServerConfigBuilder {
 
     /// The configuration, ready for [`crate::serve`] or a `tokio_rustls::TlsAcceptor`.
     pub fn build(self) -> Result<Arc<ServerConfig>, Error> {
-        let builder = ServerConfig::builder_with_provider(provider())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+        let builder = ServerConfig::builder_with_provider(self.policy.provider(&provider()))
+            .with_protocol_versions(self.policy.versions())?;
         let resumable = self.client_cas.is_none();
         let builder = match self.client_cas {
             Some(verifier) => builder.with_client_cert_verifier(verifier),

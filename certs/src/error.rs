@@ -120,7 +120,11 @@ pub enum Error {
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
 
-    /// rustls refused the configuration.
+    /// A minimum TLS version or cipher suite list that cannot be honoured.
+    #[error("TLS policy: {0}")]
+    TlsPolicy(String),
+
+    /// The TLS library refused the configuration.
     #[error("TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
 

@@ -36,6 +36,7 @@ mod config;
 mod error;
 mod generate;
 mod pem;
+mod policy;
 mod reload;
 mod serve;
 mod time;
@@ -48,5 +49,6 @@ pub use generate::{
     CertificateAuthority, PemPair, SELF_SIGNED_MIN_REMAINING, SELF_SIGNED_VALIDITY, SelfSignedFiles,
     ensure_self_signed, self_signed,
 };
+pub use policy::{TlsPolicy, TlsVersion};
 pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions};
 pub use serve::{PeerInfo, ServeOptions, serve, serve_with};

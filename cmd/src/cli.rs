@@ -25,9 +25,10 @@ pub struct Cli {
 /// Logging options shared by every subcommand.
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// Log filter, in `tracing` EnvFilter syntax (e.g. `info`, `numaresources=debug`).
-    #[arg(long, global = true, env = "NUMARESOURCES_LOG", default_value = "info")]
-    pub log_level: String,
+    /// Log filter, in `tracing` EnvFilter syntax (e.g. `info`, `numaresources=debug`) [default:
+    /// info, or what `rte -v=N` means in klog terms].
+    #[arg(long, global = true, env = "NUMARESOURCES_LOG")]
+    pub log_level: Option<String>,
     /// Log line format.
     #[arg(long, global = true, env = "NUMARESOURCES_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -57,6 +58,20 @@ enum Command {
 }
 
 impl Cli {
+    /// The log filter: `--log-level` when given, else the klog verbosity an upstream `rte`
+    /// command line carries (`-v=4`), else `info`.
+    pub fn log_filter(&self) -> String {
+        if let Some(level) = &self.log.log_level {
+            return level.clone();
+        }
+        match &self.command {
+            Command::Rte(args) => {
+                args.verbosity.map_or("info", numaresources_rte::config::klog_log_level).to_owned()
+            }
+            _ => "info".to_owned(),
+        }
+    }
+
     /// Runs the chosen subcommand.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {

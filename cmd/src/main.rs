@@ -16,7 +16,7 @@ mod tls;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    telemetry::init(&cli.log);
+    telemetry::init(&cli.log, &cli.log_filter());
     match cli.run() {
         Ok(code) => code,
         Err(error) => {

@@ -6,10 +6,10 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{LogArgs, LogFormat};
 
-/// Sends log lines to stderr (stdout is for command output), filtered by `--log-level`.
-pub fn init(args: &LogArgs) {
-    let filter = EnvFilter::try_new(&args.log_level).unwrap_or_else(|error| {
-        eprintln!("invalid --log-level {:?} ({error}); using \"info\"", args.log_level);
+/// Sends log lines to stderr (stdout is for command output), filtered by `filter`.
+pub fn init(args: &LogArgs, filter: &str) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|error| {
+        eprintln!("invalid --log-level {filter:?} ({error}); using \"info\"");
         EnvFilter::new("info")
     });
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();

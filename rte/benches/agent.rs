@@ -70,7 +70,7 @@ fn main() {
         bench(&format!("agent: one scan without gRPC, {pods} pods (discover + assemble)"), 200, || {
             let machine = sysfs::discover(black_box(&sys)).unwrap().machine;
             let mut pods = list.clone();
-            black_box(agent::assemble(&config, &machine, &mut pods, &alloc, Trigger::Periodic));
+            black_box(agent::assemble(&config, &machine, Some((&mut pods, &alloc)), Trigger::Periodic));
         });
     }
 

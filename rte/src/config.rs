@@ -45,9 +45,14 @@ pub struct Args {
     #[arg(long, env = "NUMARESOURCES_RTE_SYSFS", default_value = DEFAULT_SYSFS_ROOT)]
     pub sysfs: PathBuf,
 
-    /// The kubelet podresources socket, `unix:///path`.
+    /// The kubelet podresources socket, `unix:///path`; `none` runs without a kubelet
+    /// (allocatable = capacity, nothing allocated: for trying the agent on any machine).
     #[arg(long, env = "NUMARESOURCES_RTE_PODRESOURCES_SOCKET", default_value = DEFAULT_SOCKET)]
     pub podresources_socket: String,
+
+    /// With `--oneshot`: print the topology (`yaml` or `json`) on stdout.
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<OutputFormat>,
 
     /// How often to rescan, as a Go duration (`10s`, `1m30s`); `0` disables periodic scans.
     #[arg(long, env = "NUMARESOURCES_RTE_SLEEP_INTERVAL", default_value = "10s")]
@@ -124,10 +129,41 @@ pub struct Args {
           num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub exclude_terminal_pods: bool,
 
-    /// How to serve `/metrics`: `http` (plain HTTP) or `disabled`. Upstream's `httptls` is not
-    /// supported yet.
+    /// How to serve `/metrics`: `http` (plain HTTP), `httptls` (HTTPS with the certificate in
+    /// `--metrics-certs-dir`, reloaded when it changes) or `disabled`.
     #[arg(long, env = "NUMARESOURCES_RTE_METRICS_MODE", default_value = "http")]
     pub metrics_mode: String,
+
+    /// `httptls`: the directory holding the serving certificate and key (a mounted Secret).
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_CERTS_DIR", default_value = DEFAULT_METRICS_CERTS_DIR)]
+    pub metrics_certs_dir: PathBuf,
+
+    /// `httptls`: the certificate's file name in `--metrics-certs-dir`.
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_CERT_FILE", default_value = "tls.crt")]
+    pub metrics_cert_file: String,
+
+    /// `httptls`: the key's file name in `--metrics-certs-dir` (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_KEY_FILE", default_value = "tls.key")]
+    pub metrics_key_file: String,
+
+    /// `httptls`: verify the client certificates scrapers present against
+    /// `--metrics-client-ca-file` (clients without one are still served).
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_WANT_CLI_AUTH", default_value_t = false,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub metrics_want_cli_auth: bool,
+
+    /// `httptls`: the CA bundle client certificates are verified against.
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_CLIENT_CA_FILE")]
+    pub metrics_client_ca_file: Option<PathBuf>,
+
+    /// `httptls`: the oldest TLS version served (`VersionTLS12`, `VersionTLS13`); empty: TLS 1.2.
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_TLS_MIN_VERSION")]
+    pub metrics_tls_min_version: Option<String>,
+
+    /// `httptls`: the TLS 1.2 cipher suites allowed, comma-separated IANA names (a cluster TLS
+    /// profile's list); empty: every suite implemented.
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_TLS_CIPHER_SUITES")]
+    pub metrics_tls_cipher_suites: Option<String>,
 
     /// The metrics port.
     #[arg(long, env = "METRICS_PORT", default_value_t = DEFAULT_METRICS_PORT)]
@@ -142,8 +178,8 @@ pub struct Args {
           num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub oneshot: bool,
 
-    /// klog verbosity (`-v=2`), accepted so upstream arguments parse; the log filter is the
-    /// binary's `--log-level` (see [`klog_log_level`]).
+    /// klog verbosity (`-v=2`), as upstream arguments carry it: it sets the log filter (see
+    /// [`klog_log_level`]) unless the binary's `--log-level` is given.
     #[arg(short = 'v', long = "v", value_name = "LEVEL")]
     pub verbosity: Option<u8>,
 
@@ -154,8 +190,45 @@ pub struct Args {
     pub refresh_node_resources: bool,
 }
 
+/// How `--output` prints the topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// YAML, as `kubectl get -o yaml` shows an object.
+    Yaml,
+    /// Indented JSON.
+    Json,
+}
+
 /// The default metrics port (upstream's).
 pub const DEFAULT_METRICS_PORT: u16 = 2112;
+
+/// The `--podresources-socket` value that means "no kubelet".
+pub const NO_KUBELET: &str = "none";
+
+/// Where the operator mounts the metrics serving certificate Secret.
+pub const DEFAULT_METRICS_CERTS_DIR: &str = "/etc/secrets/rte";
+
+/// Where and how `/metrics` is served.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsEndpoint {
+    /// The listen address.
+    pub address: SocketAddr,
+    /// HTTPS settings; `None`: plain HTTP.
+    pub tls: Option<MetricsTls>,
+}
+
+/// The HTTPS settings of the metrics endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsTls {
+    /// The serving certificate chain (PEM).
+    pub cert_file: PathBuf,
+    /// Its key (PEM).
+    pub key_file: PathBuf,
+    /// Client certificates are verified against this bundle when given.
+    pub client_ca_file: Option<PathBuf>,
+    /// Minimum version and TLS 1.2 cipher suites.
+    pub policy: numaresources_certs::TlsPolicy,
+}
 
 /// The `tracing` level matching a klog verbosity: up to 2 (klog's usual) `info`, 3 and 4
 /// `debug`, above `trace`.
@@ -174,6 +247,7 @@ impl Default for Args {
             hostname: None,
             sysfs: PathBuf::from(DEFAULT_SYSFS_ROOT),
             podresources_socket: DEFAULT_SOCKET.to_owned(),
+            output: None,
             sleep_interval: "10s".to_owned(),
             notify_file: None,
             kubelet_config_file: None,
@@ -191,6 +265,13 @@ impl Default for Args {
             podreadiness: true,
             exclude_terminal_pods: false,
             metrics_mode: "http".to_owned(),
+            metrics_certs_dir: PathBuf::from(DEFAULT_METRICS_CERTS_DIR),
+            metrics_cert_file: "tls.crt".to_owned(),
+            metrics_key_file: "tls.key".to_owned(),
+            metrics_want_cli_auth: false,
+            metrics_client_ca_file: None,
+            metrics_tls_min_version: None,
+            metrics_tls_cipher_suites: None,
             metrics_port: DEFAULT_METRICS_PORT,
             metrics_address: "0.0.0.0".to_owned(),
             oneshot: false,
@@ -208,7 +289,7 @@ pub struct Config {
     /// The sysfs root.
     pub sysfs: PathBuf,
     /// The podresources socket.
-    pub podresources_socket: SocketPath,
+    pub podresources_socket: Option<SocketPath>,
     /// The periodic scan interval; `None` when periodic scans are off.
     pub sleep_interval: Option<Duration>,
     /// The notify file, if event-driven scans are on.
@@ -239,12 +320,14 @@ pub struct Config {
     pub own_pod: Option<OwnPod>,
     /// Whether to leave terminal pods out.
     pub exclude_terminal_pods: bool,
-    /// Where to serve `/metrics`; `None` when disabled.
-    pub metrics: Option<SocketAddr>,
+    /// Where and how to serve `/metrics`; `None` when disabled.
+    pub metrics: Option<MetricsEndpoint>,
     /// Scan and publish once, then exit.
     pub oneshot: bool,
     /// The klog verbosity given, if any.
     pub verbosity: Option<u8>,
+    /// `--oneshot`: print the topology so.
+    pub output: Option<OutputFormat>,
 }
 
 impl Config {
@@ -254,7 +337,7 @@ impl Config {
             node_name: node_name.to_owned(),
             sysfs: PathBuf::from(DEFAULT_SYSFS_ROOT),
             // The default is a valid `unix://` address; parsing it cannot fail.
-            podresources_socket: DEFAULT_SOCKET.parse().unwrap_or_else(|_| unreachable!("valid default socket")),
+            podresources_socket: Some(DEFAULT_SOCKET.parse().unwrap_or_else(|_| unreachable!("valid default socket"))),
             sleep_interval: Some(Duration::from_secs(10)),
             notify_file: None,
             topology_manager: TopologyManager::default(),
@@ -270,9 +353,13 @@ impl Config {
             pod_readiness: true,
             own_pod: None,
             exclude_terminal_pods: false,
-            metrics: Some(SocketAddr::from(([0, 0, 0, 0], DEFAULT_METRICS_PORT))),
+            metrics: Some(MetricsEndpoint {
+                address: SocketAddr::from(([0, 0, 0, 0], DEFAULT_METRICS_PORT)),
+                tls: None,
+            }),
             oneshot: false,
             verbosity: None,
+            output: None,
         }
     }
 }
@@ -375,6 +462,30 @@ pub struct PodExcludeRule {
 }
 
 impl Args {
+    /// The `httptls` settings, or the flag at fault and why.
+    fn metrics_tls(&self) -> Result<MetricsTls, (&'static str, String)> {
+        let policy = numaresources_certs::TlsPolicy::from_flags(
+            self.metrics_tls_min_version.as_deref(),
+            self.metrics_tls_cipher_suites.as_deref(),
+        )
+        .map_err(|error| ("--metrics-tls-min-version/--metrics-tls-cipher-suites", error.to_string()))?;
+        let client_ca_file = match (self.metrics_want_cli_auth, &self.metrics_client_ca_file) {
+            (false, _) => None,
+            (true, Some(file)) => Some(file.clone()),
+            (true, None) => {
+                return Err(("--metrics-want-cli-auth", "needs --metrics-client-ca-file to verify clients".into()));
+            }
+        };
+        Ok(MetricsTls {
+            cert_file: self.metrics_certs_dir.join(&self.metrics_cert_file),
+            key_file: self.metrics_certs_dir.join(&self.metrics_key_file),
+            client_ca_file,
+            policy,
+        })
+    }
+}
+
+impl Args {
     /// Validates the flags against the process's environment and files.
     pub fn resolve(&self) -> Result<Config, ConfigError> {
         self.resolve_with(&ProcessEnvironment)
@@ -401,7 +512,13 @@ impl Args {
         if self.sysfs.as_os_str().is_empty() {
             problem("--sysfs", "must not be empty".into());
         }
-        let socket = self.podresources_socket.parse::<SocketPath>().map_err(|e| e.to_string());
+        let socket = match self.podresources_socket.as_str() {
+            NO_KUBELET => Ok(None),
+            endpoint => endpoint.parse::<SocketPath>().map(Some).map_err(|e| e.to_string()),
+        };
+        if self.output.is_some() && !self.oneshot {
+            problem("--output", "prints the one topology of --oneshot; add --oneshot".into());
+        }
         if let Err(message) = &socket {
             problem("--podresources-socket", message.clone());
         }
@@ -503,23 +620,23 @@ impl Args {
         }
 
         let own_pod = own_pod_from_env(env, reference_container.as_ref());
+        let metrics_tls = match self.metrics_mode.as_str() {
+            "disabled" | "http" => None,
+            "httptls" => self.metrics_tls().map_err(|(source, message)| problem(source, message)).ok(),
+            other => {
+                problem("--metrics-mode", format!("unsupported mode {other:?}: expected http, httptls or disabled"));
+                None
+            }
+        };
         let metrics = match self.metrics_mode.as_str() {
-            "disabled" => None,
-            "http" => match self.metrics_address.parse::<IpAddr>() {
-                Ok(ip) => Some(SocketAddr::new(ip, self.metrics_port)),
+            "http" | "httptls" => match self.metrics_address.parse::<IpAddr>() {
+                Ok(ip) => Some(MetricsEndpoint { address: SocketAddr::new(ip, self.metrics_port), tls: metrics_tls }),
                 Err(_) => {
                     problem("--metrics-address", format!("{:?} is not an IP address", self.metrics_address));
                     None
                 }
             },
-            "httptls" => {
-                problem("--metrics-mode", "httptls is not supported yet; use http or disabled".into());
-                None
-            }
-            other => {
-                problem("--metrics-mode", format!("unsupported mode {other:?}: expected http or disabled"));
-                None
-            }
+            _ => None,
         };
 
         match (socket, sleep_interval, heartbeat, method, max_events_per_second) {
@@ -548,6 +665,7 @@ impl Args {
                 pod_readiness: self.podreadiness,
                 own_pod,
                 exclude_terminal_pods: self.exclude_terminal_pods,
+                output: self.output,
                 metrics,
                 oneshot: self.oneshot,
                 verbosity: self.verbosity,
@@ -678,7 +796,7 @@ mod tests {
         let config = Args::default().resolve_with(&host("worker-0")).unwrap();
         assert_eq!(config.node_name, "worker-0");
         assert_eq!(config.sysfs, Path::new("/sys"));
-        assert_eq!(config.podresources_socket.path(), Path::new("/podresources/kubelet.sock"));
+        assert_eq!(config.podresources_socket.unwrap().path(), Path::new("/podresources/kubelet.sock"));
         assert_eq!(config.sleep_interval, Some(Duration::from_secs(10)));
         assert_eq!(config.heartbeat, Some(Duration::from_secs(60)));
         assert_eq!(config.topology_manager, TopologyManager::default());
@@ -928,7 +1046,7 @@ mod tests {
         assert_eq!(cli.args.verbosity, Some(2));
         let config = cli.args.resolve_with(&host("worker-1")).unwrap();
         assert!(config.exclude_terminal_pods && config.oneshot && !config.pod_readiness);
-        assert_eq!(config.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(config.metrics.unwrap().address, "127.0.0.1:9100".parse().unwrap());
         for args in [&["rte", "--v=4"][..], &["rte", "-v", "4"]] {
             assert_eq!(Cli::try_parse_from(args).unwrap().args.verbosity, Some(4), "{args:?}");
         }
@@ -938,19 +1056,62 @@ mod tests {
     #[test]
     fn metrics_are_served_over_http_by_default_and_the_mode_is_checked() {
         let config = Args::default().resolve_with(&host("n")).unwrap();
-        assert_eq!(config.metrics, Some("0.0.0.0:2112".parse().unwrap()));
+        let endpoint = config.metrics.unwrap();
+        assert_eq!((endpoint.address, endpoint.tls), ("0.0.0.0:2112".parse().unwrap(), None));
         let disabled = Args { metrics_mode: "disabled".into(), ..Args::default() };
         assert_eq!(disabled.resolve_with(&host("n")).unwrap().metrics, None);
         // (mode, address, the problem's source)
-        let cases = [
-            ("httptls", "0.0.0.0", "--metrics-mode"),
-            ("https", "0.0.0.0", "--metrics-mode"),
-            ("http", "localhost", "--metrics-address"),
-        ];
+        let cases = [("https", "0.0.0.0", "--metrics-mode"), ("http", "localhost", "--metrics-address")];
         for (mode, address, source) in cases {
             let args = Args { metrics_mode: mode.into(), metrics_address: address.into(), ..Args::default() };
             let error = args.resolve_with(&host("n")).unwrap_err();
             assert_eq!(sources(&error), [source], "{mode} {address}");
+        }
+    }
+
+    #[test]
+    fn httptls_takes_the_operator_arguments_and_reports_bad_tls_flags() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        // What the operator renders per node group from an Intermediate cluster TLS profile.
+        let cli = Cli::try_parse_from([
+            "rte",
+            "--metrics-mode=httptls",
+            "--metrics-tls-min-version=VersionTLS12",
+            "--metrics-tls-cipher-suites=TLS_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        ])
+        .unwrap();
+        let tls = cli.args.resolve_with(&host("n")).unwrap().metrics.unwrap().tls.unwrap();
+        assert_eq!(tls.cert_file, Path::new("/etc/secrets/rte/tls.crt"));
+        assert_eq!(tls.key_file, Path::new("/etc/secrets/rte/tls.key"));
+        assert_eq!(tls.client_ca_file, None);
+        // A TLS 1.3 profile renders an empty cipher list.
+        let cli = Cli::try_parse_from([
+            "rte",
+            "--metrics-mode=httptls",
+            "--metrics-certs-dir=/certs",
+            "--metrics-cert-file=serving.pem",
+            "--metrics-tls-min-version=VersionTLS13",
+            "--metrics-tls-cipher-suites=",
+        ])
+        .unwrap();
+        let tls = cli.args.resolve_with(&host("n")).unwrap().metrics.unwrap().tls.unwrap();
+        assert_eq!(tls.cert_file, Path::new("/certs/serving.pem"));
+        assert_eq!(tls.policy.min_version(), numaresources_certs::TlsVersion::Tls13);
+        // (flags, the problem's source)
+        let cases: [(&[&str], &str); 3] = [
+            (&["--metrics-tls-min-version=VersionTLS10"], "--metrics-tls-min-version/--metrics-tls-cipher-suites"),
+            (&["--metrics-tls-cipher-suites=TLS_NOPE"], "--metrics-tls-min-version/--metrics-tls-cipher-suites"),
+            (&["--metrics-want-cli-auth"], "--metrics-want-cli-auth"),
+        ];
+        for (flags, source) in cases {
+            let argv = ["rte", "--metrics-mode=httptls"].into_iter().chain(flags.iter().copied());
+            let error = Cli::try_parse_from(argv).unwrap().args.resolve_with(&host("n")).unwrap_err();
+            assert_eq!(sources(&error), [source], "{flags:?}");
         }
     }
 

@@ -9,8 +9,10 @@
 //! (`rte_noderesourcetopology_patch_*`) describe its diff-based patching, which this agent does
 //! not do, so they are not exported.
 //!
-//! Exposition is OpenMetrics text over plain HTTP; the TLS mode upstream has (`httptls`) is not
-//! implemented.
+//! Exposition is OpenMetrics text over plain HTTP, or over HTTPS (`--metrics-mode=httptls`) with
+//! a certificate from a mounted Secret that is reloaded when the kubelet swaps the files, the
+//! cluster's TLS profile (minimum version, cipher suites) and optionally verified client
+//! certificates.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -272,7 +274,96 @@ pub fn router(metrics: Arc<Metrics>, node: &str) -> axum::Router {
     axum::Router::new().route("/metrics", get(serve_metrics)).with_state(Exposition { metrics, node: Arc::from(node) })
 }
 
-/// Serves `/metrics` on `listener` until `shutdown` completes.
+/// A bound metrics listener, ready to serve over plain HTTP or TLS.
+pub struct MetricsServer {
+    listener: tokio::net::TcpListener,
+    tls: Option<TlsServing>,
+}
+
+/// What keeps HTTPS going: the configuration and the watcher that reloads its certificate.
+struct TlsServing {
+    config: Arc<rustls::ServerConfig>,
+    _watcher: numaresources_certs::CertificateWatcher,
+}
+
+impl std::fmt::Debug for MetricsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServer")
+            .field("address", &self.listener.local_addr().ok())
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// Why the metrics endpoint cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsServerError {
+    /// The address cannot be listened on.
+    #[error("cannot listen for metrics on {address}: {source}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The certificate, key, client CA or TLS policy cannot be used.
+    #[error("cannot serve metrics over TLS: {0}")]
+    Tls(#[from] numaresources_certs::Error),
+}
+
+impl MetricsServer {
+    /// Binds the endpoint's address and, for HTTPS, loads and starts watching the certificate.
+    pub async fn bind(endpoint: &crate::config::MetricsEndpoint) -> Result<Self, MetricsServerError> {
+        use numaresources_certs::{
+            CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions,
+        };
+        let tls = match &endpoint.tls {
+            None => None,
+            Some(settings) => {
+                let certificate = ReloadingCertificate::load(&settings.cert_file, &settings.key_file)?;
+                let watcher = certificate.watch(WatchOptions::default())?;
+                let mut builder = ServerConfigBuilder::new(Arc::new(certificate)).policy(settings.policy.clone());
+                if let Some(ca_file) = &settings.client_ca_file {
+                    let pem = std::fs::read(ca_file)
+                        .map_err(|source| numaresources_certs::Error::Read { path: ca_file.clone(), source })?;
+                    let bundle = CaBundle::from_pem(&pem)?;
+                    builder = builder.client_cas(Arc::new(ClientCaVerifier::new(&[bundle])?));
+                }
+                Some(TlsServing { config: builder.build()?, _watcher: watcher })
+            }
+        };
+        let address = endpoint.address;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| MetricsServerError::Listen { address, source })?;
+        Ok(Self { listener, tls })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves `/metrics` until `shutdown` completes.
+    pub async fn serve(
+        self,
+        metrics: Arc<Metrics>,
+        node: &str,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        match self.tls {
+            None => serve(self.listener, metrics, node, shutdown).await,
+            Some(TlsServing { config, _watcher }) => {
+                let address = self.listener.local_addr().ok();
+                tracing::info!(?address, "serving metrics on /metrics (HTTPS)");
+                numaresources_certs::serve(self.listener, config, router(metrics, node), shutdown).await
+            }
+        }
+    }
+}
+
+/// Serves `/metrics` on `listener` over plain HTTP until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,

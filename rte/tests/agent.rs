@@ -598,6 +598,88 @@ async fn http_get(address: std::net::SocketAddr, path: &str) -> (String, String)
     (head.to_owned(), body.to_owned())
 }
 
+/// A `GET` over HTTPS trusting only `ca_pem`; `Err` when the handshake or the request fails.
+async fn https_get(address: std::net::SocketAddr, ca_pem: &str, path: &str) -> std::io::Result<String> {
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(address).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut stream = connector.connect(name, tcp).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    // A server closing without close_notify still gave us the whole response.
+    let _ = stream.read_to_string(&mut response).await;
+    Ok(response)
+}
+
+#[tokio::test]
+async fn metrics_over_https_follow_a_rotated_certificate() {
+    use numaresources_certs::CertificateAuthority;
+    use numaresources_rte::config::{MetricsEndpoint, MetricsTls};
+    use numaresources_rte::metrics::MetricsServer;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let names = ["localhost".to_owned()];
+    let first_ca = CertificateAuthority::generate("first", Duration::from_secs(3600)).unwrap();
+    first_ca.issue_serving(&names, Duration::from_secs(3600)).unwrap().write(&cert_file, &key_file).unwrap();
+    let tls = MetricsTls {
+        cert_file: cert_file.clone(),
+        key_file: key_file.clone(),
+        client_ca_file: None,
+        policy: Default::default(),
+    };
+    let endpoint = MetricsEndpoint { address: "127.0.0.1:0".parse().unwrap(), tls: Some(tls) };
+    let server = MetricsServer::bind(&endpoint).await.unwrap();
+    let address = server.local_addr().unwrap();
+    let metrics = Arc::new(numaresources_rte::metrics::Metrics::default());
+    let serving = tokio::spawn(server.serve(metrics, "worker-0", std::future::pending()));
+
+    let response = bounded("scrape", https_get(address, first_ca.cert_pem(), "/metrics")).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains(r#"numaresources_rte_scans_total{node="worker-0"} 0"#), "{response}");
+
+    // The Secret is renewed by a new CA: new connections get the new certificate.
+    let second_ca = CertificateAuthority::generate("second", Duration::from_secs(3600)).unwrap();
+    second_ca.issue_serving(&names, Duration::from_secs(3600)).unwrap().write(&cert_file, &key_file).unwrap();
+    bounded("the renewed certificate to be served", async {
+        while https_get(address, second_ca.cert_pem(), "/metrics").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(https_get(address, first_ca.cert_pem(), "/metrics").await.is_err(), "the old certificate is gone");
+    serving.abort();
+}
+
+#[tokio::test]
+async fn an_unusable_metrics_certificate_is_a_clear_start_error() {
+    use numaresources_rte::config::{MetricsEndpoint, MetricsTls};
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("tls.crt");
+    let tls = MetricsTls {
+        cert_file: missing.clone(),
+        key_file: dir.path().join("tls.key"),
+        client_ca_file: None,
+        policy: Default::default(),
+    };
+    let endpoint = MetricsEndpoint { address: "127.0.0.1:0".parse().unwrap(), tls: Some(tls) };
+    let error = numaresources_rte::metrics::MetricsServer::bind(&endpoint).await.unwrap_err().to_string();
+    assert!(
+        error.contains("cannot serve metrics over TLS") && error.contains(&missing.display().to_string()),
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn metrics_are_scraped_over_loopback_with_upstream_names_after_a_scan() {
     let node = Node::new();

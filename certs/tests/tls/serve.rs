@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use numaresources_certs::{ReloadingCertificate, ServeOptions, ServerConfigBuilder};
+use numaresources_certs::{ReloadingCertificate, ServeOptions, ServerConfigBuilder, TlsPolicy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -71,6 +71,41 @@ async fn tls_1_2_clients_are_served_and_handlers_see_the_peer_address() {
     let (_, addr) = fetch(server.addr, client(&roots, None, &[]), "/addr").await.unwrap();
     let addr: std::net::SocketAddr = addr.parse().unwrap();
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_tls13_minimum_refuses_tls12_clients_and_serves_tls13_ones() {
+    let serving_ca = ca("serving-ca");
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &localhost_pair(&serving_ca));
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let policy = TlsPolicy::from_flags(Some("VersionTLS13"), None).unwrap();
+    let tls = ServerConfigBuilder::new(Arc::new(certificate)).policy(policy).build().unwrap();
+    let server = TestServer::start_with(tls, app(), ServeOptions::default()).await;
+    let roots = serving_ca.cert_pem();
+    let tls12 = client_with_versions(roots, None, &[], &[&rustls::version::TLS12]);
+    assert!(fetch(server.addr, tls12, "/whoami").await.is_err(), "a TLS 1.2-only client must be refused");
+    let (_, body) = fetch(server.addr, client(roots, None, &[]), "/whoami").await.unwrap();
+    assert_eq!(body, "anonymous HTTP/1.1");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_cipher_suite_list_limits_what_tls12_clients_may_negotiate() {
+    let serving_ca = ca("serving-ca");
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), &localhost_pair(&serving_ca));
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    // Our generated keys are ECDSA: allowing only an RSA suite leaves TLS 1.2 nothing to agree on.
+    let policy = TlsPolicy::from_flags(None, Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256")).unwrap();
+    let tls = ServerConfigBuilder::new(Arc::new(certificate)).policy(policy).build().unwrap();
+    let server = TestServer::start_with(tls, app(), ServeOptions::default()).await;
+    let roots = serving_ca.cert_pem();
+    let tls12 = client_with_versions(roots, None, &[], &[&rustls::version::TLS12]);
+    assert!(fetch(server.addr, tls12, "/whoami").await.is_err(), "no ECDSA suite is allowed for TLS 1.2");
+    let (_, body) = fetch(server.addr, client(roots, None, &[]), "/whoami").await.unwrap();
+    assert_eq!(body, "anonymous HTTP/1.1", "TLS 1.3 is not constrained by the list");
     server.stop().await;
 }
 

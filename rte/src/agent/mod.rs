@@ -54,19 +54,16 @@ pub enum Error {
     /// No client configuration for the API server (neither in-cluster nor a kubeconfig).
     #[error("cannot configure a Kubernetes client (in-cluster service account or KUBECONFIG): {0}")]
     Kube(#[source] kube::Error),
-    /// The metrics port cannot be listened on.
-    #[error("cannot listen for metrics on {address}: {source}")]
-    Metrics {
-        /// The address.
-        address: std::net::SocketAddr,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The metrics endpoint cannot start (port taken, certificate unusable).
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsServerError),
     /// `--oneshot`: the one scan or publish failed. (Not a `source`: the text carries it, and
     /// the binary prints the chain, which would repeat it.)
     #[error("the one refresh (--oneshot) failed: {0}")]
     Oneshot(ScanError),
+    /// `--output`: the topology could not be printed.
+    #[error("cannot print the topology: {0}")]
+    Output(String),
 }
 
 /// Why one scan (or its publish) failed; logged and counted, never fatal.
@@ -88,21 +85,25 @@ pub enum ScanError {
 
 /// The object for one scan's inputs: middlewares applied to `pods` (in place), accounting,
 /// attributes, resource excludes, and the trigger annotation. Pure.
+///
+/// `kubelet` is `None` when there is none (`--podresources-socket none`): the machine's own view.
 pub fn assemble(
     config: &Config,
     machine: &Machine,
-    pods: &mut Vec<PodResources>,
-    allocatable: &Allocatable,
+    kubelet: Option<(&mut Vec<PodResources>, &Allocatable)>,
     trigger: Trigger,
 ) -> NodeResourceTopology {
-    if let Some(reference) = &config.reference_container {
-        middleware::remove_shared_pool_cpus(pods, reference);
-    }
-    middleware::exclude_pods(pods, &config.pod_excludes);
+    let kubelet = kubelet.map(|(pods, allocatable)| {
+        if let Some(reference) = &config.reference_container {
+            middleware::remove_shared_pool_cpus(pods, reference);
+        }
+        middleware::exclude_pods(pods, &config.pod_excludes);
+        KubeletView { allocatable, pods }
+    });
     let mut nrt = topology::node_topology(&Scan {
         node_name: &config.node_name,
         machine,
-        kubelet: Some(KubeletView { allocatable, pods }),
+        kubelet,
         topology_manager: &config.topology_manager,
         fingerprint: config.fingerprint,
     });
@@ -208,7 +209,8 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
                 tracing::debug!(dropped, "terminal pods left out");
             }
         }
-        let nrt = assemble(&self.config, &discovery.machine, &mut pods, &allocatable, trigger);
+        let kubelet = self.source.present().then_some((&mut pods, &allocatable));
+        let nrt = assemble(&self.config, &discovery.machine, kubelet, trigger);
         if let (Some(path), Some(method)) = (&self.config.fingerprint_status_file, self.config.fingerprint) {
             let status = fingerprint_status(&self.config.node_name, method, &pods);
             let path = path.clone();
@@ -391,17 +393,23 @@ impl Publisher for DryRun {
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
     let config = args.resolve()?;
     if let Some(verbosity) = config.verbosity {
-        tracing::info!(
+        tracing::debug!(
             verbosity,
             matching_log_level = crate::config::klog_log_level(verbosity),
-            "klog verbosity accepted; the log filter is the binary's --log-level (NUMARESOURCES_LOG)"
+            "klog verbosity given; it sets the log filter unless --log-level (NUMARESOURCES_LOG) does"
         );
     }
     if args.refresh_node_resources {
         tracing::debug!("--refresh-node-resources is always in effect: every scan re-reads the node's resources");
     }
     // No readiness wait here: the first scan dials, and a failed scan is retried with backoff.
-    let source = PodResourcesClient::new(ClientConfig::new(config.podresources_socket.clone()));
+    let source = config.podresources_socket.clone().map(|socket| PodResourcesClient::new(ClientConfig::new(socket)));
+    if source.is_none() {
+        tracing::warn!(
+            "--podresources-socket none: no kubelet, so allocatable = capacity and nothing is allocated; \
+             the topology is this machine's own view, not what a kubelet would admit"
+        );
+    }
     let own_pod = if config.pod_readiness { config.own_pod.clone() } else { None };
     if config.pod_readiness && own_pod.is_none() {
         tracing::warn!(
@@ -412,10 +420,8 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), E
     let needs_client = config.publish || own_pod.is_some() || config.exclude_terminal_pods;
     let client = if needs_client { Some(kube::Client::try_default().await.map_err(Error::Kube)?) } else { None };
 
-    let listener = match config.metrics {
-        Some(address) => {
-            Some(tokio::net::TcpListener::bind(address).await.map_err(|source| Error::Metrics { address, source })?)
-        }
+    let listener = match &config.metrics {
+        Some(endpoint) => Some(crate::metrics::MetricsServer::bind(endpoint).await?),
         None => None,
     };
     let mut background = tokio::task::JoinSet::new();
@@ -453,9 +459,9 @@ struct Options {
 
 /// Serves metrics (when given a listener) and runs the agent, once or until `shutdown`.
 async fn drive<P: Publisher + Sync>(
-    mut agent: Agent<PodResourcesClient, P>,
+    mut agent: Agent<Option<PodResourcesClient>, P>,
     options: Options,
-    metrics: Option<tokio::net::TcpListener>,
+    metrics: Option<crate::metrics::MetricsServer>,
     background: &mut tokio::task::JoinSet<()>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
@@ -465,12 +471,12 @@ async fn drive<P: Publisher + Sync>(
     if let Some(terminal) = options.terminal {
         agent = agent.with_terminal_pods(terminal);
     }
-    if let Some(listener) = metrics {
+    if let Some(server) = metrics {
         let metrics = agent.metrics();
         let node = agent.config.node_name.clone();
         // Stopped with the other background tasks when the agent returns.
         background.spawn(async move {
-            if let Err(error) = crate::metrics::serve(listener, metrics, &node, std::future::pending()).await {
+            if let Err(error) = server.serve(metrics, &node, std::future::pending()).await {
                 tracing::error!(%error, "the metrics server stopped");
             }
         });
@@ -484,11 +490,27 @@ async fn drive<P: Publisher + Sync>(
         refreshed = agent.refresh(Trigger::Periodic) => match refreshed {
             Ok(outcome) => {
                 tracing::info!(?outcome, "--oneshot: refreshed once; exiting");
-                Ok(())
+                match (agent.config.output, agent.last.as_ref()) {
+                    (Some(format), Some(published)) => print_topology(&published.topology, format),
+                    _ => Ok(()),
+                }
             }
             Err(error) => Err(Error::Oneshot(error)),
         },
     }
+}
+
+/// Writes `nrt` to stdout as `kubectl get -o yaml|json` would show it.
+fn print_topology(nrt: &NodeResourceTopology, format: crate::config::OutputFormat) -> Result<(), Error> {
+    use std::io::Write;
+    let text = match format {
+        crate::config::OutputFormat::Yaml => serde_norway::to_string(nrt).map_err(|e| e.to_string()),
+        crate::config::OutputFormat::Json => {
+            serde_json::to_string_pretty(nrt).map(|t| t + "\n").map_err(|e| e.to_string())
+        }
+    }
+    .map_err(Error::Output)?;
+    std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| Error::Output(e.to_string()))
 }
 
 #[cfg(test)]

@@ -44,6 +44,32 @@ pub trait PodResourcesSource {
     fn list(&self) -> impl Future<Output = Result<Vec<PodResources>, Error>> + Send;
     /// What the kubelet may allocate.
     fn allocatable(&self) -> impl Future<Output = Result<Allocatable, Error>> + Send;
+    /// Whether there is a kubelet at all; without one the topology is the machine's own view
+    /// (allocatable = capacity, nothing allocated).
+    fn present(&self) -> bool {
+        true
+    }
+}
+
+/// No source (`--podresources-socket none`) or one.
+impl<S: PodResourcesSource + Sync> PodResourcesSource for Option<S> {
+    async fn list(&self) -> Result<Vec<PodResources>, Error> {
+        match self {
+            Some(source) => source.list().await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn allocatable(&self) -> Result<Allocatable, Error> {
+        match self {
+            Some(source) => source.allocatable().await,
+            None => Ok(Allocatable::default()),
+        }
+    }
+
+    fn present(&self) -> bool {
+        self.is_some()
+    }
 }
 
 /// A [`PodResourcesSource`] that always answers the same plain data.
