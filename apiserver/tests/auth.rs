@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use numaresources_apiserver::auth::{Auth, AuthenticationConfig, Delegated};
+use numaresources_apiserver::auth::{Auth, AuthenticationConfig, Delegated, RequestHeaderConfig};
 use numaresources_apiserver::{AppState, Store, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -136,4 +136,44 @@ async fn health_is_open_and_nothing_else_is_served_before_the_configuration_load
     let (status, body) = call(&app, "GET", BASE, Some("alice-token"), None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["reason"], "ServiceUnavailable");
+}
+
+#[tokio::test]
+async fn subject_access_reviews_go_to_the_authorization_kubeconfig_when_given() {
+    let (through_authentication, through_authorization) =
+        (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let delegated = Delegated::new(fake_kube_apiserver(through_authentication.clone()), None)
+        .with_authorization_client(fake_kube_apiserver(through_authorization.clone()));
+    delegated.set_config(AuthenticationConfig::default());
+    let mut state = AppState::new(Arc::new(Store::starting_at(0, 10)), "test", "test");
+    state.auth = Auth::Delegated(Arc::new(delegated));
+    let app = router(Arc::new(state));
+    let (status, _) = call(&app, "GET", BASE, Some("alice-token"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(through_authorization.load(Ordering::SeqCst), 1);
+    assert_eq!(through_authentication.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn requestheader_flags_replace_the_configmap_front_proxy_settings() {
+    let ca = numaresources_certs::CertificateAuthority::generate("front-proxy-ca", Duration::from_secs(3600)).unwrap();
+    let flags = RequestHeaderConfig {
+        client_ca: Some(numaresources_certs::CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap()),
+        allowed_names: vec!["aggregator".to_owned()],
+        username_headers: vec!["X-Remote-User".to_owned()],
+        ..RequestHeaderConfig::default()
+    };
+    let delegated = Delegated::new(fake_kube_apiserver(Arc::new(AtomicUsize::new(0))), None).with_request_header(flags);
+    let from_configmap = AuthenticationConfig {
+        request_header: RequestHeaderConfig {
+            allowed_names: vec!["front-proxy-client".to_owned()],
+            ..RequestHeaderConfig::default()
+        },
+        ..AuthenticationConfig::default()
+    };
+    delegated.set_config(from_configmap);
+    let config = delegated.config().unwrap();
+    assert_eq!(config.request_header.allowed_names, ["aggregator"]);
+    assert_eq!(config.request_header.username_headers, ["X-Remote-User"]);
+    assert!(config.request_header.client_ca.is_some());
 }

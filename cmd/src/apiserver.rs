@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use numaresources_api::GoDuration;
-use numaresources_apiserver::auth::{Auth, Delegated, Standalone};
+use numaresources_apiserver::auth::{Auth, Delegated, RequestHeaderConfig, Standalone};
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{
     CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve,
@@ -41,6 +41,32 @@ pub struct ApiserverArgs {
     /// `$KUBECONFIG`/`~/.kube/config`).
     #[arg(long, env = "NUMARESOURCES_APISERVER_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+    /// The kubeconfig for TokenReviews and the authentication ConfigMap (default: `--kubeconfig`).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHENTICATION_KUBECONFIG")]
+    authentication_kubeconfig: Option<PathBuf>,
+    /// The kubeconfig for SubjectAccessReviews (default: `--kubeconfig`).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHORIZATION_KUBECONFIG")]
+    authorization_kubeconfig: Option<PathBuf>,
+    /// The CA bundle that signs the front proxy's client certificate. Given, the
+    /// `--requestheader-*` flags replace the front-proxy settings of the
+    /// `kube-system/extension-apiserver-authentication` ConfigMap.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_REQUESTHEADER_CLIENT_CA_FILE")]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names the front proxy's certificate may have (empty: any the CA signed).
+    #[arg(long, value_delimiter = ',', env = "NUMARESOURCES_APISERVER_REQUESTHEADER_ALLOWED_NAMES")]
+    requestheader_allowed_names: Vec<String>,
+    /// Headers naming the user.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    requestheader_username_headers: Vec<String>,
+    /// Headers naming the user's groups.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    requestheader_group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra user attributes.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    requestheader_extra_headers_prefix: Vec<String>,
+    /// Headers naming the user's uid.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Uid")]
+    requestheader_uid_headers: Vec<String>,
     /// Standalone mode (no kube-apiserver): static bearer tokens, kube-apiserver's CSV format
     /// `token,user,uid,"group1,group2"`. Members of `system:masters` may write; every other
     /// authenticated user may read.
@@ -121,7 +147,18 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
                 tracing::info!(objects = store.len(), "the store is warm");
                 readiness.set("store-warm", true);
             }));
-            let delegated = Arc::new(Delegated::new(client, Some(client_cas)));
+            let authentication_client = match &args.authentication_kubeconfig {
+                Some(path) => kube_client(Some(path)).await?,
+                None => client.clone(),
+            };
+            let mut delegated = Delegated::new(authentication_client, Some(client_cas));
+            if let Some(path) = &args.authorization_kubeconfig {
+                delegated = delegated.with_authorization_client(kube_client(Some(path)).await?);
+            }
+            if let Some(request_header) = request_header_flags(&args)? {
+                delegated = delegated.with_request_header(request_header);
+            }
+            let delegated = Arc::new(delegated);
             state.auth = Auth::Delegated(delegated.clone());
             state.readiness.set("authentication-config", false);
             let readiness = state.readiness.clone();
@@ -146,6 +183,21 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         task.abort();
     }
     served.context("serving")
+}
+
+/// The front-proxy settings of the `--requestheader-*` flags, when a CA is given.
+fn request_header_flags(args: &ApiserverArgs) -> anyhow::Result<Option<RequestHeaderConfig>> {
+    let Some(path) = &args.requestheader_client_ca_file else { return Ok(None) };
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let client_ca = CaBundle::from_pem(&pem).with_context(|| path.display().to_string())?;
+    Ok(Some(RequestHeaderConfig {
+        client_ca: Some(client_ca),
+        allowed_names: args.requestheader_allowed_names.clone(),
+        username_headers: args.requestheader_username_headers.clone(),
+        group_headers: args.requestheader_group_headers.clone(),
+        extra_header_prefixes: args.requestheader_extra_headers_prefix.clone(),
+        uid_headers: args.requestheader_uid_headers.clone(),
+    }))
 }
 
 /// The standalone authenticator, when `--token-auth-file` or `--client-ca-file` is given.

@@ -47,7 +47,7 @@ pub enum LogFormat {
 enum Command {
     /// Serve the NodeResourceTopology API behind an APIService, with authentication and
     /// authorization delegated to kube-apiserver.
-    Apiserver(ApiserverArgs),
+    Apiserver(Box<ApiserverArgs>),
     /// Print, write or check the CustomResourceDefinitions of the operator API.
     Crds(CrdsArgs),
     /// Run the resource topology exporter for this node (the per-node DaemonSet agent).
@@ -75,7 +75,7 @@ impl Cli {
     /// Runs the chosen subcommand.
     pub fn run(self) -> anyhow::Result<ExitCode> {
         match self.command {
-            Command::Apiserver(args) => crate::apiserver::run(args).map(|()| ExitCode::SUCCESS),
+            Command::Apiserver(args) => crate::apiserver::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Crds(args) => crate::crds::run(&args),
             Command::Rte(args) => crate::rte::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Local(args) => crate::local::run(args).map(|()| ExitCode::SUCCESS),

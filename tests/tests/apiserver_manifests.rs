@@ -385,7 +385,7 @@ fn apiserver_flags() -> BTreeMap<String, Flag> {
     let cmd = workspace_root().join("cmd/src");
     let apiserver = std::fs::read_to_string(cmd.join("apiserver.rs")).unwrap();
     let cli = std::fs::read_to_string(cmd.join("cli.rs")).unwrap();
-    assert!(cli.contains("Apiserver(ApiserverArgs)"), "cli.rs no longer has the `apiserver` subcommand as read here");
+    assert!(cli.contains("Apiserver(Box<ApiserverArgs>)"), "cli.rs no longer has the `apiserver` subcommand as read here");
     let mut flags = BTreeMap::new();
     flags_of(&apiserver, "ApiserverArgs", false, &mut flags);
     flags_of(&cli, "Cli", true, &mut flags);

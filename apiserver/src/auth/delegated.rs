@@ -16,7 +16,7 @@ use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_certs::ClientCaVerifier;
 
 use super::attributes::Attributes;
-use super::authn::{AuthenticationConfig, UserInfo};
+use super::authn::{AuthenticationConfig, RequestHeaderConfig, UserInfo};
 use crate::discovery::VERSION;
 
 /// How long decisions are remembered.
@@ -40,7 +40,12 @@ pub enum DelegationError {
 
 /// Delegated authentication and authorization.
 pub struct Delegated {
+    /// Reads the authentication ConfigMap and sends TokenReviews (`--authentication-kubeconfig`).
     client: kube::Client,
+    /// Sends SubjectAccessReviews (`--authorization-kubeconfig`).
+    authorization_client: kube::Client,
+    /// Front-proxy settings from flags, which take precedence over the ConfigMap's.
+    request_header_override: Option<RequestHeaderConfig>,
     config: RwLock<Option<Arc<AuthenticationConfig>>>,
     tokens: moka::sync::Cache<String, Option<UserInfo>>,
     decisions: moka::sync::Cache<String, bool>,
@@ -58,12 +63,29 @@ impl Delegated {
     /// verifier whose CA bundles follow the ConfigMap.
     pub fn new(client: kube::Client, verifier: Option<Arc<ClientCaVerifier>>) -> Self {
         Self {
+            authorization_client: client.clone(),
             client,
+            request_header_override: None,
             config: RwLock::new(None),
             tokens: moka::sync::Cache::builder().max_capacity(10_000).time_to_live(CACHE_TTL).build(),
             decisions: moka::sync::Cache::builder().max_capacity(100_000).time_to_live(CACHE_TTL).build(),
             verifier,
         }
+    }
+
+    /// Sends SubjectAccessReviews through `client` instead (`--authorization-kubeconfig`).
+    #[must_use]
+    pub fn with_authorization_client(mut self, client: kube::Client) -> Self {
+        self.authorization_client = client;
+        self
+    }
+
+    /// Uses these front-proxy settings (`--requestheader-*` flags) whatever the ConfigMap says,
+    /// as kube-apiserver's delegated authentication does when the flags are given.
+    #[must_use]
+    pub fn with_request_header(mut self, request_header: RequestHeaderConfig) -> Self {
+        self.request_header_override = Some(request_header);
+        self
     }
 
     /// The authentication settings, once loaded.
@@ -72,7 +94,10 @@ impl Delegated {
     }
 
     /// Installs new settings (and their CAs for new TLS connections).
-    pub fn set_config(&self, config: AuthenticationConfig) {
+    pub fn set_config(&self, mut config: AuthenticationConfig) {
+        if let Some(request_header) = &self.request_header_override {
+            config.request_header = request_header.clone();
+        }
         if let Some(verifier) = &self.verifier
             && let Err(error) = verifier.replace(&config.bundles())
         {
@@ -148,7 +173,7 @@ impl Delegated {
             return Ok(allowed);
         }
         let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let api: Api<SubjectAccessReview> = Api::all(self.authorization_client.clone());
         let answer = api
             .create(&PostParams::default(), &review)
             .await

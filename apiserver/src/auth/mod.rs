@@ -19,7 +19,7 @@ use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_certs::PeerInfo;
 
 pub use attributes::{Attributes, always_allowed};
-pub use authn::{AuthenticationConfig, UserInfo};
+pub use authn::{AuthenticationConfig, RequestHeaderConfig, UserInfo};
 pub use delegated::{Delegated, DelegationError, review_spec};
 pub use standalone::{Standalone, TokenFileError, UnknownToken};
 
