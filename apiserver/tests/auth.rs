@@ -177,3 +177,68 @@ async fn requestheader_flags_replace_the_configmap_front_proxy_settings() {
     assert_eq!(config.request_header.username_headers, ["X-Remote-User"]);
     assert!(config.request_header.client_ca.is_some());
 }
+
+/// The authentication ConfigMap at `version` (1 or 2), with that version's allowed proxy names.
+fn auth_configmap(version: usize) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system",
+                     "resourceVersion": version.to_string()},
+        "data": {"requestheader-allowed-names": format!("[\"front-proxy-v{version}\"]")}
+    })
+}
+
+#[tokio::test]
+async fn a_changed_authentication_configmap_is_applied_from_the_watch() {
+    let version = Arc::new(AtomicUsize::new(1));
+    let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<kube::client::Body>>();
+    let served = version.clone();
+    tokio::spawn(async move {
+        let mut parked = Vec::new(); // later watches: left open, as an idle watch is
+        let mut watches = 0;
+        while let Some((request, respond)) = handle.next_request().await {
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            let path = request.uri().path().to_owned();
+            assert!(path.starts_with("/api/v1/namespaces/kube-system/configmaps"), "unexpected {path}");
+            let body = if query.contains("watch=true") {
+                watches += 1;
+                if watches > 1 {
+                    parked.push(respond);
+                    continue;
+                }
+                served.store(2, Ordering::SeqCst);
+                let event = json!({"type": "MODIFIED", "object": auth_configmap(2)});
+                format!("{event}\n")
+            } else if path.ends_with("/extension-apiserver-authentication") {
+                auth_configmap(served.load(Ordering::SeqCst)).to_string()
+            } else {
+                assert!(query.contains("fieldSelector=metadata.name%3Dextension-apiserver-authentication"), "{query}");
+                json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "1"},
+                       "items": [auth_configmap(1)]})
+                .to_string()
+            };
+            respond.send_response(
+                Response::builder().status(200).body(kube::client::Body::from(body.into_bytes())).unwrap(),
+            );
+        }
+    });
+    let delegated = Arc::new(Delegated::new(kube::Client::new(service, "default"), None));
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (follower, flag) = (delegated.clone(), ready.clone());
+    let following = tokio::spawn(async move {
+        follower.keep_config_current(Duration::from_secs(3600), |ok| flag.store(ok, Ordering::SeqCst)).await;
+    });
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let names = delegated.config().map(|c| c.request_header.allowed_names.clone()).unwrap_or_default();
+            if names == ["front-proxy-v2"] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the watched change was applied without waiting for the hourly re-read");
+    assert!(ready.load(Ordering::SeqCst));
+    following.abort();
+}

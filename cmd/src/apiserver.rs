@@ -75,8 +75,9 @@ pub struct ApiserverArgs {
     /// Standalone mode: accept client certificates issued by this CA (CN is the user, O the groups).
     #[arg(long, env = "NUMARESOURCES_APISERVER_CLIENT_CA_FILE")]
     client_ca_file: Option<PathBuf>,
-    /// How often the authentication ConfigMap is re-read.
-    #[arg(long, default_value = "30s", value_parser = parse_period)]
+    /// The authentication ConfigMap is watched; this is how often it is re-read as well, in case
+    /// a watch stalls unnoticed.
+    #[arg(long, default_value = "5m", value_parser = parse_period)]
     authentication_config_refresh: GoDuration,
     /// After a start, `/readyz` waits until every Node has reported its topology, or this long at
     /// most (an empty store makes every node look unconstrained to the scheduler).

@@ -109,20 +109,48 @@ impl Delegated {
     /// Reads `kube-system/extension-apiserver-authentication` once.
     pub async fn load_config(&self) -> Result<AuthenticationConfig, String> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), AUTH_CONFIGMAP.0);
-        let configmap = api.get(AUTH_CONFIGMAP.1).await.map_err(|error| match &error {
-            kube::Error::Api(status) if status.code == 403 => format!(
-                "reading {}/{} is forbidden: bind the Role extension-apiserver-authentication-reader in kube-system to this server's ServiceAccount ({error})",
-                AUTH_CONFIGMAP.0, AUTH_CONFIGMAP.1
-            ),
-            _ => format!("reading {}/{}: {error}", AUTH_CONFIGMAP.0, AUTH_CONFIGMAP.1),
-        })?;
+        let configmap = api.get(AUTH_CONFIGMAP.1).await.map_err(|error| explain_configmap_error(&error))?;
         AuthenticationConfig::from_configmap(&configmap.data.unwrap_or_default()).map_err(|e| e.to_string())
     }
 
-    /// Keeps the settings current: loads them now and every `period` (a CA rotation on a
-    /// control-plane upgrade reaches new connections within one period). Failures keep the
-    /// last good settings. Calls `ready(true)` once settings are in place.
-    pub async fn keep_config_current(&self, period: Duration, ready: impl Fn(bool)) {
+    /// Keeps the settings current: watches the ConfigMap, so a CA rotation on a control-plane
+    /// upgrade reaches new connections at once, and re-reads it every `resync` as well, in case a
+    /// watch stalls unnoticed. Failures keep the last good settings. Calls `ready(true)` once
+    /// settings are in place.
+    pub async fn keep_config_current(&self, resync: Duration, ready: impl Fn(bool)) {
+        tokio::join!(self.watch_config(&ready), self.poll_config(resync, &ready));
+    }
+
+    /// Applies every change of the ConfigMap as the watch delivers it.
+    async fn watch_config(&self, ready: &impl Fn(bool)) {
+        use futures_util::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        use kube::runtime::watcher::{self, Event};
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), AUTH_CONFIGMAP.0);
+        // The reader Role grants list/watch on this one name, which a field selector satisfies.
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", AUTH_CONFIGMAP.1));
+        let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(Event::Apply(configmap) | Event::InitApply(configmap)) => {
+                    self.apply_configmap(&configmap, ready);
+                }
+                Ok(Event::Delete(_)) => tracing::error!(
+                    "{}/{} was deleted; keeping the last settings until it is back",
+                    AUTH_CONFIGMAP.0,
+                    AUTH_CONFIGMAP.1
+                ),
+                Ok(Event::Init | Event::InitDone) => {}
+                Err(error) => {
+                    tracing::warn!("watching {}/{}: {error}; retrying", AUTH_CONFIGMAP.0, AUTH_CONFIGMAP.1);
+                    ready(self.config().is_some());
+                }
+            }
+        }
+    }
+
+    /// Re-reads the ConfigMap now and every `period`.
+    async fn poll_config(&self, period: Duration, ready: &impl Fn(bool)) {
         loop {
             match self.load_config().await {
                 Ok(config) => {
@@ -135,6 +163,27 @@ impl Delegated {
                 }
             }
             tokio::time::sleep(period).await;
+        }
+    }
+
+    /// Installs the settings of one version of the ConfigMap, or keeps the last good ones.
+    fn apply_configmap(&self, configmap: &ConfigMap, ready: &impl Fn(bool)) {
+        let empty = BTreeMap::new();
+        match AuthenticationConfig::from_configmap(configmap.data.as_ref().unwrap_or(&empty)) {
+            Ok(config) => {
+                tracing::info!(
+                    resource_version = configmap.metadata.resource_version.as_deref().unwrap_or_default(),
+                    "authentication settings loaded from {}/{}",
+                    AUTH_CONFIGMAP.0,
+                    AUTH_CONFIGMAP.1
+                );
+                self.set_config(config);
+                ready(true);
+            }
+            Err(error) => {
+                tracing::error!("{}/{}: {error}; keeping the last settings", AUTH_CONFIGMAP.0, AUTH_CONFIGMAP.1);
+                ready(self.config().is_some());
+            }
         }
     }
 
@@ -181,6 +230,17 @@ impl Delegated {
         let allowed = answer.status.is_some_and(|s| s.allowed && s.denied != Some(true));
         self.decisions.insert(key, allowed);
         Ok(allowed)
+    }
+}
+
+/// Says what to do about a failed read of the authentication ConfigMap.
+fn explain_configmap_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "reading {}/{} is forbidden: bind the Role extension-apiserver-authentication-reader in kube-system to this server's ServiceAccount ({error})",
+            AUTH_CONFIGMAP.0, AUTH_CONFIGMAP.1
+        ),
+        _ => format!("reading {}/{}: {error}", AUTH_CONFIGMAP.0, AUTH_CONFIGMAP.1),
     }
 }
 
