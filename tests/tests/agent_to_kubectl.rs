@@ -279,7 +279,7 @@ impl RunningAgent {
     async fn start(ws: &Workspace) -> Self {
         let mut config = Config::for_node(NODE);
         config.sysfs.clone_from(&ws.sys);
-        config.podresources_socket = ws.socket.clone().into();
+        config.podresources_socket = Some(ws.socket.clone().into());
         // Scans only when the test says so (the notify file), and no heartbeat: every write the
         // server sees is one the test caused.
         config.sleep_interval = None;

@@ -10,7 +10,7 @@
 //! with varied allocatable and available amounts. Server and clients share one 2-worker tokio
 //! runtime, and so the machine's cores: client work (TLS, parsing) is inside every figure.
 //!
-//! `cargo bench -p numaresources-apiserver --bench tls` prints the figures; nothing asserts a time.
+//! `cargo bench -p numaresources-tests --bench apiserver_tls` prints the figures; nothing asserts a time.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
