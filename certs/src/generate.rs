@@ -15,7 +15,7 @@ use rcgen::{
 use crate::{Error, ServingCertificate};
 
 /// How far back every certificate's notBefore is set, for clock skew between peers.
-const BACKDATE: Duration = Duration::from_secs(3600);
+pub(crate) const BACKDATE: Duration = Duration::from_secs(3600);
 
 /// Validity of the `--cert-dir` self-signed certificate (kube-apiserver uses one year too).
 pub const SELF_SIGNED_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -67,7 +67,11 @@ impl fmt::Debug for CertificateAuthority {
 impl CertificateAuthority {
     /// A new self-signed CA named `common_name`, valid for `validity` from now.
     pub fn generate(common_name: &str, validity: Duration) -> Result<Self, Error> {
-        let now = SystemTime::now();
+        Self::generate_at(common_name, SystemTime::now(), validity)
+    }
+
+    /// [`Self::generate`] as if the clock read `now` (planned rotations and their tests).
+    pub fn generate_at(common_name: &str, now: SystemTime, validity: Duration) -> Result<Self, Error> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::default();
         params.distinguished_name = rcgen::DistinguishedName::new();
@@ -130,12 +134,17 @@ impl CertificateAuthority {
     /// A serving certificate (EKU serverAuth) for `names` (DNS names or IP addresses, e.g.
     /// `svc.ns.svc` and `svc.ns.svc.cluster.local`), valid for `validity` but never past the CA.
     pub fn issue_serving(&self, names: &[String], validity: Duration) -> Result<PemPair, Error> {
+        self.issue_serving_at(names, SystemTime::now(), validity)
+    }
+
+    /// [`Self::issue_serving`] as if the clock read `now`.
+    pub fn issue_serving_at(&self, names: &[String], now: SystemTime, validity: Duration) -> Result<PemPair, Error> {
         let first = names.first().ok_or(Error::NoSubjectAltNames)?;
         let mut params = CertificateParams::new(names.to_vec())?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, first.as_str());
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.issue(params, validity)
+        self.issue(params, now, validity)
     }
 
     /// A client certificate (EKU clientAuth) in Kubernetes' convention: the user in the CN, the
@@ -148,11 +157,10 @@ impl CertificateAuthority {
             params.distinguished_name.push(DnType::OrganizationName, group.as_str());
         }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(params, validity)
+        self.issue(params, SystemTime::now(), validity)
     }
 
-    fn issue(&self, mut params: CertificateParams, validity: Duration) -> Result<PemPair, Error> {
-        let now = SystemTime::now();
+    fn issue(&self, mut params: CertificateParams, now: SystemTime, validity: Duration) -> Result<PemPair, Error> {
         let remaining = self.not_after.duration_since(now).unwrap_or_default();
         set_validity(&mut params, now, validity.min(remaining));
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];

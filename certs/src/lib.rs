@@ -15,7 +15,9 @@
 //! - [`serve`] runs an axum `Router` over it, with the peer's identity ([`PeerInfo`]) on every
 //!   request;
 //! - [`CertificateAuthority`], [`self_signed`] and [`ensure_self_signed`] generate certificates
-//!   with rcgen.
+//!   with rcgen;
+//! - [`rotation`] decides, for self-managed certificates, when to create, renew and rotate them so
+//!   that no handshake fails while new bundles and Secrets propagate.
 //!
 //! ```no_run
 //! # async fn run(app: axum::Router) -> Result<(), Box<dyn std::error::Error>> {
@@ -38,6 +40,7 @@ mod generate;
 mod pem;
 mod policy;
 mod reload;
+pub mod rotation;
 mod serve;
 mod time;
 

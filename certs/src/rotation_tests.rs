@@ -1,0 +1,209 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn names() -> Vec<String> {
+    service_names("numaresources-webhook", "numaresources")
+}
+
+/// Short lifetimes so that years of rotations fit in a test: CA 30 days (rotated with 10 left),
+/// leaves 7 days (re-issued with 2 left), one hour of propagation.
+fn policy() -> RotationPolicy {
+    RotationPolicy {
+        ca_validity: 30 * DAY,
+        ca_renew_before: 10 * DAY,
+        leaf_validity: 7 * DAY,
+        leaf_renew_before: 2 * DAY,
+        propagation: HOUR,
+    }
+}
+
+fn start() -> SystemTime {
+    SystemTime::now()
+}
+
+fn subject_of(pem: &str) -> String {
+    Parsed::from_pem(pem).unwrap().subject
+}
+
+fn issuer_of(pem: &str) -> String {
+    Parsed::from_pem(pem).unwrap().issuer
+}
+
+#[test]
+fn a_first_run_creates_a_ca_alone_and_issues_a_leaf_for_the_service_names() {
+    let now = start();
+    let (ca, step) = advance_ca(None, &[], &policy(), now).unwrap();
+    assert_eq!(step, CaStep::Created);
+    assert_eq!(ca.previous_cert_pem, None);
+    assert_eq!(plan_leaf(&ca, None, &names(), &policy(), now), LeafStep::Issue("no serving certificate yet"));
+    let leaf = issue_leaf(&ca, &names(), &policy(), now).unwrap();
+    assert_eq!(issuer_of(&leaf.cert_pem), subject_of(&ca.cert_pem));
+    assert_eq!(Parsed::from_pem(&leaf.cert_pem).unwrap().names, names());
+    assert_eq!(plan_leaf(&ca, Some(&leaf), &names(), &policy(), now), LeafStep::Keep);
+    assert_eq!(advance_ca(Some(&ca), &[&leaf.cert_pem], &policy(), now).unwrap().1, CaStep::Unchanged);
+}
+
+#[test]
+fn the_secret_data_round_trips_and_a_broken_secret_names_its_problem() {
+    let now = start();
+    let (ca, _) = advance_ca(None, &[], &policy(), now).unwrap();
+    let rotated = CaState { previous_cert_pem: Some(ca.cert_pem.clone()), ..ca.clone() };
+    let data = rotated.to_secret_data();
+    assert_eq!(data[keys::CA_BUNDLE].matches("BEGIN CERTIFICATE").count(), 2);
+    let back = CaState::from_secret_data(&data).unwrap();
+    assert_eq!((back.cert_pem, back.previous_cert_pem), (rotated.cert_pem.clone(), rotated.previous_cert_pem));
+    assert_eq!(unix_seconds(back.rotated_at), unix_seconds(rotated.rotated_at));
+
+    let mut missing = data.clone();
+    missing.remove(keys::CA_KEY);
+    assert!(CaState::from_secret_data(&missing).unwrap_err().to_string().contains("ca.key"));
+    let mut garbage = data;
+    garbage.insert(keys::CA_CERT.to_owned(), "not a certificate".to_owned());
+    assert!(CaState::from_secret_data(&garbage).is_err());
+}
+
+#[test]
+fn leaves_are_reissued_for_every_reason_and_only_then() {
+    let p = policy();
+    let now = start();
+    let (ca, _) = advance_ca(None, &[], &p, now).unwrap();
+    let leaf = issue_leaf(&ca, &names(), &p, now).unwrap();
+    // (when, names asked for, expected)
+    let cases: [(SystemTime, Vec<String>, LeafStep); 4] = [
+        (now + 4 * DAY, names(), LeafStep::Keep),
+        (now + 5 * DAY + HOUR, names(), LeafStep::Issue("the serving certificate is due for renewal")),
+        (now + 8 * DAY, names(), LeafStep::Issue("the serving certificate has expired")),
+        (
+            now,
+            vec!["other.numaresources.svc".to_owned()],
+            LeafStep::Issue("the serving certificate does not cover every service name"),
+        ),
+    ];
+    for (when, wanted, expected) in cases {
+        assert_eq!(plan_leaf(&ca, Some(&leaf), &wanted, &p, when), expected);
+    }
+    let (stranger, _) = advance_ca(None, &[], &p, now + HOUR).unwrap();
+    let foreign = issue_leaf(&stranger, &names(), &p, now + HOUR).unwrap();
+    assert_eq!(
+        plan_leaf(&ca, Some(&foreign), &names(), &p, now + HOUR),
+        LeafStep::Issue("the serving certificate comes from a CA we no longer trust")
+    );
+    let mismatched = PemPair { cert_pem: leaf.cert_pem.clone(), key_pem: foreign.key_pem };
+    assert_eq!(
+        plan_leaf(&ca, Some(&mismatched), &names(), &p, now),
+        LeafStep::Issue("the serving key does not match its certificate")
+    );
+}
+
+#[test]
+fn a_rotation_publishes_both_cas_then_reissues_leaves_then_retires_the_old_ca() {
+    let p = policy();
+    let t0 = start();
+    let (old, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let leaf = issue_leaf(&old, &names(), &p, t0 + 19 * DAY).unwrap();
+
+    // 21 days in, 9 left: rotate. Both CAs are trusted; the leaf stays for now.
+    let t1 = t0 + 21 * DAY;
+    let (rotated, step) = advance_ca(Some(&old), &[&leaf.cert_pem], &p, t1).unwrap();
+    assert_eq!(step, CaStep::Rotated);
+    assert_eq!(rotated.previous_cert_pem.as_deref(), Some(old.cert_pem.as_str()));
+    assert_eq!(rotated.bundle().matches("BEGIN CERTIFICATE").count(), 2);
+    assert_eq!(plan_leaf(&rotated, Some(&leaf), &names(), &p, t1 + HOUR / 2), LeafStep::Keep);
+    assert_eq!(advance_ca(Some(&rotated), &[&leaf.cert_pem], &p, t1 + HOUR / 2).unwrap().1, CaStep::Unchanged);
+
+    // One propagation later the new CA is everywhere: re-issue from it.
+    let t2 = t1 + HOUR;
+    assert_eq!(
+        plan_leaf(&rotated, Some(&leaf), &names(), &p, t2),
+        LeafStep::Issue("the CA was rotated and the new one has reached every client")
+    );
+    let new_leaf = issue_leaf(&rotated, &names(), &p, t2).unwrap();
+    assert_eq!(issuer_of(&new_leaf.cert_pem), subject_of(&rotated.cert_pem));
+    // The old CA stays until the new leaf has reached every server.
+    assert_eq!(advance_ca(Some(&rotated), &[&new_leaf.cert_pem], &p, t2 + HOUR / 2).unwrap().1, CaStep::Unchanged);
+    let (retired, step) = advance_ca(Some(&rotated), &[&new_leaf.cert_pem], &p, t2 + HOUR).unwrap();
+    assert_eq!(step, CaStep::PreviousRetired);
+    assert_eq!(retired.bundle().matches("BEGIN CERTIFICATE").count(), 1);
+    // An old leaf still written somewhere holds the old CA back.
+    assert_eq!(
+        advance_ca(Some(&rotated), &[&new_leaf.cert_pem, &leaf.cert_pem], &p, t2 + HOUR).unwrap().1,
+        CaStep::Unchanged
+    );
+}
+
+#[test]
+fn an_expired_or_unreadable_ca_is_replaced_outright() {
+    let p = policy();
+    let t0 = start();
+    let (old, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let (fresh, step) = advance_ca(Some(&old), &[], &p, t0 + 31 * DAY).unwrap();
+    assert_eq!((step, fresh.previous_cert_pem.is_none()), (CaStep::Created, true));
+    let broken = CaState { cert_pem: "garbage".to_owned(), ..old };
+    assert_eq!(advance_ca(Some(&broken), &[], &p, t0).unwrap().1, CaStep::Created);
+}
+
+/// What a client trusting `bundle` makes of a server presenting `leaf` at `now`.
+fn handshake_succeeds(bundle: &str, leaf: &str, now: SystemTime) -> bool {
+    let leaf = Parsed::from_pem(leaf).unwrap();
+    let trusted = pem::certificates(bundle.as_bytes(), "bundle").unwrap().iter().any(|der| {
+        let (_, ca) = x509_parser::parse_x509_certificate(der).unwrap();
+        ca.subject().to_string() == leaf.issuer
+            && crate::time::from_unix_seconds(ca.validity().not_after.timestamp()) > now
+    });
+    trusted && leaf.not_before <= now && now < leaf.not_after
+}
+
+/// Months of a controller reconciling every half hour (half a propagation), with every consumer lagging up to one
+/// propagation behind: any leaf a server may still present is trusted by any bundle a client may
+/// still hold, at every moment.
+#[test]
+fn no_handshake_fails_across_months_of_renewals_and_rotations_with_lagging_consumers() {
+    let p = policy();
+    let t0 = start();
+    let step = HOUR / 2;
+    // (time written, bundle) and (time written, leaf), newest last.
+    let mut bundles: Vec<(SystemTime, String)> = Vec::new();
+    let mut leaves: Vec<(SystemTime, String)> = Vec::new();
+    let mut ca: Option<CaState> = None;
+    let mut leaf: Option<PemPair> = None;
+    let (mut rotations, mut issues) = (0, 0);
+    let mut now = t0;
+    while now < t0 + 120 * DAY {
+        let written: Vec<&str> = leaf.iter().map(|l| l.cert_pem.as_str()).collect();
+        let (next, ca_step) = advance_ca(ca.as_ref(), &written, &p, now).unwrap();
+        if ca_step == CaStep::Rotated {
+            rotations += 1;
+        }
+        if ca_step != CaStep::Unchanged {
+            bundles.push((now, next.bundle()));
+        }
+        if let LeafStep::Issue(_) = plan_leaf(&next, leaf.as_ref(), &names(), &p, now) {
+            let issued = issue_leaf(&next, &names(), &p, now).unwrap();
+            leaves.push((now, issued.cert_pem.clone()));
+            leaf = Some(issued);
+            issues += 1;
+        }
+        ca = Some(next);
+
+        // Anything written within the last propagation may or may not have arrived yet.
+        let in_flight = |history: &[(SystemTime, String)]| -> Vec<String> {
+            let settled = history.iter().rposition(|(at, _)| *at + p.propagation <= now).unwrap_or(0);
+            history[settled..].iter().map(|(_, pem)| pem.clone()).collect()
+        };
+        for bundle in in_flight(&bundles) {
+            for served in in_flight(&leaves) {
+                assert!(
+                    handshake_succeeds(&bundle, &served, now),
+                    "day {:.2}: a client's bundle does not trust a leaf a server may present",
+                    now.duration_since(t0).unwrap().as_secs_f64() / 86_400.0
+                );
+            }
+        }
+        now += step;
+    }
+    assert!(rotations >= 5, "the CA rotated {rotations} times in 120 days");
+    assert!(issues > rotations * 2, "leaves were issued {issues} times");
+}
