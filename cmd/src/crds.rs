@@ -37,19 +37,27 @@ pub fn run(args: &CrdsArgs) -> anyhow::Result<ExitCode> {
         }
         (Some(dir), false) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            for (file, yaml) in &rendered {
+            for (file, yaml) in with_kustomization(&rendered) {
                 let path = dir.join(file);
                 std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
-                tracing::info!(path = %path.display(), "wrote CRD");
+                tracing::info!(path = %path.display(), "wrote");
             }
             Ok(ExitCode::SUCCESS)
         }
-        (Some(dir), true) => check(dir, &rendered),
+        (Some(dir), true) => check(dir, &with_kustomization(&rendered)),
     }
 }
 
 fn render() -> anyhow::Result<Vec<(String, String)>> {
     crds::all().iter().map(|crd| Ok((crds::file_name(crd), crds::to_yaml(crd)?))).collect()
+}
+
+/// The CRD files plus the kustomization that lists them (written only into a directory).
+fn with_kustomization(rendered: &[(String, String)]) -> Vec<(String, String)> {
+    let files: Vec<String> = rendered.iter().map(|(file, _)| file.clone()).collect();
+    let mut all = rendered.to_vec();
+    all.push((crds::KUSTOMIZATION_FILE.to_owned(), crds::kustomization(&files)));
+    all
 }
 
 fn check(dir: &Path, rendered: &[(String, String)]) -> anyhow::Result<ExitCode> {

@@ -61,6 +61,27 @@ struct Manifests {
     all: Vec<(String, String, ObjectMeta)>,
 }
 
+/// The kustomization that makes the directory one resource of the install.
+const KUSTOMIZATION: &str = "kustomization.yaml";
+
+#[test]
+fn the_kustomization_lists_every_manifest_of_the_directory() {
+    let dir = workspace_root().join("manifests/apiserver");
+    let kustomization: Value =
+        serde_norway::from_str(&std::fs::read_to_string(dir.join(KUSTOMIZATION)).unwrap()).unwrap();
+    assert_eq!(kustomization["kind"], "Kustomization");
+    let mut listed: Vec<String> =
+        kustomization["resources"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_owned()).collect();
+    listed.sort();
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".yaml") && name != KUSTOMIZATION)
+        .collect();
+    present.sort();
+    assert_eq!(listed, present, "a manifest left out of (or missing from) the kustomization");
+}
+
 impl Manifests {
     fn load() -> Self {
         let dir = workspace_root().join("manifests/apiserver");
@@ -68,6 +89,7 @@ impl Manifests {
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
             .map(|entry| entry.unwrap().path())
             .filter(|path| path.extension().is_some_and(|ext| ext == "yaml" || ext == "yml"))
+            .filter(|path| !path.ends_with(KUSTOMIZATION))
             .collect();
         files.sort();
         assert!(!files.is_empty(), "no YAML in {}", dir.display());
@@ -385,7 +407,10 @@ fn apiserver_flags() -> BTreeMap<String, Flag> {
     let cmd = workspace_root().join("cmd/src");
     let apiserver = std::fs::read_to_string(cmd.join("apiserver.rs")).unwrap();
     let cli = std::fs::read_to_string(cmd.join("cli.rs")).unwrap();
-    assert!(cli.contains("Apiserver(Box<ApiserverArgs>)"), "cli.rs no longer has the `apiserver` subcommand as read here");
+    assert!(
+        cli.contains("Apiserver(Box<ApiserverArgs>)"),
+        "cli.rs no longer has the `apiserver` subcommand as read here"
+    );
     let mut flags = BTreeMap::new();
     flags_of(&apiserver, "ApiserverArgs", false, &mut flags);
     flags_of(&cli, "Cli", true, &mut flags);

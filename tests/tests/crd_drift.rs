@@ -23,6 +23,9 @@ fn checked_in_crds_match_the_generated_ones() {
         );
         expected.push(file);
     }
+    let kustomization = std::fs::read_to_string(dir.join(crds::KUSTOMIZATION_FILE)).unwrap();
+    assert_eq!(kustomization, crds::kustomization(&expected), "manifests/crds/kustomization.yaml is stale");
+    expected.push(crds::KUSTOMIZATION_FILE.to_owned());
     let mut present: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
