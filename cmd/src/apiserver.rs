@@ -234,7 +234,7 @@ fn serving_files(args: &ApiserverArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
     Ok((files.cert_path, files.key_path))
 }
 
-async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+pub(crate) async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)

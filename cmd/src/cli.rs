@@ -5,8 +5,10 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::apiserver::ApiserverArgs;
+use crate::controllers::ControllersArgs;
 use crate::crds::CrdsArgs;
 use crate::local::LocalArgs;
+use crate::webhook::WebhookArgs;
 
 /// The version line: crate version and the git commit the binary was built from.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("NUMARESOURCES_GIT_COMMIT"), ")");
@@ -55,6 +57,14 @@ enum Command {
     /// Serve the NodeResourceTopology API for this machine on loopback, with an embedded
     /// exporter: `kubectl get noderesourcetopologies` with no cluster.
     Local(LocalArgs),
+    /// Serve the admission webhooks: defaults and validation of NUMAResourcesOperator and
+    /// NUMAResourcesScheduler, and routing of pods to the NUMA-aware scheduler.
+    Webhook(Box<WebhookArgs>),
+    /// Run the operator, scheduler and kubeletconfig controllers (leader-elected).
+    Controllers(Box<ControllersArgs>),
+    /// Sleep until stopped (the exporter pod's shared-pool reference container).
+    #[command(hide = true)]
+    Pause,
 }
 
 impl Cli {
@@ -65,9 +75,7 @@ impl Cli {
             return level.clone();
         }
         match &self.command {
-            Command::Rte(args) => {
-                args.verbosity.map_or("info", numaresources_rte::config::klog_log_level).to_owned()
-            }
+            Command::Rte(args) => args.verbosity.map_or("info", numaresources_rte::config::klog_log_level).to_owned(),
             _ => "info".to_owned(),
         }
     }
@@ -79,6 +87,9 @@ impl Cli {
             Command::Crds(args) => crate::crds::run(&args),
             Command::Rte(args) => crate::rte::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Local(args) => crate::local::run(args).map(|()| ExitCode::SUCCESS),
+            Command::Webhook(args) => crate::webhook::run(*args).map(|()| ExitCode::SUCCESS),
+            Command::Controllers(args) => crate::controllers::run(*args).map(|()| ExitCode::SUCCESS),
+            Command::Pause => crate::controllers::pause().map(|()| ExitCode::SUCCESS),
         }
     }
 }

@@ -6,6 +6,7 @@ use clap::Parser;
 
 mod apiserver;
 mod cli;
+mod controllers;
 mod crds;
 mod local;
 mod rte;
@@ -13,6 +14,7 @@ mod shutdown;
 mod simulate;
 mod telemetry;
 mod tls;
+mod webhook;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

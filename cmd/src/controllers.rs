@@ -1,0 +1,111 @@
+//! `numaresources controllers`: the operator, scheduler and kubeletconfig controllers in one
+//! leader-elected process (`numaresources_controllers::run`), plus a plain-HTTP health and
+//! metrics port.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use numaresources_controllers::{LeaderElection, Settings};
+
+/// Options of `numaresources controllers`.
+#[derive(Debug, clap::Args)]
+pub struct ControllersArgs {
+    /// A kubeconfig (default: in-cluster configuration, then `$KUBECONFIG`/`~/.kube/config`).
+    #[arg(long, env = "NUMARESOURCES_CONTROLLERS_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The namespace the operands (exporters, API server, scheduler) run in.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "numaresources")]
+    namespace: String,
+    /// The image of this binary: the exporters and the API server run it too.
+    #[arg(long, env = "NUMARESOURCES_IMAGE")]
+    image: String,
+    /// Elect one active replica through a Lease (`--leader-elect=false` for a single replica
+    /// run by hand).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Where the leader-election Lease lives [default: --namespace].
+    #[arg(long, env = "NUMARESOURCES_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// This replica's identity in the election [default: env POD_NAME, then the host name].
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Let `NUMAResourcesOperator.spec.imageSpec` replace the exporter image (upstream's
+    /// `EXPORTER_IMAGE_RESTRICTION=false`).
+    #[arg(long, env = "NUMARESOURCES_ALLOW_CUSTOM_EXPORTER_IMAGE", default_value_t = false,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    allow_custom_exporter_image: bool,
+    /// Plain-HTTP port for `/healthz`, `/readyz` and `/metrics` (Prometheus); 0 disables it.
+    #[arg(long, env = "NUMARESOURCES_CONTROLLERS_HEALTH_PORT", default_value_t = 8081)]
+    health_port: u16,
+}
+
+/// Runs the controllers until SIGTERM.
+pub fn run(args: ControllersArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let metrics = numaresources_controllers::metrics::Metrics::default();
+    if args.health_port != 0 {
+        let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, args.health_port));
+        let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("binding {address}"))?;
+        let ok = || async { "ok" };
+        let served = metrics.clone();
+        let exposition = move || {
+            let metrics = served.clone();
+            async move {
+                match metrics.encode() {
+                    Ok(text) => (axum::http::StatusCode::OK, text),
+                    Err(_) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, String::new()),
+                }
+            }
+        };
+        let router = axum::Router::new()
+            .route("/healthz", axum::routing::get(ok))
+            .route("/readyz", axum::routing::get(ok))
+            .route("/metrics", axum::routing::get(exposition));
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                tracing::error!(%error, "the health endpoint stopped");
+            }
+        });
+    }
+    let mut settings = Settings::kubernetes(&args.namespace, &args.image);
+    settings.allow_custom_rte_image = args.allow_custom_exporter_image;
+    let leader = args.leader_elect.then(|| LeaderElection {
+        namespace: args.leader_election_namespace.clone().unwrap_or_else(|| args.namespace.clone()),
+        identity: args
+            .identity
+            .clone()
+            .filter(|i| !i.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("numaresources-controllers-{}", std::process::id())),
+    });
+    numaresources_controllers::run(client, settings, leader, metrics, crate::shutdown::signal()).await?;
+    Ok(())
+}
+
+async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer().await.context("finding a kube-apiserver (in-cluster or kubeconfig)")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// `numaresources pause`: sleeps until SIGTERM. The exporter pod's shared-pool reference
+/// container runs it: it never gets exclusive CPUs, so its cpuset is the shared pool, and the
+/// image needs no shell.
+pub fn pause() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(crate::shutdown::signal());
+    Ok(())
+}

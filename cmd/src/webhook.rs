@@ -1,0 +1,101 @@
+//! `numaresources webhook`: the admission webhook (defaults and validation of our custom
+//! resources, pod routing to the NUMA-aware scheduler) over HTTPS, with a plain-HTTP health and
+//! metrics port. Serving certificates come from the OLM mount (or any other mount) and are
+//! hot-reloaded, or are generated into `--cert-dir` when no files exist.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use numaresources_certs::{ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve};
+use numaresources_webhook::{ClusterCache, Webhook, follow_cluster, health_router, router};
+
+/// Options of `numaresources webhook` (named as the apiserver subcommand names them).
+#[derive(Debug, clap::Args)]
+pub struct WebhookArgs {
+    /// Address to listen on (both ports).
+    #[arg(long, env = "NUMARESOURCES_WEBHOOK_BIND_ADDRESS", default_value = "0.0.0.0")]
+    bind_address: IpAddr,
+    /// HTTPS port kube-apiserver calls (0 picks a free one and logs it).
+    #[arg(long, env = "NUMARESOURCES_WEBHOOK_SECURE_PORT", default_value = "9443")]
+    secure_port: u16,
+    /// Plain-HTTP port for `/healthz`, `/livez`, `/readyz` and `/metrics` (0 picks a free one
+    /// and logs it).
+    #[arg(long, env = "NUMARESOURCES_WEBHOOK_HEALTH_PORT", default_value = "8081")]
+    health_port: u16,
+    /// Serving certificate (PEM). The default is where OLM mounts it.
+    #[arg(
+        long,
+        env = "NUMARESOURCES_WEBHOOK_TLS_CERT_FILE",
+        default_value = "/tmp/k8s-webhook-server/serving-certs/tls.crt"
+    )]
+    tls_cert_file: PathBuf,
+    /// Serving key (PEM: PKCS#8, PKCS#1 or SEC1). The default is where OLM mounts it.
+    #[arg(
+        long,
+        env = "NUMARESOURCES_WEBHOOK_TLS_PRIVATE_KEY_FILE",
+        default_value = "/tmp/k8s-webhook-server/serving-certs/tls.key"
+    )]
+    tls_private_key_file: PathBuf,
+    /// When the certificate files do not exist: generate a self-signed pair here.
+    #[arg(long, env = "NUMARESOURCES_WEBHOOK_CERT_DIR", default_value = "/tmp/numaresources-webhook")]
+    cert_dir: PathBuf,
+    /// Names the generated certificate covers (e.g. `numaresources-webhook.numaresources.svc`).
+    #[arg(long, value_delimiter = ',', env = "NUMARESOURCES_WEBHOOK_TLS_SNI_NAMES")]
+    tls_sni_names: Vec<String>,
+    /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
+    /// `$KUBECONFIG`/`~/.kube/config`).
+    #[arg(long, env = "NUMARESOURCES_WEBHOOK_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// The namespace the components run in: its pods are never routed.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "numaresources")]
+    namespace: String,
+}
+
+/// Runs until SIGTERM or Ctrl-C.
+pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(serve_webhook(args))
+}
+
+async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
+    let (cert, key) = serving_files(&args)?;
+    let certificate = ReloadingCertificate::load(&cert, &key)?;
+    let _watcher = certificate.watch(WatchOptions::default())?;
+    let tls = ServerConfigBuilder::new(Arc::new(certificate)).build()?;
+
+    let client = crate::apiserver::kube_client(args.kubeconfig.as_deref()).await?;
+    let (cluster, feeds) = ClusterCache::new();
+    let webhook = Arc::new(Webhook::new(args.namespace.clone(), cluster));
+    let follower = tokio::spawn(follow_cluster(client, feeds));
+
+    let address = SocketAddr::new(args.bind_address, args.health_port);
+    let health_listener =
+        tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
+    let address = health_listener.local_addr()?;
+    tracing::info!(%address, "serving /healthz, /readyz and /metrics over plain HTTP");
+    let health_app = health_router(webhook.clone());
+    let health = tokio::spawn(async move { axum::serve(health_listener, health_app).await });
+    let address = SocketAddr::new(args.bind_address, args.secure_port);
+    let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
+    let served = serve(listener, tls, router(webhook), crate::shutdown::signal()).await;
+    follower.abort();
+    health.abort();
+    served.context("serving")
+}
+
+/// The configured certificate files, or a generated pair when they do not exist.
+fn serving_files(args: &WebhookArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
+    if args.tls_cert_file.exists() || args.tls_private_key_file.exists() {
+        return Ok((args.tls_cert_file.clone(), args.tls_private_key_file.clone()));
+    }
+    tracing::warn!(
+        cert = %args.tls_cert_file.display(),
+        "no serving certificate mounted; generating a self-signed one in {} (kube-apiserver only calls us if the \
+         webhook configurations' caBundle holds it)",
+        args.cert_dir.display()
+    );
+    let files = ensure_self_signed(&args.cert_dir, &args.tls_sni_names)?;
+    Ok((files.cert_path, files.key_path))
+}

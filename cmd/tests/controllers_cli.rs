@@ -1,0 +1,50 @@
+//! `numaresources controllers` and `numaresources pause` as a user (and a DaemonSet) runs them.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
+use std::process::{Command, Output};
+
+fn numaresources(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_numaresources"))
+        .args(args)
+        .env("NUMARESOURCES_LOG", "info")
+        .env_remove("NUMARESOURCES_IMAGE")
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn controllers_take_the_flags_the_manifests_use() {
+    let out = numaresources(&["controllers", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in
+        ["--image", "--namespace", "--leader-elect", "--leader-election-namespace", "--kubeconfig", "--health-port"]
+    {
+        assert!(help.contains(flag), "{flag} in {help}");
+    }
+    let missing_image = numaresources(&["controllers"]);
+    assert!(!missing_image.status.success());
+    assert!(String::from_utf8_lossy(&missing_image.stderr).contains("--image"));
+}
+
+#[test]
+fn an_unreadable_kubeconfig_is_a_clear_error() {
+    let out = numaresources(&[
+        "controllers",
+        "--image",
+        "x",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--health-port",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reading the kubeconfig /nonexistent/kubeconfig"));
+}
+
+#[test]
+fn pause_exists_for_the_shared_pool_container() {
+    let out = numaresources(&["pause", "--help"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

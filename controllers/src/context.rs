@@ -1,0 +1,191 @@
+//! What every reconciler shares: the client, the settings the process was started with, the
+//! Event recorder, the error type, and the per-object backoff of `error_policy`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use numaresources_api::operator::defaults::Platform;
+
+use crate::render::RenderError;
+use crate::render::rte::MetricsMode;
+
+/// How the process was started and what the cluster offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The namespace operands run in.
+    pub namespace: String,
+    /// The controllers' own image: the exporter and the API server run it too.
+    pub image: String,
+    /// The cluster flavour (scheduler defaults, SELinux, TLS metrics).
+    pub platform: Platform,
+    /// Whether `NUMAResourcesOperator.spec.imageSpec` may replace the exporter image
+    /// (upstream's `EXPORTER_IMAGE_RESTRICTION=false`).
+    pub allow_custom_rte_image: bool,
+    /// How exporters serve metrics.
+    pub rte_metrics: MetricsMode,
+    /// `machineconfiguration.openshift.io/v1` MachineConfigPools exist (from discovery).
+    pub machine_config_pools: bool,
+    /// `machineconfiguration.openshift.io/v1` KubeletConfigs exist (from discovery).
+    pub kubelet_configs: bool,
+}
+
+impl Settings {
+    /// Plain-Kubernetes settings for `namespace` and `image`.
+    pub fn kubernetes(namespace: &str, image: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            image: image.to_owned(),
+            platform: Platform::Kubernetes,
+            allow_custom_rte_image: false,
+            rte_metrics: MetricsMode::Http,
+            machine_config_pools: false,
+            kubelet_configs: false,
+        }
+    }
+
+    /// OpenShift or HyperShift.
+    pub fn is_openshift(&self) -> bool {
+        !matches!(self.platform, Platform::Kubernetes)
+    }
+}
+
+/// The state reconcilers share.
+pub struct Context {
+    /// The API client.
+    pub client: kube::Client,
+    /// Process settings.
+    pub settings: Settings,
+    /// Events for people; `None` disables them (tests).
+    pub recorder: Option<Recorder>,
+    /// Reconcile metrics.
+    pub metrics: crate::metrics::Metrics,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+/// First retry after a failure; doubles per consecutive failure up to [`BACKOFF_MAX`].
+pub const BACKOFF_BASE: Duration = Duration::from_secs(5);
+/// The longest wait between retries.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+impl Context {
+    /// A context; `recorder` is `None` to publish no Events.
+    pub fn new(client: kube::Client, settings: Settings, recorder: Option<Recorder>) -> Self {
+        Self {
+            client,
+            settings,
+            recorder,
+            metrics: crate::metrics::Metrics::default(),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The requeue after one more failure of `key`: 5 s, 10 s, 20 s, … capped at 5 min.
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = failures.entry(key.to_owned()).or_insert(0);
+        let delay = BACKOFF_BASE.saturating_mul(1u32 << (*count).min(6));
+        *count = count.saturating_add(1);
+        delay.min(BACKOFF_MAX)
+    }
+
+    /// Forgets the failures of `key` after a successful reconcile.
+    pub fn reset_backoff(&self, key: &str) {
+        self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+    }
+
+    /// Publishes an Event about `regarding`; failures are logged, never fatal.
+    pub async fn event(&self, regarding: &ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
+        let Some(recorder) = &self.recorder else { return };
+        let event =
+            Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
+        if let Err(error) = recorder.publish(&event, regarding).await {
+            tracing::warn!(%error, reason, "failed to publish an Event");
+        }
+    }
+}
+
+/// What a reconcile can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed.
+    #[error("failed to {action}: {source}")]
+    Kube {
+        /// What was being done (`apply DaemonSet numaresources/x`).
+        action: String,
+        /// The client's error (API status included).
+        #[source]
+        source: kube::Error,
+    },
+    /// A desired object could not be rendered (a bug).
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// The API server's serving certificate could not be issued.
+    #[error("failed to issue the API server's serving certificate: {0}")]
+    Certificate(#[source] numaresources_certs::Error),
+    /// Something this pass waits for has not happened yet; retried with backoff.
+    #[error("{0}")]
+    NotYet(String),
+    /// Adding or removing our finalizer failed.
+    #[error("failed to manage the finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// An API failure while doing `action`.
+    pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        Self::Kube { action: action.into(), source }
+    }
+
+    /// A low-cardinality label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Kube { .. } => "kube",
+            Self::Render(_) => "render",
+            Self::Certificate(_) => "certificate",
+            Self::Finalizer(_) => "finalizer",
+            Self::NotYet(_) => "waiting",
+        }
+    }
+
+    /// The message a person sees in a Degraded condition: the cause, unwrapped one level
+    /// (nro.md §3.1), so an API rejection reads as the API server worded it.
+    pub fn condition_message(&self) -> String {
+        match self {
+            Self::Kube { action, source: kube::Error::Api(status) } => format!("{action}: {}", status.message),
+            Self::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => {
+                    e.condition_message()
+                }
+                other => other.to_string(),
+            },
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Result of a reconcile step.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The `error_policy` of every controller: count, log, then retry with a per-object backoff.
+/// `key` is `<controller>/<name>`.
+pub fn error_policy_for(key: &str, error: &Error, ctx: &Context) -> Action {
+    ctx.metrics.failure(key.split('/').next().unwrap_or(key), error);
+    let delay = ctx.backoff(key);
+    tracing::warn!(object = key, error = %error, kind = error.metric_label(), retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// True when the API answered 404.
+pub fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}

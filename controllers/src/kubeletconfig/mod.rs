@@ -1,0 +1,222 @@
+//! The `kubeletconfig` controller (nro.md §3.3): per node group, the kubelet's topology manager
+//! policy and scope, written with the user's `podExcludes` into the ConfigMap `<nro>-<pool>` that
+//! the group's exporters mount (`rte --config`); the operator controller hashes it into the
+//! DaemonSet so a change restarts the exporters.
+//!
+//! Where the settings come from:
+//! - OpenShift (only when discovery shows `machineconfiguration.openshift.io/v1` KubeletConfigs):
+//!   the first KubeletConfig whose `machineConfigPoolSelector` matches the pool's labels; no match
+//!   or no settings leave the keys out (the exporter then falls back to the kubelet defaults).
+//! - Plain Kubernetes: each node's live configuration, `/api/v1/nodes/<node>/proxy/configz`
+//!   (needs `nodes/proxy get`). A field the kubelet leaves out is its default (`none`,
+//!   `container`).
+//!
+//! Nodes of one group that disagree are not averaged: the keys are left out and the ConfigMap's
+//! annotation names the nodes and what each runs; the operator controller turns that into the
+//! `KubeletConfigConsistent=False` condition. Nodes that cannot be asked (kubelet down) are
+//! skipped. configz has no watch, so the pass repeats every [`RESYNC`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Api, Resource, ResourceExt};
+use numaresources_api::operator::{NUMAResourcesOperator, OPERATOR_SINGLETON_NAME};
+use numaresources_api::selector;
+
+use crate::apply::{Applier, controlled_by, delete};
+use crate::context::{Context, Error, Result, error_policy_for};
+use crate::names::{self, ANNOTATION_PAUSE};
+use crate::nodegroups::{self, NodeInfo, PoolInfo};
+use crate::render::kubeletconfig::{self as render, TopologyManager};
+
+/// How often the kubelets are asked again.
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// Kubelets asked at once.
+const CONCURRENCY: usize = 8;
+
+/// The settings of one group, distilled from its nodes: the common value, or the disagreement.
+pub fn distill(per_node: &BTreeMap<String, TopologyManager>) -> (TopologyManager, Option<String>) {
+    let mut by_setting: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+    for (node, tm) in per_node {
+        by_setting.entry((tm.policy.clone(), tm.scope.clone())).or_default().push(node);
+    }
+    match by_setting.len() {
+        0 => (TopologyManager::default(), None),
+        1 => {
+            let ((policy, scope), _) = by_setting.into_iter().next().unwrap_or_default();
+            (TopologyManager { policy, scope }, None)
+        }
+        _ => {
+            let report = by_setting
+                .iter()
+                .map(|((policy, scope), nodes)| format!("{policy}/{scope} on {}", nodes.join(", ")))
+                .collect::<Vec<_>>()
+                .join("; ");
+            (TopologyManager::default(), Some(report))
+        }
+    }
+}
+
+/// The topology manager settings in a kubelet configuration (configz's `kubeletconfig`, or a
+/// KubeletConfig's `spec.kubeletConfig`); `defaults` fills what it leaves out.
+pub fn topology_manager_of(config: &serde_json::Value, defaults: bool) -> TopologyManager {
+    let field = |key: &str, default: &str| {
+        config
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| if defaults { default.to_owned() } else { String::new() }, str::to_owned)
+    };
+    TopologyManager {
+        policy: field("topologyManagerPolicy", "none"),
+        scope: field("topologyManagerScope", "container"),
+    }
+}
+
+/// Reconciles the exporter ConfigMaps of one `NUMAResourcesOperator`.
+pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.pass("kubeletconfig");
+    // The operator controller reports wrong names, pauses and invalid specs; here they just stop.
+    let paused = nro.annotations().get(ANNOTATION_PAUSE).is_some_and(|v| v == "enabled");
+    if nro.name_any() != OPERATOR_SINGLETON_NAME || paused || nro.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let spec = nro.spec.normalized();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node_list = nodes.list(&ListParams::default()).await.map_err(|e| Error::kube("list nodes", e))?;
+    let node_infos: Vec<NodeInfo> =
+        node_list.items.iter().map(|n| NodeInfo { name: n.name_any(), labels: n.labels().clone() }).collect();
+    let needs_pools = spec.node_groups.iter().any(|g| g.node_selector.is_none());
+    let pools = if needs_pools && ctx.settings.machine_config_pools { Some(list_pools(&ctx).await?) } else { None };
+    let Ok(resolution) = nodegroups::resolve(&spec.node_groups, &node_infos, pools.as_deref(), true) else {
+        return Ok(Action::await_change());
+    };
+    let kubelet_configs = if ctx.settings.kubelet_configs { Some(list_kubelet_configs(&ctx).await?) } else { None };
+
+    let applier = Applier::new(ctx.client.clone(), nro.controller_owner_ref(&()));
+    let namespace = &ctx.settings.namespace;
+    let mut wanted = BTreeSet::new();
+    for pool in &resolution.pools {
+        let (topology_manager, disagreement) = match (&kubelet_configs, &pools) {
+            (Some(configs), Some(pools)) => {
+                let labels = pools.iter().find(|p| p.name == pool.pool).map(|p| p.labels.clone()).unwrap_or_default();
+                (from_kubelet_configs(configs, &labels), None)
+            }
+            _ => distill(&ask_kubelets(&ctx, &pool.nodes).await),
+        };
+        let yaml = render::config_yaml(&topology_manager, &spec.pod_excludes);
+        let config_map = render::config_map(namespace, &nro.name_any(), &pool.pool, yaml, disagreement.as_deref())?;
+        wanted.insert(names::node_group_object_name(&nro.name_any(), &pool.pool));
+        applier.namespaced(config_map).await?;
+    }
+
+    // ConfigMaps of groups that are gone: ours only.
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}={}", names::LABEL_NRO_NAME, nro.name_any());
+    let existing = config_maps
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| Error::kube(format!("list ConfigMaps in {namespace}"), e))?;
+    let uid = nro.uid().unwrap_or_default();
+    for cm in existing {
+        if controlled_by(&cm, &uid) && !wanted.contains(&cm.name_any()) {
+            delete(&config_maps, &cm.name_any()).await?;
+        }
+    }
+    ctx.reset_backoff(&format!("kubeletconfig/{}", nro.name_any()));
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Retries a failed reconcile with a per-object backoff.
+pub fn error_policy(nro: Arc<NUMAResourcesOperator>, error: &Error, ctx: Arc<Context>) -> Action {
+    error_policy_for(&format!("kubeletconfig/{}", nro.name_any()), error, &ctx)
+}
+
+/// Each reachable node's live topology manager settings.
+async fn ask_kubelets(ctx: &Context, nodes: &[String]) -> BTreeMap<String, TopologyManager> {
+    futures_util::stream::iter(nodes.iter().cloned())
+        .map(|node| async move {
+            let path = format!("/api/v1/nodes/{node}/proxy/configz");
+            let request = match http::Request::get(&path).body(Vec::new()) {
+                Ok(request) => request,
+                Err(_) => return None,
+            };
+            match ctx.client.request::<serde_json::Value>(request).await {
+                Ok(configz) => Some((node, topology_manager_of(&configz["kubeletconfig"], true))),
+                Err(error) => {
+                    tracing::warn!(%node, %error, "cannot read the kubelet's configuration; node skipped");
+                    None
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .filter_map(|result| async move { result })
+        .collect()
+        .await
+}
+
+/// The settings of the first KubeletConfig selecting a pool with these labels.
+fn from_kubelet_configs(configs: &[DynamicObject], pool_labels: &BTreeMap<String, String>) -> TopologyManager {
+    configs
+        .iter()
+        .find(|kc| {
+            kc.data
+                .pointer("/spec/machineConfigPoolSelector")
+                .and_then(|s| serde_json::from_value(s.clone()).ok())
+                .is_some_and(|s| selector::matches(&s, pool_labels))
+        })
+        .and_then(|kc| kc.data.pointer("/spec/kubeletConfig"))
+        .map(|config| topology_manager_of(config, false))
+        .unwrap_or_default()
+}
+
+async fn list_pools(ctx: &Context) -> Result<Vec<PoolInfo>> {
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &crate::operator::machine_config_pool_resource());
+    let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list MachineConfigPools", e))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|pool| PoolInfo {
+            name: pool.name_any(),
+            labels: pool.labels().clone(),
+            node_selector: pool.data.pointer("/spec/nodeSelector").and_then(|s| serde_json::from_value(s.clone()).ok()),
+        })
+        .collect())
+}
+
+async fn list_kubelet_configs(ctx: &Context) -> Result<Vec<DynamicObject>> {
+    let resource =
+        ApiResource::from_gvk(&GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", "KubeletConfig"));
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+    let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list KubeletConfigs", e))?;
+    Ok(list.items)
+}
+
+/// Runs the controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let node_labels = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
+        .touched_objects()
+        .predicate_filter(predicates::labels, Default::default())
+        .filter_map(|node| async move { node.ok().map(|_| ()) });
+    Controller::new(Api::<NUMAResourcesOperator>::all(client), watcher::Config::default())
+        .reconcile_all_on(node_labels)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "kubeletconfig reconcile error");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests;

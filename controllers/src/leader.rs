@@ -1,0 +1,248 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection` does it:
+//! take the Lease when it is free or expired, renew it every [`LeaseTimings::retry`], and give up
+//! (stop reconciling) when it could not be renewed within [`LeaseTimings::renew_deadline`], so
+//! two leaders never act for longer than the lease's duration. Writes carry the Lease's
+//! resourceVersion: of two candidates racing for it, the API server lets exactly one win.
+//!
+//! The decision is the pure [`decide`]; [`LeaderLease`] is the I/O around it.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+
+use crate::context::{Error, Result};
+use crate::names::FIELD_MANAGER;
+
+/// How long a Lease lasts and how often it is renewed (client-go's defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTimings {
+    /// A holder that has not renewed for this long has lost the Lease.
+    pub duration: Duration,
+    /// The leader stops when it could not renew for this long (less than `duration`).
+    pub renew_deadline: Duration,
+    /// How often to renew, and to retry acquiring.
+    pub retry: Duration,
+}
+
+impl Default for LeaseTimings {
+    fn default() -> Self {
+        Self {
+            duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What a candidate does with the Lease it sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// No Lease: create it, holding it.
+    Create,
+    /// Ours: renew it.
+    Renew,
+    /// Free or expired: take it over (one more transition).
+    Take,
+    /// Someone else holds it.
+    Wait,
+}
+
+/// The decision for candidate `me` at `now`.
+pub fn decide(lease: Option<&Lease>, me: &str, now: Timestamp) -> Decision {
+    let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else {
+        return if lease.is_some() { Decision::Take } else { Decision::Create };
+    };
+    let holder = spec.holder_identity.as_deref().unwrap_or_default();
+    if holder == me {
+        return Decision::Renew;
+    }
+    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()).map(|t| t.0);
+    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
+    let expired = renewed.is_none_or(|t| t.checked_add(duration).is_ok_and(|end| end < now));
+    if holder.is_empty() || expired { Decision::Take } else { Decision::Wait }
+}
+
+/// One candidate's handle on the Lease.
+#[derive(Clone)]
+pub struct LeaderLease {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timings: LeaseTimings,
+}
+
+impl std::fmt::Debug for LeaderLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderLease")
+            .field("name", &self.name)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderLease {
+    /// The Lease `namespace/name`, contended for as `identity` (the pod name).
+    pub fn new(client: kube::Client, namespace: &str, name: &str, identity: &str, timings: LeaseTimings) -> Self {
+        Self { api: Api::namespaced(client, namespace), name: name.to_owned(), identity: identity.to_owned(), timings }
+    }
+
+    /// Tries once; true when we hold the Lease afterwards.
+    pub async fn try_acquire_or_renew(&self) -> Result<bool> {
+        let now = Timestamp::now();
+        let current =
+            self.api.get_opt(&self.name).await.map_err(|e| Error::kube(format!("get Lease {}", self.name), e))?;
+        let decision = decide(current.as_ref(), &self.identity, now);
+        let seconds = i32::try_from(self.timings.duration.as_secs()).unwrap_or(i32::MAX);
+        let previous = current.as_ref().and_then(|l| l.spec.clone()).unwrap_or_default();
+        let spec = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(seconds),
+            acquire_time: acquired,
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        };
+        let lease = match decision {
+            Decision::Wait => return Ok(false),
+            Decision::Create => Lease {
+                metadata: ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() },
+                spec: Some(spec(0, Some(MicroTime(now)))),
+            },
+            Decision::Renew => Lease {
+                metadata: current.clone().map(|l| l.metadata).unwrap_or_default(),
+                spec: Some(spec(previous.lease_transitions.unwrap_or(0), previous.acquire_time.clone())),
+            },
+            Decision::Take => Lease {
+                metadata: current.clone().map(|l| l.metadata).unwrap_or_default(),
+                spec: Some(spec(previous.lease_transitions.unwrap_or(0) + 1, Some(MicroTime(now)))),
+            },
+        };
+        let result = match decision {
+            Decision::Create => self.api.create(&PostParams::default(), &lease).await,
+            // replace carries the resourceVersion we read: a racing writer makes this a 409.
+            _ => self.api.replace(&self.name, &PostParams::default(), &lease).await,
+        };
+        match result {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(e) => Err(Error::kube(format!("write Lease {}", self.name), e)),
+        }
+    }
+
+    /// Waits until we hold the Lease.
+    pub async fn acquire(&self) {
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    tracing::info!(lease = %self.name, identity = %self.identity, "became the leader");
+                    return;
+                }
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, "leader election: cannot acquire the lease"),
+            }
+            tokio::time::sleep(self.timings.retry).await;
+        }
+    }
+
+    /// Renews until a renewal fails for longer than the renew deadline; then returns (leadership
+    /// is lost and the caller must stop acting).
+    pub async fn hold(&self) {
+        let mut last_renewal = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(self.timings.retry).await;
+            match self.try_acquire_or_renew().await {
+                Ok(true) => last_renewal = tokio::time::Instant::now(),
+                Ok(false) => {
+                    tracing::error!(lease = %self.name, "leader election: another candidate holds the lease");
+                    return;
+                }
+                Err(error) => tracing::warn!(%error, "leader election: renewal failed"),
+            }
+            if last_renewal.elapsed() > self.timings.renew_deadline {
+                tracing::error!(lease = %self.name, "leader election: could not renew within the deadline");
+                return;
+            }
+        }
+    }
+
+    /// Gives the Lease up at shutdown so the next leader need not wait for it to expire.
+    pub async fn release(&self) {
+        let patch = serde_json::json!({"spec": {"holderIdentity": null, "leaseDurationSeconds": 1}});
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+        if let Err(error) = self.api.patch(&self.name, &params, &Patch::Merge(&patch)).await {
+            tracing::warn!(%error, "leader election: cannot release the lease");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: &str, renewed: &str, seconds: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.to_owned()),
+                renew_time: Some(MicroTime(renewed.parse().unwrap())),
+                lease_duration_seconds: Some(seconds),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    use crate::fake::FakeApi;
+
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/numaresources-controllers";
+
+    #[tokio::test]
+    async fn one_of_two_candidates_leads_and_the_other_takes_over_after_release() {
+        let (fake, client) = FakeApi::start();
+        let timings = LeaseTimings::default();
+        let a = LeaderLease::new(client.clone(), "ns", "numaresources-controllers", "a", timings);
+        let b = LeaderLease::new(client, "ns", "numaresources-controllers", "b", timings);
+        assert!(a.try_acquire_or_renew().await.unwrap(), "a creates the lease");
+        assert!(!b.try_acquire_or_renew().await.unwrap(), "b waits while a's lease is fresh");
+        assert!(a.try_acquire_or_renew().await.unwrap(), "a renews");
+        let lease: Lease = fake.typed(LEASE);
+        assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("a"));
+        assert_eq!(lease.spec.as_ref().unwrap().lease_transitions, Some(0));
+        a.release().await;
+        assert!(b.try_acquire_or_renew().await.unwrap(), "b takes the released lease");
+        let lease: Lease = fake.typed(LEASE);
+        assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("b"));
+        assert_eq!(lease.spec.as_ref().unwrap().lease_transitions, Some(1));
+        assert!(!a.try_acquire_or_renew().await.unwrap(), "a is now the one waiting");
+    }
+
+    #[tokio::test]
+    async fn a_racing_write_loses_on_the_resource_version() {
+        let (fake, client) = FakeApi::start();
+        let a = LeaderLease::new(client, "ns", "numaresources-controllers", "a", LeaseTimings::default());
+        assert!(a.try_acquire_or_renew().await.unwrap());
+        // Someone else's write lands between our read and our write.
+        fake.fail(http::Method::PUT, "/leases/", 409, 1);
+        assert!(!a.try_acquire_or_renew().await.unwrap(), "a conflict is not leadership");
+        assert!(a.try_acquire_or_renew().await.unwrap());
+    }
+
+    #[test]
+    fn decisions() {
+        let now: Timestamp = "2026-01-01T00:00:30Z".parse().unwrap();
+        let rows = [
+            ("no lease", None, Decision::Create),
+            ("ours", Some(lease("me", "2026-01-01T00:00:00Z", 15)), Decision::Renew),
+            ("theirs, fresh", Some(lease("them", "2026-01-01T00:00:20Z", 15)), Decision::Wait),
+            ("theirs, expired", Some(lease("them", "2026-01-01T00:00:10Z", 15)), Decision::Take),
+            ("released", Some(lease("", "2026-01-01T00:00:29Z", 1)), Decision::Take),
+            ("no spec", Some(Lease::default()), Decision::Take),
+        ];
+        for (name, lease, expected) in rows {
+            assert_eq!(decide(lease.as_ref(), "me", now), expected, "{name}");
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! The numaresources controllers: one leader-elected process running three independent
+//! kube-runtime controllers.
+//!
+//! ```text
+//!   NUMAResourcesOperator ──operator──► exporter DaemonSet per node group, exporter RBAC,
+//!        │                              NRT API server (Deployment, Service, RBAC, TLS Secret,
+//!        │                              APIService + caBundle), status
+//!        └──────────kubeletconfig──► ConfigMap <nro>-<pool>: topology manager policy/scope
+//!                                     (from kubelet configz or MCO KubeletConfigs) + podExcludes
+//!   NUMAResourcesScheduler ─scheduler─► secondary scheduler Deployment, KubeSchedulerConfiguration
+//!                                      ConfigMap, RBAC, status
+//! ```
+//!
+//! Decisions are pure ([`render`], [`nodegroups`], [`conditions`]); the reconcilers apply them
+//! with server-side apply under one field manager ([`names::FIELD_MANAGER`]), set owner
+//! references on everything they create, and report through status conditions and Events.
+
+pub mod apply;
+pub mod conditions;
+pub mod context;
+#[cfg(test)]
+mod fake;
+pub mod hash;
+pub mod kubeletconfig;
+pub mod leader;
+pub mod metrics;
+pub mod names;
+pub mod nodegroups;
+pub mod operator;
+pub mod render;
+pub mod run;
+pub mod scheduler;
+
+pub use context::{Context, Error, Result, Settings};
+pub use run::{LeaderElection, run};

@@ -1,0 +1,452 @@
+//! The `NUMAResourcesOperator` controller (nro.md §3.1): the NodeResourceTopology API and one
+//! exporter DaemonSet per node group.
+//!
+//! Reconcile, each step either succeeding or ending the pass:
+//! 1. name check (Degraded `IncorrectNUMAResourcesOperatorResourceName`), pause annotation;
+//! 2. our finalizer (it unregisters the APIService before anything it points at can go);
+//! 3. custom image (`CustomUserImage`), validation and node-group resolution
+//!    (`ValidationErrorUnderNodeGroups`), using the api crate's rules as the backstop of the
+//!    webhook's;
+//! 4. the NRT API ([`nrt_api`]);
+//! 5. exporters: shared ServiceAccount/RBAC, a DaemonSet per pool, removal of DaemonSets we own
+//!    that are no longer wanted (never anyone else's);
+//! 6. status: conditions, per-group DaemonSet and normalized config, ready DaemonSets,
+//!    related objects; tolerable problems (a selector matching several pools, nodes in two
+//!    groups) degrade it now, after everything was applied.
+//!
+//! Errors requeue with a per-object backoff and show as `Degraded`/`InternalError` with the
+//! API server's message.
+
+pub mod nrt_api;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use numaresources_api::operator::validation::validate_operator;
+use numaresources_api::operator::{
+    MachineConfigPool, NUMAResourcesOperator, NUMAResourcesOperatorStatus, NamespacedName, NodeGroupStatus,
+    OPERATOR_SINGLETON_NAME, ObjectReference,
+};
+use serde_json::json;
+
+use crate::apply::{Applier, controlled_by, delete, get_opt};
+use crate::conditions::{self as cond, Extra, State};
+use crate::context::{Context, Error, Result, error_policy_for};
+use crate::hash::config_hash;
+use crate::names::{self, ANNOTATION_PAUSE, FIELD_MANAGER, FINALIZER_APISERVICE};
+use crate::nodegroups::{self, NodeInfo, PoolInfo, ResolvedPool};
+use crate::render::rte::{self, RteSettings};
+use nrt_api::ApiState;
+
+/// Requeue while something rolls out (upstream's 5 s).
+const PROGRESS_REQUEUE: Duration = Duration::from_secs(5);
+/// Requeue while an NRT CRD is in the way (we do not watch CRDs).
+const BLOCKED_REQUEUE: Duration = Duration::from_secs(60);
+/// Re-check node membership (overlaps) this often when all is well.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// The outcome a pass reports in status.
+#[derive(Debug, Clone, Default)]
+struct Outcome {
+    state: Option<State>,
+    extras: Vec<Extra>,
+    node_groups: Vec<NodeGroupStatus>,
+    machine_config_pools: Vec<MachineConfigPool>,
+    daemon_sets: Vec<NamespacedName>,
+    related: Vec<ObjectReference>,
+}
+
+impl Outcome {
+    fn degraded(reason: &str, message: impl Into<String>) -> Self {
+        Self { state: Some(State::degraded(reason, message)), ..Self::default() }
+    }
+}
+
+/// Reconciles one `NUMAResourcesOperator`.
+pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.pass("operator");
+    let deleting = nro.metadata.deletion_timestamp.is_some();
+    if nro.name_any() != OPERATOR_SINGLETON_NAME {
+        if !deleting {
+            let message =
+                format!("this is a singleton resource and the object name must be '{OPERATOR_SINGLETON_NAME}'");
+            write_status(&nro, &ctx, Outcome::degraded(cond::REASON_OPERATOR_NAME, message)).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if !deleting && nro.annotations().get(ANNOTATION_PAUSE).is_some_and(|v| v == "enabled") {
+        tracing::info!(name = %nro.name_any(), "reconciliation paused by annotation");
+        return Ok(Action::await_change());
+    }
+    let api: Api<NUMAResourcesOperator> = Api::all(ctx.client.clone());
+    let result = finalizer(&api, FINALIZER_APISERVICE, nro.clone(), |event| async {
+        match event {
+            FinalizerEvent::Apply(nro) => apply(&nro, &ctx).await,
+            FinalizerEvent::Cleanup(nro) => cleanup(&nro, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        // Our own step failed: report it as itself, not as a finalizer problem.
+        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer(Box::new(other)),
+    });
+    match result {
+        Ok(action) => {
+            ctx.reset_backoff(&key(&nro));
+            Ok(action)
+        }
+        Err(error) => {
+            if !deleting {
+                let outcome = Outcome::degraded(cond::REASON_INTERNAL_ERROR, error.condition_message());
+                if let Err(status_error) = write_status(&nro, &ctx, outcome).await {
+                    tracing::warn!(error = %status_error, "failed to report the failure in status");
+                }
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Retries a failed reconcile with a per-object backoff.
+pub fn error_policy(nro: Arc<NUMAResourcesOperator>, error: &Error, ctx: Arc<Context>) -> Action {
+    error_policy_for(&key(&nro), error, &ctx)
+}
+
+/// The backoff and metrics key: `operator/<name>`.
+fn key(nro: &NUMAResourcesOperator) -> String {
+    format!("operator/{}", nro.name_any())
+}
+
+async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
+    let spec = nro.spec.normalized();
+    let image = if nro.spec.exporter_image.is_empty() {
+        ctx.settings.image.clone()
+    } else if ctx.settings.allow_custom_rte_image {
+        nro.spec.exporter_image.clone()
+    } else {
+        let message = format!("custom operand image is not supported: {}", nro.spec.exporter_image);
+        write_status(nro, ctx, Outcome::degraded(cond::REASON_CUSTOM_IMAGE, message)).await?;
+        return Ok(Action::await_change());
+    };
+    let errors = validate_operator(nro);
+    if !errors.is_empty() {
+        write_status(nro, ctx, Outcome::degraded(cond::REASON_VALIDATION, errors.to_string())).await?;
+        return Ok(Action::await_change());
+    }
+    let nodes = list_nodes(ctx).await?;
+    let needs_pools = spec.node_groups.iter().any(|g| g.node_selector.is_none());
+    let pools = if needs_pools && ctx.settings.machine_config_pools { Some(list_pools(ctx).await?) } else { None };
+    let multiple_pools = nro.annotations().get(names::ANNOTATION_MULTIPLE_POOLS).is_some_and(|v| v == "enabled");
+    let resolution = match nodegroups::resolve(&spec.node_groups, &nodes, pools.as_deref(), multiple_pools) {
+        Ok(resolution) => resolution,
+        Err(error) => {
+            write_status(nro, ctx, Outcome::degraded(cond::REASON_VALIDATION, error.0)).await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let applier = Applier::new(ctx.client.clone(), nro.controller_owner_ref(&()));
+    let api_state = nrt_api::reconcile(nro, ctx, &applier).await?;
+    if let ApiState::Blocked(message) = &api_state {
+        write_status(nro, ctx, Outcome::degraded(cond::REASON_NRT_CRD_PRESENT, message.clone())).await?;
+        return Ok(Action::requeue(BLOCKED_REQUEUE));
+    }
+
+    let settings = RteSettings {
+        namespace: ctx.settings.namespace.clone(),
+        nro_name: nro.name_any(),
+        image,
+        verbosity: spec.log_level.as_ref().map_or(2, |l| l.klog_verbosity()),
+        metrics: ctx.settings.rte_metrics.clone(),
+        openshift_selinux: ctx.settings.is_openshift(),
+    };
+    let exporters = apply_exporters(nro, ctx, &applier, &settings, &resolution.pools).await?;
+
+    let mut outcome = Outcome::default();
+    let namespace = &ctx.settings.namespace;
+    outcome.related.push(reference("", "namespaces", "", namespace));
+    outcome.related.push(reference(names::NRT_GROUP, "noderesourcetopologies", "", ""));
+    if matches!(api_state, ApiState::Ready | ApiState::Progressing(_)) {
+        outcome.related.push(reference("apps", "deployments", namespace, names::APISERVER));
+        outcome.related.push(reference("apiregistration.k8s.io", "apiservices", "", names::APISERVICE));
+    }
+    let mut waiting = Vec::new();
+    let mut disagreements = Vec::new();
+    for (pool, exporter) in resolution.pools.iter().zip(&exporters) {
+        let ds = NamespacedName { namespace: namespace.clone(), name: exporter.name.clone() };
+        outcome.node_groups.push(NodeGroupStatus {
+            daemon_set: ds.clone(),
+            config: pool.config.clone(),
+            pool_name: pool.pool.clone(),
+        });
+        if spec.node_groups.get(pool.group).is_some_and(|g| g.node_selector.is_none()) {
+            outcome.machine_config_pools.push(MachineConfigPool {
+                name: pool.pool.clone(),
+                conditions: Vec::new(),
+                config: Some(pool.config.clone()),
+            });
+        }
+        if exporter.ready {
+            outcome.related.push(reference("apps", "daemonsets", namespace, &exporter.name));
+            outcome.daemon_sets.push(ds);
+        } else {
+            waiting.push(exporter.name.clone());
+        }
+        if let Some(disagreement) = &exporter.disagreement {
+            disagreements.push(format!("pool {}: {disagreement}", pool.pool));
+        }
+    }
+    outcome.extras.push(if disagreements.is_empty() {
+        Extra {
+            type_: cond::KUBELET_CONFIG_CONSISTENT,
+            status: "True",
+            reason: cond::REASON_AS_EXPECTED.into(),
+            message: String::new(),
+        }
+    } else {
+        Extra {
+            type_: cond::KUBELET_CONFIG_CONSISTENT,
+            status: "False",
+            reason: "KubeletConfigDisagreement".into(),
+            message: format!(
+                "nodes of one group run different topology manager settings: {}",
+                disagreements.join("; ")
+            ),
+        }
+    });
+
+    let mut tolerable = resolution.tolerable.clone();
+    if !resolution.overlaps.is_empty() {
+        tolerable.push(format!(
+            "nodes in more than one node group (their second exporter pod stays Pending): {}",
+            nodegroups::describe_overlaps(&resolution.overlaps)
+        ));
+    }
+    let (state, action) = if !tolerable.is_empty() {
+        (State::degraded(cond::REASON_VALIDATION, tolerable.join("; ")), Action::requeue(RESYNC))
+    } else if let ApiState::Progressing(message) = &api_state {
+        (State::progressing(cond::REASON_DEPLOYMENT_UPDATING, message.clone()), Action::requeue(PROGRESS_REQUEUE))
+    } else if !waiting.is_empty() {
+        let message = format!("waiting for DaemonSets to roll out: {}", waiting.join(", "));
+        (State::progressing(cond::REASON_DAEMONSET_UPDATING, message), Action::requeue(PROGRESS_REQUEUE))
+    } else {
+        (State::Available, Action::requeue(RESYNC))
+    };
+    outcome.state = Some(state);
+    write_status(nro, ctx, outcome).await?;
+    Ok(action)
+}
+
+/// What happened to one pool's exporter.
+#[derive(Debug)]
+struct Exporter {
+    name: String,
+    ready: bool,
+    disagreement: Option<String>,
+}
+
+async fn apply_exporters(
+    nro: &NUMAResourcesOperator,
+    ctx: &Context,
+    applier: &Applier,
+    settings: &RteSettings,
+    pools: &[ResolvedPool],
+) -> Result<Vec<Exporter>> {
+    let namespace = &ctx.settings.namespace;
+    applier.namespaced(rte::service_account(namespace)?).await?;
+    applier.cluster(rte::cluster_role()?).await?;
+    applier.cluster(rte::cluster_role_binding(namespace)?).await?;
+    applier.namespaced(rte::role(namespace)?).await?;
+    applier.namespaced(rte::role_binding(namespace)?).await?;
+    if matches!(settings.metrics, rte::MetricsMode::HttpTls { .. }) {
+        applier.namespaced(rte::metrics_service(namespace)?).await?;
+    }
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut exporters = Vec::with_capacity(pools.len());
+    for pool in pools {
+        let name = names::node_group_object_name(&settings.nro_name, &pool.pool);
+        let config_map = get_opt(&config_maps, &name).await?;
+        let data = config_map.as_ref().and_then(|cm| cm.data.clone()).unwrap_or_default();
+        let disagreement = config_map
+            .as_ref()
+            .and_then(|cm| cm.annotations().get(names::ANNOTATION_KUBELET_DISAGREEMENT).cloned())
+            .filter(|d| !d.is_empty());
+        let applied = applier.namespaced(rte::daemon_set(settings, pool, &config_hash(&data))?).await?;
+        exporters.push(Exporter { name, ready: daemon_set_ready(&applied), disagreement });
+    }
+
+    // Remove the DaemonSets of groups that are gone: ours only, by controller reference.
+    let wanted: BTreeSet<&str> = exporters.iter().map(|e| e.name.as_str()).collect();
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector =
+        format!("{}={},{}={}", names::LABEL_COMPONENT, names::COMPONENT_RTE, names::LABEL_MANAGED_BY, FIELD_MANAGER);
+    let existing = daemon_sets
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| Error::kube(format!("list DaemonSets in {namespace}"), e))?;
+    let uid = nro.uid().unwrap_or_default();
+    for ds in existing {
+        let name = ds.name_any();
+        if controlled_by(&ds, &uid) && !wanted.contains(name.as_str()) && delete(&daemon_sets, &name).await? {
+            tracing::info!(%namespace, daemonset = %name, "deleted the exporter of a removed node group");
+            let note = format!("deleted DaemonSet {namespace}/{name}: its node group is no longer in the spec");
+            ctx.event(&nro.object_ref(&()), EventType::Normal, "DaemonSetDeleted", "Delete", note).await;
+        }
+    }
+    Ok(exporters)
+}
+
+/// Ready as upstream defines it (nothing to schedule, or every pod ready), for the current
+/// generation and fully rolled out.
+pub fn daemon_set_ready(ds: &DaemonSet) -> bool {
+    let Some(status) = &ds.status else { return false };
+    let current = status.observed_generation >= ds.metadata.generation;
+    let desired = status.desired_number_scheduled;
+    let rolled_out = desired == 0 || status.updated_number_scheduled.unwrap_or(0) == desired;
+    current && rolled_out && (desired == 0 || status.number_ready == desired)
+}
+
+async fn cleanup(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
+    // The APIService first: with it gone nothing routes to the Service the garbage collector
+    // is about to delete. The finalizer is removed only once it is really gone.
+    if nrt_api::unregister(nro, ctx).await? {
+        let note = format!("unregistered APIService {}", names::APISERVICE);
+        ctx.event(&nro.object_ref(&()), EventType::Normal, "APIServiceDeleted", "Delete", note).await;
+        Ok(Action::await_change())
+    } else {
+        Err(Error::NotYet(format!("APIService {} is still being deleted", names::APISERVICE)))
+    }
+}
+
+async fn list_nodes(ctx: &Context) -> Result<Vec<NodeInfo>> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let list = nodes.list(&ListParams::default()).await.map_err(|e| Error::kube("list nodes", e))?;
+    Ok(list.items.into_iter().map(|n| NodeInfo { name: n.name_any(), labels: n.labels().clone() }).collect())
+}
+
+/// The MachineConfigPool API, read dynamically (OpenShift only).
+pub fn machine_config_pool_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", "MachineConfigPool"))
+}
+
+async fn list_pools(ctx: &Context) -> Result<Vec<PoolInfo>> {
+    let resource = machine_config_pool_resource();
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+    let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list MachineConfigPools", e))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|pool| PoolInfo {
+            name: pool.name_any(),
+            labels: pool.labels().clone(),
+            node_selector: pool.data.pointer("/spec/nodeSelector").and_then(|s| serde_json::from_value(s.clone()).ok()),
+        })
+        .collect())
+}
+
+fn reference(group: &str, resource: &str, namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        group: group.to_owned(),
+        resource: resource.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    }
+}
+
+/// Writes status when it says something new (server-side apply of the whole status), and
+/// publishes an Event when the base state changes.
+async fn write_status(nro: &NUMAResourcesOperator, ctx: &Context, outcome: Outcome) -> Result<()> {
+    let previous = nro.status.clone().unwrap_or_default();
+    let state = outcome.state.unwrap_or(State::Available);
+    let conditions = cond::conditions(&previous.conditions, &state, &outcome.extras, nro.metadata.generation);
+    // Per-group results are published only by a pass that got that far (upstream's rule).
+    let status = NUMAResourcesOperatorStatus {
+        daemon_sets: outcome.daemon_sets,
+        machine_config_pools: outcome.machine_config_pools,
+        node_groups: outcome.node_groups,
+        conditions,
+        related_objects: outcome.related,
+    };
+    let unchanged = cond::same(&previous.conditions, &status.conditions)
+        && previous.daemon_sets == status.daemon_sets
+        && previous.machine_config_pools == status.machine_config_pools
+        && previous.node_groups == status.node_groups
+        && previous.related_objects == status.related_objects;
+    if unchanged {
+        return Ok(());
+    }
+    let api: Api<NUMAResourcesOperator> = Api::all(ctx.client.clone());
+    let patch = json!({
+        "apiVersion": NUMAResourcesOperator::api_version(&()),
+        "kind": NUMAResourcesOperator::kind(&()),
+        "status": status,
+    });
+    api.patch_status(&nro.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|e| Error::kube(format!("update the status of NUMAResourcesOperator {}", nro.name_any()), e))?;
+    announce(nro, ctx, &previous.conditions, &state).await;
+    Ok(())
+}
+
+/// An Event when the object turns Degraded (or changes why) or becomes Available.
+async fn announce(
+    obj: &NUMAResourcesOperator,
+    ctx: &Context,
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    state: &State,
+) {
+    let was = |type_: &str, reason: &str| {
+        cond::find(previous, type_).is_some_and(|c| c.status == "True" && (reason.is_empty() || c.reason == reason))
+    };
+    let reference = obj.object_ref(&());
+    match state {
+        State::Degraded { reason, message } if !was(cond::DEGRADED, reason) => {
+            ctx.event(&reference, EventType::Warning, reason, "Reconcile", message.clone()).await;
+        }
+        State::Available if !was(cond::AVAILABLE, "") => {
+            let note = "the NodeResourceTopology API and every node group's exporter are ready".to_owned();
+            ctx.event(&reference, EventType::Normal, "Available", "Reconcile", note).await;
+        }
+        _ => {}
+    }
+}
+
+/// Runs the controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let namespace = ctx.settings.namespace.clone();
+    let ours = watcher::Config::default().labels(&format!("{}={}", names::LABEL_MANAGED_BY, FIELD_MANAGER));
+    let exporter_configs = watcher::Config::default().labels(names::LABEL_NRO_NAME);
+    Controller::new(Api::<NUMAResourcesOperator>::all(client.clone()), watcher::Config::default())
+        .owns(Api::<DaemonSet>::namespaced(client.clone(), &namespace), ours.clone())
+        .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours)
+        .watches(Api::<ConfigMap>::namespaced(client, &namespace), exporter_configs, |cm| {
+            cm.labels().get(names::LABEL_NRO_NAME).map(|name| ObjectRef::<NUMAResourcesOperator>::new(name))
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled NUMAResourcesOperator"),
+                Err(error) => tracing::debug!(%error, "NUMAResourcesOperator reconcile error"),
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,184 @@
+//! The NodeResourceTopology API server, rendered from the checked-in install manifests
+//! (`manifests/apiserver/`), so what the controllers deploy and what a person applies by hand
+//! cannot drift apart. The manifests are compiled in; rendering moves them into the operator's
+//! namespace, sets the image, and adds what the self-managed certificate mode needs: the
+//! serving-certificate Secret and the APIService's `caBundle`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{RenderError, typed};
+use crate::names::{self, APISERVER, APISERVER_TLS_SECRET, COMPONENT_APISERVER};
+
+/// The namespace the checked-in manifests are written for.
+const MANIFEST_NAMESPACE: &str = "numaresources";
+
+/// The manifests, in the order they are applied (the APIService separately, last).
+const MANIFESTS: &[(&str, &str)] = &[
+    ("service-account.yaml", include_str!("../../../manifests/apiserver/service-account.yaml")),
+    ("rbac-delegation.yaml", include_str!("../../../manifests/apiserver/rbac-delegation.yaml")),
+    ("rbac-server.yaml", include_str!("../../../manifests/apiserver/rbac-server.yaml")),
+    ("rbac-aggregated.yaml", include_str!("../../../manifests/apiserver/rbac-aggregated.yaml")),
+    ("deployment.yaml", include_str!("../../../manifests/apiserver/deployment.yaml")),
+    ("service.yaml", include_str!("../../../manifests/apiserver/service.yaml")),
+    ("apiservice.yaml", include_str!("../../../manifests/apiserver/apiservice.yaml")),
+];
+
+/// Every object of the API server install.
+#[derive(Debug, Clone, Default)]
+pub struct ApiserverObjects {
+    /// Its identity.
+    pub service_account: Option<ServiceAccount>,
+    /// Its own role and the aggregated roles for people.
+    pub cluster_roles: Vec<ClusterRole>,
+    /// Delegation (auth-delegator) and its own role.
+    pub cluster_role_bindings: Vec<ClusterRoleBinding>,
+    /// The authentication ConfigMap reader in `kube-system`.
+    pub role_bindings: Vec<RoleBinding>,
+    /// The server.
+    pub deployment: Option<Deployment>,
+    /// What the APIService points at.
+    pub service: Option<Service>,
+    /// The registration with kube-apiserver's aggregator (without `caBundle`).
+    pub api_service: Option<APIService>,
+}
+
+/// The install for `namespace`, running `image`.
+pub fn objects(namespace: &str, image: &str) -> Result<ApiserverObjects, RenderError> {
+    let mut out = ApiserverObjects::default();
+    for (file, text) in MANIFESTS {
+        for document in serde_norway::Deserializer::from_str(text) {
+            let mut value = Value::deserialize(document).map_err(|e| yaml_error(file, e))?;
+            if value.is_null() {
+                continue;
+            }
+            relocate(&mut value, namespace, image);
+            // Marks what the controllers manage (and watch) without changing the manifests.
+            value["metadata"]["labels"][names::LABEL_MANAGED_BY] = json!(names::FIELD_MANAGER);
+            let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+            match kind.as_str() {
+                "ServiceAccount" => out.service_account = Some(typed("apiserver ServiceAccount", value)?),
+                "ClusterRole" => out.cluster_roles.push(typed("apiserver ClusterRole", value)?),
+                "ClusterRoleBinding" => out.cluster_role_bindings.push(typed("apiserver ClusterRoleBinding", value)?),
+                "RoleBinding" => out.role_bindings.push(typed("apiserver RoleBinding", value)?),
+                "Deployment" => out.deployment = Some(typed("apiserver Deployment", value)?),
+                "Service" => out.service = Some(typed("apiserver Service", value)?),
+                "APIService" => out.api_service = Some(typed("APIService", value)?),
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn yaml_error(file: &'static str, error: serde_norway::Error) -> RenderError {
+    RenderError { what: "apiserver manifest", source: serde::de::Error::custom(format!("{file}: {error}")) }
+}
+
+/// Moves a manifest object from `numaresources` to `namespace` (object, subjects, service
+/// reference, certificate names) and sets the image.
+fn relocate(value: &mut Value, namespace: &str, image: &str) {
+    match value {
+        Value::Object(map) => {
+            for (key, field) in map.iter_mut() {
+                match (key.as_str(), &*field) {
+                    ("namespace", Value::String(ns)) if ns == MANIFEST_NAMESPACE => *field = json!(namespace),
+                    ("image", Value::String(_)) => *field = json!(image),
+                    _ => relocate(field, namespace, image),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| relocate(item, namespace, image)),
+        Value::String(text) if text.contains(&format!(".{MANIFEST_NAMESPACE}.svc")) => {
+            *text = text.replace(&format!(".{MANIFEST_NAMESPACE}.svc"), &format!(".{namespace}.svc"));
+        }
+        _ => {}
+    }
+}
+
+/// The DNS names the serving certificate must cover.
+pub fn service_dns_names(namespace: &str) -> Vec<String> {
+    vec![format!("{APISERVER}.{namespace}.svc"), format!("{APISERVER}.{namespace}.svc.cluster.local")]
+}
+
+/// The serving certificate Secret (self-managed mode): `kubernetes.io/tls` plus `ca.crt`.
+pub fn tls_secret(namespace: &str, ca_pem: &str, cert_pem: &str, key_pem: &str, not_after: &str) -> Secret {
+    let data = BTreeMap::from([
+        ("ca.crt".to_owned(), ByteString(ca_pem.as_bytes().to_vec())),
+        ("tls.crt".to_owned(), ByteString(cert_pem.as_bytes().to_vec())),
+        ("tls.key".to_owned(), ByteString(key_pem.as_bytes().to_vec())),
+    ]);
+    Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(APISERVER_TLS_SECRET.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(names::labels(APISERVER, COMPONENT_APISERVER)),
+            annotations: Some(BTreeMap::from([(names::ANNOTATION_CERT_NOT_AFTER.to_owned(), not_after.to_owned())])),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// The APIService with the CA that signed the serving certificate.
+pub fn with_ca_bundle(mut api_service: APIService, ca_pem: &str) -> APIService {
+    if let Some(spec) = api_service.spec.as_mut() {
+        spec.ca_bundle = Some(ByteString(ca_pem.as_bytes().to_vec()));
+    }
+    api_service
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_install_manifests_render_into_any_namespace() {
+        let objects = objects("numa-system", "example.com/numaresources@sha256:abc").unwrap();
+        let deployment = objects.deployment.unwrap();
+        assert_eq!(deployment.metadata.namespace.as_deref(), Some("numa-system"));
+        let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(container.image.as_deref(), Some("example.com/numaresources@sha256:abc"));
+        let sni = container.args.iter().flatten().find(|a| a.starts_with("--tls-sni-names=")).unwrap();
+        assert_eq!(
+            sni,
+            "--tls-sni-names=numaresources-apiserver.numa-system.svc,numaresources-apiserver.numa-system.svc.cluster.local"
+        );
+        let service = objects.api_service.unwrap().spec.unwrap().service.unwrap();
+        assert_eq!((service.namespace.as_deref(), service.name.as_deref()), (Some("numa-system"), Some(APISERVER)));
+        let service = objects.service.unwrap();
+        assert_eq!(service.metadata.namespace.as_deref(), Some("numa-system"));
+        assert_eq!(service.metadata.labels.unwrap()[names::LABEL_MANAGED_BY], names::FIELD_MANAGER);
+        assert_eq!(objects.service_account.unwrap().metadata.namespace.as_deref(), Some("numa-system"));
+        assert_eq!(objects.cluster_roles.len(), 3, "server + view + edit");
+        assert_eq!(objects.cluster_role_bindings.len(), 2, "auth-delegator + server");
+        for binding in &objects.cluster_role_bindings {
+            assert_eq!(binding.subjects.as_ref().unwrap()[0].namespace.as_deref(), Some("numa-system"));
+        }
+        let reader = &objects.role_bindings[0];
+        assert_eq!(reader.metadata.namespace.as_deref(), Some("kube-system"), "stays where the ConfigMap is");
+        assert_eq!(reader.subjects.as_ref().unwrap()[0].namespace.as_deref(), Some("numa-system"));
+    }
+
+    #[test]
+    fn ca_bundle_and_secret() {
+        let api_service = objects("ns", "img").unwrap().api_service.unwrap();
+        assert!(api_service.spec.as_ref().unwrap().ca_bundle.is_none(), "the manifest leaves it out");
+        let with = with_ca_bundle(api_service, "CA");
+        assert_eq!(with.spec.unwrap().ca_bundle, Some(ByteString(b"CA".to_vec())));
+        let secret = tls_secret("ns", "CA", "CRT", "KEY", "2030-01-01T00:00:00Z");
+        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+        let data = secret.data.unwrap();
+        assert_eq!(data.keys().collect::<Vec<_>>(), ["ca.crt", "tls.crt", "tls.key"]);
+        assert_eq!(service_dns_names("ns")[0], "numaresources-apiserver.ns.svc");
+    }
+}

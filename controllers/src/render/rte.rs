@@ -1,0 +1,362 @@
+//! The exporter (`numaresources rte`) of one node group: its DaemonSet, and the ServiceAccount
+//! and RBAC every group shares (nro.md §3.1 step 7, §4.2).
+//!
+//! Flag mapping (nro.md §4.2), adapted to what `numaresources rte` accepts:
+//!
+//! | normalized config | arguments |
+//! |---|---|
+//! | `logLevel` | `-v=2/4/6/8` |
+//! | `infoRefreshMode` ≠ Events | `--sleep-interval=<infoRefreshPeriod>` |
+//! | `infoRefreshMode` = Events | `--sleep-interval=0` (upstream leaves a stale 10 s: a quirk we fix) |
+//! | `infoRefreshMode` ≠ Periodic | `--notify-file=/host-run-rte/notify` |
+//! | `infoRefreshPause` = Enabled | `--no-publish` |
+//! | `podsFingerprinting` | `--pods-fingerprint=false`, or `--pods-fingerprint` with `--pods-fingerprint-method=all` / `with-exclusive-resources` and the status dump file |
+//! | always | `--sysfs`, `--podresources-socket`, `--refresh-node-resources`, `--add-nrt-owner=false`, `--metrics-mode` (+ TLS profile) |
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
+use serde_json::{Value, json};
+
+use super::{RenderError, typed};
+use crate::names::{self, COMPONENT_RTE, RTE_CLUSTER_ROLE, RTE_CONTAINER, RTE_ROLE, RTE_SERVICE_ACCOUNT};
+use crate::nodegroups::ResolvedPool;
+
+/// Where the exporter's refresh trigger file lives in the container.
+pub const NOTIFY_FILE: &str = "/host-run-rte/notify";
+/// Where the pods fingerprint status is dumped (a memory-backed emptyDir).
+pub const PFP_STATUS_FILE: &str = "/run/pfpstatus/status.json";
+/// The Secret with the metrics serving certificate (`httptls`).
+pub const METRICS_CERT_SECRET: &str = "rte-metrics-service-cert";
+
+/// The exporters' metrics Service (upstream's name).
+pub const METRICS_SERVICE: &str = "numaresources-rte-metrics-service";
+
+/// How the exporter serves `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum MetricsMode {
+    /// Plain HTTP (plain Kubernetes: no certificate authority to issue one).
+    #[default]
+    Http,
+    /// HTTPS with the certificate in [`METRICS_CERT_SECRET`] and the cluster's TLS profile.
+    HttpTls {
+        /// `--metrics-tls-min-version`, left out when empty.
+        min_version: String,
+        /// `--metrics-tls-cipher-suites`, left out when empty.
+        cipher_suites: String,
+    },
+}
+
+/// What every exporter DaemonSet shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RteSettings {
+    /// The operator's namespace.
+    pub namespace: String,
+    /// The `NUMAResourcesOperator`'s name (DaemonSets are `<nro>-<pool>`).
+    pub nro_name: String,
+    /// The image: the controllers' own.
+    pub image: String,
+    /// klog verbosity from the spec's `logLevel`.
+    pub verbosity: u8,
+    /// The metrics endpoint.
+    pub metrics: MetricsMode,
+    /// Run under OpenShift's SELinux type for device plugins (nro.md §4.2).
+    pub openshift_selinux: bool,
+}
+
+/// The exporter arguments for one node group's normalized config.
+pub fn args(config: &NodeGroupConfig, verbosity: u8, metrics: &MetricsMode) -> Vec<String> {
+    let mut args = vec![
+        "rte".to_owned(),
+        format!("-v={verbosity}"),
+        "--sysfs=/host-sys".to_owned(),
+        "--podresources-socket=unix:///host-podresources/kubelet.sock".to_owned(),
+        "--refresh-node-resources".to_owned(),
+        "--add-nrt-owner=false".to_owned(),
+    ];
+    let mode = config.info_refresh_mode.clone().unwrap_or(InfoRefreshMode::Periodic);
+    if mode == InfoRefreshMode::Events {
+        args.push("--sleep-interval=0".to_owned());
+    } else {
+        let period = config.info_refresh_period.unwrap_or(numaresources_api::operator::defaults::INFO_REFRESH_PERIOD);
+        args.push(format!("--sleep-interval={period}"));
+    }
+    if mode != InfoRefreshMode::Periodic {
+        args.push(format!("--notify-file={NOTIFY_FILE}"));
+    }
+    if config.info_refresh_pause == Some(InfoRefreshPauseMode::Enabled) {
+        args.push("--no-publish".to_owned());
+    }
+    match fingerprint_method(config) {
+        None => args.push("--pods-fingerprint=false".to_owned()),
+        Some(method) => {
+            args.push("--pods-fingerprint".to_owned());
+            args.push(format!("--pods-fingerprint-method={method}"));
+            args.push(format!("--pods-fingerprint-status-file={PFP_STATUS_FILE}"));
+        }
+    }
+    match metrics {
+        MetricsMode::Http => args.push("--metrics-mode=http".to_owned()),
+        MetricsMode::HttpTls { min_version, cipher_suites } => {
+            args.push("--metrics-mode=httptls".to_owned());
+            if !min_version.is_empty() {
+                args.push(format!("--metrics-tls-min-version={min_version}"));
+            }
+            if !cipher_suites.is_empty() {
+                args.push(format!("--metrics-tls-cipher-suites={cipher_suites}"));
+            }
+        }
+    }
+    args
+}
+
+fn fingerprint_method(config: &NodeGroupConfig) -> Option<&'static str> {
+    match config.pods_fingerprinting.clone().unwrap_or(PodsFingerprintingMode::EnabledExclusiveResources) {
+        PodsFingerprintingMode::Disabled => None,
+        PodsFingerprintingMode::Enabled => Some("all"),
+        _ => Some("with-exclusive-resources"),
+    }
+}
+
+/// The labels of one group's exporter pods (the last one makes each DaemonSet's selector its own).
+pub fn pod_labels(pool: &str) -> std::collections::BTreeMap<String, String> {
+    let mut labels = names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE);
+    labels.insert(names::LABEL_NODE_GROUP.to_owned(), pool.to_owned());
+    labels
+}
+
+/// The exporter DaemonSet of one pool. `config_hash` is the hash of the pool's ConfigMap data.
+pub fn daemon_set(settings: &RteSettings, pool: &ResolvedPool, config_hash: &str) -> Result<DaemonSet, RenderError> {
+    let name = names::node_group_object_name(&settings.nro_name, &pool.pool);
+    let labels = pod_labels(&pool.pool);
+    let mut selector = names::selector_labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE);
+    selector.insert(names::LABEL_NODE_GROUP.to_owned(), pool.pool.clone());
+    let fingerprinting = fingerprint_method(&pool.config).is_some();
+    let tls = matches!(settings.metrics, MetricsMode::HttpTls { .. });
+
+    let mut volume_mounts = vec![
+        json!({"name": "host-sys", "mountPath": "/host-sys", "readOnly": true}),
+        json!({"name": "host-podresources", "mountPath": "/host-podresources"}),
+        json!({"name": "host-run-rte", "mountPath": "/host-run-rte"}),
+        json!({"name": "rte-config-volume", "mountPath": "/etc/resource-topology-exporter/", "readOnly": true}),
+    ];
+    let mut volumes = vec![
+        json!({"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}}),
+        json!({"name": "host-podresources", "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}}),
+        json!({"name": "host-run-rte", "hostPath": {"path": "/run/rte", "type": "DirectoryOrCreate"}}),
+        json!({"name": "rte-config-volume", "configMap": {"name": name, "optional": true}}),
+    ];
+    if fingerprinting {
+        volume_mounts.push(json!({"name": "run-pfpstatus", "mountPath": "/run/pfpstatus"}));
+        volumes.push(json!({"name": "run-pfpstatus", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}));
+    }
+    if tls {
+        // Tied to the metrics mode, not to fingerprinting (upstream's quirk).
+        volume_mounts.push(json!({"name": METRICS_CERT_SECRET, "mountPath": "/etc/secrets/rte/", "readOnly": true}));
+        volumes.push(json!({"name": METRICS_CERT_SECRET, "secret": {"secretName": METRICS_CERT_SECRET}}));
+    }
+    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+    let env = json!([
+        {"name": "NODE_NAME", "valueFrom": field("spec.nodeName")},
+        {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
+        {"name": "POD_NAME", "valueFrom": field("metadata.name")},
+        {"name": "REFERENCE_NAMESPACE", "valueFrom": field("metadata.namespace")},
+        {"name": "REFERENCE_POD_NAME", "valueFrom": field("metadata.name")},
+        {"name": "REFERENCE_CONTAINER_NAME", "value": names::SHARED_POOL_CONTAINER},
+        {"name": "METRICS_PORT", "value": "2112"},
+    ]);
+    let mut security_context = json!({
+        // Root for the podresources socket's permissions; no capabilities beyond that.
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": {"drop": ["ALL"]},
+    });
+    if settings.openshift_selinux {
+        security_context["seLinuxOptions"] = json!({"type": "container_device_plugin_t", "level": "s0"});
+    }
+    let mut affinity = json!({
+        // A second exporter on a node (the node is in two groups) stays Pending: visible, harmless.
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": names::selector_labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
+        }]},
+    });
+    if let Some(term) = node_selector_term(&pool.node_selector) {
+        affinity["nodeAffinity"] =
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}});
+    }
+    let mut pod_spec = json!({
+        "serviceAccountName": RTE_SERVICE_ACCOUNT,
+        "priorityClassName": "system-node-critical",
+        "readinessGates": [{"conditionType": "PodresourcesFetched"}, {"conditionType": "NodeTopologyUpdated"}],
+        "affinity": affinity,
+        "containers": [
+            {
+                "name": RTE_CONTAINER,
+                "image": settings.image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": args(&pool.config, settings.verbosity, &settings.metrics),
+                "env": env,
+                "ports": [{"name": "metrics-port", "containerPort": 2112, "protocol": "TCP"}],
+                "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+                "securityContext": security_context,
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "volumeMounts": volume_mounts,
+            },
+            {
+                // Never gets exclusive CPUs, so its cpuset is the shared pool (kubernetes#102190).
+                "name": names::SHARED_POOL_CONTAINER,
+                "image": settings.image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["pause"],
+                "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}},
+                "securityContext": {
+                    "runAsNonRoot": true,
+                    "runAsUser": 65532,
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+            },
+        ],
+        "volumes": volumes,
+    });
+    if !pool.config.tolerations.is_empty() {
+        pod_spec["tolerations"] = serde_json::to_value(&pool.config.tolerations).unwrap_or(Value::Null);
+    }
+    let mut ds_labels = labels.clone();
+    ds_labels.insert(names::LABEL_NRO_NAME.to_owned(), settings.nro_name.clone());
+    typed(
+        "exporter DaemonSet",
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": settings.namespace, "labels": ds_labels},
+            "spec": {
+                "selector": {"matchLabels": selector},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {names::ANNOTATION_CONFIG_HASH: config_hash},
+                    },
+                    "spec": pod_spec,
+                },
+            },
+        }),
+    )
+}
+
+/// A label selector as one required node selector term; `None` for the empty selector (every
+/// node), which needs no term.
+fn node_selector_term(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> Option<Value> {
+    let mut expressions: Vec<Value> = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(key, value)| json!({"key": key, "operator": "In", "values": [value]}))
+        .collect();
+    for requirement in selector.match_expressions.iter().flatten() {
+        // LabelSelector and NodeSelector operators share In/NotIn/Exists/DoesNotExist.
+        let mut expression = json!({"key": requirement.key, "operator": requirement.operator});
+        if let Some(values) = &requirement.values
+            && !values.is_empty()
+        {
+            expression["values"] = json!(values);
+        }
+        expressions.push(expression);
+    }
+    (!expressions.is_empty()).then(|| json!({"matchExpressions": expressions}))
+}
+
+/// The metrics Service of every exporter (OpenShift, `httptls`): its annotation makes the
+/// service-ca operator issue [`METRICS_CERT_SECRET`], which the exporters serve with.
+pub fn metrics_service(namespace: &str) -> Result<Service, RenderError> {
+    typed(
+        "exporter metrics Service",
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {
+                "name": METRICS_SERVICE, "namespace": namespace,
+                "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE),
+                "annotations": {"service.beta.openshift.io/serving-cert-secret-name": METRICS_CERT_SECRET},
+            },
+            "spec": {
+                "selector": names::selector_labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE),
+                "ports": [{"name": "metrics-port", "port": 2112, "targetPort": "metrics-port", "protocol": "TCP"}],
+            },
+        }),
+    )
+}
+
+/// The exporters' ServiceAccount.
+pub fn service_account(namespace: &str) -> Result<ServiceAccount, RenderError> {
+    typed(
+        "exporter ServiceAccount",
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": RTE_SERVICE_ACCOUNT, "namespace": namespace, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
+        }),
+    )
+}
+
+/// What the exporters need cluster-wide: write their node's NRT, read their Node.
+pub fn cluster_role() -> Result<ClusterRole, RenderError> {
+    typed(
+        "exporter ClusterRole",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": RTE_CLUSTER_ROLE, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
+            "rules": [
+                {"apiGroups": [names::NRT_GROUP], "resources": ["noderesourcetopologies"], "verbs": ["create", "get", "update", "patch"]},
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            ],
+        }),
+    )
+}
+
+/// Binds [`cluster_role`] to the exporters' ServiceAccount.
+pub fn cluster_role_binding(namespace: &str) -> Result<ClusterRoleBinding, RenderError> {
+    typed(
+        "exporter ClusterRoleBinding",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": RTE_CLUSTER_ROLE, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RTE_CLUSTER_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": RTE_SERVICE_ACCOUNT, "namespace": namespace}],
+        }),
+    )
+}
+
+/// What the exporters need in their namespace: the readiness conditions of their own pods.
+pub fn role(namespace: &str) -> Result<Role, RenderError> {
+    typed(
+        "exporter Role",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": RTE_ROLE, "namespace": namespace, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
+            "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}],
+        }),
+    )
+}
+
+/// Binds [`role`] to the exporters' ServiceAccount.
+pub fn role_binding(namespace: &str) -> Result<RoleBinding, RenderError> {
+    typed(
+        "exporter RoleBinding",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": RTE_ROLE, "namespace": namespace, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RTE_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": RTE_SERVICE_ACCOUNT, "namespace": namespace}],
+        }),
+    )
+}
+
+#[cfg(test)]
+#[path = "rte_tests.rs"]
+mod tests;

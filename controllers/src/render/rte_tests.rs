@@ -1,0 +1,281 @@
+//! Table tests of the exporter rendering, mirroring upstream's controller tests (nro.md §5.3):
+//! defaults rendered into args, every config knob, TLS args, tolerations, and the DaemonSet
+//! invariants (priority class, anti-affinity, maxUnavailable, termination policy).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{PodSpec, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use numaresources_api::GoDuration;
+use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
+
+use super::*;
+
+fn settings() -> RteSettings {
+    RteSettings {
+        namespace: "numaresources".into(),
+        nro_name: "numaresourcesoperator".into(),
+        image: "quay.io/numaresources/numaresources:v1".into(),
+        verbosity: 2,
+        metrics: MetricsMode::Http,
+        openshift_selinux: false,
+    }
+}
+
+fn pool(config: NodeGroupConfig) -> ResolvedPool {
+    ResolvedPool {
+        group: 0,
+        pool: "worker".into(),
+        node_selector: LabelSelector {
+            match_labels: Some(BTreeMap::from([("node-role.kubernetes.io/worker".into(), String::new())])),
+            match_expressions: None,
+        },
+        nodes: vec!["node-a".into()],
+        config: config.normalized(),
+    }
+}
+
+fn render(config: NodeGroupConfig) -> DaemonSet {
+    daemon_set(&settings(), &pool(config), "SHA256:00").unwrap()
+}
+
+fn pod(ds: &DaemonSet) -> &PodSpec {
+    ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+fn exporter_args(ds: &DaemonSet) -> Vec<String> {
+    pod(ds).containers[0].args.clone().unwrap()
+}
+
+fn has(args: &[String], flag: &str) -> bool {
+    args.iter().any(|a| a == flag)
+}
+
+fn starts(args: &[String], prefix: &str) -> bool {
+    args.iter().any(|a| a.starts_with(prefix))
+}
+
+#[test]
+fn defaults_render_into_the_daemonset_args() {
+    let args = exporter_args(&render(NodeGroupConfig::default()));
+    assert_eq!(
+        args,
+        [
+            "rte",
+            "-v=2",
+            "--sysfs=/host-sys",
+            "--podresources-socket=unix:///host-podresources/kubelet.sock",
+            "--refresh-node-resources",
+            "--add-nrt-owner=false",
+            "--sleep-interval=10s",
+            "--pods-fingerprint",
+            "--pods-fingerprint-method=with-exclusive-resources",
+            "--pods-fingerprint-status-file=/run/pfpstatus/status.json",
+            "--metrics-mode=http",
+        ]
+    );
+}
+
+#[test]
+fn every_config_knob_maps_to_its_flags() {
+    type Check = fn(&[String]) -> bool;
+    let rows: Vec<(&str, NodeGroupConfig, Check)> = vec![
+        (
+            "fingerprinting disabled",
+            NodeGroupConfig { pods_fingerprinting: Some(PodsFingerprintingMode::Disabled), ..Default::default() },
+            |a| {
+                has(a, "--pods-fingerprint=false")
+                    && !starts(a, "--pods-fingerprint-method")
+                    && !starts(a, "--pods-fingerprint-status-file")
+            },
+        ),
+        (
+            "fingerprinting of every pod",
+            NodeGroupConfig { pods_fingerprinting: Some(PodsFingerprintingMode::Enabled), ..Default::default() },
+            |a| has(a, "--pods-fingerprint") && has(a, "--pods-fingerprint-method=all"),
+        ),
+        (
+            "fingerprinting of exclusive-resource pods",
+            NodeGroupConfig {
+                pods_fingerprinting: Some(PodsFingerprintingMode::EnabledExclusiveResources),
+                ..Default::default()
+            },
+            |a| has(a, "--pods-fingerprint-method=with-exclusive-resources"),
+        ),
+        (
+            "period",
+            NodeGroupConfig { info_refresh_period: Some(GoDuration::from_secs(90)), ..Default::default() },
+            |a| has(a, "--sleep-interval=1m30s") && !starts(a, "--notify-file"),
+        ),
+        (
+            "explicit zero period disables periodic scans",
+            NodeGroupConfig { info_refresh_period: Some(GoDuration::ZERO), ..Default::default() },
+            |a| has(a, "--sleep-interval=0s"),
+        ),
+        (
+            "events mode: notify file, no periodic scans",
+            NodeGroupConfig { info_refresh_mode: Some(InfoRefreshMode::Events), ..Default::default() },
+            |a| {
+                has(a, "--notify-file=/host-run-rte/notify")
+                    && has(a, "--sleep-interval=0")
+                    && !has(a, "--sleep-interval=10s")
+            },
+        ),
+        (
+            "periodic and events: both",
+            NodeGroupConfig { info_refresh_mode: Some(InfoRefreshMode::PeriodicAndEvents), ..Default::default() },
+            |a| has(a, "--notify-file=/host-run-rte/notify") && has(a, "--sleep-interval=10s"),
+        ),
+        (
+            "pause enabled",
+            NodeGroupConfig { info_refresh_pause: Some(InfoRefreshPauseMode::Enabled), ..Default::default() },
+            |a| has(a, "--no-publish"),
+        ),
+        (
+            "pause disabled",
+            NodeGroupConfig { info_refresh_pause: Some(InfoRefreshPauseMode::Disabled), ..Default::default() },
+            |a| !has(a, "--no-publish"),
+        ),
+    ];
+    for (name, config, check) in rows {
+        let args = exporter_args(&render(config));
+        assert!(check(&args), "{name}: {args:?}");
+    }
+}
+
+#[test]
+fn log_level_and_tls_profile_flags() {
+    let mut s = settings();
+    s.verbosity = 6;
+    s.metrics = MetricsMode::HttpTls { min_version: "VersionTLS12".into(), cipher_suites: "TLS_A,TLS_B".into() };
+    let args = exporter_args(&daemon_set(&s, &pool(NodeGroupConfig::default()), "h").unwrap());
+    assert!(has(&args, "-v=6"));
+    assert!(has(&args, "--metrics-mode=httptls"));
+    assert!(has(&args, "--metrics-tls-min-version=VersionTLS12"));
+    assert!(has(&args, "--metrics-tls-cipher-suites=TLS_A,TLS_B"));
+    s.metrics = MetricsMode::HttpTls { min_version: String::new(), cipher_suites: String::new() };
+    let ds = daemon_set(&s, &pool(NodeGroupConfig::default()), "h").unwrap();
+    let args = exporter_args(&ds);
+    assert!(!starts(&args, "--metrics-tls-"), "empty profile values are left out: {args:?}");
+    let volumes: Vec<String> = pod(&ds).volumes.iter().flatten().map(|v| v.name.clone()).collect();
+    assert!(volumes.contains(&METRICS_CERT_SECRET.to_owned()), "{volumes:?}");
+    let plain = render(NodeGroupConfig::default());
+    assert!(!pod(&plain).volumes.iter().flatten().any(|v| v.name == METRICS_CERT_SECRET));
+}
+
+#[test]
+fn tolerations_replace_the_defaults_or_stay_unset() {
+    assert_eq!(pod(&render(NodeGroupConfig::default())).tolerations, None);
+    let toleration = Toleration {
+        key: Some("dedicated".into()),
+        operator: Some("Equal".into()),
+        value: Some("numa".into()),
+        effect: Some("NoSchedule".into()),
+        ..Default::default()
+    };
+    let ds = render(NodeGroupConfig { tolerations: vec![toleration.clone()], ..Default::default() });
+    assert_eq!(pod(&ds).tolerations, Some(vec![toleration]));
+}
+
+#[test]
+fn daemonset_invariants() {
+    let ds = render(NodeGroupConfig::default());
+    assert_eq!(ds.metadata.name.as_deref(), Some("numaresourcesoperator-worker"));
+    assert_eq!(ds.metadata.namespace.as_deref(), Some("numaresources"));
+    let spec = ds.spec.as_ref().unwrap();
+    let strategy = spec.update_strategy.as_ref().unwrap();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    assert_eq!(strategy.rolling_update.as_ref().unwrap().max_unavailable, Some(IntOrString::String("25%".into())));
+    let selector = spec.selector.match_labels.as_ref().unwrap();
+    assert_eq!(selector.get(crate::names::LABEL_NODE_GROUP).map(String::as_str), Some("worker"));
+    let template_labels = spec.template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+    assert!(selector.iter().all(|(k, v)| template_labels.get(k) == Some(v)), "selector matches the template");
+    let annotations = spec.template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+    assert_eq!(annotations.get("configmap.hash").map(String::as_str), Some("SHA256:00"));
+
+    let pod = pod(&ds);
+    assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"));
+    assert_eq!(pod.service_account_name.as_deref(), Some("numaresources-rte"));
+    assert!(pod.containers.iter().all(|c| c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError")));
+    assert_eq!(pod.containers[1].name, "shared-pool-container");
+    assert!(pod.containers[1].resources.as_ref().unwrap().limits.is_none(), "never Guaranteed: no exclusive CPUs");
+    let gates: Vec<&str> = pod.readiness_gates.iter().flatten().map(|g| g.condition_type.as_str()).collect();
+    assert_eq!(gates, ["PodresourcesFetched", "NodeTopologyUpdated"]);
+
+    let affinity = pod.affinity.as_ref().unwrap();
+    let anti = affinity.pod_anti_affinity.as_ref().unwrap();
+    let term = &anti.required_during_scheduling_ignored_during_execution.as_ref().unwrap()[0];
+    assert_eq!(term.topology_key, "kubernetes.io/hostname");
+    let anti_labels = term.label_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+    assert!(!anti_labels.contains_key(crate::names::LABEL_NODE_GROUP), "across every group, not within one");
+    let node_terms = &affinity
+        .node_affinity
+        .as_ref()
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .unwrap()
+        .node_selector_terms;
+    let expression = &node_terms[0].match_expressions.as_ref().unwrap()[0];
+    assert_eq!(
+        (expression.key.as_str(), expression.operator.as_str(), expression.values.clone()),
+        ("node-role.kubernetes.io/worker", "In", Some(vec![String::new()]))
+    );
+
+    let env: Vec<&str> = pod.containers[0].env.iter().flatten().map(|e| e.name.as_str()).collect();
+    for name in ["NODE_NAME", "REFERENCE_NAMESPACE", "REFERENCE_POD_NAME", "REFERENCE_CONTAINER_NAME", "POD_NAME"] {
+        assert!(env.contains(&name), "{name} in {env:?}");
+    }
+    let config_volume = pod.volumes.iter().flatten().find(|v| v.name == "rte-config-volume").unwrap();
+    let config_map = config_volume.config_map.as_ref().unwrap();
+    assert_eq!((config_map.name.as_str(), config_map.optional), ("numaresourcesoperator-worker", Some(true)));
+}
+
+#[test]
+fn an_empty_node_selector_targets_every_node_without_a_term() {
+    let mut every = pool(NodeGroupConfig::default());
+    every.node_selector = LabelSelector::default();
+    let ds = daemon_set(&settings(), &every, "h").unwrap();
+    assert!(pod(&ds).affinity.as_ref().unwrap().node_affinity.is_none());
+}
+
+#[test]
+fn openshift_runs_under_the_device_plugin_selinux_type() {
+    let mut s = settings();
+    s.openshift_selinux = true;
+    let ds = daemon_set(&s, &pool(NodeGroupConfig::default()), "h").unwrap();
+    let selinux = pod(&ds).containers[0].security_context.as_ref().unwrap().se_linux_options.clone().unwrap();
+    assert_eq!(selinux.type_.as_deref(), Some("container_device_plugin_t"));
+    assert!(
+        pod(&render(NodeGroupConfig::default())).containers[0]
+            .security_context
+            .as_ref()
+            .unwrap()
+            .se_linux_options
+            .is_none()
+    );
+}
+
+#[test]
+fn shared_rbac_grants_exactly_what_the_exporter_uses() {
+    let rules = cluster_role().unwrap().rules.unwrap();
+    assert_eq!(rules[0].verbs, ["create", "get", "update", "patch"]);
+    assert_eq!(rules[1].resources.as_deref(), Some(&["nodes".to_owned()][..]));
+    let binding = cluster_role_binding("numaresources").unwrap();
+    assert_eq!(binding.subjects.unwrap()[0].namespace.as_deref(), Some("numaresources"));
+    assert_eq!(role("ns").unwrap().rules.unwrap()[0].verbs, ["patch"]);
+    assert_eq!(role_binding("ns").unwrap().role_ref.name, "numaresources-rte");
+    assert_eq!(service_account("ns").unwrap().metadata.name.as_deref(), Some("numaresources-rte"));
+}
+
+#[test]
+fn the_metrics_service_asks_service_ca_for_the_certificate() {
+    let service = metrics_service("numaresources").unwrap();
+    let annotations = service.metadata.annotations.unwrap();
+    assert_eq!(annotations["service.beta.openshift.io/serving-cert-secret-name"], METRICS_CERT_SECRET);
+    let spec = service.spec.unwrap();
+    assert_eq!(spec.ports.unwrap()[0].port, 2112);
+    assert!(!spec.selector.unwrap().contains_key(crate::names::LABEL_NODE_GROUP), "every group's exporters");
+}

@@ -1,0 +1,257 @@
+//! The `NUMAResourcesScheduler` controller (nro.md §3.2): the NUMA-aware secondary scheduler.
+//!
+//! Reconcile: name check (`IncorrectNUMAResourcesSchedulerResourceName`), pause annotation,
+//! validation (the api crate's rules), normalization for the platform, replica count (explicit,
+//! or detected from the control-plane nodes; on plain Kubernetes with a managed control plane,
+//! from all nodes), then server-side apply of the ServiceAccount, RBAC, the
+//! `KubeSchedulerConfiguration` ConfigMap and the Deployment (whose pod template carries the
+//! ConfigMap's hash, so a config change rolls it). Status reports the scheduler name read back
+//! from the applied ConfigMap, the effective resync period, the Deployment and the conditions.
+//! No finalizer: owner references let the garbage collector remove everything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::{Api, Resource, ResourceExt};
+use numaresources_api::operator::defaults::Platform;
+use numaresources_api::operator::validation::validate_scheduler;
+use numaresources_api::operator::{
+    NUMAResourcesScheduler, NUMAResourcesSchedulerStatus, NamespacedName, ObjectReference, SCHEDULER_SINGLETON_NAME,
+    SchedulerInformerMode,
+};
+use serde_json::json;
+
+use crate::apply::Applier;
+use crate::conditions::{self as cond, Extra, State};
+use crate::context::{Context, Error, Result, error_policy_for};
+use crate::hash::config_hash;
+use crate::names::{self, ANNOTATION_PAUSE, ANNOTATION_SCHEDULER_QOS, FIELD_MANAGER, SCHEDULER};
+use crate::operator::nrt_api::deployment_available;
+use crate::render::scheduler::{self as render, SchedulerSettings};
+
+/// Requeue while the Deployment rolls out.
+const PROGRESS_REQUEUE: Duration = Duration::from_secs(5);
+/// Re-check the replica count this often when all is well.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// Reconciles one `NUMAResourcesScheduler`.
+pub async fn reconcile(nrs: Arc<NUMAResourcesScheduler>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.pass("scheduler");
+    if nrs.name_any() != SCHEDULER_SINGLETON_NAME {
+        let message = format!("this is a singleton resource and the object name must be '{SCHEDULER_SINGLETON_NAME}'");
+        write_status(&nrs, &ctx, &State::degraded(cond::REASON_SCHEDULER_NAME, message), None).await?;
+        return Ok(Action::await_change());
+    }
+    if nrs.annotations().get(ANNOTATION_PAUSE).is_some_and(|v| v == "enabled") {
+        return Ok(Action::await_change());
+    }
+    match apply(&nrs, &ctx).await {
+        Ok(action) => {
+            ctx.reset_backoff(&key(&nrs));
+            Ok(action)
+        }
+        Err(error) => {
+            let state = State::degraded(cond::REASON_INTERNAL_ERROR, error.condition_message());
+            if let Err(status_error) = write_status(&nrs, &ctx, &state, None).await {
+                tracing::warn!(error = %status_error, "failed to report the failure in status");
+            }
+            Err(error)
+        }
+    }
+}
+
+fn key(nrs: &NUMAResourcesScheduler) -> String {
+    format!("scheduler/{}", nrs.name_any())
+}
+
+/// Retries a failed reconcile with a per-object backoff.
+pub fn error_policy(nrs: Arc<NUMAResourcesScheduler>, error: &Error, ctx: Arc<Context>) -> Action {
+    error_policy_for(&key(&nrs), error, &ctx)
+}
+
+/// What status reports besides the conditions.
+#[derive(Debug, Clone)]
+struct Running {
+    scheduler_name: String,
+    spec: numaresources_api::operator::NUMAResourcesSchedulerSpec,
+}
+
+async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
+    let errors = validate_scheduler(nrs);
+    if !errors.is_empty() {
+        write_status(nrs, ctx, &State::degraded(cond::REASON_SCHEDULER_INVALID, errors.to_string()), None).await?;
+        return Ok(Action::await_change());
+    }
+    let spec = nrs.spec.normalized(ctx.settings.platform);
+    let eligible = eligible_nodes(ctx).await?;
+    let replicas = match render::replicas(spec.replicas, eligible) {
+        Ok(replicas) => replicas,
+        Err(message) => {
+            write_status(nrs, ctx, &State::degraded(cond::REASON_INTERNAL_ERROR, message), None).await?;
+            return Ok(Action::requeue(RESYNC));
+        }
+    };
+    let namespace = &ctx.settings.namespace;
+    let settings = SchedulerSettings {
+        namespace: namespace.clone(),
+        openshift_fork: ctx.settings.is_openshift(),
+        guaranteed_qos: nrs.annotations().get(ANNOTATION_SCHEDULER_QOS).is_some_and(|v| v == "guaranteed"),
+    };
+    let applier = Applier::new(ctx.client.clone(), nrs.controller_owner_ref(&()));
+    applier.namespaced(render::service_account(namespace)?).await?;
+    applier.cluster(render::cluster_role()?).await?;
+    for binding in render::cluster_role_bindings(namespace)? {
+        applier.cluster(binding).await?;
+    }
+    applier.namespaced(render::leader_election_role(namespace)?).await?;
+    for binding in render::role_bindings(namespace)? {
+        applier.namespaced(binding).await?;
+    }
+    let config_map =
+        applier.namespaced(render::config_map(&settings, render::config_yaml(&spec, &settings, replicas))?).await?;
+    let data = config_map.data.clone().unwrap_or_default();
+    let deployment = applier.namespaced(render::deployment(&spec, &settings, replicas, &config_hash(&data))?).await?;
+    let scheduler_name =
+        data.get(render::CONFIG_KEY).and_then(|yaml| render::scheduler_name_in(yaml)).unwrap_or_default();
+    let running = Running { scheduler_name, spec };
+    let (state, action) = if deployment_available(&deployment) {
+        (State::Available, Action::requeue(RESYNC))
+    } else {
+        let message = format!("waiting for Deployment {namespace}/{SCHEDULER} to become available");
+        (State::progressing(cond::REASON_DEPLOYMENT_UPDATING, message), Action::requeue(PROGRESS_REQUEUE))
+    };
+    write_status(nrs, ctx, &state, Some(&running)).await?;
+    Ok(action)
+}
+
+/// How many nodes may run a replica: control-plane nodes (workers on HyperShift); on plain
+/// Kubernetes without visible control-plane nodes (a managed control plane), every node.
+async fn eligible_nodes(ctx: &Context) -> Result<usize> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let role = match ctx.settings.platform {
+        Platform::HyperShift(..) => "node-role.kubernetes.io/worker",
+        _ => "node-role.kubernetes.io/control-plane",
+    };
+    let list = |selector: Option<&str>| {
+        let params = selector.map_or_else(ListParams::default, |s| ListParams::default().labels(s));
+        let nodes = nodes.clone();
+        async move { nodes.list_metadata(&params).await.map(|l| l.items.len()) }
+    };
+    let count = list(Some(role)).await.map_err(|e| Error::kube("list nodes", e))?;
+    if count == 0 && ctx.settings.platform == Platform::Kubernetes {
+        return list(None).await.map_err(|e| Error::kube("list nodes", e));
+    }
+    Ok(count)
+}
+
+async fn write_status(
+    nrs: &NUMAResourcesScheduler,
+    ctx: &Context,
+    state: &State,
+    running: Option<&Running>,
+) -> Result<()> {
+    let previous = nrs.status.clone().unwrap_or_default();
+    let namespace = &ctx.settings.namespace;
+    let extras: Vec<Extra> = running
+        .map(|r| {
+            let dedicated = r.spec.scheduler_informer == Some(SchedulerInformerMode::Dedicated);
+            vec![Extra {
+                type_: cond::DEDICATED_INFORMER_ACTIVE,
+                status: if dedicated { "True" } else { "False" },
+                reason: cond::REASON_AS_EXPECTED.into(),
+                message: String::new(),
+            }]
+        })
+        .unwrap_or_default();
+    let mut status = NUMAResourcesSchedulerStatus {
+        conditions: cond::conditions(&previous.conditions, state, &extras, nrs.metadata.generation),
+        ..previous.clone()
+    };
+    if let Some(running) = running {
+        status.deployment = NamespacedName { namespace: namespace.clone(), name: SCHEDULER.to_owned() };
+        status.scheduler_name = running.scheduler_name.clone();
+        status.cache_resync_period = Some(render::effective_resync_period(&running.spec));
+        status.related_objects = vec![
+            ObjectReference {
+                group: String::new(),
+                resource: "namespaces".into(),
+                namespace: String::new(),
+                name: namespace.clone(),
+            },
+            ObjectReference {
+                group: "apps".into(),
+                resource: "deployments".into(),
+                namespace: namespace.clone(),
+                name: SCHEDULER.to_owned(),
+            },
+        ];
+    }
+    let unchanged = cond::same(&previous.conditions, &status.conditions)
+        && NUMAResourcesSchedulerStatus { conditions: Vec::new(), ..previous.clone() }
+            == NUMAResourcesSchedulerStatus { conditions: Vec::new(), ..status.clone() };
+    if unchanged {
+        return Ok(());
+    }
+    let api: Api<NUMAResourcesScheduler> = Api::all(ctx.client.clone());
+    let patch = json!({
+        "apiVersion": NUMAResourcesScheduler::api_version(&()),
+        "kind": NUMAResourcesScheduler::kind(&()),
+        "status": status,
+    });
+    api.patch_status(&nrs.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|e| Error::kube(format!("update the status of NUMAResourcesScheduler {}", nrs.name_any()), e))?;
+    let was_degraded = |reason: &str| {
+        cond::find(&previous.conditions, cond::DEGRADED).is_some_and(|c| c.status == "True" && c.reason == reason)
+    };
+    let reference = nrs.object_ref(&());
+    match state {
+        State::Degraded { reason, message } if !was_degraded(reason) => {
+            ctx.event(&reference, EventType::Warning, reason, "Reconcile", message.clone()).await;
+        }
+        State::Available if cond::find(&previous.conditions, cond::AVAILABLE).is_none_or(|c| c.status != "True") => {
+            let note = format!("scheduler {} is available", status.scheduler_name);
+            ctx.event(&reference, EventType::Normal, "Available", "Reconcile", note).await;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Runs the controller until `shutdown` completes.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let namespace = ctx.settings.namespace.clone();
+    let ours = watcher::Config::default().labels(&format!("{}={}", names::LABEL_MANAGED_BY, FIELD_MANAGER));
+    // Node label changes (a control-plane node added or relabelled) may change the replica count;
+    // node status updates do not, so only label changes trigger a pass.
+    let node_labels = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
+        .touched_objects()
+        .predicate_filter(predicates::labels, Default::default())
+        .filter_map(|node| async move { node.ok().map(|_| ()) });
+    Controller::new(Api::<NUMAResourcesScheduler>::all(client.clone()), watcher::Config::default())
+        .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours.clone())
+        .owns(Api::<ConfigMap>::namespaced(client, &namespace), ours)
+        .reconcile_all_on(node_labels)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled NUMAResourcesScheduler"),
+                Err(error) => tracing::debug!(%error, "NUMAResourcesScheduler reconcile error"),
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,67 @@
+//! The exporter DaemonSet the controllers render runs `numaresources rte` with arguments the
+//! agent accepts, for every node-group configuration knob (a flag the agent does not know would
+//! crash-loop every exporter pod).
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
+use clap::Parser;
+use numaresources_api::GoDuration;
+use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
+use numaresources_controllers::render::rte::{MetricsMode, args};
+
+#[derive(Debug, Parser)]
+#[command(name = "numaresources")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    Rte(Box<numaresources_rte::config::Args>),
+}
+
+fn parse(config: &NodeGroupConfig, metrics: &MetricsMode) -> numaresources_rte::config::Args {
+    let rendered = args(&config.normalized(), 4, metrics);
+    let argv = std::iter::once("numaresources".to_owned()).chain(rendered.clone());
+    match Cli::try_parse_from(argv) {
+        Ok(Cli { command: Command::Rte(args) }) => *args,
+        Err(error) => panic!("{rendered:?} rejected: {error}"),
+    }
+}
+
+#[test]
+fn every_rendered_configuration_parses_as_the_agent_expects() {
+    let defaults = parse(&NodeGroupConfig::default(), &MetricsMode::Http);
+    assert_eq!(defaults.sleep_interval, "10s");
+    assert!(defaults.pods_fingerprint && !defaults.no_publish && !defaults.add_nrt_owner);
+    assert_eq!(defaults.pods_fingerprint_method, "with-exclusive-resources");
+    assert_eq!(defaults.verbosity, Some(4));
+    assert_eq!(defaults.sysfs.to_str(), Some("/host-sys"));
+
+    let events = parse(
+        &NodeGroupConfig {
+            info_refresh_mode: Some(InfoRefreshMode::Events),
+            pods_fingerprinting: Some(PodsFingerprintingMode::Disabled),
+            info_refresh_pause: Some(InfoRefreshPauseMode::Enabled),
+            ..Default::default()
+        },
+        &MetricsMode::HttpTls { min_version: "VersionTLS13".into(), cipher_suites: String::new() },
+    );
+    assert_eq!(events.sleep_interval, "0");
+    assert!(events.notify_file.is_some() && !events.pods_fingerprint && events.no_publish);
+    assert_eq!(events.metrics_mode, "httptls");
+    assert_eq!(events.metrics_tls_min_version.as_deref(), Some("VersionTLS13"));
+
+    let all = parse(
+        &NodeGroupConfig {
+            pods_fingerprinting: Some(PodsFingerprintingMode::Enabled),
+            info_refresh_mode: Some(InfoRefreshMode::PeriodicAndEvents),
+            info_refresh_period: Some(GoDuration::from_secs(90)),
+            ..Default::default()
+        },
+        &MetricsMode::Http,
+    );
+    assert_eq!((all.sleep_interval.as_str(), all.pods_fingerprint_method.as_str()), ("1m30s", "all"));
+    assert!(all.notify_file.is_some());
+}

@@ -1,0 +1,261 @@
+//! Warnings for valid objects the user may regret: deprecated fields, node groups that select
+//! no node, refresh rates that load every node, routing that reaches every pod. kubectl prints
+//! them; the object is admitted. Each names its field path and stays short (kube-apiserver
+//! advises ≤ 120 characters).
+
+use std::collections::BTreeMap;
+
+use numaresources_api::GoDuration;
+use numaresources_api::operator::{
+    InfoRefreshPauseMode, NUMAResourcesOperator, NUMAResourcesScheduler, PodRoutingMode, PodsFingerprintingMode,
+};
+use numaresources_api::selector;
+
+/// Below this a refresh or resync period costs more than it brings.
+const MIN_PERIOD: GoDuration = GoDuration::from_secs(1);
+
+/// Warnings for an operator object. `nodes` holds every node's labels when the node cache is
+/// synced (else the node selectors are not checked).
+pub(super) fn operator(nro: &NUMAResourcesOperator, nodes: Option<&[BTreeMap<String, String>]>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let spec = &nro.spec;
+    if !spec.exporter_image.is_empty() {
+        warnings.push("spec.imageSpec is deprecated and ignored: the exporter runs from the operator's image".into());
+    }
+    for (i, group) in spec.node_groups.iter().enumerate() {
+        let path = format!("spec.nodeGroups[{i}]");
+        if let (Some(selector), Some(nodes)) = (&group.node_selector, nodes)
+            && !nodes.iter().any(|labels| selector::matches(selector, labels))
+        {
+            warnings.push(format!(
+                "{path}.nodeSelector selects no node today: the group runs no exporter until one matches"
+            ));
+        }
+        let Some(config) = &group.config else { continue };
+        if let Some(period) = config.info_refresh_period
+            && period.as_nanos() > 0
+            && period.as_nanos() < MIN_PERIOD.as_nanos()
+        {
+            warnings.push(format!(
+                "{path}.config.infoRefreshPeriod {period} is under 1s: every exporter of the group publishes that often"
+            ));
+        }
+        if config.info_refresh_pause == Some(InfoRefreshPauseMode::Enabled) {
+            warnings.push(format!(
+                "{path}.config.infoRefreshPause is Enabled: the group's topology stops updating and the scheduler works from stale data"
+            ));
+        }
+        if config.pods_fingerprinting == Some(PodsFingerprintingMode::Disabled) {
+            warnings.push(format!(
+                "{path}.config.podsFingerprinting is Disabled: the scheduler cannot tell when its view of these nodes is current"
+            ));
+        }
+    }
+    warnings
+}
+
+/// Warnings for a scheduler object.
+pub(super) fn scheduler(nrs: &NUMAResourcesScheduler) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let spec = &nrs.spec;
+    if spec.scheduler_name == crate::pods::DEFAULT_SCHEDULER {
+        warnings.push(
+            "spec.schedulerName default-scheduler is the cluster's own scheduler: two schedulers would place the same pods"
+                .into(),
+        );
+    }
+    if let Some(period) = spec.cache_resync_period
+        && period.as_nanos() > 0
+        && period.as_nanos() < MIN_PERIOD.as_nanos()
+    {
+        warnings
+            .push(format!("spec.cacheResyncPeriod {period} is under 1s: it rounds down to 0, which disables resync"));
+    }
+    let routing = spec.pod_routing.as_ref();
+    match spec.pod_routing_mode() {
+        PodRoutingMode::All => warnings.push(format!(
+            "spec.podRouting.mode All sends every pod of the selected namespaces to {}: if it is down, they stay Pending",
+            spec.effective_scheduler_name()
+        )),
+        PodRoutingMode::Disabled if routing.is_some_and(|r| r.namespace_selector.is_some()) => {
+            warnings.push("spec.podRouting.namespaceSelector has no effect while spec.podRouting.mode is Disabled".into());
+        }
+        _ => {}
+    }
+    warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use numaresources_api::operator::{
+        NUMAResourcesOperatorSpec, NUMAResourcesSchedulerSpec, NodeGroup, NodeGroupConfig, PodRouting,
+    };
+
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    fn selector(key: &str) -> Option<LabelSelector> {
+        Some(LabelSelector { match_labels: Some(labels(&[(key, "")])), match_expressions: None })
+    }
+
+    fn group(config: NodeGroupConfig) -> NodeGroup {
+        NodeGroup { pool_name: Some("w".into()), config: Some(config), ..NodeGroup::default() }
+    }
+
+    fn operator_warnings(spec: NUMAResourcesOperatorSpec, nodes: Option<&[BTreeMap<String, String>]>) -> Vec<String> {
+        operator(&NUMAResourcesOperator::new("numaresourcesoperator", spec), nodes)
+    }
+
+    fn scheduler_warnings(spec: NUMAResourcesSchedulerSpec) -> Vec<String> {
+        scheduler(&NUMAResourcesScheduler::new("numaresourcesscheduler", spec))
+    }
+
+    #[test]
+    fn operator_warnings_one_row_per_rule() {
+        let nodes = [labels(&[("node-role.kubernetes.io/worker", "")])];
+        let rows: Vec<(&str, NUMAResourcesOperatorSpec, Option<&str>)> = vec![
+            (
+                "nothing to say",
+                NUMAResourcesOperatorSpec {
+                    node_groups: vec![NodeGroup {
+                        node_selector: selector("node-role.kubernetes.io/worker"),
+                        ..NodeGroup::default()
+                    }],
+                    ..Default::default()
+                },
+                None,
+            ),
+            (
+                "deprecated imageSpec",
+                NUMAResourcesOperatorSpec { exporter_image: "quay.io/rte:1".into(), ..Default::default() },
+                Some("spec.imageSpec is deprecated"),
+            ),
+            (
+                "selector without nodes",
+                NUMAResourcesOperatorSpec {
+                    node_groups: vec![NodeGroup {
+                        node_selector: selector("node-role.kubernetes.io/cnf"),
+                        ..NodeGroup::default()
+                    }],
+                    ..Default::default()
+                },
+                Some("spec.nodeGroups[0].nodeSelector selects no node"),
+            ),
+            (
+                "refresh under 1s",
+                NUMAResourcesOperatorSpec {
+                    node_groups: vec![group(NodeGroupConfig {
+                        info_refresh_period: Some(GoDuration::from_nanos(500_000_000)),
+                        ..Default::default()
+                    })],
+                    ..Default::default()
+                },
+                Some("spec.nodeGroups[0].config.infoRefreshPeriod 500ms is under 1s"),
+            ),
+            (
+                "paused",
+                NUMAResourcesOperatorSpec {
+                    node_groups: vec![group(NodeGroupConfig {
+                        info_refresh_pause: Some(InfoRefreshPauseMode::Enabled),
+                        ..Default::default()
+                    })],
+                    ..Default::default()
+                },
+                Some("infoRefreshPause is Enabled"),
+            ),
+            (
+                "no fingerprint",
+                NUMAResourcesOperatorSpec {
+                    node_groups: vec![group(NodeGroupConfig {
+                        pods_fingerprinting: Some(PodsFingerprintingMode::Disabled),
+                        ..Default::default()
+                    })],
+                    ..Default::default()
+                },
+                Some("podsFingerprinting is Disabled"),
+            ),
+            (
+                "0 disables, no warning",
+                NUMAResourcesOperatorSpec {
+                    node_groups: vec![group(NodeGroupConfig {
+                        info_refresh_period: Some(GoDuration::ZERO),
+                        ..Default::default()
+                    })],
+                    ..Default::default()
+                },
+                None,
+            ),
+        ];
+        for (name, spec, want) in rows {
+            let warnings = operator_warnings(spec, Some(&nodes));
+            match want {
+                None => assert!(warnings.is_empty(), "{name}: {warnings:?}"),
+                Some(needle) => {
+                    assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+                    assert!(warnings[0].contains(needle), "{name}: {warnings:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn node_selectors_are_not_judged_before_the_node_cache_syncs() {
+        let spec = NUMAResourcesOperatorSpec {
+            node_groups: vec![NodeGroup { node_selector: selector("x"), ..NodeGroup::default() }],
+            ..Default::default()
+        };
+        assert!(operator_warnings(spec, None).is_empty());
+    }
+
+    #[test]
+    fn scheduler_warnings_one_row_per_rule() {
+        let base = || NUMAResourcesSchedulerSpec { scheduler_image: "quay.io/s:1".into(), ..Default::default() };
+        let routing = |mode: PodRoutingMode, selector: Option<LabelSelector>| {
+            Some(PodRouting { mode: Some(mode), namespace_selector: selector })
+        };
+        let rows: Vec<(&str, NUMAResourcesSchedulerSpec, Option<&str>)> = vec![
+            (
+                "nothing to say",
+                NUMAResourcesSchedulerSpec { pod_routing: routing(PodRoutingMode::ExclusiveResources, None), ..base() },
+                None,
+            ),
+            (
+                "the default scheduler's name",
+                NUMAResourcesSchedulerSpec { scheduler_name: "default-scheduler".into(), ..base() },
+                Some("spec.schedulerName default-scheduler"),
+            ),
+            (
+                "resync under 1s",
+                NUMAResourcesSchedulerSpec { cache_resync_period: Some(GoDuration::from_nanos(100_000_000)), ..base() },
+                Some("spec.cacheResyncPeriod 100ms is under 1s"),
+            ),
+            (
+                "mode All",
+                NUMAResourcesSchedulerSpec { pod_routing: routing(PodRoutingMode::All, None), ..base() },
+                Some("spec.podRouting.mode All sends every pod"),
+            ),
+            (
+                "a selector with routing disabled",
+                NUMAResourcesSchedulerSpec {
+                    pod_routing: routing(PodRoutingMode::Disabled, selector("numa")),
+                    ..base()
+                },
+                Some("spec.podRouting.namespaceSelector has no effect"),
+            ),
+        ];
+        for (name, spec, want) in rows {
+            let warnings = scheduler_warnings(spec);
+            match want {
+                None => assert!(warnings.is_empty(), "{name}: {warnings:?}"),
+                Some(needle) => {
+                    assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+                    assert!(warnings[0].contains(needle), "{name}: {warnings:?}");
+                }
+            }
+        }
+    }
+}

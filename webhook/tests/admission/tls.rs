@@ -1,0 +1,254 @@
+//! The webhook over real TLS on 127.0.0.1, served by `numaresources_certs::serve` as the binary
+//! serves it: admissions over kept-alive HTTP/1.1 and HTTP/2 connections, and a certificate
+//! rotated the kubelet's way (`..data` symlink swap) under a load loop without one failed
+//! admission.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use numaresources_api::operator::PodRoutingMode;
+use numaresources_certs::{
+    CertificateAuthority, PemPair, ReloadingCertificate, ServerConfigBuilder, WatchOptions, serve,
+};
+use numaresources_webhook::{MUTATE_PODS_PATH, router};
+use rustls::ClientConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::support::{fixture, scheduler, webhook_with};
+
+/// The bound on every wait; reaching it means something is stuck.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future).await.unwrap_or_else(|_| panic!("{what} took too long"))
+}
+
+struct Server {
+    addr: SocketAddr,
+    ca: CertificateAuthority,
+    dir: tempfile::TempDir,
+    _certificate: ReloadingCertificate,
+    _watcher: numaresources_certs::CertificateWatcher,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// The webhook with routing in mode ExclusiveResources, serving a pair mounted the way the
+    /// kubelet mounts a Secret.
+    async fn start() -> Self {
+        let ca = CertificateAuthority::generate("webhook-test-ca", Duration::from_secs(3600)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        kubelet_mount(dir.path(), "..v0", &pair(&ca));
+        let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+        let options =
+            WatchOptions::default().debounce(Duration::from_millis(50)).poll_interval(Duration::from_secs(3600));
+        let watcher = certificate.watch(options).unwrap();
+        let tls = ServerConfigBuilder::new(Arc::new(certificate.clone())).build().unwrap();
+        // The feeds can go: the caches keep what was fed.
+        let (webhook, _) = webhook_with(Some(scheduler(PodRoutingMode::ExclusiveResources, None)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, tls, router(webhook), async {
+            let _ = stopped.await;
+        }));
+        Self { addr, ca, dir, _certificate: certificate, _watcher: watcher, stop: Some(stop), task }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        bounded("server shutdown", &mut self.task).await.unwrap().unwrap();
+    }
+}
+
+fn pair(ca: &CertificateAuthority) -> PemPair {
+    ca.issue_serving(&["localhost".to_owned()], Duration::from_secs(3600)).unwrap()
+}
+
+fn kubelet_mount(dir: &Path, version: &str, pair: &PemPair) {
+    let data = dir.join(version);
+    std::fs::create_dir(&data).unwrap();
+    pair.write(&data.join("tls.crt"), &data.join("tls.key")).unwrap();
+    std::os::unix::fs::symlink(version, dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
+    std::os::unix::fs::symlink("..data/tls.key", dir.join("tls.key")).unwrap();
+}
+
+/// The kubelet's atomic update: a new version directory, `..data_tmp` renamed over `..data`,
+/// the old version removed.
+fn kubelet_swap(dir: &Path, old: &str, new: &str, pair: &PemPair) {
+    let data = dir.join(new);
+    std::fs::create_dir(&data).unwrap();
+    pair.write(&data.join("tls.crt"), &data.join("tls.key")).unwrap();
+    std::os::unix::fs::symlink(new, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.join(old)).unwrap();
+}
+
+fn client(ca: &CertificateAuthority, alpn: &[u8]) -> Arc<ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap()).unwrap();
+    let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Arc::new(config)
+}
+
+async fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    TlsConnector::from(config).connect(ServerName::try_from("localhost").unwrap(), tcp).await
+}
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// A kept-alive connection that sends AdmissionReviews.
+enum Connection {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+impl Connection {
+    async fn open(addr: SocketAddr, config: Arc<ClientConfig>) -> Result<Self, Error> {
+        let tls = connect(addr, config).await?;
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = TokioIo::new(tls);
+        if h2 {
+            let (sender, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+            tokio::spawn(connection);
+            Ok(Self::H2(sender))
+        } else {
+            let (sender, connection) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::spawn(connection);
+            Ok(Self::H1(sender))
+        }
+    }
+
+    /// POSTs `body` to the pod webhook; the answer's `response`.
+    async fn admit(&mut self, body: &Bytes) -> Result<Value, Error> {
+        let request = |uri: &str| {
+            http::Request::post(uri)
+                .header("content-type", "application/json")
+                .header("host", "localhost")
+                .body(Full::new(body.clone()))
+        };
+        let response = match self {
+            Self::H1(sender) => {
+                sender.ready().await?;
+                sender.send_request(request(&format!("{MUTATE_PODS_PATH}?timeout=10s"))?).await?
+            }
+            Self::H2(sender) => {
+                sender.ready().await?;
+                sender.send_request(request(&format!("https://localhost{MUTATE_PODS_PATH}?timeout=10s"))?).await?
+            }
+        };
+        if response.status() != http::StatusCode::OK {
+            return Err(format!("HTTP {}", response.status()).into());
+        }
+        let review: Value = serde_json::from_slice(&response.into_body().collect().await?.to_bytes())?;
+        Ok(review["response"].clone())
+    }
+}
+
+fn pod_review() -> Bytes {
+    Bytes::from(serde_json::to_vec(&fixture("pod-create-guaranteed-integral.json")).unwrap())
+}
+
+fn routed(response: &Value) -> bool {
+    response["allowed"] == true && response["patchType"] == "JSONPatch"
+}
+
+#[tokio::test]
+async fn admissions_over_kept_alive_http1_and_http2_connections() {
+    let server = Server::start().await;
+    let body = pod_review();
+    for alpn in [&b"http/1.1"[..], b"h2"] {
+        let mut connection = bounded("connect", Connection::open(server.addr, client(&server.ca, alpn))).await.unwrap();
+        assert_eq!(matches!(connection, Connection::H2(_)), alpn == b"h2");
+        for _ in 0..20 {
+            let response = bounded("admission", connection.admit(&body)).await.unwrap();
+            assert_eq!(response["uid"], "5b3f40f1-f24f-4588-9eb4-e08823b729ae");
+            assert!(routed(&response), "{response}");
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn certificate_rotation_under_load_fails_no_admission() {
+    let server = Server::start().await;
+    let pairs: Vec<PemPair> = (0..3).map(|_| pair(&server.ca)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for i in 0..4 {
+        let (stop, addr) = (stop.clone(), server.addr);
+        // Half the clients reconnect for every admission (each handshake sees the current pair),
+        // half keep one connection alive across the rotations; HTTP/1.1 and HTTP/2 alike.
+        let config = client(&server.ca, if i % 2 == 0 { b"http/1.1" } else { b"h2" });
+        let reconnect = i < 2;
+        clients.push(tokio::spawn(async move {
+            let body = pod_review();
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            let mut kept: Option<Connection> = None;
+            while !stop.load(Ordering::Relaxed) {
+                let result = async {
+                    if reconnect || kept.is_none() {
+                        kept = Some(Connection::open(addr, config.clone()).await?);
+                    }
+                    let connection = kept.as_mut().ok_or("no connection")?;
+                    connection.admit(&body).await
+                }
+                .await;
+                match result {
+                    Ok(response) if routed(&response) => ok += 1,
+                    Ok(response) => failed.push(format!("not routed: {response}")),
+                    Err(error) => failed.push(error.to_string()),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    let mut previous = "..v0".to_owned();
+    for (i, next) in pairs.iter().enumerate() {
+        let version = format!("..v{}", i + 1);
+        kubelet_swap(server.dir.path(), &previous, &version, next);
+        previous = version;
+        let expected = CertificateDer::from_pem_slice(next.cert_pem.as_bytes()).unwrap();
+        bounded("the rotated pair to be served", async {
+            loop {
+                let tls = connect(server.addr, client(&server.ca, b"http/1.1")).await.unwrap();
+                if tls.get_ref().1.peer_certificates().and_then(|chain| chain.first()) == Some(&expected) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for client in clients {
+        let (ok, failed) = bounded("a load client to finish", client).await.unwrap();
+        assert!(failed.is_empty(), "admissions failed during rotation: {failed:?}");
+        assert!(ok > 0, "every client made admissions");
+        total += ok;
+    }
+    assert!(total > 0);
+    server.stop().await;
+}
