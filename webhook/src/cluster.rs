@@ -138,18 +138,19 @@ impl ClusterCache {
         (Self { schedulers, namespaces, nodes, synced }, feeds)
     }
 
-    /// True once every cache has completed its first list.
+    /// True once the caches routing depends on (the scheduler and the namespaces) have completed
+    /// their first list. The node cache is not one of them: it only feeds a warning, so a Node
+    /// watch that cannot start must not stop pods from being routed.
     pub fn synced(&self) -> bool {
-        self.synced.iter().all(|flag| flag.load(Ordering::Acquire))
+        self.sync_state().iter().all(|(_, synced)| *synced)
     }
 
-    /// Each cache by name, and whether it is synced (for `/readyz`).
-    pub fn sync_state(&self) -> [(&'static str, bool); 3] {
-        let [schedulers, namespaces, nodes] = &self.synced;
+    /// The caches routing depends on, by name, and whether each is synced (for `/readyz`).
+    pub fn sync_state(&self) -> [(&'static str, bool); 2] {
+        let [schedulers, namespaces, _nodes] = &self.synced;
         [
             ("numaresourcesscheduler-cache", schedulers.load(Ordering::Acquire)),
             ("namespace-cache", namespaces.load(Ordering::Acquire)),
-            ("node-cache", nodes.load(Ordering::Acquire)),
         ]
     }
 
@@ -237,14 +238,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn synced_only_after_every_first_list() {
+    fn synced_once_the_routing_caches_are_listed_whatever_the_nodes() {
         let (cache, mut feeds) = ClusterCache::new();
         assert!(!cache.synced());
         feeds.set_scheduler(None);
+        assert!(!cache.synced(), "namespaces not listed yet");
         feeds.set_namespaces([("work", BTreeMap::from([("numa".to_owned(), "true".to_owned())]))]);
-        assert!(!cache.synced(), "nodes not listed yet");
-        assert!(cache.node_labels().is_none());
+        assert!(cache.synced(), "routing needs no node");
+        assert!(cache.node_labels().is_none(), "nodes not listed yet: no node warning possible");
         feeds.set_nodes([]);
+        assert_eq!(cache.node_labels(), Some(vec![]));
         assert!(cache.synced());
         assert_eq!(cache.namespace_labels("work").unwrap()["numa"], "true");
         assert!(cache.namespace_labels("other").is_none());

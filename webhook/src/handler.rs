@@ -63,7 +63,10 @@ pub(crate) async fn mutate_pods(State(webhook): State<Arc<Webhook>>, request: Re
         Err(refusal) => return refuse(&webhook, refusal, start),
     };
     let (reviewed, decision) = pods::review(&webhook, &body);
+    // A dry run creates no pod: it shows in the admissions (labelled dry_run) but not among the
+    // pods routed or skipped.
     match &decision {
+        _ if reviewed.dry_run => {}
         Some(Decision::Route { reason, .. }) => webhook.metrics.routed(reason.mode()),
         Some(Decision::Leave(reason)) => webhook.metrics.skipped(reason.label()),
         None => {}

@@ -1,5 +1,5 @@
-//! Probes and metrics. `/readyz` means "answers are correct": every cache has completed its
-//! first list. `/healthz` and `/livez` only say the process serves.
+//! Probes and metrics. `/readyz` means "answers are correct": the caches routing reads (the
+//! scheduler, the namespaces) have completed their first list. `/healthz` and `/livez` only say the process serves.
 
 use std::sync::Arc;
 

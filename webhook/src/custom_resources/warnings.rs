@@ -20,7 +20,7 @@ pub(super) fn operator(nro: &NUMAResourcesOperator, nodes: Option<&[BTreeMap<Str
     let mut warnings = Vec::new();
     let spec = &nro.spec;
     if !spec.exporter_image.is_empty() {
-        warnings.push("spec.imageSpec is deprecated and ignored: the exporter runs from the operator's image".into());
+        warnings.push("spec.imageSpec is deprecated: the exporter should run from the operator's image; a custom image is used only where the operator allows it, otherwise the operator reports Degraded".into());
     }
     for (i, group) in spec.node_groups.iter().enumerate() {
         let path = format!("spec.nodeGroups[{i}]");

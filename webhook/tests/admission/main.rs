@@ -7,5 +7,6 @@
 mod bad_bodies;
 mod custom_resources;
 mod pods;
+mod properties;
 mod support;
 mod tls;

@@ -62,6 +62,28 @@ async fn exclusive_resources_mode_routes_exactly_the_pods_that_need_numa_alignme
     }
 }
 
+/// The hugepages and device fixtures also ask for whole CPUs; with their CPUs made fractional
+/// (still Guaranteed: requests = limits) the hugepages or the device alone must route them.
+#[tokio::test]
+async fn hugepages_or_a_device_alone_route_a_guaranteed_pod_with_fractional_cpus() {
+    let cases = [
+        ("pod-create-hugepages.json", "requests hugepages (hugepages-2Mi)"),
+        ("pod-create-device.json", "requests a device (example.com/sriov_vf)"),
+    ];
+    for (name, why) in cases {
+        let (webhook, _feeds) = webhook_with(Some(scheduler(PodRoutingMode::ExclusiveResources, None)));
+        let mut review = fixture(name);
+        let resources = &mut review["request"]["object"]["spec"]["containers"][0]["resources"];
+        resources["requests"]["cpu"] = json!("500m");
+        resources["limits"]["cpu"] = json!("500m");
+        let answer = post(&webhook, MUTATE_PODS_PATH, &review).await;
+        answer.assert_answers(&review);
+        let pod = object(&review);
+        let why = format!("podRouting mode ExclusiveResources: Guaranteed pod, container \"app\" {why}");
+        assert_eq!(answer.patched(&pod), routed(&pod, &why), "{name}");
+    }
+}
+
 #[tokio::test]
 async fn mode_all_routes_every_default_scheduler_pod_but_never_an_explicit_choice() {
     let all = "podRouting mode All: every pod of a selected namespace";
@@ -146,8 +168,8 @@ async fn until_the_caches_sync_pods_pass_unchanged_and_readyz_fails() {
     answer.assert_answers(&review);
     assert!(answer.allowed() && answer.patch().is_none(), "not routed before the caches sync");
 
+    // The node cache is never listed here: it only feeds a warning, routing does not wait for it.
     feeds.set_namespaces([(WORKLOADS, labels(&[]))]);
-    feeds.set_nodes([]);
     assert_eq!(get(&health, "/readyz").await, (http::StatusCode::OK, "ok".to_owned()));
     assert!(post(&webhook, MUTATE_PODS_PATH, &review).await.patch().is_some(), "routed once synced");
     let https = numaresources_webhook::router(webhook);
@@ -155,7 +177,7 @@ async fn until_the_caches_sync_pods_pass_unchanged_and_readyz_fails() {
 }
 
 #[tokio::test]
-async fn metrics_count_admissions_routes_and_skips_with_dry_run_tagged() {
+async fn metrics_count_admissions_routes_and_skips_but_dry_runs_only_as_admissions() {
     let (webhook, _feeds) = webhook_with(Some(scheduler(PodRoutingMode::ExclusiveResources, None)));
     for name in ["pod-create-guaranteed-integral.json", "pod-create-dryrun.json", "pod-create-burstable.json"] {
         post(&webhook, MUTATE_PODS_PATH, &fixture(name)).await;
@@ -166,7 +188,7 @@ async fn metrics_count_admissions_routes_and_skips_with_dry_run_tagged() {
         r#"numaresources_webhook_admissions_total{kind="Pod",operation="CREATE",decision="patched",dry_run="false"} 1"#,
         r#"numaresources_webhook_admissions_total{kind="Pod",operation="CREATE",decision="patched",dry_run="true"} 1"#,
         r#"numaresources_webhook_admissions_total{kind="Pod",operation="CREATE",decision="allowed",dry_run="false"} 1"#,
-        r#"numaresources_webhook_pods_routed_total{mode="ExclusiveResources"} 2"#,
+        r#"numaresources_webhook_pods_routed_total{mode="ExclusiveResources"} 1"#,
         r#"numaresources_webhook_pods_skipped_total{reason="not-guaranteed"} 1"#,
         r#"numaresources_webhook_admission_duration_seconds_count{kind="Pod"} 3"#,
     ] {

@@ -170,6 +170,17 @@ fn pod_review() -> Bytes {
     Bytes::from(serde_json::to_vec(&fixture("pod-create-guaranteed-integral.json")).unwrap())
 }
 
+/// The reviewed pod with the answer's base64 JSONPatch applied, as kube-apiserver applies it.
+fn patched_pod(response: &Value) -> Value {
+    use base64::Engine as _;
+    let encoded = response["patch"].as_str().expect("a patch");
+    let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).expect("base64");
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("a JSONPatch");
+    let mut pod = fixture("pod-create-guaranteed-integral.json")["request"]["object"].clone();
+    json_patch::patch(&mut pod, &patch).expect("the patch applies to the reviewed pod");
+    pod
+}
+
 fn routed(response: &Value) -> bool {
     response["allowed"] == true && response["patchType"] == "JSONPatch"
 }
@@ -185,6 +196,10 @@ async fn admissions_over_kept_alive_http1_and_http2_connections() {
             let response = bounded("admission", connection.admit(&body)).await.unwrap();
             assert_eq!(response["uid"], "5b3f40f1-f24f-4588-9eb4-e08823b729ae");
             assert!(routed(&response), "{response}");
+            let pod = patched_pod(&response);
+            assert_eq!(pod["spec"]["schedulerName"], "topo-aware-scheduler", "{pod}");
+            let why = &pod["metadata"]["annotations"][numaresources_webhook::ROUTING_ANNOTATION];
+            assert!(why.as_str().is_some_and(|why| !why.is_empty()), "{pod}");
         }
     }
     server.stop().await;
