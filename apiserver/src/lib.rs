@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod negotiate;
 pub mod nodes;
 pub mod openapi;
+pub mod paging;
 pub mod query;
 pub mod render;
 mod rest;

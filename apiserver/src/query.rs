@@ -27,6 +27,7 @@ pub struct RawQuery {
     field_validation: Option<String>,
     #[serde(rename = "continue")]
     continue_: Option<String>,
+    limit: Option<String>,
 }
 
 impl RawQuery {
@@ -61,8 +62,10 @@ pub struct Options {
     pub dry_run: bool,
     /// `includeObject` for Tables.
     pub include_object: IncludeObject,
-    /// A `continue` token was given (we never hand one out; see the list handler).
-    pub has_continue: bool,
+    /// The `continue` token of a paged list, still encoded.
+    pub continue_token: Option<String>,
+    /// `limit`: the page size (`None`: no paging).
+    pub limit: Option<usize>,
     /// What to do about fields the schema does not know.
     pub field_validation: FieldValidation,
 }
@@ -144,7 +147,8 @@ impl TryFrom<RawQuery> for Options {
             watch: flag(raw.watch.as_deref(), "watch")?,
             allow_bookmarks: flag(raw.allow_watch_bookmarks.as_deref(), "allowWatchBookmarks")?,
             send_initial_events: flag(raw.send_initial_events.as_deref(), "sendInitialEvents")?,
-            has_continue: raw.continue_.as_deref().is_some_and(|c| !c.is_empty()),
+            continue_token: raw.continue_.filter(|c| !c.is_empty()),
+            limit: crate::paging::parse_limit(raw.limit.as_deref())?,
             ..Options::default()
         };
         if let Some(text) = raw.label_selector.as_deref().filter(|s| !s.trim().is_empty()) {

@@ -26,36 +26,65 @@ pub fn object(stored: &Stored, representation: Representation, include: IncludeO
     }
 }
 
-/// A list of objects in the requested representation, at `revision`.
-pub fn list(items: &[Arc<Stored>], revision: u64, representation: Representation, include: IncludeObject) -> Bytes {
+/// The `metadata` of a list (`ListMeta`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListMeta {
+    /// The revision the list reflects.
+    pub revision: u64,
+    /// The token for the next page, when there is one.
+    pub continue_token: Option<String>,
+    /// How many objects the next pages hold, when known.
+    pub remaining_item_count: Option<usize>,
+}
+
+impl ListMeta {
+    /// A complete list at `revision`.
+    pub fn at(revision: u64) -> Self {
+        Self { revision, ..Self::default() }
+    }
+
+    fn to_value(&self) -> Value {
+        let mut metadata = json!({"resourceVersion": self.revision.to_string()});
+        if let Some(token) = &self.continue_token {
+            metadata["continue"] = json!(token);
+        }
+        if let Some(count) = self.remaining_item_count {
+            metadata["remainingItemCount"] = json!(count);
+        }
+        metadata
+    }
+}
+
+/// A list of objects in the requested representation.
+pub fn list(items: &[Arc<Stored>], meta: &ListMeta, representation: Representation, include: IncludeObject) -> Bytes {
     match representation {
-        Representation::Json => json_list(items, revision),
+        Representation::Json => json_list(items, meta),
         Representation::Metadata(version) => {
             let items: Vec<Value> = items.iter().map(|s| partial_metadata(&s.object, version)).collect();
             to_bytes(&json!({
                 "kind": "PartialObjectMetadataList",
                 "apiVersion": version.api_version(),
-                "metadata": {"resourceVersion": revision.to_string()},
+                "metadata": meta.to_value(),
                 "items": items,
             }))
         }
         Representation::Table(version) => {
             let items: Vec<&Stored> = items.iter().map(AsRef::as_ref).collect();
-            to_bytes(&table(&items, version, include, Some(revision)))
+            to_bytes(&table(&items, version, include, Some(meta)))
         }
     }
 }
 
-fn json_list(items: &[Arc<Stored>], revision: u64) -> Bytes {
+fn json_list(items: &[Arc<Stored>], meta: &ListMeta) -> Bytes {
     let size: usize = items.iter().map(|s| s.json.len() + 1).sum();
     let mut out = BytesMut::with_capacity(size + 160);
     out.put_slice(b"{\"apiVersion\":\"");
     out.put_slice(API_VERSION.as_bytes());
     out.put_slice(b"\",\"kind\":\"");
     out.put_slice(LIST_KIND.as_bytes());
-    out.put_slice(b"\",\"metadata\":{\"resourceVersion\":\"");
-    out.put_slice(revision.to_string().as_bytes());
-    out.put_slice(b"\"},\"items\":[");
+    out.put_slice(b"\",\"metadata\":");
+    out.put_slice(&to_bytes(&meta.to_value()));
+    out.put_slice(b",\"items\":[");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.put_u8(b',');
@@ -76,7 +105,7 @@ pub fn partial_metadata(object: &NodeResourceTopology, version: MetaVersion) -> 
 }
 
 /// The Table kubectl prints: columns a person wants to see for NUMA-aware scheduling.
-pub fn table(items: &[&Stored], version: MetaVersion, include: IncludeObject, revision: Option<u64>) -> Value {
+pub fn table(items: &[&Stored], version: MetaVersion, include: IncludeObject, meta: Option<&ListMeta>) -> Value {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let rows: Vec<Value> = items
         .iter()
@@ -93,10 +122,7 @@ pub fn table(items: &[&Stored], version: MetaVersion, include: IncludeObject, re
             row
         })
         .collect();
-    let mut metadata = json!({});
-    if let Some(revision) = revision {
-        metadata["resourceVersion"] = json!(revision.to_string());
-    }
+    let metadata = meta.map_or_else(|| json!({}), ListMeta::to_value);
     json!({
         "kind": "Table",
         "apiVersion": version.api_version(),

@@ -16,10 +16,11 @@ use serde_json::Value;
 use crate::AppState;
 use crate::auth::NodeScope;
 use crate::negotiate::{Representation, negotiate};
+use crate::paging::{self, ContinueToken};
 use crate::query::{FieldValidation, Options, RawQuery, ResourceVersion, VersionMatch};
 use crate::render;
 use crate::status::ApiError;
-use crate::store::{Preconditions, StoreError};
+use crate::store::{Preconditions, Snapshot, StoreError, Stored};
 use crate::validate::{decode, parse_body, unknown_fields};
 
 /// Patch types we apply, and the ones we refuse with a reason.
@@ -40,35 +41,68 @@ pub async fn list_or_watch(
 }
 
 fn list(state: &AppState, options: &Options, representation: Representation) -> Result<Response, ApiError> {
+    let (snapshot, start) = match options.continue_token.as_deref() {
+        Some(text) => continued_snapshot(state, options, text)?,
+        None => (fresh_snapshot(state, options)?, None),
+    };
+    let mut matching = snapshot.items.into_iter().filter(|s| start.as_deref().is_none_or(|start| s.name() >= start));
+    let items: Vec<_> = if options.selects_everything() {
+        matching.collect()
+    } else {
+        matching.by_ref().filter(|s| options.selects(s.name(), s.object.metadata.labels.as_ref())).collect()
+    };
+    let (page, meta) = paginate(items, snapshot.revision, options);
+    Ok(json_response(StatusCode::OK, render::list(&page, &meta, representation, options.include_object)))
+}
+
+/// The snapshot a first (or only) page comes from, checked against `resourceVersion`.
+fn fresh_snapshot(state: &AppState, options: &Options) -> Result<Snapshot, ApiError> {
     let snapshot = state.store.snapshot();
     if let Some(ResourceVersion::At(wanted)) = options.resource_version {
-        match options.resource_version_match {
-            Some(VersionMatch::Exact) if wanted != snapshot.revision => {
-                return Err(ApiError::expired(format!(
-                    "too old resource version: {wanted} ({}); this server keeps only the latest state",
-                    snapshot.revision
-                )));
-            }
-            _ if wanted > snapshot.revision => {
-                return Err(ApiError::unavailable(
-                    format!("Too large resource version: {wanted}, current: {}", snapshot.revision),
-                    1,
-                ));
-            }
-            _ => {}
+        if wanted > snapshot.revision {
+            return Err(ApiError::too_large_resource_version(wanted, snapshot.revision, 1));
+        }
+        if options.resource_version_match == Some(VersionMatch::Exact) && wanted != snapshot.revision {
+            // An exact list of an earlier state, as long as the history reaches back to it.
+            return state
+                .store
+                .snapshot_at(wanted)
+                .map_err(|oldest| ApiError::expired(format!("too old resource version: {wanted} ({oldest})")));
         }
     }
-    // `limit` is honoured by returning everything and no `continue` token, which the API allows;
-    // a LIST of every object is cheap here. A continue token cannot be ours.
-    if options.has_continue {
-        return Err(ApiError::expired("the provided continue parameter is too old; restart the list without it"));
+    Ok(snapshot)
+}
+
+/// The snapshot a continue token pins, and the first name of the page.
+fn continued_snapshot(state: &AppState, options: &Options, text: &str) -> Result<(Snapshot, Option<String>), ApiError> {
+    if matches!(options.resource_version, Some(ResourceVersion::At(_))) {
+        return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
     }
-    let items: Vec<_> = if options.selects_everything() {
-        snapshot.items
-    } else {
-        snapshot.items.into_iter().filter(|s| options.selects(s.name(), s.object.metadata.labels.as_ref())).collect()
+    if options.resource_version_match.is_some() {
+        return Err(ApiError::invalid_options(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided",
+        ));
+    }
+    let token = ContinueToken::decode(text)?;
+    let snapshot = match token.snapshot_revision() {
+        Some(revision) => state.store.snapshot_at(revision).map_err(|_| paging::expired(&token))?,
+        None => state.store.snapshot(),
     };
-    Ok(json_response(StatusCode::OK, render::list(&items, snapshot.revision, representation, options.include_object)))
+    Ok((snapshot, Some(token.start)))
+}
+
+/// Cuts the first page of `items` (already narrowed to the ones after the continue position),
+/// with the token and count for the rest. As kube-apiserver does, `remainingItemCount` is given
+/// only when no selector narrows the list.
+fn paginate(mut items: Vec<Arc<Stored>>, revision: u64, options: &Options) -> (Vec<Arc<Stored>>, render::ListMeta) {
+    let mut meta = render::ListMeta::at(revision);
+    let Some(limit) = options.limit.filter(|limit| *limit < items.len()) else { return (items, meta) };
+    let remaining = items.len() - limit;
+    items.truncate(limit);
+    let last = items.last().map(|s| s.name().to_owned()).unwrap_or_default();
+    meta.continue_token = Some(ContinueToken::after(&last, i64::try_from(revision).unwrap_or(i64::MAX)).encode());
+    meta.remaining_item_count = options.selects_everything().then_some(remaining);
+    (items, meta)
 }
 
 /// `GET` on one object.
@@ -323,7 +357,10 @@ pub async fn delete_collection(
         }
     }
     let revision = state.store.revision();
-    Ok(json_response(StatusCode::OK, render::list(&deleted, revision, Representation::Json, Default::default())))
+    Ok(json_response(
+        StatusCode::OK,
+        render::list(&deleted, &render::ListMeta::at(revision), Representation::Json, Default::default()),
+    ))
 }
 
 /// Answers a path we do not serve.

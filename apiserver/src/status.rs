@@ -16,11 +16,13 @@ pub struct ApiError {
     message: String,
     details: Option<Value>,
     retry_after: Option<u32>,
+    /// `metadata.continue` of the Status (an expired continue token's inconsistent successor).
+    list_continue: Option<String>,
 }
 
 impl ApiError {
     fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None, retry_after: None }
+        Self { code, reason, message: message.into(), details: None, retry_after: None, list_continue: None }
     }
 
     fn with_name(mut self, name: &str) -> Self {
@@ -147,6 +149,26 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", why)
     }
 
+    /// 504 for a resourceVersion newer than any this server has handed out, shaped as
+    /// k8s.io/apiserver's `NewTooLargeResourceVersionError` so client-go's
+    /// `IsTooLargeResourceVersion` recognizes it (and reflectors retry after `retry_after_seconds`).
+    pub fn too_large_resource_version(wanted: u64, current: u64, retry_after_seconds: u32) -> Self {
+        let mut error = Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!("Timeout: Too large resource version: {wanted}, current: {current}"),
+        );
+        error.details =
+            Some(json!({"causes": [{"type": "ResourceVersionTooLarge", "message": "Too large resource version"}]}));
+        error.retry_after = Some(retry_after_seconds);
+        error
+    }
+
+    /// Sets `metadata.continue` on the Status.
+    pub fn set_list_continue(&mut self, token: String) {
+        self.list_continue = Some(token);
+    }
+
     /// Adds a sentence telling the user what to do instead.
     pub fn append_message(&mut self, more: &str) {
         self.message = format!("{}; {more}", self.message);
@@ -186,6 +208,9 @@ impl ApiError {
         }
         if let Some(seconds) = self.retry_after {
             status["details"]["retryAfterSeconds"] = json!(seconds);
+        }
+        if let Some(token) = &self.list_continue {
+            status["metadata"]["continue"] = json!(token);
         }
         status
     }

@@ -199,6 +199,31 @@ impl Store {
         Snapshot { items, revision }
     }
 
+    /// Every object as it was at `revision`, sorted by name, rebuilt from the current state and
+    /// the watch history (what a continue token needs to page through one consistent list).
+    /// `Err(oldest)` when the history no longer reaches back that far, or `revision` is not ours.
+    pub fn snapshot_at(&self, revision: u64) -> Result<Snapshot, u64> {
+        let state = self.read();
+        if revision < state.oldest_resumable || revision > state.revision {
+            return Err(state.oldest_resumable);
+        }
+        let mut objects = state.objects.clone();
+        let later = state.history.iter().filter(|e| e.revision > revision);
+        // Undo the later events, newest first: each name ends up as it was before its earliest
+        // later event (absent if that event created it).
+        for event in later.rev() {
+            let name = event.object.name().to_owned();
+            match &event.previous {
+                Some(previous) => objects.insert(name, previous.clone()),
+                None => objects.remove(&name),
+            };
+        }
+        drop(state);
+        let mut items: Vec<Arc<Stored>> = objects.into_values().collect();
+        items.sort_unstable_by(|a, b| a.name().cmp(b.name()));
+        Ok(Snapshot { items, revision })
+    }
+
     /// How many objects the store holds.
     pub fn len(&self) -> usize {
         self.read().objects.len()
@@ -631,6 +656,28 @@ mod tests {
         assert_eq!(store.watch(Some(1)).unwrap_err(), 2);
         assert!(store.watch(Some(99)).is_err(), "a revision from the future is not ours");
         assert!(store.watch(None).unwrap().backlog.is_empty());
+    }
+
+    #[test]
+    fn snapshots_of_earlier_revisions_are_rebuilt_from_the_history() {
+        let store = Store::starting_at(0, 4);
+        store.create(nrt("a", 1), false).unwrap(); // 1
+        store.create(nrt("b", 1), false).unwrap(); // 2
+        store.update(nrt("a", 2), &Preconditions::default(), false).unwrap(); // 3
+        store.delete("b", &Preconditions::default(), false).unwrap(); // 4
+        store.create(nrt("c", 1), false).unwrap(); // 5
+        let at = |revision| {
+            let snapshot = store.snapshot_at(revision).unwrap();
+            snapshot.items.iter().map(|s| (s.name().to_owned(), s.revision)).collect::<Vec<_>>()
+        };
+        assert_eq!(at(5), [("a".to_owned(), 3), ("c".to_owned(), 5)]);
+        assert_eq!(at(3), [("a".to_owned(), 3), ("b".to_owned(), 2)]);
+        assert_eq!(at(2), [("a".to_owned(), 1), ("b".to_owned(), 2)]);
+        // The history keeps the changes 2..=5: the state at 1 is the oldest it can rebuild;
+        // 6 is not ours yet.
+        assert_eq!(at(1), [("a".to_owned(), 1)]);
+        assert_eq!(store.snapshot_at(0).unwrap_err(), 1);
+        assert!(store.snapshot_at(6).is_err());
     }
 
     #[test]

@@ -21,7 +21,12 @@ const TABLE: &str =
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 fn app() -> (Router, Arc<AppState>) {
-    let mut state = AppState::new(Arc::new(Store::starting_at(1000, 100)), "0.1.0", "test");
+    app_with_history(100)
+}
+
+/// A server whose watch history keeps `history` changes.
+fn app_with_history(history: usize) -> (Router, Arc<AppState>) {
+    let mut state = AppState::new(Arc::new(Store::starting_at(1000, history)), "0.1.0", "test");
     state.limits = Limits { max_body_bytes: 64 * 1024, bookmark_interval: Duration::from_millis(200) };
     let state = Arc::new(state);
     (router(state.clone()), state)
@@ -330,6 +335,177 @@ async fn watches_replay_state_then_stream_changes() {
             ("DELETED".into(), "worker-1".into()),
         ]
     );
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+}
+
+fn continue_query(list: &Value) -> String {
+    let token = list["metadata"]["continue"].as_str().expect("a continue token");
+    format!("continue={token}")
+}
+
+#[tokio::test]
+async fn lists_page_through_one_consistent_snapshot() {
+    let (app, _) = app();
+    for i in 0..5 {
+        create(&app, nrt(&format!("worker-{i}"), 10)).await; // 1001..=1005
+    }
+    let first = call(&app, Method::GET, &format!("{BASE}?limit=2"), &[], None).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(names(&first.body), ["worker-0", "worker-1"]);
+    assert_eq!(first.body["metadata"]["resourceVersion"], "1005");
+    assert_eq!(first.body["metadata"]["remainingItemCount"], 3);
+
+    // Changes between pages do not show: the pages come from the first page's snapshot.
+    call(&app, Method::DELETE, &format!("{BASE}/worker-2"), &[], None).await;
+    let patch = [("content-type", "application/merge-patch+json")];
+    let patched = call(
+        &app,
+        Method::PATCH,
+        &format!("{BASE}/worker-3"),
+        &patch,
+        Some(json!({"metadata": {"labels": {"pool": "gpu"}}})),
+    )
+    .await;
+    assert_eq!(patched.status, StatusCode::OK);
+    create(&app, nrt("worker-20", 10)).await;
+
+    let second = call(&app, Method::GET, &format!("{BASE}?limit=2&{}", continue_query(&first.body)), &[], None).await;
+    assert_eq!(second.status, StatusCode::OK, "{}", second.body);
+    assert_eq!(names(&second.body), ["worker-2", "worker-3"]);
+    assert_eq!(second.body["items"][1]["metadata"]["labels"]["pool"], "cnf", "worker-3 as it was in the snapshot");
+    assert_eq!(second.body["metadata"]["resourceVersion"], "1005");
+    assert_eq!(second.body["metadata"]["remainingItemCount"], 1);
+    let last = call(&app, Method::GET, &format!("{BASE}?limit=2&{}", continue_query(&second.body)), &[], None).await;
+    assert_eq!(names(&last.body), ["worker-4"]);
+    assert!(last.body["metadata"].get("continue").is_none());
+    assert!(last.body["metadata"].get("remainingItemCount").is_none());
+
+    // Selectors page too, without a remaining count (kube-apiserver cannot know it either).
+    let selected = call(&app, Method::GET, &format!("{BASE}?limit=1&labelSelector=pool%3Dcnf"), &[], None).await;
+    assert_eq!(names(&selected.body), ["worker-0"]);
+    assert!(selected.body["metadata"]["continue"].is_string());
+    assert!(selected.body["metadata"].get("remainingItemCount").is_none());
+
+    // kubectl --chunk-size pages through Tables.
+    let table = call(&app, Method::GET, &format!("{BASE}?limit=1"), &[("accept", TABLE)], None).await;
+    assert_eq!(table.body["rows"].as_array().unwrap().len(), 1);
+    let next = call(
+        &app,
+        Method::GET,
+        &format!("{BASE}?limit=10&{}", continue_query(&table.body)),
+        &[("accept", TABLE)],
+        None,
+    )
+    .await;
+    let rows: Vec<&str> =
+        next.body["rows"].as_array().unwrap().iter().map(|r| r["cells"][0].as_str().unwrap()).collect();
+    assert_eq!(rows, ["worker-1", "worker-20", "worker-3", "worker-4"], "a new list sees the changes");
+}
+
+#[tokio::test]
+async fn a_continue_token_older_than_the_history_is_expired() {
+    let (app, _) = app_with_history(2);
+    for i in 0..3 {
+        create(&app, nrt(&format!("worker-{i}"), 10)).await;
+    }
+    let first = call(&app, Method::GET, &format!("{BASE}?limit=1"), &[], None).await;
+    for i in 3..6 {
+        create(&app, nrt(&format!("worker-{i}"), 10)).await;
+    }
+    let expired = call(&app, Method::GET, &format!("{BASE}?limit=1&{}", continue_query(&first.body)), &[], None).await;
+    assert_eq!(expired.status, StatusCode::GONE);
+    assert_eq!(expired.body["reason"], "Expired");
+    assert!(expired.body["message"].as_str().unwrap().starts_with("The provided continue parameter is too old"));
+    // The Status carries a token for the rest of the list, from the latest state.
+    let rest = call(&app, Method::GET, &format!("{BASE}?{}", continue_query(&expired.body)), &[], None).await;
+    assert_eq!(rest.status, StatusCode::OK);
+    assert_eq!(names(&rest.body), ["worker-1", "worker-2", "worker-3", "worker-4", "worker-5"]);
+}
+
+#[tokio::test]
+async fn bad_list_parameters_get_a_status() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await; // 1001
+    create(&app, nrt("worker-1", 1)).await; // 1002
+    for (query, code) in [
+        ("limit=x", StatusCode::BAD_REQUEST),
+        ("limit=99999999999999999999", StatusCode::BAD_REQUEST),
+        ("limit=1.5", StatusCode::BAD_REQUEST),
+        ("resourceVersion=abc", StatusCode::BAD_REQUEST),
+        ("resourceVersion=-3", StatusCode::BAD_REQUEST),
+        ("continue=garbage", StatusCode::BAD_REQUEST),
+        ("continue=bm90IGpzb24", StatusCode::BAD_REQUEST), // "not json"
+        ("resourceVersionMatch=Sometimes&resourceVersion=1", StatusCode::BAD_REQUEST),
+        ("timeoutSeconds=-1", StatusCode::BAD_REQUEST),
+    ] {
+        let answer = call(&app, Method::GET, &format!("{BASE}?{query}"), &[], None).await;
+        assert_eq!(answer.status, code, "{query}: {}", answer.body);
+        assert_eq!(answer.body["kind"], "Status", "{query}");
+        assert_eq!(answer.body["code"], code.as_u16(), "{query}");
+    }
+    let bogus_get = call(&app, Method::GET, &format!("{BASE}/worker-0?resourceVersion=abc"), &[], None).await;
+    assert_eq!(bogus_get.body["kind"], "Status");
+    assert_eq!(bogus_get.status, StatusCode::BAD_REQUEST);
+
+    // A continue token with a resourceVersion is refused, as kube-apiserver refuses it.
+    let first = call(&app, Method::GET, &format!("{BASE}?limit=1"), &[], None).await;
+    let with_rv =
+        call(&app, Method::GET, &format!("{BASE}?resourceVersion=1002&{}", continue_query(&first.body)), &[], None)
+            .await;
+    assert_eq!(with_rv.status, StatusCode::BAD_REQUEST);
+
+    // Zero and negative limits, and absurdly large ones that still fit in int64, do not page.
+    for limit in ["0", "-5", "9223372036854775807"] {
+        let answer = call(&app, Method::GET, &format!("{BASE}?limit={limit}"), &[], None).await;
+        assert_eq!(answer.status, StatusCode::OK, "limit={limit}");
+        assert_eq!(names(&answer.body), ["worker-0", "worker-1"], "limit={limit}");
+        assert!(answer.body["metadata"].get("continue").is_none());
+    }
+    // Unknown parameters are ignored, as kube-apiserver ignores them.
+    let unknown = call(&app, Method::GET, &format!("{BASE}?shardSelector=x&frobnicate=%00&=&a"), &[], None).await;
+    assert_eq!(unknown.status, StatusCode::OK);
+    assert_eq!(names(&unknown.body).len(), 2);
+    let unknown_write = call(
+        &app,
+        Method::POST,
+        &format!("{BASE}?frobnicate=1"),
+        &[("content-type", "application/json")],
+        Some(nrt("worker-2", 1)),
+    )
+    .await;
+    assert_eq!(unknown_write.status, StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn a_resource_version_from_the_future_is_too_large_as_client_go_knows_it() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await; // 1001
+    for query in [
+        "resourceVersion=5000",
+        "resourceVersion=5000&resourceVersionMatch=NotOlderThan",
+        "resourceVersion=5000&resourceVersionMatch=Exact",
+    ] {
+        let answer = call(&app, Method::GET, &format!("{BASE}?{query}"), &[], None).await;
+        // apierrors.IsTimeout (504, reason Timeout) and a ResourceVersionTooLarge cause.
+        assert_eq!(answer.status, StatusCode::GATEWAY_TIMEOUT, "{query}");
+        assert_eq!(answer.body["reason"], "Timeout");
+        assert_eq!(answer.body["details"]["causes"][0]["type"], "ResourceVersionTooLarge");
+        assert_eq!(answer.body["message"], "Timeout: Too large resource version: 5000, current: 1001");
+        assert_eq!(answer.headers["retry-after"], "1");
+    }
+    // An exact list of an earlier state is served while the history reaches it.
+    create(&app, nrt("worker-1", 1)).await; // 1002
+    let exact =
+        call(&app, Method::GET, &format!("{BASE}?resourceVersion=1001&resourceVersionMatch=Exact"), &[], None).await;
+    assert_eq!(exact.status, StatusCode::OK);
+    assert_eq!(names(&exact.body), ["worker-0"]);
+    assert_eq!(exact.body["metadata"]["resourceVersion"], "1001");
+    let gone =
+        call(&app, Method::GET, &format!("{BASE}?resourceVersion=7&resourceVersionMatch=Exact"), &[], None).await;
+    assert_eq!(gone.status, StatusCode::GONE);
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -15,6 +15,8 @@ use serde_json::Value;
 struct Server {
     child: Child,
     kubeconfig: PathBuf,
+    /// Every line the server logged so far.
+    log: Arc<Mutex<Vec<String>>>,
     _state: tempfile::TempDir,
 }
 
@@ -33,6 +35,18 @@ impl Server {
             .env_remove("KUBERNETES_SERVICE_HOST")
             .output()
             .expect("kubectl runs (scripts/setup.sh installs it)")
+    }
+
+    /// Waits (bounded) until the server has logged a line containing `needle`, and returns it.
+    fn wait_for_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(line) = self.log.lock().unwrap().iter().find(|l| l.contains(needle)) {
+                return line.clone();
+            }
+            assert!(Instant::now() < deadline, "never logged {needle:?}: {:#?}", self.log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn kubectl_ok(&self, args: &[&str]) -> String {
@@ -55,37 +69,7 @@ fn start() -> Server {
 }
 
 fn start_with(extra: &[&str]) -> Server {
-    let state = tempfile::tempdir().unwrap();
-    let sys = unpack_sysfs(&state.path().join("machine"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
-        .args(["local", "--secure-port", "0", "--hostname", "fixture-node", "--refresh-period", "1s"])
-        .arg("--state-dir")
-        .arg(state.path().join("local"))
-        .arg("--sysfs")
-        .arg(&sys)
-        .arg("--kubeconfig")
-        .arg(state.path().join("kubeconfig"))
-        .args(extra)
-        .args(["--podresources-socket", "/nonexistent/kubelet.sock", "--kubelet-config", "/nonexistent/config.yaml"])
-        .env("NUMARESOURCES_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("the binary starts");
-    // Wait for the log line naming the kubeconfig.
-    let stderr = child.stderr.take().unwrap();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("kubectl --kubeconfig ").nth(1) {
-                let path = rest.split_whitespace().next().unwrap_or_default().to_owned();
-                let _ = sender.send(path);
-            }
-        }
-    });
-    let kubeconfig = receiver.recv_timeout(Duration::from_secs(60)).expect("the server logged its kubeconfig");
-    let server = Server { child, kubeconfig: PathBuf::from(kubeconfig), _state: state };
+    let server = launch(extra, "/nonexistent/kubelet.sock");
     // Ready once the exporter has published the first scan.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -99,9 +83,48 @@ fn start_with(extra: &[&str]) -> Server {
     server
 }
 
+/// Starts `local` with the kubelet socket at `socket` and waits for its kubeconfig.
+fn launch(extra: &[&str], socket: &str) -> Server {
+    let state = tempfile::tempdir().unwrap();
+    let sys = unpack_sysfs(&state.path().join("machine"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
+        .args(["local", "--secure-port", "0", "--hostname", "fixture-node", "--refresh-period", "1s"])
+        .arg("--state-dir")
+        .arg(state.path().join("local"))
+        .arg("--sysfs")
+        .arg(&sys)
+        .arg("--kubeconfig")
+        .arg(state.path().join("kubeconfig"))
+        .args(extra)
+        .args(["--podresources-socket", socket, "--kubelet-config", "/nonexistent/config.yaml"])
+        .env("NUMARESOURCES_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    // Wait for the log line naming the kubeconfig.
+    let stderr = child.stderr.take().unwrap();
+    let (sender, receiver) = mpsc::channel();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let lines = Arc::clone(&log);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            lines.lock().unwrap().push(line.clone());
+            if let Some(rest) = line.split("kubectl --kubeconfig ").nth(1) {
+                let path = rest.split_whitespace().next().unwrap_or_default().to_owned();
+                let _ = sender.send(path);
+            }
+        }
+    });
+    let kubeconfig = receiver.recv_timeout(Duration::from_secs(60)).expect("the server logged its kubeconfig");
+    Server { child, kubeconfig: PathBuf::from(kubeconfig), log, _state: state }
+}
+
 #[test]
 fn kubectl_reads_this_machines_topology() {
     let server = start();
+    server.wait_for_log("no kubelet here: allocatable = capacity, nothing allocated");
 
     let table = server.kubectl_ok(&["get", "noderesourcetopologies"]);
     assert!(table.contains("NAME") && table.contains("ZONES") && table.contains("POLICY"), "{table}");
@@ -167,6 +190,34 @@ fn a_wrong_token_is_401_and_a_simulated_fleet_is_listed() {
     let names = server.kubectl_ok(&["get", "nrt", "-o", "name"]);
     assert_eq!(names.lines().filter(|l| l.contains("/sim-")).count(), 9, "{names}");
     assert!(names.contains("/fixture-node"), "{names}");
-    let chunked = server.kubectl_ok(&["get", "nrt", "--chunk-size=1", "-o", "name"]);
-    assert_eq!(chunked.lines().count(), 10);
+    // -v=6 logs every request: ten pages of one, the nine after the first following a token.
+    let chunked = server.kubectl(&["get", "nrt", "--chunk-size=1", "-o", "name", "-v=6"]);
+    assert!(chunked.status.success(), "{}", String::from_utf8_lossy(&chunked.stderr));
+    assert_eq!(String::from_utf8_lossy(&chunked.stdout).lines().count(), 10);
+    let log = String::from_utf8_lossy(&chunked.stderr);
+    let pages: Vec<&str> =
+        log.lines().filter(|l| l.contains("/noderesourcetopologies?") && l.contains("limit=1")).collect();
+    assert_eq!(pages.len(), 10, "one request per object: {log}");
+    assert_eq!(pages.iter().filter(|l| l.contains("continue=")).count(), 9, "{log}");
+}
+
+#[test]
+fn a_kubelet_that_fails_gets_nothing_published_never_an_empty_machine() {
+    // A dead kubelet's socket: the file is there, nobody accepts on it.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let server = launch(&[], socket.to_str().unwrap());
+
+    // The embedded agent is the real one: the failed scan is logged and retried, not published.
+    server.wait_for_log("refresh failed");
+    let missing = server.kubectl(&["get", "nrt", "fixture-node"]);
+    assert!(!missing.status.success(), "published without the kubelet: {}", String::from_utf8_lossy(&missing.stdout));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("\"fixture-node\" not found"));
+    let ready = server.kubectl(&["get", "--raw", "/readyz"]);
+    assert!(!ready.status.success(), "ready before the first publish");
+    assert!(
+        !server.log.lock().unwrap().iter().any(|l| l.contains("no kubelet here")),
+        "a socket is there: the kubelet's allocations are wanted"
+    );
 }
