@@ -12,6 +12,12 @@
 //! Writes that do not change the object (same topology after canonical ordering, same labels,
 //! annotations, owners and finalizers) keep the old resourceVersion and emit no event: every
 //! NRT event makes kube-scheduler requeue pods.
+//!
+//! Freshness: every object carries [`LAST_CHANGE_ANNOTATION`], the time of the last accepted
+//! write that changed it, set by the server alone. A write that changes nothing leaves it as it
+//! is (bumping it would be a change, hence an event, on every heartbeat); the time of every
+//! report, changed or not, is kept beside the object ([`Stored::last_report`]) for the per-node
+//! age metric and the table's `Reported` column.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
@@ -24,6 +30,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use numaresources_api::nrt::NodeResourceTopology;
 use tokio::sync::broadcast;
+
+/// The server-set annotation holding when the object last changed (RFC 3339, UTC, seconds).
+/// Named in our own API domain; clients cannot set it: a value they send is replaced, and a stale
+/// copy sent back with an otherwise unchanged object is not a change.
+pub const LAST_CHANGE_ANNOTATION: &str = "nodetopology.openshift.io/last-change";
 
 /// How many events the watch history keeps by default.
 pub const DEFAULT_HISTORY: usize = 10_000;
@@ -295,6 +306,7 @@ impl Store {
         meta.self_link = None;
         meta.managed_fields = None;
         meta.resource_version = Some(revision.to_string());
+        stamp_last_change(meta, now);
         let stored = Arc::new(stored(object, revision, Arc::new(AtomicU64::new(unix_seconds(now))))?);
         if !dry_run {
             state.revision = revision;
@@ -350,7 +362,8 @@ impl Store {
             .into());
         }
         next.metadata.name = Some(name.to_owned());
-        let now_secs = unix_seconds(now());
+        let now = now();
+        let now_secs = unix_seconds(now);
         if unchanged(&current.object, &next) {
             if !dry_run {
                 current.last_report.store(now_secs, Ordering::Relaxed);
@@ -370,6 +383,7 @@ impl Store {
         meta.managed_fields = None;
         meta.generation = Some(old.generation.unwrap_or(1) + i64::from(topology_changed));
         meta.resource_version = Some(revision.to_string());
+        stamp_last_change(meta, now);
         // A deletion that waited for finalizers completes when the last one is removed.
         let finished = next.metadata.deletion_timestamp.is_some() && finalizers(&next.metadata).is_empty();
         let stored = Arc::new(stored(next, revision, current.last_report.clone()).map_err(E::from)?);
@@ -495,15 +509,25 @@ fn check_preconditions(current: &Stored, preconditions: &Preconditions) -> Resul
     Ok(())
 }
 
-/// Same topology and same user-owned metadata: the write would change nothing.
+/// Same topology and same user-owned metadata: the write would change nothing. The server-set
+/// freshness annotation is not the user's and does not count.
 fn unchanged(current: &NodeResourceTopology, next: &NodeResourceTopology) -> bool {
     let (a, b): (&ObjectMeta, &ObjectMeta) = (&current.metadata, &next.metadata);
     current.same_topology(next)
         && a.labels.as_ref().filter(|m| !m.is_empty()) == b.labels.as_ref().filter(|m| !m.is_empty())
-        && a.annotations.as_ref().filter(|m| !m.is_empty()) == b.annotations.as_ref().filter(|m| !m.is_empty())
+        && user_annotations(a).eq(user_annotations(b))
         && a.owner_references.as_deref().unwrap_or_default() == b.owner_references.as_deref().unwrap_or_default()
         && finalizers(a) == finalizers(b)
         && b.deletion_timestamp.is_none() == a.deletion_timestamp.is_none()
+}
+
+fn user_annotations(meta: &ObjectMeta) -> impl Iterator<Item = (&String, &String)> {
+    meta.annotations.iter().flatten().filter(|(key, _)| *key != LAST_CHANGE_ANNOTATION)
+}
+
+/// Records `now` as the object's last change.
+fn stamp_last_change(meta: &mut ObjectMeta, now: Timestamp) {
+    meta.annotations.get_or_insert_default().insert(LAST_CHANGE_ANNOTATION.to_owned(), now.to_string());
 }
 
 fn finalizers(meta: &ObjectMeta) -> &[String] {
@@ -596,6 +620,43 @@ mod tests {
         let (stored, changed) = store.update(labelled, &Preconditions::default(), false).unwrap();
         assert!(changed);
         assert_eq!(stored.object.metadata.generation, Some(2));
+    }
+
+    fn last_change(stored: &Stored) -> &str {
+        stored.object.metadata.annotations.as_ref().and_then(|a| a.get(LAST_CHANGE_ANNOTATION)).unwrap()
+    }
+
+    #[test]
+    fn the_last_change_annotation_is_the_servers_alone() {
+        let store = Store::starting_at(0, 10);
+        let forged = || {
+            let mut object = nrt("n", 4);
+            let annotations = [(LAST_CHANGE_ANNOTATION.to_owned(), "1999-01-01T00:00:00Z".to_owned())];
+            object.metadata.annotations = Some(annotations.into());
+            object
+        };
+        let created = store.create(forged(), false).unwrap();
+        let stamped = last_change(&created).to_owned();
+        assert_ne!(stamped, "1999-01-01T00:00:00Z", "a client cannot set it");
+        assert!(stamped.parse::<Timestamp>().is_ok(), "RFC 3339: {stamped}");
+        assert!(std::str::from_utf8(&created.json).unwrap().contains(LAST_CHANGE_ANNOTATION));
+
+        // Sending back a stale value, or none, with the same content is no change.
+        for same in [forged(), nrt("n", 4)] {
+            let (stored, changed) = store.update(same, &Preconditions::default(), false).unwrap();
+            assert!(!changed);
+            assert_eq!((stored.revision, last_change(&stored)), (1, stamped.as_str()));
+        }
+        // A real change is stamped by the server, whatever the client sent.
+        let mut changed_object = forged();
+        changed_object.zones[0].resources[0].available = Quantity::from_i64(2);
+        let (stored, changed) = store.update(changed_object, &Preconditions::default(), false).unwrap();
+        assert!(changed);
+        assert_ne!(last_change(&stored), "1999-01-01T00:00:00Z");
+        // Other annotations are the user's: changing one is a change.
+        let mut annotated = stored.object.clone();
+        annotated.metadata.annotations.get_or_insert_default().insert("team".into(), "a".into());
+        assert!(store.update(annotated, &Preconditions::default(), false).unwrap().1);
     }
 
     #[test]
