@@ -33,6 +33,9 @@ pub const REASON_OPERATOR_NAME: &str = "IncorrectNUMAResourcesOperatorResourceNa
 pub const REASON_SCHEDULER_NAME: &str = "IncorrectNUMAResourcesSchedulerResourceName";
 /// Degraded: the scheduler spec is invalid.
 pub const REASON_SCHEDULER_INVALID: &str = "InvalidSchedulerSpec";
+/// Degraded: the object does not parse into our types although the CRD schema accepted it
+/// (ours: upstream's typed cache cannot even hold such an object).
+pub const REASON_MALFORMED: &str = "MalformedObject";
 /// Degraded: a NodeResourceTopology CRD already serves the API we would serve.
 pub const REASON_NRT_CRD_PRESENT: &str = "NodeResourceTopologyCRDPresent";
 

@@ -20,6 +20,7 @@ pub mod conditions;
 pub mod context;
 #[cfg(test)]
 mod fake;
+pub mod guarded;
 pub mod hash;
 pub mod kubeletconfig;
 pub mod leader;

@@ -80,6 +80,20 @@ pub fn topology_manager_of(config: &serde_json::Value, defaults: bool) -> Topolo
     }
 }
 
+/// Reconciles one watched object (guarded watch, [`crate::guarded`]); a malformed one is left to
+/// the operator controller, which reports it.
+pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    match crate::guarded::parse::<NUMAResourcesOperator>(&obj) {
+        Ok(nro) => reconcile(Arc::new(nro), ctx).await,
+        Err(_) => Ok(Action::await_change()),
+    }
+}
+
+/// [`error_policy`] for the raw object.
+pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    error_policy_for(&format!("kubeletconfig/{}", obj.name_any()), error, &ctx)
+}
+
 /// Reconciles the exporter ConfigMaps of one `NUMAResourcesOperator`.
 pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.pass("kubeletconfig");
@@ -96,7 +110,8 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
     let needs_pools = spec.node_groups.iter().any(|g| g.node_selector.is_none());
     let pools = if needs_pools && ctx.settings.machine_config_pools { Some(list_pools(&ctx).await?) } else { None };
     let Ok(resolution) = nodegroups::resolve(&spec.node_groups, &node_infos, pools.as_deref(), true) else {
-        return Ok(Action::await_change());
+        // The operator controller reports why; the cluster may catch up (a pool gets created).
+        return Ok(Action::requeue(crate::operator::RESOLVE_RETRY));
     };
     let kubelet_configs = if ctx.settings.kubelet_configs { Some(list_kubelet_configs(&ctx).await?) } else { None };
 
@@ -206,10 +221,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .touched_objects()
         .predicate_filter(predicates::labels, Default::default())
         .filter_map(|node| async move { node.ok().map(|_| ()) });
-    Controller::new(Api::<NUMAResourcesOperator>::all(client), watcher::Config::default())
-        .reconcile_all_on(node_labels)
+    let resource = crate::guarded::resource::<NUMAResourcesOperator>();
+    let controller = Controller::new_with(
+        crate::guarded::watched_api::<NUMAResourcesOperator>(client),
+        Default::default(),
+        resource,
+    )
+    .reconcile_all_on(node_labels);
+    controller
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile_raw, error_policy_raw, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "kubeletconfig reconcile error");

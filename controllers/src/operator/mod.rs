@@ -18,6 +18,7 @@
 //! API server's message.
 
 pub mod nrt_api;
+pub mod nrt_teardown;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -27,11 +28,12 @@ use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use numaresources_api::operator::validation::validate_operator;
 use numaresources_api::operator::{
@@ -43,6 +45,7 @@ use serde_json::json;
 use crate::apply::{Applier, controlled_by, delete, get_opt};
 use crate::conditions::{self as cond, Extra, State};
 use crate::context::{Context, Error, Result, error_policy_for};
+use crate::guarded;
 use crate::hash::config_hash;
 use crate::names::{self, ANNOTATION_PAUSE, FIELD_MANAGER, FINALIZER_APISERVICE};
 use crate::nodegroups::{self, NodeInfo, PoolInfo, ResolvedPool};
@@ -55,6 +58,9 @@ const PROGRESS_REQUEUE: Duration = Duration::from_secs(5);
 const BLOCKED_REQUEUE: Duration = Duration::from_secs(60);
 /// Re-check node membership (overlaps) this often when all is well.
 const RESYNC: Duration = Duration::from_secs(300);
+/// Retry a node-group resolution that failed on cluster state (a MachineConfigPool not created
+/// yet): we watch node labels but not every pool change, so poll as upstream does for MCPs.
+pub const RESOLVE_RETRY: Duration = Duration::from_secs(60);
 
 /// The outcome a pass reports in status.
 #[derive(Debug, Clone, Default)]
@@ -71,6 +77,33 @@ impl Outcome {
     fn degraded(reason: &str, message: impl Into<String>) -> Self {
         Self { state: Some(State::degraded(reason, message)), ..Self::default() }
     }
+}
+
+/// Reconciles one watched object (guarded watch, [`guarded`]): a malformed object is marked
+/// `Degraded` and skipped; a malformed one being deleted still gets its finalizer's cleanup,
+/// which needs nothing but its identity.
+pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    match guarded::parse::<NUMAResourcesOperator>(&obj) {
+        Ok(nro) => reconcile(Arc::new(nro), ctx).await,
+        Err(_) if obj.metadata.deletion_timestamp.is_some() => {
+            if obj.finalizers().iter().any(|f| f == FINALIZER_APISERVICE) {
+                let identity =
+                    NUMAResourcesOperator { metadata: obj.metadata.clone(), spec: Default::default(), status: None };
+                cleanup(&identity, &ctx).await?;
+                release_raw(&ctx, &obj).await?;
+            }
+            Ok(Action::await_change())
+        }
+        Err(malformed) => {
+            guarded::degrade(&ctx, &guarded::resource::<NUMAResourcesOperator>(), &obj, &malformed).await?;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// [`error_policy`] for the raw object.
+pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    error_policy_for(&format!("operator/{}", obj.name_any()), error, &ctx)
 }
 
 /// Reconciles one `NUMAResourcesOperator`.
@@ -152,8 +185,9 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     let resolution = match nodegroups::resolve(&spec.node_groups, &nodes, pools.as_deref(), multiple_pools) {
         Ok(resolution) => resolution,
         Err(error) => {
+            // Depends on the cluster (pools, their selectors): look again later.
             write_status(nro, ctx, Outcome::degraded(cond::REASON_VALIDATION, error.0)).await?;
-            return Ok(Action::await_change());
+            return Ok(Action::requeue(RESOLVE_RETRY));
         }
     };
 
@@ -331,6 +365,19 @@ async fn cleanup(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     }
 }
 
+/// Removes our finalizer from an object our types cannot read (kube's finalizer helper would
+/// fail parsing the API server's answer). The resourceVersion makes it a compare-and-swap: a
+/// concurrent change to the list fails it with a conflict, and the retry sees the new list.
+async fn release_raw(ctx: &Context, obj: &DynamicObject) -> Result<()> {
+    let remaining: Vec<&String> = obj.finalizers().iter().filter(|f| *f != FINALIZER_APISERVICE).collect();
+    let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": obj.resource_version()}});
+    guarded::watched_api::<NUMAResourcesOperator>(ctx.client.clone())
+        .patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube(format!("remove the finalizer of NUMAResourcesOperator {}", obj.name_any()), e))?;
+    Ok(())
+}
+
 async fn list_nodes(ctx: &Context) -> Result<Vec<NodeInfo>> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let list = nodes.list(&ListParams::default()).await.map_err(|e| Error::kube("list nodes", e))?;
@@ -430,14 +477,27 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let namespace = ctx.settings.namespace.clone();
     let ours = watcher::Config::default().labels(&format!("{}={}", names::LABEL_MANAGED_BY, FIELD_MANAGER));
     let exporter_configs = watcher::Config::default().labels(names::LABEL_NRO_NAME);
-    Controller::new(Api::<NUMAResourcesOperator>::all(client.clone()), watcher::Config::default())
-        .owns(Api::<DaemonSet>::namespaced(client.clone(), &namespace), ours.clone())
-        .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours)
-        .watches(Api::<ConfigMap>::namespaced(client, &namespace), exporter_configs, |cm| {
-            cm.labels().get(names::LABEL_NRO_NAME).map(|name| ObjectRef::<NUMAResourcesOperator>::new(name))
-        })
+    let resource = guarded::resource::<NUMAResourcesOperator>();
+    let config_owner = resource.clone();
+    // Node label changes move nodes between groups (and may make a failed resolution succeed).
+    let node_labels = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
+        .touched_objects()
+        .predicate_filter(predicates::labels, Default::default())
+        .filter_map(|node| async move { node.ok().map(|_| ()) });
+    let controller = Controller::new_with(
+        guarded::watched_api::<NUMAResourcesOperator>(client.clone()),
+        Default::default(),
+        resource,
+    )
+    .owns(Api::<DaemonSet>::namespaced(client.clone(), &namespace), ours.clone())
+    .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours)
+    .watches(Api::<ConfigMap>::namespaced(client, &namespace), exporter_configs, move |cm| {
+        cm.labels().get(names::LABEL_NRO_NAME).map(|name| ObjectRef::new_with(name, config_owner.clone()))
+    })
+    .reconcile_all_on(node_labels);
+    controller
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile_raw, error_policy_raw, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled NUMAResourcesOperator"),

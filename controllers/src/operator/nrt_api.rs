@@ -52,15 +52,9 @@ pub fn uses_cluster_api(nro: &NUMAResourcesOperator) -> bool {
 
 /// Runs the step.
 pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &Applier) -> Result<ApiState> {
-    let api_services: Api<APIService> = Api::all(ctx.client.clone());
     if uses_cluster_api(nro) {
-        // Switching to the cluster's API: unregister ours (only if it is ours) so the CRD's
-        // own APIService can take the name. The rest is left to the owner references.
-        if let Some(existing) = get_opt(&api_services, APISERVICE).await?
-            && controlled_by(&existing, &nro.uid().unwrap_or_default())
-        {
-            delete(&api_services, APISERVICE).await?;
-        }
+        // Switching to the cluster's API: remove our server, APIService first (only ours).
+        super::nrt_teardown::remove_api_server(nro, ctx).await?;
         return Ok(ApiState::External);
     }
     let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());

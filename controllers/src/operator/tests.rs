@@ -12,6 +12,7 @@ use http::Method;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use kube::api::DynamicObject;
 use numaresources_api::operator::{
     InfoRefreshPauseMode, NUMAResourcesOperator, NUMAResourcesOperatorSpec, NodeGroup, NodeGroupConfig,
 };
@@ -79,9 +80,11 @@ impl Harness {
         Self { fake, ctx: Arc::new(Context::new(client, settings, None)) }
     }
 
+    /// One pass through the controller's entry point (the raw object, as the guarded watch
+    /// delivers it).
     async fn reconcile_path(&self, path: &str) -> Result<Action> {
-        let nro: NUMAResourcesOperator = self.fake.typed(path);
-        tokio::time::timeout(Duration::from_secs(10), reconcile(Arc::new(nro), self.ctx.clone()))
+        let obj: DynamicObject = self.fake.typed(path);
+        tokio::time::timeout(Duration::from_secs(10), reconcile_raw(Arc::new(obj), self.ctx.clone()))
             .await
             .expect("reconcile timed out: likely deadlocked")
     }
@@ -251,7 +254,10 @@ async fn removed_node_group_deletes_its_daemonset_and_only_it() {
 
 #[tokio::test]
 async fn invalid_objects_are_degraded_with_upstream_reasons() {
+    // Spec-only problems wait for a spec change; resolution problems depend on the cluster and
+    // are looked at again.
     type Row = (&'static str, Value, &'static str, &'static str);
+    let cluster_dependent = ["poolName without MachineConfigPools"];
     let rows: Vec<Row> = vec![
         (
             "both specifiers",
@@ -284,7 +290,9 @@ async fn invalid_objects_are_degraded_with_upstream_reasons() {
         let h = Harness::new(vec![]);
         h.fake.edit(NRO, |nro| nro["spec"]["nodeGroups"] = groups.clone());
         h.reconcile().await.unwrap();
-        assert_eq!(h.reconcile().await.unwrap(), Action::await_change(), "{name}");
+        let expected =
+            if cluster_dependent.contains(&name) { Action::requeue(RESOLVE_RETRY) } else { Action::await_change() };
+        assert_eq!(h.reconcile().await.unwrap(), expected, "{name}");
         let (got_reason, message) = h.degraded();
         assert_eq!(got_reason, reason, "{name}");
         assert!(message.contains(needle), "{name}: {message}");
@@ -471,4 +479,145 @@ async fn openshift_pools_resolve_through_machine_config_pools() {
         "node-role.kubernetes.io/worker",
         "the pool's node selector"
     );
+}
+
+const MALFORMED_PERIOD: &str = "spec.nodeGroups[0].config.infoRefreshPeriod";
+
+fn malformed_group() -> Value {
+    json!([{"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
+        "config": {"infoRefreshPeriod": "1 day"}}])
+}
+
+#[tokio::test]
+async fn a_malformed_object_is_degraded_naming_the_field_and_recovers_when_fixed() {
+    let h = Harness::new(vec![worker_group()]);
+    h.fake.edit(NRO, |nro| nro["spec"]["nodeGroups"] = malformed_group());
+    assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
+    let nro = h.fake.get(NRO).unwrap();
+    let degraded = nro["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").unwrap();
+    assert_eq!(
+        (degraded["status"].as_str(), degraded["reason"].as_str()),
+        (Some("True"), Some(cond::REASON_MALFORMED))
+    );
+    let message = degraded["message"].as_str().unwrap();
+    assert!(message.contains(MALFORMED_PERIOD) && message.contains("1 day"), "{message}");
+    assert_eq!(degraded["observedGeneration"], nro["metadata"]["generation"]);
+    assert!(h.daemon_sets().is_empty(), "nothing rolled out for it");
+    let versions = h.fake.versions();
+    h.reconcile().await.unwrap();
+    assert_eq!(h.fake.versions(), versions, "the same verdict is not written twice");
+
+    h.fake.edit(NRO, |nro| nro["spec"]["nodeGroups"][0]["config"]["infoRefreshPeriod"] = json!("1m"));
+    h.converge().await;
+    assert_eq!(h.condition(cond::AVAILABLE).0, "True");
+}
+
+#[tokio::test]
+async fn a_malformed_object_does_not_stop_the_others() {
+    let h = Harness::new(vec![worker_group()]);
+    let other = "/apis/nodetopology.openshift.io/v1/numaresourcesoperators/other";
+    let mut bad = nro_object("other", vec![]);
+    bad["spec"]["nodeGroups"] = malformed_group();
+    h.fake.insert(other, bad);
+
+    // What a typed watcher would do: its list fails as a whole.
+    let typed: Api<NUMAResourcesOperator> = Api::all(h.ctx.client.clone());
+    assert!(typed.list(&ListParams::default()).await.is_err(), "one bad object fails the typed list");
+    // What our watcher lists: both, each reconciled on its own.
+    let listed =
+        guarded::watched_api::<NUMAResourcesOperator>(h.ctx.client.clone()).list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 2);
+    for obj in listed.items {
+        reconcile_raw(Arc::new(obj), h.ctx.clone()).await.unwrap();
+    }
+    h.converge().await;
+    assert_eq!(h.condition(cond::AVAILABLE).0, "True", "the valid object reconciles");
+    let bad = h.fake.get(other).unwrap();
+    let reasons: Vec<&str> = bad["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "True")
+        .map(|c| c["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, [cond::REASON_MALFORMED]);
+}
+
+#[tokio::test]
+async fn a_malformed_object_being_deleted_is_still_let_go() {
+    let h = Harness::new(vec![worker_group()]);
+    h.converge().await;
+    h.fake.edit(NRO, |nro| {
+        nro["spec"]["nodeGroups"] = malformed_group();
+        nro["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    });
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(APISERVICE_PATH).is_none(), "the APIService is unregistered");
+    assert!(h.fake.get(NRO).is_none(), "finalizer removed, object gone");
+}
+
+#[tokio::test]
+async fn a_resolution_that_waits_on_the_cluster_is_retried_and_succeeds_later() {
+    let mut settings = Settings::kubernetes(NS, "quay.io/numaresources/numaresources:v1");
+    settings.platform = numaresources_api::operator::defaults::Platform::OpenShift(4, 20);
+    settings.machine_config_pools = true;
+    let h =
+        Harness::with_settings(vec![NodeGroup { pool_name: Some("worker".into()), ..NodeGroup::default() }], settings);
+    h.reconcile().await.unwrap();
+    assert_eq!(h.reconcile().await.unwrap(), Action::requeue(RESOLVE_RETRY), "the pool does not exist yet");
+    let (reason, message) = h.degraded();
+    assert_eq!(reason, cond::REASON_VALIDATION);
+    assert!(message.contains("failed to find MachineConfigPool"), "{message}");
+
+    h.fake.insert(
+        "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker",
+        json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": "worker"},
+            "spec": {"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}}),
+    );
+    h.reconcile().await.unwrap();
+    assert!(h.daemon_sets().contains(&ds_path("numaresourcesoperator-worker")), "the retry resolved it");
+}
+
+#[tokio::test]
+async fn switching_to_the_cluster_api_removes_our_server_apiservice_first() {
+    let h = Harness::new(vec![worker_group()]);
+    h.converge().await;
+    // Everything of the API server install the operator created: the rendered objects' paths.
+    let ours: BTreeSet<String> = h
+        .fake
+        .paths()
+        .into_iter()
+        .filter(|p| {
+            let object = h.fake.get(p).unwrap();
+            let component = &object["metadata"]["labels"]["app.kubernetes.io/component"];
+            (component == "apiserver" || p.contains("/apiservices/") || p == TLS_SECRET)
+                && object["metadata"]["ownerReferences"][0]["kind"] == "NUMAResourcesOperator"
+        })
+        .collect();
+    assert!(ours.contains(APISERVICE_PATH) && ours.contains(APISERVER_DEPLOYMENT) && ours.contains(TLS_SECRET));
+    assert!(ours.iter().any(|p| p.contains("/clusterroles/")), "{ours:#?}");
+    // Same name, not ours: a binding someone else created in the place of one of ours.
+    let foreign_binding = ours.iter().find(|p| p.contains("/clusterrolebindings/")).unwrap().clone();
+    h.fake.edit(&foreign_binding, |b| b["metadata"]["ownerReferences"] = json!([]));
+
+    h.fake.edit(NRO, |nro| {
+        nro["metadata"]["annotations"] = json!({"config.numa-operator.openshift.io/nrt-api-definition": "cluster"});
+    });
+    h.fake.take_calls();
+    h.reconcile().await.unwrap();
+    let deleted: Vec<String> =
+        h.fake.take_calls().into_iter().filter(|c| c.method == Method::DELETE).map(|c| c.path).collect();
+    assert_eq!(deleted.first().map(String::as_str), Some(APISERVICE_PATH), "the APIService goes first: {deleted:#?}");
+    let expected: BTreeSet<String> = ours.iter().filter(|p| **p != foreign_binding).cloned().collect();
+    assert_eq!(deleted.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    assert!(h.fake.get(&foreign_binding).is_some(), "not ours, not touched");
+    assert!(h.daemon_sets().contains(&ds_path("numaresourcesoperator-worker")), "exporters stay");
+
+    h.fake.take_calls();
+    h.reconcile().await.unwrap();
+    assert!(h.fake.take_calls().iter().all(|c| c.method != Method::DELETE), "nothing left to delete");
+    h.fake.roll_out();
+    h.reconcile().await.unwrap();
+    assert_eq!(h.condition(cond::AVAILABLE).0, "True");
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -32,6 +32,7 @@ use serde_json::json;
 use crate::apply::Applier;
 use crate::conditions::{self as cond, Extra, State};
 use crate::context::{Context, Error, Result, error_policy_for};
+use crate::guarded;
 use crate::hash::config_hash;
 use crate::names::{self, ANNOTATION_PAUSE, ANNOTATION_SCHEDULER_QOS, FIELD_MANAGER, SCHEDULER};
 use crate::operator::nrt_api::deployment_available;
@@ -41,6 +42,25 @@ use crate::render::scheduler::{self as render, SchedulerSettings};
 const PROGRESS_REQUEUE: Duration = Duration::from_secs(5);
 /// Re-check the replica count this often when all is well.
 const RESYNC: Duration = Duration::from_secs(300);
+
+/// Reconciles one watched object (guarded watch, [`guarded`]): a malformed object is marked
+/// `Degraded` and skipped.
+pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    match guarded::parse::<NUMAResourcesScheduler>(&obj) {
+        Ok(nrs) => reconcile(Arc::new(nrs), ctx).await,
+        // Nothing to clean up: owner references remove what it created.
+        Err(_) if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+        Err(malformed) => {
+            guarded::degrade(&ctx, &guarded::resource::<NUMAResourcesScheduler>(), &obj, &malformed).await?;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// [`error_policy`] for the raw object.
+pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    error_policy_for(&format!("scheduler/{}", obj.name_any()), error, &ctx)
+}
 
 /// Reconciles one `NUMAResourcesScheduler`.
 pub async fn reconcile(nrs: Arc<NUMAResourcesScheduler>, ctx: Arc<Context>) -> Result<Action> {
@@ -237,12 +257,18 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .touched_objects()
         .predicate_filter(predicates::labels, Default::default())
         .filter_map(|node| async move { node.ok().map(|_| ()) });
-    Controller::new(Api::<NUMAResourcesScheduler>::all(client.clone()), watcher::Config::default())
-        .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours.clone())
-        .owns(Api::<ConfigMap>::namespaced(client, &namespace), ours)
-        .reconcile_all_on(node_labels)
+    let resource = guarded::resource::<NUMAResourcesScheduler>();
+    let controller = Controller::new_with(
+        guarded::watched_api::<NUMAResourcesScheduler>(client.clone()),
+        Default::default(),
+        resource,
+    )
+    .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours.clone())
+    .owns(Api::<ConfigMap>::namespaced(client, &namespace), ours)
+    .reconcile_all_on(node_labels);
+    controller
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile_raw, error_policy_raw, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled NUMAResourcesScheduler"),

@@ -1,0 +1,111 @@
+//! Guarded watch: the controllers watch their custom resources as raw JSON ([`DynamicObject`])
+//! and parse each one inside reconcile.
+//!
+//! A typed watcher fails its whole list when one object does not deserialize, and then no
+//! object is reconciled at all. An object the CRD schema accepts can still be malformed for our
+//! types: a string field our types parse further (`infoRefreshPeriod: "1 day"`), or a value that
+//! an older schema let through. Parsed here, such an object only degrades itself: its status
+//! says which field is wrong and why, and every other object keeps being reconciled.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::conditions::{self as cond, State};
+use crate::context::{Context, Error, Result};
+use crate::names::FIELD_MANAGER;
+
+/// Why a watched object does not parse into our type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct Malformed {
+    /// The offending field (`spec.nodeGroups[0].config.infoRefreshPeriod`).
+    pub path: String,
+    /// The parser's complaint.
+    pub reason: String,
+}
+
+impl Malformed {
+    /// The message of the `Degraded` condition.
+    pub fn condition_message(&self) -> String {
+        format!("the object cannot be read: field {self}; correct it (nothing is reconciled for it until then)")
+    }
+}
+
+/// The dynamic description of a cluster-scoped custom resource type.
+pub fn resource<K: Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+/// What a controller watches for `K`: every object, as raw JSON.
+pub fn watched_api<K: Resource<DynamicType = ()>>(client: kube::Client) -> Api<DynamicObject> {
+    Api::all_with(client, &resource::<K>())
+}
+
+/// The object as `K`, or the field that stops it.
+pub fn parse<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, Malformed> {
+    let value = serde_json::to_value(obj)
+        .map_err(|e| Malformed { path: ".".into(), reason: format!("cannot be serialized: {e}") })?;
+    serde_path_to_error::deserialize(&value).map_err(|e| {
+        let path = e.path().to_string();
+        Malformed { path, reason: e.into_inner().to_string() }
+    })
+}
+
+/// Marks a malformed object `Degraded` (reason [`cond::REASON_MALFORMED`]) through the raw API
+/// and tells a person with a Warning Event, once per distinct message.
+pub async fn degrade(ctx: &Context, resource: &ApiResource, obj: &DynamicObject, malformed: &Malformed) -> Result<()> {
+    let previous: Vec<Condition> =
+        obj.data.pointer("/status/conditions").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
+    let message = malformed.condition_message();
+    let state = State::degraded(cond::REASON_MALFORMED, message.clone());
+    let conditions = cond::conditions(&previous, &state, &[], obj.metadata.generation);
+    if cond::same(&previous, &conditions) {
+        return Ok(());
+    }
+    let name = obj.name_any();
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), resource);
+    let patch = json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "status": {"conditions": conditions},
+    });
+    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|e| Error::kube(format!("update the status of {} {name}", resource.kind), e))?;
+    tracing::warn!(kind = %resource.kind, %name, %malformed, "object does not parse; marked Degraded");
+    let reference = obj.object_ref(resource);
+    ctx.event(&reference, EventType::Warning, cond::REASON_MALFORMED, "Reconcile", message).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use numaresources_api::operator::NUMAResourcesOperator;
+    use serde_json::json;
+
+    use super::*;
+
+    fn raw(spec: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "nodetopology.openshift.io/v1", "kind": "NUMAResourcesOperator",
+            "metadata": {"name": "numaresourcesoperator"}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_valid_object_parses_and_a_malformed_one_names_its_field() {
+        let nro: NUMAResourcesOperator = parse(&raw(json!({"nodeGroups": [{"poolName": "worker"}]}))).unwrap();
+        assert_eq!(nro.spec.node_groups[0].pool_name.as_deref(), Some("worker"));
+
+        let bad = raw(json!({"nodeGroups": [{"poolName": "worker", "config": {"infoRefreshPeriod": "1 day"}}]}));
+        let error = parse::<NUMAResourcesOperator>(&bad).unwrap_err();
+        assert_eq!(error.path, "spec.nodeGroups[0].config.infoRefreshPeriod");
+        assert!(error.reason.contains("1 day"), "{error}");
+        assert!(error.condition_message().contains("field spec.nodeGroups[0].config.infoRefreshPeriod: "));
+    }
+}
