@@ -2,31 +2,35 @@
 //! this machine, on loopback, so a newcomer can `kubectl get noderesourcetopologies` with no
 //! cluster.
 //!
-//! It writes a CA, a serving certificate and a kubeconfig into `--state-dir`; the exporter scans
-//! sysfs (and the kubelet's podresources socket, when this machine runs a kubelet) every
-//! `--refresh-period` and writes the node's object straight into the store.
+//! It writes a CA, a serving certificate and a kubeconfig (with a token generated for the run)
+//! into `--state-dir`. The exporter is the real agent of `numaresources rte`: the same scan,
+//! accounting, publish decisions and heartbeat, publishing through the same Kubernetes client
+//! over loopback TLS with that token. Until the kubelet's podresources socket exists there is
+//! no kubelet (allocatable = capacity, nothing allocated); once it has appeared, a kubelet that
+//! fails gets nothing published, as in a cluster.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use numaresources_api::GoDuration;
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_apiserver::auth::{Auth, Standalone};
-use numaresources_apiserver::store::{Preconditions, StoreError};
-use numaresources_apiserver::{AppState, Store, router};
-use numaresources_rte::accounting::KubeletView;
+use numaresources_apiserver::{AppState, Readiness, Store, router};
+use numaresources_rte::agent::Agent;
+use numaresources_rte::config::{Args as AgentArgs, NO_KUBELET};
 use numaresources_rte::fingerprint::Method;
-use numaresources_rte::podresources::{KUBELET_SOCKET, PodResourcesClient};
-use numaresources_rte::sysfs;
-use numaresources_rte::topology::{Scan, TopologyManager, node_topology};
+use numaresources_rte::podresources::{ClientConfig, KUBELET_SOCKET, KubeletIfPresent, PodResourcesClient};
+use numaresources_rte::publish::{KubePublisher, Outcome, PublishError, Publisher};
+
+/// The readiness check that passes once this machine's topology is published.
+const FIRST_PUBLISH: &str = "exporter-first-scan";
 
 /// Options of `numaresources local`.
 #[derive(Debug, clap::Args)]
 pub struct LocalArgs {
-    /// Address to listen on. Loopback only: the local mode has no authentication.
+    /// Address to listen on. Loopback only: a development server, guarded by one generated token.
     #[arg(long, default_value = "127.0.0.1")]
     bind_address: IpAddr,
     /// Port to listen on (0 picks a free one and logs it).
@@ -51,7 +55,8 @@ pub struct LocalArgs {
     /// How often the exporter rescans.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     refresh_period: GoDuration,
-    /// The kubelet podresources socket; used only if it exists.
+    /// The kubelet podresources socket: looked for at every scan until it exists, then the
+    /// kubelet's allocations are accounted; `none` never looks.
     #[arg(long, default_value = KUBELET_SOCKET)]
     podresources_socket: String,
     /// The kubelet configuration file to read the topology manager policy and scope from, if
@@ -75,7 +80,7 @@ fn parse_duration(text: &str) -> Result<GoDuration, String> {
 pub fn run(args: LocalArgs) -> anyhow::Result<()> {
     if !args.bind_address.is_loopback() {
         bail!(
-            "the local mode serves without authentication and only listens on loopback; {} is not",
+            "the local mode is a development server (one generated token, no authorization) and only listens on loopback; {} is not",
             args.bind_address
         );
     }
@@ -94,7 +99,7 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
     let tokens = format!("{token},admin,local-admin,\"system:masters\"\n");
     state.auth = Auth::Standalone(Arc::new(Standalone::from_token_file(&tokens)?));
     let state = Arc::new(state);
-    state.readiness.set("exporter-first-scan", false);
+    state.readiness.set(FIRST_PUBLISH, false);
     if args.simulate_nodes > 0 {
         let published = crate::simulate::publish_fleet(&store, &args.state_dir, args.simulate_nodes)?;
         tracing::info!(published, "published synthetic nodes built from the sysfs fixtures");
@@ -106,99 +111,98 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
         .with_context(|| format!("listening on {}:{}", args.bind_address, args.secure_port))?;
     let address = listener.local_addr()?;
     let kubeconfig = tls.write_kubeconfig(&args.kubeconfig, address, &token).context("writing the kubeconfig")?;
+    // The listener is bound: the agent's first requests wait in its backlog until serving starts.
+    let agent = embedded_agent(&args, node_name, &kubeconfig, state.readiness.clone()).await?;
     tracing::info!(%address, "serving the NodeResourceTopology API on https://{address}");
     tracing::info!("try: kubectl --kubeconfig {} get noderesourcetopologies", kubeconfig.display());
 
-    let exporter = tokio::spawn(export_loop(args, node_name, store, state.clone()));
     let stopping = state.stopping.clone();
+    let exporter = tokio::spawn(agent.run(stopping.clone().cancelled_owned()));
+    let signalled = stopping.clone();
     let shutdown = async move {
         crate::shutdown::signal().await;
-        stopping.cancel();
+        signalled.cancel();
     };
     let served = tls.serve(listener, router(state), shutdown).await;
-    exporter.abort();
+    // Also when serving failed before any signal.
+    stopping.cancel();
+    match exporter.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::error!(%error, "the embedded exporter stopped"),
+        Err(error) => tracing::error!(%error, "the embedded exporter task failed"),
+    }
     served.context("serving")
 }
 
-/// Scans the machine and publishes its topology, every refresh period, forever.
-async fn export_loop(args: LocalArgs, node_name: String, store: Arc<Store>, state: Arc<AppState>) {
-    let topology_manager = read_topology_manager(&args.kubelet_config);
-    let kubelet = Path::new(args.podresources_socket.trim_start_matches("unix://"))
-        .exists()
-        .then(|| PodResourcesClient::for_socket(&args.podresources_socket))
-        .and_then(|client| client.map_err(|e| tracing::warn!("ignoring the podresources socket: {e}")).ok());
-    if kubelet.is_none() {
-        tracing::info!("no kubelet podresources socket: publishing the machine's own view (allocatable = capacity)");
-    }
-    let period = args.refresh_period.to_std().unwrap_or(Duration::from_secs(10));
-    let mut ticker = tokio::time::interval(period);
-    loop {
-        ticker.tick().await;
-        let root = args.sysfs.clone();
-        let discovery = match tokio::task::spawn_blocking(move || sysfs::discover(root)).await {
-            Ok(Ok(discovery)) => discovery,
-            Ok(Err(error)) => {
-                tracing::error!("reading the machine from {}: {error}", args.sysfs.display());
-                continue;
-            }
-            Err(error) => {
-                tracing::error!("the sysfs scan failed: {error}");
-                continue;
-            }
-        };
-        for skipped in &discovery.skipped {
-            tracing::debug!("sysfs: skipped {skipped}");
+/// The agent of `numaresources rte`, configured from the same flags, publishing to this server.
+async fn embedded_agent(
+    args: &LocalArgs,
+    node_name: String,
+    kubeconfig: &Path,
+    readiness: Arc<Readiness>,
+) -> anyhow::Result<Agent<Option<KubeletIfPresent>, MarkReady<KubePublisher>>> {
+    let agent_args = AgentArgs {
+        hostname: Some(node_name),
+        sysfs: args.sysfs.clone(),
+        podresources_socket: args.podresources_socket.clone(),
+        sleep_interval: args.refresh_period.to_string(),
+        kubelet_config_file: readable(&args.kubelet_config),
+        pods_fingerprint_method: args.pods_fingerprint_method.as_str().to_owned(),
+        // This server holds no Nodes to own the object, and the agent runs in no Pod.
+        add_nrt_owner: false,
+        podreadiness: false,
+        metrics_mode: "disabled".to_owned(),
+        ..AgentArgs::default()
+    };
+    let config = agent_args.resolve().context("configuring the embedded exporter")?;
+    let source = config.podresources_socket.clone().map(|socket| {
+        if !socket.path().exists() {
+            tracing::info!(
+                socket = %socket,
+                "no kubelet here: allocatable = capacity, nothing allocated (the socket is looked for at every scan)"
+            );
         }
-        let kubelet_state = match &kubelet {
-            Some(client) => match tokio::try_join!(client.allocatable(), client.list()) {
-                Ok(state) => Some(state),
-                Err(error) => {
-                    tracing::warn!("kubelet podresources: {error}; publishing without it this time");
-                    None
-                }
-            },
-            None => None,
-        };
-        let nrt = node_topology(&Scan {
-            node_name: &node_name,
-            machine: &discovery.machine,
-            kubelet: kubelet_state.as_ref().map(|(allocatable, pods)| KubeletView { allocatable, pods }),
-            topology_manager: &topology_manager,
-            fingerprint: Some(args.pods_fingerprint_method),
-        });
-        match publish(&store, nrt) {
-            Ok(changed) => tracing::debug!(changed, "published"),
-            Err(error) => tracing::error!("publishing: {error}"),
-        }
-        state.readiness.set("exporter-first-scan", true);
-    }
-}
-
-/// Creates the node's object or replaces its content, keeping what others wrote in metadata.
-fn publish(store: &Store, nrt: NodeResourceTopology) -> Result<bool, StoreError> {
-    let name = nrt.metadata.name.clone().unwrap_or_default();
-    let result = store.modify(&name, &Preconditions::default(), false, |current| {
-        let mut next = current.clone();
-        next.zones = nrt.zones.clone();
-        next.attributes = nrt.attributes.clone();
-        let annotations = next.metadata.annotations.get_or_insert_default();
-        annotations.extend(nrt.metadata.annotations.clone().unwrap_or_default());
-        Ok::<_, StoreError>(next)
+        KubeletIfPresent::new(PodResourcesClient::new(ClientConfig::new(socket)))
     });
-    match result {
-        Ok((_, changed)) => Ok(changed),
-        Err(StoreError::NotFound) => store.create(nrt, false).map(|_| true),
-        Err(error) => Err(error),
+    if source.is_none() {
+        tracing::info!(
+            "no kubelet here: allocatable = capacity, nothing allocated (--podresources-socket {NO_KUBELET})"
+        );
+    }
+    let loaded =
+        kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let client_config =
+        kube::Config::from_custom_kubeconfig(loaded, &kube::config::KubeConfigOptions::default()).await?;
+    let client = kube::Client::try_from(client_config).context("building the exporter's API client")?;
+    let publisher = MarkReady { inner: KubePublisher::new(client, false), readiness };
+    Ok(Agent::new(config, source, publisher))
+}
+
+/// `path` if this process can read it (the kubelet's file is often root-only): an unreadable
+/// file means the kubelet's defaults, with a warning, rather than no server at all.
+fn readable(path: &Path) -> Option<PathBuf> {
+    match std::fs::metadata(path).and_then(|_| std::fs::File::open(path)) {
+        Ok(_) => Some(path.to_path_buf()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => {
+            tracing::warn!("{}: {error}; using the kubelet defaults none/container", path.display());
+            None
+        }
     }
 }
 
-fn read_topology_manager(path: &Path) -> TopologyManager {
-    match std::fs::read_to_string(path) {
-        Ok(text) => TopologyManager::from_kubelet_config(&text).unwrap_or_else(|error| {
-            tracing::warn!("{}: {error}; using the kubelet defaults", path.display());
-            TopologyManager::default()
-        }),
-        Err(_) => TopologyManager::default(),
+/// Publishes through `inner` and marks the server ready after the first success.
+#[derive(Debug)]
+struct MarkReady<P> {
+    inner: P,
+    readiness: Arc<Readiness>,
+}
+
+impl<P: Publisher + Sync> Publisher for MarkReady<P> {
+    async fn publish(&self, desired: NodeResourceTopology) -> Result<Outcome, PublishError> {
+        let outcome = self.inner.publish(desired).await?;
+        self.readiness.set(FIRST_PUBLISH, true);
+        Ok(outcome)
     }
 }
 

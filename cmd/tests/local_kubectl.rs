@@ -44,7 +44,8 @@ impl Server {
             if let Some(line) = self.log.lock().unwrap().iter().find(|l| l.contains(needle)) {
                 return line.clone();
             }
-            assert!(Instant::now() < deadline, "never logged {needle:?}: {:#?}", self.log.lock().unwrap());
+            let log = self.log.lock().unwrap().clone();
+            assert!(Instant::now() < deadline, "never logged {needle:?}: {log:#?}");
             std::thread::sleep(Duration::from_millis(100));
         }
     }

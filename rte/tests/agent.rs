@@ -17,7 +17,7 @@ use numaresources_rte::config::{Args, Config};
 use numaresources_rte::podreadiness::{OwnPod, PodConditions};
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
-use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient};
+use numaresources_rte::podresources::{Backoff, ClientConfig, KubeletIfPresent, PodResourcesClient};
 use numaresources_rte::publish::{self, KubePublisher, Outcome, PublishError, Publisher};
 use numaresources_rte::terminal::TerminalPods;
 use serde_json::{Value, json};
@@ -186,6 +186,59 @@ async fn an_unchanged_topology_is_republished_when_the_heartbeat_is_due() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let outcome = bounded("heartbeat", agent.refresh(Trigger::Periodic)).await.unwrap();
     assert_eq!(outcome, Some(Outcome::Patched));
+    assert_eq!(recorder.count(), 2);
+}
+
+#[tokio::test]
+async fn a_heartbeat_resends_the_last_object_as_it_was_trigger_annotation_included() {
+    let node = Node::new();
+    let kubelet = node.kubelet(&[]);
+    let (recorder, _told) = Recorder::new();
+    let mut config = node.config();
+    // Every unchanged scan is a heartbeat.
+    config.heartbeat = Some(Duration::ZERO);
+    let mut agent = Agent::new(config, node.client(), recorder.clone());
+    bounded("first", agent.refresh(Trigger::Periodic)).await.unwrap();
+    bounded("kubelet stop", kubelet.stop()).await.unwrap();
+    let _kubelet = node.kubelet(&[("dpdk", &[3])]);
+    bounded("reactive change", agent.refresh(Trigger::Reactive)).await.unwrap();
+
+    // The timer's scans find nothing new: they send the reactive object again, untouched, so an
+    // API server that suppresses no-op writes emits no watch event for them.
+    for _ in 0..2 {
+        let outcome = bounded("heartbeat", agent.refresh(Trigger::Periodic)).await.unwrap();
+        assert_eq!(outcome, Some(Outcome::Patched));
+    }
+    let published = recorder.published.lock().unwrap().clone();
+    assert_eq!(published.len(), 4);
+    assert_eq!(annotation(&published[1], "k8stopoawareschedwg/rte-update"), "reactive");
+    assert_eq!(published[2], published[1]);
+    assert_eq!(published[3], published[1]);
+}
+
+#[tokio::test]
+async fn a_kubelet_whose_socket_appears_later_is_accounted_from_then_on_and_never_dropped() {
+    let node = Node::new();
+    let (recorder, _told) = Recorder::new();
+    let source = KubeletIfPresent::new(node.client());
+    let mut agent = Agent::new(node.config(), source, recorder.clone());
+
+    // No socket: the machine's own view, every CPU free.
+    bounded("no kubelet", agent.refresh(Trigger::Periodic)).await.unwrap();
+    let own_view = recorder.published.lock().unwrap()[0].clone();
+    assert_eq!((available_cpus(&own_view, "node-0"), available_cpus(&own_view, "node-1")), (12, 12));
+
+    // The kubelet starts: its allocations count from the next scan.
+    let kubelet = node.kubelet(&[("dpdk", &[2, 4, 6])]);
+    bounded("kubelet up", agent.refresh(Trigger::Periodic)).await.unwrap();
+    let accounted = recorder.published.lock().unwrap()[1].clone();
+    assert_eq!((available_cpus(&accounted, "node-0"), available_cpus(&accounted, "node-1")), (9, 12));
+
+    // It goes away again (a restart, or a crash): no scan turns it back into an empty machine.
+    bounded("kubelet stop", kubelet.stop()).await.unwrap();
+    fs::remove_file(&node.socket).unwrap();
+    let error = bounded("kubelet gone", agent.refresh(Trigger::Periodic)).await.unwrap_err();
+    assert!(matches!(error, ScanError::Kubelet(_)), "{error}");
     assert_eq!(recorder.count(), 2);
 }
 

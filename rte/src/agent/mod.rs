@@ -202,14 +202,17 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         for skipped in &discovery.skipped {
             tracing::debug!(error = %skipped, "sysfs entry skipped");
         }
-        let (mut pods, allocatable) = self.ask_kubelet().await?;
+        // Asked first, so that a source whose kubelet shows up between the calls is consistent.
+        let present = self.source.present();
+        let (mut pods, allocatable) =
+            if present { self.ask_kubelet().await? } else { (Vec::new(), Allocatable::default()) };
         if let Some(terminal) = &self.terminal {
             let dropped = middleware::exclude_terminal_pods(&mut pods, &terminal.read().pods);
             if dropped > 0 {
                 tracing::debug!(dropped, "terminal pods left out");
             }
         }
-        let kubelet = self.source.present().then_some((&mut pods, &allocatable));
+        let kubelet = present.then_some((&mut pods, &allocatable));
         let nrt = assemble(&self.config, &discovery.machine, kubelet, trigger);
         if let (Some(path), Some(method)) = (&self.config.fingerprint_status_file, self.config.fingerprint) {
             let status = fingerprint_status(&self.config.node_name, method, &pods);
@@ -266,6 +269,13 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         };
         let now = Instant::now();
         let decision = decide(self.last.as_ref(), &desired, now, self.config.heartbeat);
+        // A heartbeat resends the last object as it was, trigger annotation included: the
+        // topology is the same, and a new annotation value alone would make the API server
+        // emit a watch event (each one requeues pods in kube-scheduler) for nothing.
+        let desired = match (decision, &self.last) {
+            (Decision::Heartbeat, Some(last)) => last.topology.clone(),
+            _ => desired,
+        };
         if !decision.publishes() {
             self.metrics.skipped();
             tracing::debug!(trigger = trigger.as_str(), "topology unchanged; not publishing");

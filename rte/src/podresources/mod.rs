@@ -16,6 +16,7 @@ mod backoff;
 mod client;
 mod endpoint;
 mod error;
+mod if_present;
 pub mod middleware;
 pub mod model;
 #[cfg(feature = "test-kubelet")]
@@ -27,6 +28,7 @@ pub use backoff::Backoff;
 pub use client::{ClientConfig, ConnectionHealth, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, PodResourcesClient};
 pub use endpoint::{DEFAULT_SOCKET, KUBELET_SOCKET, SocketPath, SocketPathError};
 pub use error::Error;
+pub use if_present::KubeletIfPresent;
 pub use model::{Allocatable, ContainerResources, Devices, MemoryBlock, NumaAffinity, PodResources};
 
 /// The wire types of `v1.PodResourcesLister`, generated from `proto/podresources/v1/api.proto`.
@@ -68,7 +70,7 @@ impl<S: PodResourcesSource + Sync> PodResourcesSource for Option<S> {
     }
 
     fn present(&self) -> bool {
-        self.is_some()
+        self.as_ref().is_some_and(PodResourcesSource::present)
     }
 }
 
