@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -18,19 +18,35 @@ use tower::ServiceExt;
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 
-/// A kube-apiserver that knows one token (`alice-token` → alice; `rte-token` → a node-bound
-/// service account) and allows alice and the service account everything, nobody else anything.
-fn fake_kube_apiserver(reviews: Arc<AtomicUsize>) -> kube::Client {
+/// What the stand-in for kube-apiserver has been asked, and whether it is reachable.
+#[derive(Default)]
+struct StandIn {
+    token_reviews: AtomicUsize,
+    access_reviews: AtomicUsize,
+    /// While set, every request fails as an unreachable server's would.
+    down: AtomicBool,
+}
+
+/// A kube-apiserver that knows three tokens (`alice-token` → alice; `bob-token` → bob;
+/// `rte-token` → a node-bound service account) and allows alice and the service account
+/// everything, nobody else anything.
+fn fake_kube_apiserver(stand_in: Arc<StandIn>) -> kube::Client {
     let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<kube::client::Body>>();
     tokio::spawn(async move {
         while let Some((request, respond)) = handle.next_request().await {
+            if stand_in.down.load(Ordering::SeqCst) {
+                drop(respond); // the client sees a failed connection
+                continue;
+            }
             let path = request.uri().path().to_owned();
             let body = request.into_body().collect().await.unwrap().to_bytes();
             let mut review: Value = serde_json::from_slice(&body).unwrap();
             match path.as_str() {
                 "/apis/authentication.k8s.io/v1/tokenreviews" => {
+                    stand_in.token_reviews.fetch_add(1, Ordering::SeqCst);
                     let user = match review["spec"]["token"].as_str() {
                         Some("alice-token") => json!({"username": "alice", "uid": "u-1", "groups": ["dev"]}),
+                        Some("bob-token") => json!({"username": "bob", "uid": "u-2"}),
                         Some("rte-token") => json!({"username": "system:serviceaccount:numaresources:rte",
                             "extra": {"authentication.kubernetes.io/node-name": ["worker-0"]}}),
                         _ => Value::Null,
@@ -38,7 +54,7 @@ fn fake_kube_apiserver(reviews: Arc<AtomicUsize>) -> kube::Client {
                     review["status"] = json!({"authenticated": !user.is_null(), "user": user});
                 }
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
-                    reviews.fetch_add(1, Ordering::SeqCst);
+                    stand_in.access_reviews.fetch_add(1, Ordering::SeqCst);
                     let user = review["spec"]["user"].as_str().unwrap_or_default();
                     let allowed = user == "alice" || user.starts_with("system:serviceaccount:");
                     review["status"] = json!({"allowed": allowed});
@@ -52,8 +68,8 @@ fn fake_kube_apiserver(reviews: Arc<AtomicUsize>) -> kube::Client {
     kube::Client::new(service, "default")
 }
 
-fn app(reviews: Arc<AtomicUsize>, loaded: bool) -> axum::Router {
-    let delegated = Arc::new(Delegated::new(fake_kube_apiserver(reviews), None));
+fn app(stand_in: Arc<StandIn>, loaded: bool) -> axum::Router {
+    let delegated = Arc::new(Delegated::new(fake_kube_apiserver(stand_in), None));
     if loaded {
         delegated.set_config(AuthenticationConfig::default());
     }
@@ -89,7 +105,7 @@ fn nrt(name: &str) -> Value {
 
 #[tokio::test]
 async fn anonymous_callers_are_denied_with_kube_wording() {
-    let app = app(Arc::new(AtomicUsize::new(0)), true);
+    let app = app(Arc::default(), true);
     let (status, body) = call(&app, "GET", BASE, None, None).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(
@@ -100,21 +116,60 @@ async fn anonymous_callers_are_denied_with_kube_wording() {
 
 #[tokio::test]
 async fn tokens_are_reviewed_and_decisions_cached() {
-    let reviews = Arc::new(AtomicUsize::new(0));
-    let app = app(reviews.clone(), true);
+    let stand_in = Arc::new(StandIn::default());
+    let app = app(stand_in.clone(), true);
     for _ in 0..3 {
         let (status, _) = call(&app, "GET", BASE, Some("alice-token"), None).await;
         assert_eq!(status, StatusCode::OK);
     }
-    assert_eq!(reviews.load(Ordering::SeqCst), 1, "one SubjectAccessReview, then the cache");
-    let (status, body) = call(&app, "GET", BASE, Some("stolen-token"), None).await;
+    assert_eq!(stand_in.token_reviews.load(Ordering::SeqCst), 1, "one TokenReview, then the cache");
+    assert_eq!(stand_in.access_reviews.load(Ordering::SeqCst), 1, "one SubjectAccessReview, then the cache");
+    // Negative answers are cached too: a client retrying a bad token costs one review.
+    for _ in 0..3 {
+        let (status, body) = call(&app, "GET", BASE, Some("stolen-token"), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(body["reason"], "Unauthorized");
+    }
+    assert_eq!(stand_in.token_reviews.load(Ordering::SeqCst), 2);
+    for _ in 0..3 {
+        let (status, _) = call(&app, "GET", BASE, Some("bob-token"), None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(stand_in.access_reviews.load(Ordering::SeqCst), 2, "a denial is cached like an allowance");
+}
+
+#[tokio::test]
+async fn an_unreachable_kube_apiserver_fails_requests_clearly_and_is_not_remembered() {
+    let stand_in = Arc::new(StandIn::default());
+    let app = app(stand_in.clone(), true);
+    let (status, _) = call(&app, "GET", BASE, Some("alice-token"), None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    stand_in.down.store(true, Ordering::SeqCst);
+    // What is cached still answers.
+    let (status, _) = call(&app, "GET", BASE, Some("alice-token"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    // A decision not yet made cannot be: 503, to retry.
+    let (status, body) = call(&app, "GET", &format!("{BASE}/worker-0"), Some("alice-token"), None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["reason"], "ServiceUnavailable");
+    assert!(body["message"].as_str().unwrap().contains("authorization is unavailable"), "{body}");
+    // A token not yet reviewed cannot be: 401.
+    let (status, body) = call(&app, "GET", BASE, Some("bob-token"), None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["reason"], "Unauthorized");
+
+    // Back: the failures were not cached, the same requests get their real answers at once.
+    stand_in.down.store(false, Ordering::SeqCst);
+    let (status, body) = call(&app, "GET", &format!("{BASE}/worker-0"), Some("alice-token"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "authorized, and there is no such object: {body}");
+    let (status, _) = call(&app, "GET", BASE, Some("bob-token"), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "bob is authenticated now, and denied");
 }
 
 #[tokio::test]
 async fn a_node_bound_identity_writes_only_its_own_node() {
-    let app = app(Arc::new(AtomicUsize::new(0)), true);
+    let app = app(Arc::default(), true);
     let (status, _) = call(&app, "POST", BASE, Some("rte-token"), Some(nrt("worker-0"))).await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, body) = call(&app, "POST", BASE, Some("rte-token"), Some(nrt("worker-1"))).await;
@@ -130,7 +185,7 @@ async fn a_node_bound_identity_writes_only_its_own_node() {
 
 #[tokio::test]
 async fn health_is_open_and_nothing_else_is_served_before_the_configuration_loads() {
-    let app = app(Arc::new(AtomicUsize::new(0)), false);
+    let app = app(Arc::default(), false);
     let (status, _) = call(&app, "GET", "/healthz", None, None).await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = call(&app, "GET", BASE, Some("alice-token"), None).await;
@@ -140,8 +195,7 @@ async fn health_is_open_and_nothing_else_is_served_before_the_configuration_load
 
 #[tokio::test]
 async fn subject_access_reviews_go_to_the_authorization_kubeconfig_when_given() {
-    let (through_authentication, through_authorization) =
-        (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (through_authentication, through_authorization) = (Arc::new(StandIn::default()), Arc::new(StandIn::default()));
     let delegated = Delegated::new(fake_kube_apiserver(through_authentication.clone()), None)
         .with_authorization_client(fake_kube_apiserver(through_authorization.clone()));
     delegated.set_config(AuthenticationConfig::default());
@@ -150,8 +204,9 @@ async fn subject_access_reviews_go_to_the_authorization_kubeconfig_when_given() 
     let app = router(Arc::new(state));
     let (status, _) = call(&app, "GET", BASE, Some("alice-token"), None).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(through_authorization.load(Ordering::SeqCst), 1);
-    assert_eq!(through_authentication.load(Ordering::SeqCst), 0);
+    assert_eq!(through_authorization.access_reviews.load(Ordering::SeqCst), 1);
+    assert_eq!(through_authentication.access_reviews.load(Ordering::SeqCst), 0);
+    assert_eq!(through_authentication.token_reviews.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
@@ -163,7 +218,11 @@ async fn requestheader_flags_replace_the_configmap_front_proxy_settings() {
         username_headers: vec!["X-Remote-User".to_owned()],
         ..RequestHeaderConfig::default()
     };
-    let delegated = Delegated::new(fake_kube_apiserver(Arc::new(AtomicUsize::new(0))), None).with_request_header(flags);
+    let client_ca = numaresources_certs::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
+    let client_ca = numaresources_certs::CaBundle::from_pem(client_ca.cert_pem().as_bytes()).unwrap();
+    let delegated = Delegated::new(fake_kube_apiserver(Arc::default()), None)
+        .with_request_header(flags)
+        .with_client_ca(client_ca.clone());
     let from_configmap = AuthenticationConfig {
         request_header: RequestHeaderConfig {
             allowed_names: vec!["front-proxy-client".to_owned()],
@@ -176,6 +235,8 @@ async fn requestheader_flags_replace_the_configmap_front_proxy_settings() {
     assert_eq!(config.request_header.allowed_names, ["aggregator"]);
     assert_eq!(config.request_header.username_headers, ["X-Remote-User"]);
     assert!(config.request_header.client_ca.is_some());
+    // --client-ca-file, like the --requestheader-* flags, wins over the ConfigMap.
+    assert_eq!(config.client_ca.as_ref().map(|c| c.certificates().to_vec()), Some(client_ca.certificates().to_vec()));
 }
 
 /// The authentication ConfigMap at `version` (1 or 2), with that version's allowed proxy names.

@@ -1,6 +1,10 @@
 //! Delegation to kube-apiserver: TokenReview for bearer tokens and SubjectAccessReview for every
-//! request, each cached for 10 s (allow and deny, success and failure alike), as
-//! k8s.io/apiserver's delegating authenticator and authorizer do.
+//! request. Answers are cached for 10 s, negative ones as well as positive (an unknown token, a
+//! denial), as k8s.io/apiserver's delegating authenticator and authorizer do, so a client
+//! retrying a bad token does not become a TokenReview storm. A review that fails (kube-apiserver
+//! unreachable, a 5xx) is not an answer and is never cached: the request fails (401 for
+//! authentication, 503 for authorization) and the next request asks again, so the server
+//! recovers as soon as kube-apiserver is back.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -13,7 +17,7 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use numaresources_api::nrt::{GROUP, PLURAL};
-use numaresources_certs::ClientCaVerifier;
+use numaresources_certs::{CaBundle, ClientCaVerifier};
 
 use super::attributes::Attributes;
 use super::authn::{AuthenticationConfig, RequestHeaderConfig, UserInfo};
@@ -46,6 +50,9 @@ pub struct Delegated {
     authorization_client: kube::Client,
     /// Front-proxy settings from flags, which take precedence over the ConfigMap's.
     request_header_override: Option<RequestHeaderConfig>,
+    /// The client-certificate CA from `--client-ca-file`, which takes precedence over the
+    /// ConfigMap's `client-ca-file`.
+    client_ca_override: Option<CaBundle>,
     config: RwLock<Option<Arc<AuthenticationConfig>>>,
     tokens: moka::sync::Cache<String, Option<UserInfo>>,
     decisions: moka::sync::Cache<String, bool>,
@@ -66,6 +73,7 @@ impl Delegated {
             authorization_client: client.clone(),
             client,
             request_header_override: None,
+            client_ca_override: None,
             config: RwLock::new(None),
             tokens: moka::sync::Cache::builder().max_capacity(10_000).time_to_live(CACHE_TTL).build(),
             decisions: moka::sync::Cache::builder().max_capacity(100_000).time_to_live(CACHE_TTL).build(),
@@ -88,6 +96,14 @@ impl Delegated {
         self
     }
 
+    /// Authenticates client certificates signed by `client_ca` (`--client-ca-file`) whatever
+    /// the ConfigMap's `client-ca-file` says, as kube-apiserver's delegated authentication does.
+    #[must_use]
+    pub fn with_client_ca(mut self, client_ca: CaBundle) -> Self {
+        self.client_ca_override = Some(client_ca);
+        self
+    }
+
     /// The authentication settings, once loaded.
     pub fn config(&self) -> Option<Arc<AuthenticationConfig>> {
         self.config.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
@@ -97,6 +113,9 @@ impl Delegated {
     pub fn set_config(&self, mut config: AuthenticationConfig) {
         if let Some(request_header) = &self.request_header_override {
             config.request_header = request_header.clone();
+        }
+        if let Some(client_ca) = &self.client_ca_override {
+            config.client_ca = Some(client_ca.clone());
         }
         if let Some(verifier) = &self.verifier
             && let Err(error) = verifier.replace(&config.bundles())
