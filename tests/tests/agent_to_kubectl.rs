@@ -19,11 +19,11 @@ use std::time::Duration;
 use base64::Engine;
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
-use numaresources_rte::agent::{Agent, Metrics, Stats};
+use numaresources_rte::agent::{Agent, Metrics, Stats, Trigger};
 use numaresources_rte::config::Config;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
-use numaresources_rte::publish::KubePublisher;
+use numaresources_rte::publish::{KubePublisher, Outcome};
 use numaresources_rte::topology::TopologyManager;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -102,14 +102,29 @@ users:
 
     /// (Re)starts the fake kubelet with `pods` on the socket, as a restarted kubelet would.
     fn serve_kubelet(&self, pods: Vec<proto::PodResources>) -> RunningKubelet {
+        self.serve_kubelet_with(pods, allocatable())
+    }
+
+    fn serve_kubelet_with(
+        &self,
+        pods: Vec<proto::PodResources>,
+        allocatable: proto::AllocatableResourcesResponse,
+    ) -> RunningKubelet {
         let _ = fs::remove_file(&self.socket);
         FakeKubelet {
             list: proto::ListPodResourcesResponse { pod_resources: pods },
-            allocatable: Some(allocatable()),
+            allocatable: Some(allocatable),
             hang: false,
         }
         .serve(&self.socket)
         .unwrap()
+    }
+
+    /// Sets a hugepage pool of the fixture machine (its pools are all empty as captured).
+    fn set_hugepages(&self, node: u32, page_kib: u64, pages: u64) {
+        let path =
+            self.sys.join(format!("devices/system/node/node{node}/hugepages/hugepages-{page_kib}kB/nr_hugepages"));
+        fs::write(&path, format!("{pages}\n")).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
 }
 
@@ -275,34 +290,41 @@ struct RunningAgent {
     task: tokio::task::JoinHandle<Result<(), numaresources_rte::agent::Error>>,
 }
 
+/// The agent as the e2e runs it: scans only when the test says so (the notify file or a direct
+/// refresh), and no heartbeat unless `adjust` turns it on, so every write the server sees is one
+/// the test caused.
+async fn agent_for(ws: &Workspace, adjust: impl FnOnce(&mut Config)) -> Agent<PodResourcesClient, KubePublisher> {
+    let mut config = Config::for_node(NODE);
+    config.sysfs.clone_from(&ws.sys);
+    config.podresources_socket = Some(ws.socket.clone().into());
+    config.sleep_interval = None;
+    config.heartbeat = None;
+    config.notify_file = Some(ws.notify.clone());
+    config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap();
+    // Our API server serves no Nodes to own the object.
+    config.add_nrt_owner = false;
+    config.topology_manager = TopologyManager { policy: "single-numa-node".into(), scope: "pod".into() };
+    adjust(&mut config);
+
+    let mut kubelet = ClientConfig::new(ws.socket.clone().into());
+    kubelet.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 };
+    kubelet.call_timeout = Duration::from_secs(5);
+
+    // The client the agent would build from KUBECONFIG.
+    let kubeconfig = kube::config::Kubeconfig::read_from(&ws.kubeconfig).unwrap();
+    let client_config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.unwrap();
+    let client = kube::Client::try_from(client_config).unwrap();
+    Agent::new(config, PodResourcesClient::new(kubelet), KubePublisher::new(client, false))
+}
+
 impl RunningAgent {
     async fn start(ws: &Workspace) -> Self {
-        let mut config = Config::for_node(NODE);
-        config.sysfs.clone_from(&ws.sys);
-        config.podresources_socket = Some(ws.socket.clone().into());
-        // Scans only when the test says so (the notify file), and no heartbeat: every write the
-        // server sees is one the test caused.
-        config.sleep_interval = None;
-        config.heartbeat = None;
-        config.notify_file = Some(ws.notify.clone());
-        config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap();
-        // Our API server serves no Nodes to own the object.
-        config.add_nrt_owner = false;
-        config.topology_manager = TopologyManager { policy: "single-numa-node".into(), scope: "pod".into() };
+        Self::start_with(ws, |_| {}).await
+    }
 
-        let mut kubelet = ClientConfig::new(ws.socket.clone().into());
-        kubelet.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 };
-        kubelet.call_timeout = Duration::from_secs(5);
-
-        // The client the agent would build from KUBECONFIG.
-        let kubeconfig = kube::config::Kubeconfig::read_from(&ws.kubeconfig).unwrap();
-        let client_config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-                .await
-                .unwrap();
-        let client = kube::Client::try_from(client_config).unwrap();
-
-        let agent = Agent::new(config, PodResourcesClient::new(kubelet), KubePublisher::new(client, false));
+    async fn start_with(ws: &Workspace, adjust: impl FnOnce(&mut Config)) -> Self {
+        let agent = agent_for(ws, adjust).await;
         let metrics = agent.metrics();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(agent.run(async move { drop(stopped.await) }));
@@ -411,6 +433,20 @@ impl Drop for KubectlWatch {
     }
 }
 
+/// Creates another object and checks that its ADDED is the watch's next event. Watch events
+/// come in write order, so nothing came for the node since the last event read.
+async fn assert_no_event_before_a_barrier(ws: &Workspace, watch: &mut KubectlWatch) {
+    let barrier = ws.path("barrier.yaml");
+    fs::write(
+        &barrier,
+        "apiVersion: topology.node.k8s.io/v1alpha2\nkind: NodeResourceTopology\nmetadata:\n  name: zz-barrier\nzones: []\n",
+    )
+    .unwrap();
+    kubectl(ws, &["create", "-f", barrier.to_str().unwrap()]).await;
+    let next = watch.next("the barrier").await;
+    assert_eq!(summary(&next), "ADDED zz-barrier", "expected no further event for {NODE} before the barrier: {next}");
+}
+
 fn summary(event: &Value) -> String {
     format!("{} {}", event["type"].as_str().unwrap_or("?"), event["object"]["metadata"]["name"].as_str().unwrap_or("?"))
 }
@@ -496,15 +532,7 @@ async fn kubectl_sees_what_the_agent_publishes_and_each_change_exactly_once() {
     let before = agent.stats();
     ws.touch_notify_file();
     agent.wait_for("a second unchanged refresh", |s| s.skipped_unchanged > before.skipped_unchanged).await;
-    let barrier = ws.path("barrier.yaml");
-    fs::write(
-        &barrier,
-        "apiVersion: topology.node.k8s.io/v1alpha2\nkind: NodeResourceTopology\nmetadata:\n  name: zz-barrier\nzones: []\n",
-    )
-    .unwrap();
-    kubectl(&ws, &["create", "-f", barrier.to_str().unwrap()]).await;
-    let next = watch.next("the barrier").await;
-    assert_eq!(summary(&next), "ADDED zz-barrier", "expected no further event for {NODE} before the barrier: {next}");
+    assert_no_event_before_a_barrier(&ws, &mut watch).await;
 
     // The stored object still has the revision of the one real change.
     let current: Value = serde_json::from_str(&kubectl(&ws, &["get", "nrt", NODE, "-o", "json"]).await).unwrap();
@@ -514,6 +542,181 @@ async fn kubectl_sees_what_the_agent_publishes_and_each_change_exactly_once() {
     assert!(stats.skipped_unchanged >= 2, "{stats:?}");
 
     drop(watch);
+    agent.stop().await;
+    bounded("fake kubelet stop", kubelet.stop()).await.unwrap();
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Heartbeats: the agent resends the unchanged object, and the server emits nothing for it.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_after_a_reactive_change_reach_no_watcher() {
+    let ws = Workspace::new();
+    let server = Server::start(ws.dir.path()).await;
+    ws.write_kubeconfig(server.address, &server.ca_pem);
+    let kubelet = ws.serve_kubelet(pods_before());
+    // Every unchanged scan is a heartbeat. Driven scan by scan, so which trigger each scan has
+    // is the test's choice, not the timer's.
+    let mut agent = agent_for(&ws, |config| config.heartbeat = Some(Duration::ZERO)).await;
+    let created = bounded("the first refresh", agent.refresh(Trigger::Periodic)).await.unwrap();
+    assert_eq!(created, Some(Outcome::Created));
+
+    let mut watch = KubectlWatch::start(&ws, &["get", "nrt", "-w", "--output-watch-events", "-o", "json"]);
+    assert_eq!(summary(&watch.next("the initial event").await), format!("ADDED {NODE}"));
+
+    // A change the notify file reported: one event, carrying the trigger.
+    bounded("fake kubelet stop", kubelet.stop()).await.unwrap();
+    let kubelet = ws.serve_kubelet(pods_after());
+    let changed = bounded("the reactive refresh", agent.refresh(Trigger::Reactive)).await.unwrap();
+    assert_eq!(changed, Some(Outcome::Patched));
+    let modified = watch.next("the change").await;
+    assert_eq!(summary(&modified), format!("MODIFIED {NODE}"), "{modified}");
+    assert_eq!(modified["object"]["metadata"]["annotations"]["k8stopoawareschedwg/rte-update"], "reactive");
+    let revision = modified["object"]["metadata"]["resourceVersion"].clone();
+
+    // The timer's scans that follow find nothing new: each sends its heartbeat, none is an event.
+    for beat in 0..3 {
+        let sent = bounded("a heartbeat", agent.refresh(Trigger::Periodic)).await.unwrap();
+        assert_eq!(sent, Some(Outcome::Patched), "heartbeat {beat} was sent");
+    }
+    assert_eq!(agent.metrics().snapshot().publishes, 5);
+    assert_no_event_before_a_barrier(&ws, &mut watch).await;
+    let current: Value = serde_json::from_str(&kubectl(&ws, &["get", "nrt", NODE, "-o", "json"]).await).unwrap();
+    assert_eq!(current["metadata"]["resourceVersion"], revision);
+    assert_eq!(current["metadata"]["annotations"]["k8stopoawareschedwg/rte-update"], "reactive");
+
+    drop(watch);
+    bounded("fake kubelet stop", kubelet.stop()).await.unwrap();
+    server.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Everything the accounting distinguishes, through gRPC, the API server and kubectl.
+//
+// The machine gets hugepages: node 0 a pool of four 1 GiB pages, node 1 one of 512 2 MiB pages
+// (1 GiB). The kubelet reports them allocatable, plus a GPU without NUMA affinity, and a kubelet
+// of the kind that lists the shared pool as `cpu_ids` of non-exclusive containers
+// (kubernetes/kubernetes#102190); the agent's reference container tells which CPUs those are.
+
+const GPU: &str = "example.com/gpu";
+const MIB: i64 = 1 << 20;
+const REFERENCE: &str = "numaresources/rte-x7k2p/shared-pool-container";
+
+fn rich_allocatable() -> proto::AllocatableResourcesResponse {
+    let mut allocatable = allocatable();
+    allocatable.memory.push(memory("hugepages-1Gi", 4 * GIB, 0));
+    allocatable.memory.push(memory("hugepages-2Mi", GIB, 1));
+    allocatable.devices.push(proto::ContainerDevices {
+        resource_name: GPU.into(),
+        device_ids: vec!["gpu-0".into()],
+        topology: None,
+    });
+    allocatable
+}
+
+/// CPUs 0-23 but the exclusive ones: what the shared pool is once `rich_pods` are placed.
+fn shared_pool() -> Vec<i64> {
+    (0..24).filter(|cpu| ![2, 3, 4, 14, 16].contains(cpu)).collect()
+}
+
+fn rich_pods() -> Vec<proto::PodResources> {
+    let container =
+        |name: &str, cpu_ids: Vec<i64>| proto::ContainerResources { name: name.into(), cpu_ids, ..Default::default() };
+    vec![
+        // Exclusive CPUs, memory, 1Gi hugepages and a VF on node 0, and the GPU (no affinity).
+        proto::PodResources {
+            namespace: "telco".into(),
+            name: "dpdk-0".into(),
+            containers: vec![proto::ContainerResources {
+                memory: vec![memory("memory", 4 * GIB, 0), memory("hugepages-1Gi", 2 * GIB, 0)],
+                devices: vec![
+                    proto::ContainerDevices {
+                        resource_name: VF.into(),
+                        device_ids: vec!["0000:3b:02.0".into()],
+                        topology: numa(0),
+                    },
+                    proto::ContainerDevices {
+                        resource_name: GPU.into(),
+                        device_ids: vec!["gpu-0".into()],
+                        topology: None,
+                    },
+                ],
+                ..container("app", vec![2, 4, 14, 16])
+            }],
+        },
+        // One CPU on node 1, 2Mi hugepages there, and a memory block spanning both nodes.
+        proto::PodResources {
+            namespace: "db".into(),
+            name: "postgres-0".into(),
+            containers: vec![proto::ContainerResources {
+                memory: vec![
+                    proto::ContainerMemory {
+                        memory_type: "memory".into(),
+                        size: (6 * GIB) as u64,
+                        topology: Some(proto::TopologyInfo {
+                            nodes: vec![proto::NumaNode { id: 0 }, proto::NumaNode { id: 1 }],
+                        }),
+                    },
+                    memory("hugepages-2Mi", 256 * MIB, 1),
+                ],
+                ..container("postgres", vec![3])
+            }],
+        },
+        // Non-exclusive containers this kubelet lists with the shared pool: not allocations.
+        proto::PodResources {
+            namespace: "web".into(),
+            name: "frontend".into(),
+            containers: vec![container("nginx", shared_pool())],
+        },
+        proto::PodResources {
+            namespace: "numaresources".into(),
+            name: "rte-x7k2p".into(),
+            containers: vec![container("shared-pool-container", shared_pool()), container("rte", shared_pool())],
+        },
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hugepages_unaffine_devices_multi_numa_memory_and_the_shared_pool_reach_kubectl_exactly() {
+    let ws = Workspace::new();
+    ws.set_hugepages(0, 1_048_576, 4);
+    ws.set_hugepages(1, 2048, 512);
+    let server = Server::start(ws.dir.path()).await;
+    ws.write_kubeconfig(server.address, &server.ca_pem);
+    let kubelet = ws.serve_kubelet_with(rich_pods(), rich_allocatable());
+    let agent =
+        RunningAgent::start_with(&ws, |config| config.reference_container = Some(REFERENCE.parse().unwrap())).await;
+    agent.wait_for("the first publish", |s| s.publishes == 1).await;
+
+    let nrt: Value = serde_json::from_str(&kubectl(&ws, &["get", "nrt", NODE, "-o", "json"]).await).unwrap();
+    // Hand-computed. Per zone, the resources the kubelet reports allocatable there, sorted;
+    // capacity = max(machine, allocatable), available = allocatable − exclusive use.
+    // node 0: CPUs 2, 4, 14, 16 taken (the shared pool in three containers is not); memory
+    // 4 GiB + the 6 GiB block spanning both nodes; 2 of the 4 hugepages-1Gi; one VF.
+    assert_eq!(
+        resources(zone(&nrt, "node-0")),
+        rows(&[
+            ("cpu", 12, 10, 6),
+            (VF, 2, 2, 1),
+            ("hugepages-1Gi", 4 * GIB, 4 * GIB, 2 * GIB),
+            ("memory", 33_771_839_488, 30 * GIB, 30 * GIB - 4 * GIB - 6 * GIB),
+        ])
+    );
+    // node 1: CPU 3 taken; the 6 GiB block counts here in full too; 256 MiB of the 1 GiB of
+    // 2Mi pages. The GPU has no NUMA affinity, so no zone lists it, allocatable or used.
+    assert_eq!(
+        resources(zone(&nrt, "node-1")),
+        rows(&[
+            ("cpu", 12, 10, 9),
+            (VF, 2, 2, 2),
+            ("hugepages-2Mi", GIB, GIB, GIB - 256 * MIB),
+            ("memory", 33_731_551_232, 30 * GIB, 30 * GIB - 6 * GIB),
+        ])
+    );
+    let table = kubectl(&ws, &["get", "nrt", NODE]).await;
+    assert!(table.contains("6/10 9/10"), "{table}");
+
     agent.stop().await;
     bounded("fake kubelet stop", kubelet.stop()).await.unwrap();
     server.stop().await;
