@@ -1,7 +1,7 @@
 //! `numaresources apiserver`: the aggregated NodeResourceTopology API server, as deployed behind
 //! an `APIService`. Authentication and authorization are delegated to kube-apiserver; serving
-//! certificates come from the OLM-mounted files (or any other mount) and are hot-reloaded, or are
-//! generated into `--cert-dir` when no files are given.
+//! certificates come from the OLM-mounted files (or any other mount) and are hot-reloaded; until
+//! the files exist a pair generated into `--cert-dir` is served.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use numaresources_api::GoDuration;
 use numaresources_apiserver::auth::{Auth, Delegated, RequestHeaderConfig, Standalone};
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{
-    CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve,
+    CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions, load_self_signed, serve,
 };
 
 /// Options of `numaresources apiserver` (named as kube-apiserver and metrics-server name them).
@@ -26,16 +26,24 @@ pub struct ApiserverArgs {
     #[arg(long, env = "NUMARESOURCES_APISERVER_SECURE_PORT", default_value_t = 6443)]
     secure_port: u16,
     /// Serving certificate (PEM). The default is where OLM mounts it.
-    #[arg(long, default_value = "/apiserver.local.config/certificates/apiserver.crt")]
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_TLS_CERT_FILE",
+        default_value = "/apiserver.local.config/certificates/apiserver.crt"
+    )]
     tls_cert_file: PathBuf,
     /// Serving key (PEM: PKCS#8, PKCS#1 or SEC1). The default is where OLM mounts it.
-    #[arg(long, default_value = "/apiserver.local.config/certificates/apiserver.key")]
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_TLS_PRIVATE_KEY_FILE",
+        default_value = "/apiserver.local.config/certificates/apiserver.key"
+    )]
     tls_private_key_file: PathBuf,
     /// When the certificate files do not exist: generate a self-signed pair here.
-    #[arg(long, default_value = "/tmp/numaresources-apiserver")]
+    #[arg(long, env = "NUMARESOURCES_APISERVER_CERT_DIR", default_value = "/tmp/numaresources-apiserver")]
     cert_dir: PathBuf,
     /// Names the generated certificate covers (e.g. `numaresources-apiserver.numaresources.svc`).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', env = "NUMARESOURCES_APISERVER_TLS_SNI_NAMES")]
     tls_sni_names: Vec<String>,
     /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
     /// `$KUBECONFIG`/`~/.kube/config`).
@@ -56,35 +64,57 @@ pub struct ApiserverArgs {
     #[arg(long, value_delimiter = ',', env = "NUMARESOURCES_APISERVER_REQUESTHEADER_ALLOWED_NAMES")]
     requestheader_allowed_names: Vec<String>,
     /// Headers naming the user.
-    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "NUMARESOURCES_APISERVER_REQUESTHEADER_USERNAME_HEADERS",
+        default_value = "X-Remote-User"
+    )]
     requestheader_username_headers: Vec<String>,
     /// Headers naming the user's groups.
-    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "NUMARESOURCES_APISERVER_REQUESTHEADER_GROUP_HEADERS",
+        default_value = "X-Remote-Group"
+    )]
     requestheader_group_headers: Vec<String>,
     /// Prefixes of headers carrying extra user attributes.
-    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "NUMARESOURCES_APISERVER_REQUESTHEADER_EXTRA_HEADERS_PREFIX",
+        default_value = "X-Remote-Extra-"
+    )]
     requestheader_extra_headers_prefix: Vec<String>,
     /// Headers naming the user's uid.
-    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Uid")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "NUMARESOURCES_APISERVER_REQUESTHEADER_UID_HEADERS",
+        default_value = "X-Remote-Uid"
+    )]
     requestheader_uid_headers: Vec<String>,
     /// Standalone mode (no kube-apiserver): static bearer tokens, kube-apiserver's CSV format
     /// `token,user,uid,"group1,group2"`. Members of `system:masters` may write; every other
     /// authenticated user may read.
     #[arg(long, env = "NUMARESOURCES_APISERVER_TOKEN_AUTH_FILE")]
     token_auth_file: Option<PathBuf>,
-    /// Standalone mode: accept client certificates issued by this CA (CN is the user, O the groups).
+    /// Accept client certificates issued by this CA (CN is the user, O the groups). Delegated
+    /// mode: replaces the ConfigMap's `client-ca-file`; requests are still authorized by
+    /// SubjectAccessReview. With `--token-auth-file`: the standalone users' certificates.
     #[arg(long, env = "NUMARESOURCES_APISERVER_CLIENT_CA_FILE")]
     client_ca_file: Option<PathBuf>,
     /// The authentication ConfigMap is watched; this is how often it is re-read as well, in case
     /// a watch stalls unnoticed.
-    #[arg(long, default_value = "5m", value_parser = parse_period)]
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHENTICATION_CONFIG_REFRESH", default_value = "5m", value_parser = parse_period)]
     authentication_config_refresh: GoDuration,
     /// After a start, `/readyz` waits until every Node has reported its topology, or this long at
     /// most (an empty store makes every node look unconstrained to the scheduler).
-    #[arg(long, default_value = "60s", value_parser = parse_period)]
+    #[arg(long, env = "NUMARESOURCES_APISERVER_STORE_WARMUP", default_value = "60s", value_parser = parse_period)]
     store_warmup: GoDuration,
     /// How many changes the watch history keeps for resuming watches.
-    #[arg(long, default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY)]
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY", default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY)]
     watch_history: usize,
 }
 
@@ -103,8 +133,7 @@ pub fn run(args: ApiserverArgs) -> anyhow::Result<()> {
 }
 
 async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
-    let (cert, key) = serving_files(&args)?;
-    let certificate = ReloadingCertificate::load(&cert, &key)?;
+    let certificate = serving_certificate(&args)?;
     let _watcher = certificate.watch(WatchOptions::default())?;
     let standalone = standalone(&args)?;
     let client_cas = Arc::new(ClientCaVerifier::new(&standalone.as_ref().map(|s| s.client_cas()).unwrap_or_default())?);
@@ -159,6 +188,9 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
             if let Some(request_header) = request_header_flags(&args)? {
                 delegated = delegated.with_request_header(request_header);
             }
+            if let Some(path) = &args.client_ca_file {
+                delegated = delegated.with_client_ca(read_ca(path)?);
+            }
             let delegated = Arc::new(delegated);
             state.auth = Auth::Delegated(delegated.clone());
             state.readiness.set("authentication-config", false);
@@ -189,10 +221,8 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
 /// The front-proxy settings of the `--requestheader-*` flags, when a CA is given.
 fn request_header_flags(args: &ApiserverArgs) -> anyhow::Result<Option<RequestHeaderConfig>> {
     let Some(path) = &args.requestheader_client_ca_file else { return Ok(None) };
-    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let client_ca = CaBundle::from_pem(&pem).with_context(|| path.display().to_string())?;
     Ok(Some(RequestHeaderConfig {
-        client_ca: Some(client_ca),
+        client_ca: Some(read_ca(path)?),
         allowed_names: args.requestheader_allowed_names.clone(),
         username_headers: args.requestheader_username_headers.clone(),
         group_headers: args.requestheader_group_headers.clone(),
@@ -201,37 +231,36 @@ fn request_header_flags(args: &ApiserverArgs) -> anyhow::Result<Option<RequestHe
     }))
 }
 
-/// The standalone authenticator, when `--token-auth-file` or `--client-ca-file` is given.
+/// The standalone authenticator, when `--token-auth-file` is given (`--client-ca-file` alone
+/// keeps delegated authorization: it only adds client-certificate authentication, as in
+/// kube-apiserver).
 fn standalone(args: &ApiserverArgs) -> anyhow::Result<Option<Standalone>> {
-    if args.token_auth_file.is_none() && args.client_ca_file.is_none() {
-        return Ok(None);
-    }
-    let mut standalone = match &args.token_auth_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            Standalone::from_token_file(&text).with_context(|| path.display().to_string())?
-        }
-        None => Standalone::default(),
-    };
+    let Some(path) = &args.token_auth_file else { return Ok(None) };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut standalone = Standalone::from_token_file(&text).with_context(|| path.display().to_string())?;
     if let Some(path) = &args.client_ca_file {
-        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        standalone = standalone.with_client_ca(CaBundle::from_pem(&pem).with_context(|| path.display().to_string())?);
+        standalone = standalone.with_client_ca(read_ca(path)?);
     }
     Ok(Some(standalone))
 }
 
-/// The configured certificate files, or a generated pair when they do not exist.
-fn serving_files(args: &ApiserverArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
-    if args.tls_cert_file.exists() || args.tls_private_key_file.exists() {
-        return Ok((args.tls_cert_file.clone(), args.tls_private_key_file.clone()));
-    }
-    tracing::warn!(
-        cert = %args.tls_cert_file.display(),
-        "no serving certificate mounted; generating a self-signed one in {} (kube-apiserver will only reach us with insecureSkipTLSVerify)",
-        args.cert_dir.display()
-    );
-    let files = ensure_self_signed(&args.cert_dir, &args.tls_sni_names)?;
-    Ok((files.cert_path, files.key_path))
+fn read_ca(path: &Path) -> anyhow::Result<CaBundle> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    CaBundle::from_pem(&pem).with_context(|| path.display().to_string())
+}
+
+/// The configured certificate files, followed as they change; until they exist (an optional
+/// Secret volume whose Secret is not written yet), a self-signed pair generated in `--cert-dir`.
+fn serving_certificate(args: &ApiserverArgs) -> anyhow::Result<ReloadingCertificate> {
+    let fallback = || {
+        tracing::warn!(
+            "generating a self-signed serving certificate in {} (kube-apiserver reaches us only with \
+             insecureSkipTLSVerify until the mounted certificate appears)",
+            args.cert_dir.display()
+        );
+        load_self_signed(&args.cert_dir, &args.tls_sni_names)
+    };
+    Ok(ReloadingCertificate::load_or_fallback(&args.tls_cert_file, &args.tls_private_key_file, fallback)?)
 }
 
 pub(crate) async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
@@ -244,4 +273,43 @@ pub(crate) async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kub
         None => kube::Config::infer().await.context("finding a kube-apiserver (in-cluster or kubeconfig)")?,
     };
     Ok(kube::Client::try_from(config)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args, Command, FromArgMatches};
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> ApiserverArgs {
+        let command = ApiserverArgs::augment_args(Command::new("apiserver"));
+        let matches = command.try_get_matches_from(std::iter::once("apiserver").chain(args.iter().copied())).unwrap();
+        ApiserverArgs::from_arg_matches(&matches).unwrap()
+    }
+
+    #[test]
+    fn every_flag_is_settable_by_environment_variable() {
+        let command = ApiserverArgs::augment_args(Command::new("apiserver"));
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let expected = format!("NUMARESOURCES_APISERVER_{}", long.to_uppercase().replace('-', "_"));
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(expected.as_str()), "--{long}");
+        }
+    }
+
+    #[test]
+    fn a_client_ca_alone_keeps_delegated_authorization() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = numaresources_certs::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
+        let ca_file = dir.path().join("ca.crt");
+        std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+        let ca_path = ca_file.to_str().unwrap();
+        assert!(standalone(&parse(&["--client-ca-file", ca_path])).unwrap().is_none());
+
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, "admin-token,admin,1,system:masters\n").unwrap();
+        let both = parse(&["--client-ca-file", ca_path, "--token-auth-file", tokens.to_str().unwrap()]);
+        let standalone = standalone(&both).unwrap().expect("a token file selects standalone mode");
+        assert_eq!(standalone.client_cas().len(), 1);
+    }
 }

@@ -1,100 +1,73 @@
 //! `numaresources apiserver` with kube-apiserver out of reach: it serves health, reports itself
 //! not ready, refuses API requests with a Status (never anonymously serving data), and stops on
-//! SIGTERM.
+//! SIGTERM. A `--client-ca-file` alone does not turn it into the standalone server.
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod apiserver_support;
 
-fn kubectl(server: &str, args: &[&str]) -> Output {
-    Command::new("kubectl")
-        .args(["--server", server, "--insecure-skip-tls-verify", "--token", "not-a-real-token"])
-        .args(args)
-        .env("KUBECONFIG", "/dev/null")
-        .output()
-        .expect("kubectl runs (scripts/setup.sh installs it)")
-}
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-#[test]
-fn without_kube_apiserver_it_serves_health_but_no_data() {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
+use apiserver_support::{ApiServer, kubectl, wait_for, write_kubeconfig};
+
+/// A kubeconfig naming a kube-apiserver nobody listens for.
+fn unreachable_cluster(dir: &Path) -> PathBuf {
+    let kubeconfig = dir.join("cluster.kubeconfig");
     std::fs::write(
         &kubeconfig,
         "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\ncontexts:\n- name: gone\n  context: {cluster: gone, user: gone}\ncurrent-context: gone\nusers:\n- name: gone\n  user: {token: x}\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
-        .args([
-            "apiserver",
-            "--bind-address",
-            "127.0.0.1",
-            "--secure-port",
-            "0",
-            "--authentication-config-refresh",
-            "1s",
-        ])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--tls-cert-file")
-        .arg(dir.path().join("missing.crt"))
-        .arg("--tls-private-key-file")
-        .arg(dir.path().join("missing.key"))
-        .arg("--cert-dir")
-        .arg(dir.path().join("certs"))
-        .env("NUMARESOURCES_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let address = loop {
-        let line =
-            receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("the server started");
-        if line.contains("serving HTTPS") {
-            break line.split("address=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    let server = format!("https://{address}");
+    kubeconfig
+}
 
-    let health = kubectl(&server, &["get", "--raw", "/healthz"]);
+/// Starts the server delegating to an unreachable cluster, plus `flags`; returns it and a
+/// kubeconfig for talking to it with a token nobody can review.
+fn start_delegating(dir: &Path, flags: &[&str]) -> (ApiServer, PathBuf) {
+    let cluster = unreachable_cluster(dir);
+    let mut all = vec!["--authentication-config-refresh", "1s", "--kubeconfig", cluster.to_str().unwrap()];
+    all.extend_from_slice(flags);
+    let server = ApiServer::start(dir, &all);
+    let client = dir.join("client.kubeconfig");
+    write_kubeconfig(&client, &server.url, &ApiServer::cert_dir(dir).join("apiserver.crt"), "not-a-real-token");
+    (server, client)
+}
+
+#[test]
+fn without_kube_apiserver_it_serves_health_but_no_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, client) = start_delegating(dir.path(), &[]);
+
+    let health = kubectl(&client, &["get", "--raw", "/healthz"]);
     assert!(health.status.success(), "{}", String::from_utf8_lossy(&health.stderr));
-    let ready = kubectl(&server, &["get", "--raw", "/readyz?verbose"]);
+    let ready = kubectl(&client, &["get", "--raw", "/readyz?verbose"]);
     assert!(!ready.status.success());
-    let data = kubectl(&server, &["get", "--raw", "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"]);
+    let data = kubectl(&client, &["get", "--raw", "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"]);
     assert!(!data.status.success());
     let stderr = String::from_utf8_lossy(&data.stderr);
     assert!(stderr.contains("ServiceUnavailable") || stderr.contains("authentication configuration"), "{stderr}");
 
     // The log says why, with the kube-apiserver address.
-    let mut why = false;
-    while let Ok(line) = receiver.recv_timeout(Duration::from_secs(5)) {
-        if line.contains("extension-apiserver-authentication") {
-            why = true;
-            break;
-        }
-    }
-    assert!(why, "the log names the ConfigMap it could not read");
+    wait_for(&server.log, "extension-apiserver-authentication", Duration::from_secs(10));
 
-    // SIGTERM stops it promptly and cleanly.
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "did not stop after SIGTERM");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    server.stop();
+}
+
+#[test]
+fn a_client_ca_alone_keeps_delegated_authorization() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = numaresources_certs::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
+    let ca_file = dir.path().join("client-ca.crt");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let (server, client) = start_delegating(dir.path(), &["--client-ca-file", ca_file.to_str().unwrap()]);
+
+    // Delegated: nothing is served until kube-apiserver's settings load (standalone would have
+    // answered 401 for the unknown token at once).
+    let data = kubectl(&client, &["get", "--raw", "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"]);
+    assert!(!data.status.success());
+    let stderr = String::from_utf8_lossy(&data.stderr);
+    assert!(stderr.contains("ServiceUnavailable") || stderr.contains("authentication configuration"), "{stderr}");
+    let standalone = server.startup_log.iter().any(|line| line.contains("standalone mode"));
+    assert!(!standalone, "the permissive standalone authorizer was not chosen: {:#?}", server.startup_log);
 }
