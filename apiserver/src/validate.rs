@@ -54,10 +54,10 @@ pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopolo
     if value.get("zones").is_none_or(Value::is_null) {
         errors.push(FieldError::required(FieldPath::new("zones"), ""));
     }
-    let mut object: NodeResourceTopology = match serde_json::from_value(value) {
+    let mut object: NodeResourceTopology = match serde_path_to_error::deserialize(&value) {
         Ok(object) => object,
         Err(error) => {
-            errors.push(FieldError::invalid(FieldPath::new(""), "body", error.to_string()));
+            errors.push(type_error(&value, error.path(), error.inner()));
             return Err(ApiError::invalid(&name, &errors));
         }
     };
@@ -77,6 +77,34 @@ pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopolo
     }
     errors.into_result().map_err(|errors| ApiError::invalid(&name, &errors))?;
     Ok(object)
+}
+
+/// A value of the wrong type or shape, at the field it was found in, as kube-apiserver names it
+/// (`zones[0].resources[0].available: Invalid value: "a lot": …`).
+fn type_error(body: &Value, at: &serde_path_to_error::Path, error: &serde_json::Error) -> FieldError {
+    let (mut path, mut value) = (FieldPath::default(), Some(body));
+    for segment in at.iter() {
+        match segment {
+            serde_path_to_error::Segment::Seq { index } => {
+                path = path.index(*index);
+                value = value.and_then(|v| v.get(*index));
+            }
+            serde_path_to_error::Segment::Map { key } => {
+                path = path.child(key);
+                value = value.and_then(|v| v.get(key));
+            }
+            serde_path_to_error::Segment::Enum { .. } | serde_path_to_error::Segment::Unknown => {}
+        }
+    }
+    let shown = value.map_or_else(|| "body".to_owned(), |v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+    let detail = error.to_string();
+    // serde appends the position in the text, which means nothing to the client here.
+    let detail = detail.split(" at line ").next().unwrap_or(&detail).to_owned();
+    if path.as_str().is_empty() {
+        FieldError::invalid(FieldPath::new(""), "body", detail)
+    } else {
+        FieldError::invalid(path, shown, detail)
+    }
 }
 
 /// Fields each level of a NodeResourceTopology may carry (what the upstream schema declares).
@@ -172,6 +200,17 @@ mod tests {
         }
         let renamed = json!({"metadata": {"name": "b"}, "zones": []});
         assert_eq!(code(decode(renamed, Some("a"))), 400, "the URL and body names must agree");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_shape_is_named_by_its_field() {
+        let body = json!({"metadata": {"name": "a"}, "zones": [{"name": "node-0", "type": "Node",
+            "resources": [{"name": "cpu", "capacity": 1, "allocatable": 1, "available": "a lot"}]}]});
+        let status = decode(body, None).unwrap_err().to_status();
+        let cause = &status["details"]["causes"][0];
+        assert_eq!(cause["field"], "zones[0].resources[0].available", "{status}");
+        assert!(cause["message"].as_str().unwrap().starts_with("Invalid value: \"a lot\": "), "{status}");
+        assert!(!status["message"].as_str().unwrap().contains(" at line "), "{status}");
     }
 
     #[test]
