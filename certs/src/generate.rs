@@ -92,6 +92,11 @@ impl CertificateAuthority {
     /// [`Self::key_pem`] give). Refuses a key that does not match, a certificate that is not a
     /// CA, and an expired CA (nothing it issued would verify).
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, Error> {
+        Self::from_pem_at(cert_pem, key_pem, SystemTime::now())
+    }
+
+    /// [`Self::from_pem`] as if the clock read `now` (planned rotations and their tests).
+    pub fn from_pem_at(cert_pem: &str, key_pem: &str, now: SystemTime) -> Result<Self, Error> {
         let invalid = |reason: String| Error::InvalidCa { reason };
         let der = crate::pem::certificates(cert_pem.as_bytes(), "CA certificate")?.swap_remove(0);
         let (_, parsed) = x509_parser::parse_x509_certificate(&der).map_err(|err| Error::MalformedCertificate {
@@ -109,7 +114,7 @@ impl CertificateAuthority {
             return Err(Error::KeyMismatch { cert: "CA certificate".to_owned(), key: "CA key".to_owned() });
         }
         let not_after = crate::time::from_unix_seconds(parsed.validity().not_after.timestamp());
-        if SystemTime::now() > not_after {
+        if now > not_after {
             return Err(Error::Expired { origin: "CA certificate".to_owned(), not_after });
         }
         let issuer = Issuer::from_ca_cert_der(&der, key)?;
@@ -236,6 +241,13 @@ pub fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<SelfSignedFile
     std::fs::create_dir_all(dir).map_err(|source| Error::Write { path: dir.to_owned(), source })?;
     self_signed(names, SELF_SIGNED_VALIDITY)?.write(&cert_path, &key_path)?;
     Ok(SelfSignedFiles { cert_path, key_path, generated: true })
+}
+
+/// [`ensure_self_signed`], loaded: the fallback a server serves while its mounted certificate
+/// has not appeared (see [`crate::ReloadingCertificate::load_or_fallback`]).
+pub fn load_self_signed(dir: &Path, names: &[String]) -> Result<ServingCertificate, Error> {
+    let files = ensure_self_signed(dir, names)?;
+    ServingCertificate::from_files(&files.cert_path, &files.key_path)
 }
 
 /// Why an existing `--cert-dir` pair cannot be reused, if it cannot.

@@ -7,7 +7,8 @@
 //!   they belong together;
 //! - [`ReloadingCertificate`] serves the current pair from disk and follows changes without a
 //!   restart (directory watch for the kubelet's `..data` swap, plus polling), keeping the old
-//!   pair when a new one does not load;
+//!   pair when a new one does not load; until the files exist it can serve a generated
+//!   fallback ([`ReloadingCertificate::load_or_fallback`]) and switches once they appear;
 //! - [`ClientCaVerifier`] and [`CaBundle`] verify optional client certificates against CA
 //!   bundles that can be replaced at runtime (front proxy and client CAs);
 //! - [`ServerConfigBuilder`] assembles the rustls `ServerConfig` (TLS 1.2+, ALPN, ring provider
@@ -50,7 +51,7 @@ pub use config::ServerConfigBuilder;
 pub use error::Error;
 pub use generate::{
     CertificateAuthority, PemPair, SELF_SIGNED_MIN_REMAINING, SELF_SIGNED_VALIDITY, SelfSignedFiles,
-    ensure_self_signed, self_signed,
+    ensure_self_signed, load_self_signed, self_signed,
 };
 pub use policy::{TlsPolicy, TlsVersion};
 pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions};

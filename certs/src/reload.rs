@@ -46,8 +46,8 @@ struct Shared {
     key_path: PathBuf,
     current: RwLock<Arc<ServingCertificate>>,
     /// Hash of the file contents the current pair was built from; unchanged files are not
-    /// parsed again.
-    fingerprint: Mutex<u64>,
+    /// parsed again. `None` while a generated fallback is served (the files did not exist).
+    fingerprint: Mutex<Option<u64>>,
 }
 
 impl fmt::Debug for ReloadingCertificate {
@@ -75,11 +75,48 @@ impl ReloadingCertificate {
     pub fn load(cert_path: impl Into<PathBuf>, key_path: impl Into<PathBuf>) -> Result<Self, Error> {
         let (cert_path, key_path) = (cert_path.into(), key_path.into());
         let (certificate, fingerprint) = read_pair(&cert_path, &key_path)?;
+        Ok(Self::serving(cert_path, key_path, certificate, Some(fingerprint)))
+    }
+
+    /// Like [`Self::load`], but when a file does not exist (an optional Secret volume whose
+    /// Secret is not written yet) serves what `fallback` makes (a generated self-signed pair)
+    /// until both files appear; [`Self::watch`] or [`Self::reload`] then switch to them with no
+    /// restart. Files that exist but do not load are an error, as with [`Self::load`].
+    pub fn load_or_fallback(
+        cert_path: impl Into<PathBuf>,
+        key_path: impl Into<PathBuf>,
+        fallback: impl FnOnce() -> Result<ServingCertificate, Error>,
+    ) -> Result<Self, Error> {
+        let (cert_path, key_path) = (cert_path.into(), key_path.into());
+        match read_pair(&cert_path, &key_path) {
+            Ok((certificate, fingerprint)) => Ok(Self::serving(cert_path, key_path, certificate, Some(fingerprint))),
+            Err(Error::Read { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
+                tracing::warn!(
+                    missing = %path.display(),
+                    "no serving certificate there yet: serving a generated one until the files appear"
+                );
+                Ok(Self::serving(cert_path, key_path, fallback()?, None))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    fn serving(
+        cert_path: PathBuf,
+        key_path: PathBuf,
+        certificate: ServingCertificate,
+        fingerprint: Option<u64>,
+    ) -> Self {
         if let Err(err) = certificate.check_valid_at(SystemTime::now()) {
             tracing::error!(error = %err, "serving a certificate that is not valid now; clients will reject it until it is replaced");
         } else {
+            let origin = if fingerprint.is_some() {
+                cert_path.display().to_string()
+            } else {
+                "the generated fallback".to_owned()
+            };
             tracing::info!(
-                cert = %cert_path.display(),
+                from = %origin,
                 names = ?certificate.names(),
                 not_after = %crate::time::rfc3339(certificate.validity().not_after),
                 "loaded the serving certificate"
@@ -91,7 +128,13 @@ impl ReloadingCertificate {
             current: RwLock::new(Arc::new(certificate)),
             fingerprint: Mutex::new(fingerprint),
         };
-        Ok(Self { shared: Arc::new(shared) })
+        Self { shared: Arc::new(shared) }
+    }
+
+    /// Whether the generated fallback of [`Self::load_or_fallback`] is served (the files have
+    /// not appeared yet).
+    pub fn is_fallback(&self) -> bool {
+        self.shared.fingerprint.lock().unwrap_or_else(PoisonError::into_inner).is_none()
     }
 
     /// The pair served now.
@@ -113,11 +156,19 @@ impl ReloadingCertificate {
     /// Rereads both files now and swaps the pair in if they changed and load. On error the
     /// current pair stays in service.
     pub fn reload(&self) -> Result<Reloaded, Error> {
-        let cert_pem = crate::pem::read_file(&self.shared.cert_path)?;
-        let key_pem = crate::pem::read_file(&self.shared.key_path)?;
+        let files = crate::pem::read_file(&self.shared.cert_path)
+            .and_then(|cert_pem| Ok((cert_pem, crate::pem::read_file(&self.shared.key_path)?)));
+        let (cert_pem, key_pem) = match files {
+            Ok(files) => files,
+            // Still waiting for the files while the fallback serves: nothing to report.
+            Err(Error::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && self.is_fallback() => {
+                return Ok(Reloaded::Unchanged);
+            }
+            Err(err) => return Err(err),
+        };
         let fingerprint = fingerprint(&cert_pem, &key_pem);
         let mut served = self.shared.fingerprint.lock().unwrap_or_else(PoisonError::into_inner);
-        if *served == fingerprint {
+        if *served == Some(fingerprint) {
             return Ok(Reloaded::Unchanged);
         }
         let candidate = ServingCertificate::from_pem_with_origin(
@@ -140,7 +191,7 @@ impl ReloadingCertificate {
             "serving a new certificate"
         );
         *self.shared.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(candidate);
-        *served = fingerprint;
+        *served = Some(fingerprint);
         Ok(Reloaded::Replaced)
     }
 

@@ -145,8 +145,15 @@ impl CaState {
         Ok(state)
     }
 
-    fn authority(&self) -> Result<CertificateAuthority, Error> {
-        CertificateAuthority::from_pem(&self.cert_pem, &self.key_pem)
+    /// The current CA, able to issue at `now`.
+    fn authority_at(&self, now: SystemTime) -> Result<CertificateAuthority, Error> {
+        CertificateAuthority::from_pem_at(&self.cert_pem, &self.key_pem, now)
+    }
+
+    /// Marks the bundle as published again at `now`: a consumer was found without it, so the
+    /// overlap (the wait before leaves move to the current CA) starts over.
+    pub fn republished(&self, now: SystemTime) -> Self {
+        Self { rotated_at: now, ..self.clone() }
     }
 }
 
@@ -175,17 +182,18 @@ pub fn advance_ca(
     let Some((state, parsed)) = current.filter(|(_, parsed)| now < parsed.not_after) else {
         return Ok((new_ca(policy, now, None)?, CaStep::Created));
     };
-    if parsed.not_after.duration_since(now).unwrap_or_default() < policy.ca_renew_before {
-        if state.previous_cert_pem.is_some() {
-            // Rotating again before the last rotation finished would drop a CA that leaves may
-            // still chain to; finish first (the renew window is far longer than propagation).
-            return Ok((state.clone(), CaStep::Unchanged));
+    if state.previous_cert_pem.is_some() {
+        // A rotation in progress finishes before anything else: rotating again would drop a CA
+        // that leaves may still chain to. (Checked first so that a CA whose whole life falls in
+        // the renew window still gets its predecessor retired.)
+        if leaves_settled(leaves, &parsed.subject, policy, now) {
+            let retired = CaState { previous_cert_pem: None, ..state.clone() };
+            return Ok((retired, CaStep::PreviousRetired));
         }
-        return Ok((new_ca(policy, now, Some(state.cert_pem.clone()))?, CaStep::Rotated));
+        return Ok((state.clone(), CaStep::Unchanged));
     }
-    if state.previous_cert_pem.is_some() && leaves_settled(leaves, &parsed.subject, policy, now) {
-        let retired = CaState { previous_cert_pem: None, ..state.clone() };
-        return Ok((retired, CaStep::PreviousRetired));
+    if parsed.not_after.duration_since(now).unwrap_or_default() <= policy.ca_renew_before {
+        return Ok((new_ca(policy, now, Some(state.cert_pem.clone()))?, CaStep::Rotated));
     }
     Ok((state.clone(), CaStep::Unchanged))
 }
@@ -254,7 +262,7 @@ pub fn plan_leaf(
             LeafStep::Keep
         };
     }
-    if leaf.not_after.duration_since(now).unwrap_or_default() < policy.leaf_renew_before {
+    if leaf.not_after.duration_since(now).unwrap_or_default() <= policy.leaf_renew_before {
         return LeafStep::Issue("the serving certificate is due for renewal");
     }
     LeafStep::Keep
@@ -262,12 +270,52 @@ pub fn plan_leaf(
 
 /// Issues a serving certificate for `names` from the current CA of `ca`, as of `now`.
 pub fn issue_leaf(ca: &CaState, names: &[String], policy: &RotationPolicy, now: SystemTime) -> Result<PemPair, Error> {
-    ca.authority()?.issue_serving_at(names, now, policy.leaf_validity)
+    ca.authority_at(now)?.issue_serving_at(names, now, policy.leaf_validity)
 }
 
-/// The Kubernetes DNS names of a Service: `<svc>.<ns>.svc` and `<svc>.<ns>.svc.cluster.local`.
+/// The earliest moment after `now` at which [`advance_ca`] or [`plan_leaf`] may decide something
+/// new for `ca` and the written `leaves` (PEM), so a controller can sleep until then. `None`
+/// when nothing parses (the next pass will replace it anyway).
+pub fn next_decision(ca: &CaState, leaves: &[&str], policy: &RotationPolicy, now: SystemTime) -> Option<SystemTime> {
+    let current = Parsed::from_pem(&ca.cert_pem).ok()?;
+    let mut moments = vec![current.not_after, current.not_after.checked_sub(policy.ca_renew_before).unwrap_or(now)];
+    if ca.previous_cert_pem.is_some() {
+        moments.push(ca.rotated_at + policy.propagation);
+    }
+    for leaf in leaves.iter().filter_map(|leaf| Parsed::from_pem(leaf).ok()) {
+        moments.push(leaf.not_after);
+        moments.push(leaf.not_after.checked_sub(policy.leaf_renew_before).unwrap_or(now));
+        if ca.previous_cert_pem.is_some() && leaf.issuer == current.subject {
+            moments.push(leaf.issued_at() + policy.propagation);
+        }
+    }
+    moments.into_iter().filter(|moment| *moment > now).min()
+}
+
+/// Whether `cert_pem` names the CA `ca_pem` as its issuer (how the decisions tell CAs apart:
+/// each CA we make has a name of its own).
+pub fn issued_by(cert_pem: &str, ca_pem: &str) -> bool {
+    match (Parsed::from_pem(cert_pem), Parsed::from_pem(ca_pem)) {
+        (Ok(cert), Ok(ca)) => cert.issuer == ca.subject,
+        _ => false,
+    }
+}
+
+/// A certificate's notAfter, if it parses.
+pub fn not_after(cert_pem: &str) -> Option<SystemTime> {
+    Parsed::from_pem(cert_pem).ok().map(|parsed| parsed.not_after)
+}
+
+/// The names a serving certificate for a Service covers, as kube-apiserver and in-cluster
+/// clients may address it: `<svc>.<ns>.svc` (what the aggregator and admission plugins verify),
+/// `<svc>.<ns>.svc.cluster.local`, `<svc>` and `<svc>.<ns>`.
 pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
-    vec![format!("{service}.{namespace}.svc"), format!("{service}.{namespace}.svc.cluster.local")]
+    vec![
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+        service.to_owned(),
+        format!("{service}.{namespace}"),
+    ]
 }
 
 /// The facts of a certificate the decisions need.

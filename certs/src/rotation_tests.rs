@@ -207,3 +207,58 @@ fn no_handshake_fails_across_months_of_renewals_and_rotations_with_lagging_consu
     assert!(rotations >= 5, "the CA rotated {rotations} times in 120 days");
     assert!(issues > rotations * 2, "leaves were issued {issues} times");
 }
+
+#[test]
+fn the_service_names_cover_every_way_a_client_addresses_the_service() {
+    assert_eq!(
+        service_names("numaresources-webhook", "ns"),
+        [
+            "numaresources-webhook.ns.svc",
+            "numaresources-webhook.ns.svc.cluster.local",
+            "numaresources-webhook",
+            "numaresources-webhook.ns"
+        ]
+    );
+}
+
+#[test]
+fn a_rotation_in_progress_finishes_even_when_the_new_ca_is_already_due() {
+    // CAs living less than the renew window: each is due as soon as it exists.
+    let p = RotationPolicy { ca_validity: 5 * DAY, ..policy() };
+    let t0 = start();
+    let (old, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let (rotated, step) = advance_ca(Some(&old), &[], &p, t0 + HOUR).unwrap();
+    assert_eq!(step, CaStep::Rotated);
+    let leaf = issue_leaf(&rotated, &names(), &p, t0 + 2 * HOUR).unwrap();
+    let (retired, step) = advance_ca(Some(&rotated), &[&leaf.cert_pem], &p, t0 + 3 * HOUR).unwrap();
+    assert_eq!(step, CaStep::PreviousRetired);
+    assert_eq!(retired.cert_pem, rotated.cert_pem);
+}
+
+#[test]
+fn the_next_decision_is_the_earliest_pending_moment() {
+    let p = policy();
+    let t0 = start();
+    let (ca, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let leaf = issue_leaf(&ca, &names(), &p, t0).unwrap();
+    let seconds = |t: SystemTime| unix_seconds(t);
+    // Nothing changes until the leaf is due: 7 days of life, renewed with 2 left.
+    let next = next_decision(&ca, &[&leaf.cert_pem], &p, t0).unwrap();
+    assert_eq!(seconds(next), seconds(not_after(&leaf.cert_pem).unwrap() - 2 * DAY));
+    assert_eq!(plan_leaf(&ca, Some(&leaf), &names(), &p, next - Duration::from_secs(1)), LeafStep::Keep);
+    assert!(matches!(plan_leaf(&ca, Some(&leaf), &names(), &p, next), LeafStep::Issue(_)));
+
+    // During a rotation: the moment leaves may move to the new CA, then the moment the old CA
+    // may leave the bundle.
+    let t1 = t0 + 21 * DAY;
+    let (rotated, _) = advance_ca(Some(&ca), &[&leaf.cert_pem], &p, t1).unwrap();
+    let renewed = issue_leaf(&ca, &names(), &p, t1).unwrap();
+    assert_eq!(next_decision(&rotated, &[&renewed.cert_pem], &p, t1), Some(t1 + HOUR));
+    let t2 = t1 + HOUR;
+    let moved = issue_leaf(&rotated, &names(), &p, t2).unwrap();
+    assert!(issued_by(&moved.cert_pem, &rotated.cert_pem) && !issued_by(&moved.cert_pem, &ca.cert_pem));
+    let retire_at = next_decision(&rotated, &[&moved.cert_pem], &p, t2).unwrap();
+    assert_eq!(seconds(retire_at), seconds(t2 + HOUR));
+    assert_eq!(advance_ca(Some(&rotated), &[&moved.cert_pem], &p, retire_at).unwrap().1, CaStep::PreviousRetired);
+    assert_eq!(next_decision(&CaState { cert_pem: "garbage".to_owned(), ..ca }, &[], &p, t0), None);
+}

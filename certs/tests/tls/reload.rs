@@ -232,3 +232,50 @@ async fn rotation_under_load_fails_no_request() {
     assert!(total > 0, "the clients made requests");
     server.stop().await;
 }
+
+/// An optional Secret volume whose Secret does not exist yet: the server starts on a generated
+/// pair, then serves the mounted files as soon as the kubelet writes them, with no restart.
+#[tokio::test]
+async fn a_generated_fallback_serves_until_the_mounted_files_appear() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let fallback = numaresources_certs::self_signed(&[], Duration::from_secs(3600)).unwrap();
+    let generated = fallback.clone();
+    let certificate = ReloadingCertificate::load_or_fallback(&cert_path, &key_path, || {
+        numaresources_certs::ServingCertificate::from_pem(generated.cert_pem.as_bytes(), generated.key_pem.as_bytes())
+    })
+    .unwrap();
+    assert!(certificate.is_fallback());
+    let _watcher = certificate.watch(events_only()).unwrap();
+    let server = serving(&certificate).await;
+
+    // Only the generated pair is served, so a client trusting the later CA fails for now.
+    let later = ca("mounted-later-ca");
+    assert_eq!(served_leaf(server.addr, &fallback.cert_pem).await.unwrap(), der_of(&fallback.cert_pem));
+    assert!(served_leaf(server.addr, later.cert_pem()).await.is_err());
+    // Polling while the files are missing is quiet, not an error.
+    assert_eq!(certificate.reload().unwrap(), Reloaded::Unchanged);
+
+    let mounted = localhost_pair(&later);
+    kubelet_mount(dir.path(), "..2026_11_24_05_00_00.1", &mounted);
+    wait_until_served(&server, &later, &mounted, "the mounted pair to replace the fallback").await;
+    assert!(!certificate.is_fallback());
+    assert!(served_leaf(server.addr, &fallback.cert_pem).await.is_err(), "the fallback is gone");
+
+    // Once the files served, losing them is a reload error again (the pair in service stays).
+    std::fs::remove_file(&cert_path).unwrap();
+    assert!(matches!(certificate.reload(), Err(Error::Read { .. })));
+    assert_eq!(served_leaf(server.addr, later.cert_pem()).await.unwrap(), der_of(&mounted.cert_pem));
+    server.stop().await;
+}
+
+#[test]
+fn files_that_exist_but_do_not_load_are_an_error_not_a_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), b"garbage").unwrap();
+    std::fs::write(dir.path().join("tls.key"), b"garbage").unwrap();
+    let result = ReloadingCertificate::load_or_fallback(dir.path().join("tls.crt"), dir.path().join("tls.key"), || {
+        panic!("the fallback is for missing files only")
+    });
+    assert!(matches!(result, Err(Error::NoCertificate { .. })), "{result:?}");
+}
