@@ -50,6 +50,7 @@ pub fn run(args: ControllersArgs) -> anyhow::Result<()> {
 async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let metrics = numaresources_controllers::metrics::Metrics::default();
+    let readiness = numaresources_controllers::health::Readiness::default();
     if args.health_port != 0 {
         let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, args.health_port));
         let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("binding {address}"))?;
@@ -64,9 +65,21 @@ async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
                 }
             }
         };
+        // Liveness: the process answers. Readiness: the API server answered and, when leading,
+        // every controller's cache has synced (numaresources_controllers::health).
+        let checked = readiness.clone();
+        let ready = move || {
+            let readiness = checked.clone();
+            async move {
+                match readiness.check() {
+                    Ok(state) => (axum::http::StatusCode::OK, state.to_owned()),
+                    Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why),
+                }
+            }
+        };
         let router = axum::Router::new()
             .route("/healthz", axum::routing::get(ok))
-            .route("/readyz", axum::routing::get(ok))
+            .route("/readyz", axum::routing::get(ready))
             .route("/metrics", axum::routing::get(exposition));
         tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {
@@ -85,7 +98,7 @@ async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| format!("numaresources-controllers-{}", std::process::id())),
     });
-    numaresources_controllers::run(client, settings, leader, metrics, crate::shutdown::signal()).await?;
+    numaresources_controllers::run(client, settings, leader, metrics, readiness, crate::shutdown::signal()).await?;
     Ok(())
 }
 

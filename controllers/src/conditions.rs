@@ -31,7 +31,9 @@ pub const REASON_CUSTOM_IMAGE: &str = "CustomUserImage";
 pub const REASON_OPERATOR_NAME: &str = "IncorrectNUMAResourcesOperatorResourceName";
 /// Degraded: the scheduler object is not named `numaresourcesscheduler`.
 pub const REASON_SCHEDULER_NAME: &str = "IncorrectNUMAResourcesSchedulerResourceName";
-/// Degraded: the scheduler spec is invalid.
+/// Degraded: the scheduler image is missing or not allowed (upstream's reason, nro.md §1.7).
+pub const REASON_SCHEDULER_IMAGE: &str = "InvalidSchedulerImage";
+/// Degraded: another scheduler field is invalid (ours: upstream leaves these to the schema).
 pub const REASON_SCHEDULER_INVALID: &str = "InvalidSchedulerSpec";
 /// Degraded: the object does not parse into our types although the CRD schema accepted it
 /// (ours: upstream's typed cache cannot even hold such an object).

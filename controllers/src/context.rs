@@ -63,6 +63,8 @@ pub struct Context {
     pub recorder: Option<Recorder>,
     /// Reconcile metrics.
     pub metrics: crate::metrics::Metrics,
+    /// What `/readyz` reports; each controller marks its cache synced here.
+    pub readiness: crate::health::Readiness,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -85,6 +87,7 @@ impl Context {
             settings,
             recorder,
             metrics: crate::metrics::Metrics::default(),
+            readiness: crate::health::Readiness::default(),
             failures: Mutex::new(HashMap::new()),
         }
     }

@@ -2,7 +2,8 @@
 //! `tower-test` (controller-rs's `ApiServerVerifier`, grown into a stateful fake so a scenario
 //! asserts on outcomes — what exists, what changed — instead of the exact request order).
 //!
-//! It understands GET (object, list with equality label selectors), POST, DELETE, and PATCH as
+//! It understands GET (object, list with equality label selectors; a watch is held open and
+//! never sends an event), POST, DELETE, and PATCH as
 //! server-side apply (object and `/status`; an identical re-apply changes nothing, as on a real
 //! server), JSON patch and merge patch. Every object write bumps a global resourceVersion; a
 //! spec change bumps `generation`. Failures can be injected per method and path.
@@ -55,7 +56,15 @@ impl FakeApi {
         let fake = Self::default();
         let server = fake.clone();
         tokio::spawn(async move {
+            // Watches stay open with no events, as on a quiet cluster: a running Controller lists
+            // once and then waits (the fake does not stream changes).
+            let mut quiet_watches = Vec::new();
             while let Some((request, respond)) = handle.next_request().await {
+                let watch = request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+                if watch {
+                    quiet_watches.push(respond);
+                    continue;
+                }
                 let (parts, body) = request.into_parts();
                 let bytes = body.collect_bytes().await.unwrap_or_default();
                 let response = server.handle(&parts, &bytes);

@@ -4,6 +4,12 @@
 //! two leaders never act for longer than the lease's duration. Writes carry the Lease's
 //! resourceVersion: of two candidates racing for it, the API server lets exactly one win.
 //!
+//! A renewal is one or more attempts, every [`LeaseTimings::retry`], until one succeeds or the
+//! renew deadline passes; each request is cut off at the time left, so a hung connection cannot
+//! keep a leader acting past its lease. A write conflict (someone touched the Lease between our
+//! read and our write) is just another failed attempt: the next one reads the Lease again, and
+//! only a Lease held by someone else ends leadership at once.
+//!
 //! The decision is the pure [`decide`]; [`LeaderLease`] is the I/O around it.
 
 use std::time::Duration;
@@ -66,6 +72,17 @@ pub fn decide(lease: Option<&Lease>, me: &str, now: Timestamp) -> Decision {
     if holder.is_empty() || expired { Decision::Take } else { Decision::Wait }
 }
 
+/// How one attempt on the Lease went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// We hold it (created, renewed or taken).
+    Held,
+    /// Someone else holds it and it has not expired.
+    HeldByOther,
+    /// Our write lost a race on the resourceVersion; read again.
+    Conflict,
+}
+
 /// One candidate's handle on the Lease.
 #[derive(Clone)]
 pub struct LeaderLease {
@@ -92,6 +109,10 @@ impl LeaderLease {
 
     /// Tries once; true when we hold the Lease afterwards.
     pub async fn try_acquire_or_renew(&self) -> Result<bool> {
+        Ok(self.attempt().await? == Attempt::Held)
+    }
+
+    async fn attempt(&self) -> Result<Attempt> {
         let now = Timestamp::now();
         let current =
             self.api.get_opt(&self.name).await.map_err(|e| Error::kube(format!("get Lease {}", self.name), e))?;
@@ -107,7 +128,7 @@ impl LeaderLease {
             ..LeaseSpec::default()
         };
         let lease = match decision {
-            Decision::Wait => return Ok(false),
+            Decision::Wait => return Ok(Attempt::HeldByOther),
             Decision::Create => Lease {
                 metadata: ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() },
                 spec: Some(spec(0, Some(MicroTime(now)))),
@@ -127,8 +148,8 @@ impl LeaderLease {
             _ => self.api.replace(&self.name, &PostParams::default(), &lease).await,
         };
         match result {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Ok(_) => Ok(Attempt::Held),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(Attempt::Conflict),
             Err(e) => Err(Error::kube(format!("write Lease {}", self.name), e)),
         }
     }
@@ -136,36 +157,52 @@ impl LeaderLease {
     /// Waits until we hold the Lease.
     pub async fn acquire(&self) {
         loop {
-            match self.try_acquire_or_renew().await {
-                Ok(true) => {
+            match tokio::time::timeout(self.timings.renew_deadline, self.attempt()).await {
+                Ok(Ok(Attempt::Held)) => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "became the leader");
                     return;
                 }
-                Ok(false) => {}
-                Err(error) => tracing::warn!(%error, "leader election: cannot acquire the lease"),
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "leader election: cannot acquire the lease"),
+                Err(_) => tracing::warn!(lease = %self.name, "leader election: the API server did not answer"),
             }
             tokio::time::sleep(self.timings.retry).await;
         }
     }
 
-    /// Renews until a renewal fails for longer than the renew deadline; then returns (leadership
-    /// is lost and the caller must stop acting).
+    /// Renews every [`LeaseTimings::retry`] until a renewal fails; then returns (leadership is
+    /// lost and the caller must stop acting).
     pub async fn hold(&self) {
-        let mut last_renewal = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(self.timings.retry).await;
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewal = tokio::time::Instant::now(),
-                Ok(false) => {
-                    tracing::error!(lease = %self.name, "leader election: another candidate holds the lease");
-                    return;
-                }
-                Err(error) => tracing::warn!(%error, "leader election: renewal failed"),
-            }
-            if last_renewal.elapsed() > self.timings.renew_deadline {
-                tracing::error!(lease = %self.name, "leader election: could not renew within the deadline");
+            if !self.renew().await {
                 return;
             }
+        }
+    }
+
+    /// One renewal: attempts until one succeeds, someone else holds the Lease, or the renew
+    /// deadline passes. True when we still hold it.
+    async fn renew(&self) -> bool {
+        let deadline = tokio::time::Instant::now() + self.timings.renew_deadline;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                tracing::error!(lease = %self.name, "leader election: could not renew within the deadline");
+                return false;
+            }
+            match tokio::time::timeout(left, self.attempt()).await {
+                Ok(Ok(Attempt::Held)) => return true,
+                Ok(Ok(Attempt::HeldByOther)) => {
+                    tracing::error!(lease = %self.name, "leader election: another candidate holds the lease");
+                    return false;
+                }
+                Ok(Ok(Attempt::Conflict)) => tracing::info!(lease = %self.name, "leader election: write conflict"),
+                Ok(Err(error)) => tracing::warn!(%error, "leader election: renewal failed"),
+                Err(_) => tracing::warn!(lease = %self.name, "leader election: renewal request timed out"),
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            tokio::time::sleep(self.timings.retry.min(left)).await;
         }
     }
 
@@ -228,6 +265,41 @@ mod tests {
         fake.fail(http::Method::PUT, "/leases/", 409, 1);
         assert!(!a.try_acquire_or_renew().await.unwrap(), "a conflict is not leadership");
         assert!(a.try_acquire_or_renew().await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_while_renewing_is_retried_and_leadership_kept() {
+        let (fake, client) = FakeApi::start();
+        let a = LeaderLease::new(client, "ns", "numaresources-controllers", "a", LeaseTimings::default());
+        assert!(a.try_acquire_or_renew().await.unwrap());
+        fake.fail(http::Method::PUT, "/leases/", 409, 2);
+        // Paused clock: a minute of renewals passes instantly; `hold` returning means lost.
+        let held = tokio::time::timeout(Duration::from_secs(60), a.hold()).await;
+        assert!(held.is_err(), "still the leader after two conflicts");
+        let lease: Lease = fake.typed(LEASE);
+        assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("a"));
+
+        // A Lease genuinely held by someone else ends leadership at the next renewal.
+        fake.edit(LEASE, |lease| {
+            lease["spec"]["holderIdentity"] = serde_json::json!("b");
+            lease["spec"]["renewTime"] = serde_json::json!(MicroTime(Timestamp::now()));
+        });
+        let lost = tokio::time::timeout(Duration::from_secs(60), a.hold()).await;
+        assert!(lost.is_ok(), "b holds it: a stops");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_never_gets_an_answer_gives_leadership_up_by_the_deadline() {
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let silent = kube::Client::new(service, "default");
+        let timings = LeaseTimings::default();
+        let a = LeaderLease::new(silent, "ns", "numaresources-controllers", "a", timings);
+        let started = tokio::time::Instant::now();
+        // An hour of (paused) time as a guard: without a deadline on the request this never ends.
+        let lost = tokio::time::timeout(Duration::from_secs(3600), a.hold()).await;
+        assert!(lost.is_ok(), "the hung request is cut off");
+        assert!(started.elapsed() <= timings.retry + timings.renew_deadline, "{:?}", started.elapsed());
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod context;
 mod fake;
 pub mod guarded;
 pub mod hash;
+pub mod health;
 pub mod kubeletconfig;
 pub mod leader;
 pub mod metrics;

@@ -9,6 +9,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use numaresources_api::operator::defaults::Platform;
 
 use crate::context::{Context, Error, Result, Settings};
+use crate::health::Readiness;
 use crate::leader::{LeaderLease, LeaseTimings};
 use crate::metrics::Metrics;
 use crate::names::{CONTROLLERS_LEASE, EVENT_REPORTER};
@@ -68,16 +69,19 @@ pub fn parse_major_minor(version: &str) -> (u32, u32) {
     }
 }
 
-/// Runs the controllers until `shutdown` completes, counting passes in `metrics`. Returns an error when leadership is lost,
-/// so the process exits and its restart campaigns again.
+/// Runs the controllers until `shutdown` completes, counting passes in `metrics` and reporting
+/// progress to `readiness`. Returns an error when leadership is lost, so the process exits and
+/// its restart campaigns again.
 pub async fn run(
     client: kube::Client,
     mut settings: Settings,
     leader: Option<LeaderElection>,
     metrics: Metrics,
+    readiness: Readiness,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let discovered = discover(&client).await?;
+    readiness.api_reachable();
     settings.platform = discovered.platform;
     settings.machine_config_pools = discovered.machine_config_pools;
     settings.kubelet_configs = discovered.kubelet_configs;
@@ -92,6 +96,7 @@ pub async fn run(
     let reporter = Reporter { controller: EVENT_REPORTER.to_owned(), instance: identity };
     let mut ctx = Context::new(client.clone(), settings, Some(Recorder::new(client.clone(), reporter)));
     ctx.metrics = metrics;
+    ctx.readiness = readiness.clone();
     let ctx = Arc::new(ctx);
 
     let mut shutdown = std::pin::pin!(shutdown);
@@ -103,6 +108,7 @@ pub async fn run(
             () = &mut shutdown => return Ok(()),
         }
     }
+    readiness.leading();
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let stop_signal = || {

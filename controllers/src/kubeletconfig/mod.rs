@@ -228,15 +228,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         resource,
     )
     .reconcile_all_on(node_labels);
-    controller
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_raw, error_policy_raw, ctx)
-        .for_each(|result| async move {
+    let synced = crate::health::mark_when_synced(controller.store(), ctx.readiness.clone());
+    let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
+        |result| async move {
             if let Err(error) = result {
                 tracing::debug!(%error, "kubeletconfig reconcile error");
             }
-        })
-        .await;
+        },
+    );
+    futures_util::future::join(synced, running).await;
 }
 
 #[cfg(test)]

@@ -97,8 +97,8 @@ fn harness(policies: &[(&str, &str)]) -> (FakeApi, Arc<Context>) {
 }
 
 async fn run_once(fake: &FakeApi, ctx: &Arc<Context>) -> Action {
-    let nro: NUMAResourcesOperator = fake.typed(NRO);
-    tokio::time::timeout(Duration::from_secs(10), reconcile(Arc::new(nro), ctx.clone()))
+    let obj: DynamicObject = fake.typed(NRO);
+    tokio::time::timeout(Duration::from_secs(10), reconcile_raw(Arc::new(obj), ctx.clone()))
         .await
         .expect("likely deadlocked")
         .unwrap()
@@ -153,4 +153,15 @@ async fn config_maps_of_removed_groups_are_deleted() {
     run_once(&fake, &ctx).await;
     assert!(fake.get(WORKER_CM).is_none());
     assert!(fake.get(foreign).is_some(), "not ours: kept");
+}
+
+#[tokio::test]
+async fn a_malformed_object_is_skipped_and_an_unresolvable_one_retried() {
+    let (fake, ctx) = harness(&[("worker-a", "single-numa-node")]);
+    fake.edit(NRO, |nro| nro["spec"]["nodeGroups"][0]["config"] = json!({"infoRefreshPeriod": "1 day"}));
+    assert_eq!(run_once(&fake, &ctx).await, Action::await_change(), "the operator controller reports it");
+    assert!(fake.get(WORKER_CM).is_none());
+
+    fake.edit(NRO, |nro| nro["spec"]["nodeGroups"] = json!([{"poolName": "worker"}]));
+    assert_eq!(run_once(&fake, &ctx).await, Action::requeue(crate::operator::RESOLVE_RETRY));
 }

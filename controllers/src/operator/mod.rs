@@ -495,16 +495,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         cm.labels().get(names::LABEL_NRO_NAME).map(|name| ObjectRef::new_with(name, config_owner.clone()))
     })
     .reconcile_all_on(node_labels);
-    controller
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_raw, error_policy_raw, ctx)
-        .for_each(|result| async move {
+    let synced = crate::health::mark_when_synced(controller.store(), ctx.readiness.clone());
+    let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
+        |result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled NUMAResourcesOperator"),
                 Err(error) => tracing::debug!(%error, "NUMAResourcesOperator reconcile error"),
             }
-        })
-        .await;
+        },
+    );
+    futures_util::future::join(synced, running).await;
 }
 
 #[cfg(test)]

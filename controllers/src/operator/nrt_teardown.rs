@@ -2,7 +2,9 @@
 //! cluster's own API (annotation `nrt-api-definition: cluster`).
 //!
 //! Owner references only clean up after the operator object is deleted; a switch keeps the
-//! object, so without this the server, its Service, Secret and RBAC would keep running. The
+//! object, so without this the server, its Service and RBAC would keep running. (The serving
+//! certificate's Secret belongs to the certificate lifecycle, [`crate::certificates`], not to
+//! the CR.) The
 //! APIService goes first: while it exists the aggregator routes the group to the Service, and
 //! a registration pointing at nothing breaks discovery for every client. Only objects whose
 //! controller reference is this `NUMAResourcesOperator` are removed; an object of the same name
@@ -11,7 +13,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::runtime::events::EventType;
@@ -21,7 +23,6 @@ use serde::de::DeserializeOwned;
 
 use crate::apply::{controlled_by, delete, get_opt};
 use crate::context::{Context, Result};
-use crate::names::APISERVER_TLS_SECRET;
 use crate::render::apiserver as render;
 
 /// Deletes every API server object this `nro` controls; returns what was deleted
@@ -46,7 +47,6 @@ pub async fn remove_api_server(nro: &NUMAResourcesOperator, ctx: &Context) -> Re
     if let Some(service) = &objects.service {
         take(delete_if_ours(&Api::<Service>::namespaced(client.clone(), namespace), &service.name_any(), &uid).await?);
     }
-    take(delete_if_ours(&Api::<Secret>::namespaced(client.clone(), namespace), APISERVER_TLS_SECRET, &uid).await?);
     for binding in &objects.cluster_role_bindings {
         take(delete_if_ours(&Api::<ClusterRoleBinding>::all(client.clone()), &binding.name_any(), &uid).await?);
     }

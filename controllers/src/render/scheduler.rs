@@ -53,11 +53,12 @@ pub struct SchedulerSettings {
     pub guaranteed_qos: bool,
 }
 
-/// How many replicas to run (nro.md §3.2 step 4): an explicit count must fit the eligible nodes;
-/// unset (or 0) picks 3 with at least 3 eligible nodes, else 1.
+/// How many replicas to run (nro.md §3.2 step 4): an explicit count, 0 included (scaled to
+/// zero: upstream autodetects only when the field is unset), must fit the eligible nodes; unset
+/// picks 3 with at least 3 eligible nodes, else 1.
 pub fn replicas(requested: Option<i32>, eligible_nodes: usize) -> Result<i32, String> {
     match requested {
-        Some(n) if n > 0 => {
+        Some(n) if n >= 0 => {
             if usize::try_from(n).is_ok_and(|n| n <= eligible_nodes) {
                 Ok(n)
             } else {

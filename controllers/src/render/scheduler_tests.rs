@@ -141,13 +141,14 @@ fn leader_election_only_with_more_than_one_replica() {
 
 #[test]
 fn replica_autodetection() {
-    let rows: [(Option<i32>, usize, Result<i32, ()>); 9] = [
+    let rows: [(Option<i32>, usize, Result<i32, ()>); 10] = [
         (None, 0, Err(())),
         (None, 1, Ok(1)),
         (None, 2, Ok(1)),
         (None, 3, Ok(3)),
         (None, 5, Ok(3)),
-        (Some(0), 3, Ok(3)),
+        (Some(0), 3, Ok(0)),
+        (Some(0), 0, Ok(0)),
         (Some(2), 3, Ok(2)),
         (Some(3), 3, Ok(3)),
         (Some(4), 3, Err(())),

@@ -107,7 +107,10 @@ struct Running {
 async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     let errors = validate_scheduler(nrs);
     if !errors.is_empty() {
-        write_status(nrs, ctx, &State::degraded(cond::REASON_SCHEDULER_INVALID, errors.to_string()), None).await?;
+        // Upstream's reason for a bad image; ours for the other fields (upstream has none).
+        let image_only = errors.0.iter().all(|e| e.path.as_str() == "spec.imageSpec");
+        let reason = if image_only { cond::REASON_SCHEDULER_IMAGE } else { cond::REASON_SCHEDULER_INVALID };
+        write_status(nrs, ctx, &State::degraded(reason, errors.to_string()), None).await?;
         return Ok(Action::await_change());
     }
     let spec = nrs.spec.normalized(ctx.settings.platform);
@@ -266,16 +269,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours.clone())
     .owns(Api::<ConfigMap>::namespaced(client, &namespace), ours)
     .reconcile_all_on(node_labels);
-    controller
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_raw, error_policy_raw, ctx)
-        .for_each(|result| async move {
+    let synced = crate::health::mark_when_synced(controller.store(), ctx.readiness.clone());
+    let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
+        |result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled NUMAResourcesScheduler"),
                 Err(error) => tracing::debug!(%error, "NUMAResourcesScheduler reconcile error"),
             }
-        })
-        .await;
+        },
+    );
+    futures_util::future::join(synced, running).await;
 }
 
 #[cfg(test)]

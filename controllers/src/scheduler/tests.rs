@@ -55,9 +55,10 @@ impl Harness {
         );
     }
 
+    /// One pass through the controller's entry point (the raw object of the guarded watch).
     async fn reconcile_path(&self, path: &str) -> Result<Action> {
-        let nrs: NUMAResourcesScheduler = self.fake.typed(path);
-        tokio::time::timeout(Duration::from_secs(10), reconcile(Arc::new(nrs), self.ctx.clone()))
+        let obj: DynamicObject = self.fake.typed(path);
+        tokio::time::timeout(Duration::from_secs(10), reconcile_raw(Arc::new(obj), self.ctx.clone()))
             .await
             .expect("reconcile timed out: likely deadlocked")
     }
@@ -190,8 +191,18 @@ async fn wrong_name_and_invalid_spec_degrade_then_recover() {
     h.fake.edit(NRS, |nrs| nrs["spec"]["imageSpec"] = json!(""));
     assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
     let (_, reason, message) = h.condition(cond::DEGRADED);
-    assert_eq!(reason, cond::REASON_SCHEDULER_INVALID);
+    assert_eq!(reason, cond::REASON_SCHEDULER_IMAGE, "upstream's reason for the image");
     assert!(message.contains("spec.imageSpec"), "{message}");
+
+    h.fake.edit(NRS, |nrs| {
+        nrs["spec"]["imageSpec"] = json!(IMAGE);
+        nrs["spec"]["schedulerName"] = json!("Not_A_DNS_Name");
+    });
+    assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
+    let (_, reason, message) = h.condition(cond::DEGRADED);
+    assert_eq!(reason, cond::REASON_SCHEDULER_INVALID, "ours, where upstream has none");
+    assert!(message.contains("spec.schedulerName"), "{message}");
+    h.fake.edit(NRS, |nrs| nrs["spec"]["schedulerName"] = json!(""));
 
     h.fake.edit(NRS, |nrs| nrs["spec"]["imageSpec"] = json!(IMAGE));
     h.reconcile().await.unwrap();
@@ -212,4 +223,30 @@ async fn api_errors_degrade_and_retry() {
     assert_eq!(error_policy(nrs, &error, h.ctx.clone()), Action::requeue(Duration::from_secs(5)));
     h.reconcile().await.unwrap();
     assert_eq!(h.condition(cond::DEGRADED).0, "False");
+}
+
+#[tokio::test]
+async fn an_explicit_zero_scales_the_scheduler_to_zero() {
+    let h = Harness::new(3);
+    h.fake.edit(NRS, |nrs| nrs["spec"]["replicas"] = json!(0));
+    h.reconcile().await.unwrap();
+    assert_eq!(h.deployment().spec.unwrap().replicas, Some(0), "not autodetected (that would be 3)");
+    assert_eq!(h.config()["leaderElection"]["leaderElect"], false);
+}
+
+#[tokio::test]
+async fn a_malformed_object_is_degraded_naming_the_field() {
+    let h = Harness::new(1);
+    h.fake.edit(NRS, |nrs| nrs["spec"]["cacheResyncPeriod"] = json!("5 seconds"));
+    assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
+    let nrs = h.fake.get(NRS).unwrap();
+    let degraded = nrs["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").unwrap();
+    assert_eq!(degraded["reason"], cond::REASON_MALFORMED);
+    let message = degraded["message"].as_str().unwrap();
+    assert!(message.contains("spec.cacheResyncPeriod") && message.contains("5 seconds"), "{message}");
+    assert!(h.fake.get(DEPLOYMENT).is_none());
+
+    h.fake.edit(NRS, |nrs| nrs["spec"]["cacheResyncPeriod"] = json!("5s"));
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(DEPLOYMENT).is_some(), "fixed: reconciled again");
 }
