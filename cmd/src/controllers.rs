@@ -6,6 +6,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use clap::builder::TypedValueParser as _;
+use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode, check_compatible};
 use numaresources_controllers::{LeaderElection, Settings};
 
 /// Options of `numaresources controllers`.
@@ -39,6 +41,22 @@ pub struct ControllersArgs {
     /// Plain-HTTP port for `/healthz`, `/readyz` and `/metrics` (Prometheus); 0 disables it.
     #[arg(long, env = "NUMARESOURCES_CONTROLLERS_HEALTH_PORT", default_value_t = 8081)]
     health_port: u16,
+    /// Where serving certificates and `caBundle` come from. Only `self-managed` makes the
+    /// controllers generate them (CA in Secret `numaresources-ca`, Secrets
+    /// `numaresources-apiserver-tls` and `numaresources-webhook-tls`) and inject `caBundle`; with
+    /// `olm`, `cert-manager` or `service-ca` that injector owns them and nothing of ours writes them.
+    #[arg(long, env = "NUMARESOURCES_CERTIFICATE_MODE", default_value = "self-managed",
+          value_parser = clap::builder::PossibleValuesParser::new(CertificateMode::NAMES)
+              .try_map(|value| value.parse::<CertificateMode>()))]
+    certificate_mode: CertificateMode,
+    /// Who creates the NRT API server's Deployment, Service, APIService and RBAC: `operator` (the
+    /// NUMAResourcesOperator controller renders them) or `installed` (the kustomize base or the
+    /// OLM CSV ships them; the operator only reports them). `--certificate-mode=olm` needs
+    /// `installed`.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_DEPLOYMENT", default_value = "operator",
+          value_parser = clap::builder::PossibleValuesParser::new(ApiserverDeployment::NAMES)
+              .try_map(|value| value.parse::<ApiserverDeployment>()))]
+    apiserver_deployment: ApiserverDeployment,
 }
 
 /// Runs the controllers until SIGTERM.
@@ -48,6 +66,7 @@ pub fn run(args: ControllersArgs) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
+    check_compatible(args.certificate_mode, args.apiserver_deployment).map_err(anyhow::Error::msg)?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let metrics = numaresources_controllers::metrics::Metrics::default();
     let readiness = numaresources_controllers::health::Readiness::default();
@@ -89,6 +108,8 @@ async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
     }
     let mut settings = Settings::kubernetes(&args.namespace, &args.image);
     settings.allow_custom_rte_image = args.allow_custom_exporter_image;
+    settings.certificate_mode = args.certificate_mode;
+    settings.apiserver_deployment = args.apiserver_deployment;
     let leader = args.leader_elect.then(|| LeaderElection {
         namespace: args.leader_election_namespace.clone().unwrap_or_else(|| args.namespace.clone()),
         identity: args

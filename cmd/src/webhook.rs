@@ -1,14 +1,14 @@
 //! `numaresources webhook`: the admission webhook (defaults and validation of our custom
 //! resources, pod routing to the NUMA-aware scheduler) over HTTPS, with a plain-HTTP health and
 //! metrics port. Serving certificates come from the OLM mount (or any other mount) and are
-//! hot-reloaded, or are generated into `--cert-dir` when no files exist.
+//! hot-reloaded; until the files exist a pair generated into `--cert-dir` is served.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use numaresources_certs::{ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve};
+use numaresources_certs::{ReloadingCertificate, ServerConfigBuilder, WatchOptions, load_self_signed, serve};
 use numaresources_webhook::{ClusterCache, Webhook, follow_cluster, health_router, router};
 
 /// Options of `numaresources webhook` (named as the apiserver subcommand names them).
@@ -60,8 +60,7 @@ pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
 }
 
 async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
-    let (cert, key) = serving_files(&args)?;
-    let certificate = ReloadingCertificate::load(&cert, &key)?;
+    let certificate = serving_certificate(&args)?;
     let _watcher = certificate.watch(WatchOptions::default())?;
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).build()?;
 
@@ -85,17 +84,16 @@ async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     served.context("serving")
 }
 
-/// The configured certificate files, or a generated pair when they do not exist.
-fn serving_files(args: &WebhookArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
-    if args.tls_cert_file.exists() || args.tls_private_key_file.exists() {
-        return Ok((args.tls_cert_file.clone(), args.tls_private_key_file.clone()));
-    }
-    tracing::warn!(
-        cert = %args.tls_cert_file.display(),
-        "no serving certificate mounted; generating a self-signed one in {} (kube-apiserver only calls us if the \
-         webhook configurations' caBundle holds it)",
-        args.cert_dir.display()
-    );
-    let files = ensure_self_signed(&args.cert_dir, &args.tls_sni_names)?;
-    Ok((files.cert_path, files.key_path))
+/// The configured certificate files, followed as they change; until they exist (an optional
+/// Secret volume whose Secret is not written yet), a self-signed pair generated in `--cert-dir`.
+fn serving_certificate(args: &WebhookArgs) -> anyhow::Result<ReloadingCertificate> {
+    let fallback = || {
+        tracing::warn!(
+            "generating a self-signed serving certificate in {} (kube-apiserver calls us only once the webhook \
+             configurations' caBundle trusts what we serve)",
+            args.cert_dir.display()
+        );
+        load_self_signed(&args.cert_dir, &args.tls_sni_names)
+    };
+    Ok(ReloadingCertificate::load_or_fallback(&args.tls_cert_file, &args.tls_private_key_file, fallback)?)
 }

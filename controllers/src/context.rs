@@ -10,6 +10,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use numaresources_api::operator::defaults::Platform;
 
+use crate::certificates::{ApiserverDeployment, CertificateMode};
 use crate::render::RenderError;
 use crate::render::rte::MetricsMode;
 
@@ -31,6 +32,10 @@ pub struct Settings {
     pub machine_config_pools: bool,
     /// `machineconfiguration.openshift.io/v1` KubeletConfigs exist (from discovery).
     pub kubelet_configs: bool,
+    /// Where serving certificates and `caBundle` come from (`--certificate-mode`).
+    pub certificate_mode: CertificateMode,
+    /// Who deploys the NRT API server (`--apiserver-deployment`).
+    pub apiserver_deployment: ApiserverDeployment,
 }
 
 impl Settings {
@@ -44,6 +49,8 @@ impl Settings {
             rte_metrics: MetricsMode::Http,
             machine_config_pools: false,
             kubelet_configs: false,
+            certificate_mode: CertificateMode::SelfManaged,
+            apiserver_deployment: ApiserverDeployment::Operator,
         }
     }
 
@@ -65,6 +72,10 @@ pub struct Context {
     pub metrics: crate::metrics::Metrics,
     /// What `/readyz` reports; each controller marks its cache synced here.
     pub readiness: crate::health::Readiness,
+    /// Held by whoever writes the self-managed certificates or a `caBundle` from them (the
+    /// certificate lifecycle, the operator's APIService), so one never writes a stale bundle
+    /// over the other's.
+    pub certificates: tokio::sync::Mutex<()>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -88,6 +99,7 @@ impl Context {
             recorder,
             metrics: crate::metrics::Metrics::default(),
             readiness: crate::health::Readiness::default(),
+            certificates: tokio::sync::Mutex::new(()),
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -132,8 +144,8 @@ pub enum Error {
     /// A desired object could not be rendered (a bug).
     #[error(transparent)]
     Render(#[from] RenderError),
-    /// The API server's serving certificate could not be issued.
-    #[error("failed to issue the API server's serving certificate: {0}")]
+    /// A serving certificate or the CA could not be issued.
+    #[error("failed to issue a serving certificate: {0}")]
     Certificate(#[source] numaresources_certs::Error),
     /// Something this pass waits for has not happened yet; retried with backoff.
     #[error("{0}")]

@@ -16,6 +16,7 @@
 //! references on everything they create, and report through status conditions and Events.
 
 pub mod apply;
+pub mod certificates;
 pub mod conditions;
 pub mod context;
 #[cfg(test)]

@@ -65,6 +65,18 @@ pub const SHARED_POOL_CONTAINER: &str = "shared-pool-container";
 pub const APISERVER: &str = "numaresources-apiserver";
 /// Its serving certificate Secret (`kubernetes.io/tls`, plus `ca.crt`).
 pub const APISERVER_TLS_SECRET: &str = "numaresources-apiserver-tls";
+/// The admission webhook's Deployment and Service.
+pub const WEBHOOK: &str = "numaresources-webhook";
+/// Its serving certificate Secret (`kubernetes.io/tls`, plus `ca.crt`).
+pub const WEBHOOK_TLS_SECRET: &str = "numaresources-webhook-tls";
+/// The Mutating- and ValidatingWebhookConfiguration (one name for both).
+pub const WEBHOOK_CONFIGURATION: &str = "numaresources-webhook";
+/// The admission webhook component.
+pub const COMPONENT_WEBHOOK: &str = "webhook";
+/// The self-managed CA (certificates and keys; never mounted by a server).
+pub const CA_SECRET: &str = "numaresources-ca";
+/// The self-managed certificates' component.
+pub const COMPONENT_CERTIFICATES: &str = "certificates";
 /// The APIService that routes `topology.node.k8s.io/v1alpha2` to it.
 pub const APISERVICE: &str = "v1alpha2.topology.node.k8s.io";
 /// The NRT group.

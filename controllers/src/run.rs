@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use futures_util::future::join3;
+use futures_util::future::join4;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::{Recorder, Reporter};
 use numaresources_api::operator::defaults::Platform;
@@ -14,7 +14,7 @@ use crate::leader::{LeaderLease, LeaseTimings};
 use crate::metrics::Metrics;
 use crate::names::{CONTROLLERS_LEASE, EVENT_REPORTER};
 use crate::render::rte::MetricsMode;
-use crate::{kubeletconfig, operator, scheduler};
+use crate::{certificates, kubeletconfig, operator, scheduler};
 
 /// Leader election settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +90,14 @@ pub async fn run(
         // TLS profile's values are left to the exporter's defaults (TLS 1.2+).
         settings.rte_metrics = MetricsMode::HttpTls { min_version: String::new(), cipher_suites: String::new() };
     }
-    tracing::info!(platform = ?settings.platform, namespace = %settings.namespace, image = %settings.image, "starting the controllers");
+    tracing::info!(
+        platform = ?settings.platform,
+        namespace = %settings.namespace,
+        image = %settings.image,
+        certificate_mode = %settings.certificate_mode,
+        apiserver_deployment = %settings.apiserver_deployment,
+        "starting the controllers"
+    );
 
     let identity = leader.as_ref().map(|l| l.identity.clone());
     let reporter = Reporter { controller: EVENT_REPORTER.to_owned(), instance: identity };
@@ -118,10 +125,11 @@ pub async fn run(
             let _ = stopped.wait_for(|stop| *stop).await;
         }
     };
-    let controllers = tokio::spawn(join3(
+    let controllers = tokio::spawn(join4(
         operator::run(ctx.clone(), stop_signal()),
         scheduler::run(ctx.clone(), stop_signal()),
-        kubeletconfig::run(ctx, stop_signal()),
+        kubeletconfig::run(ctx.clone(), stop_signal()),
+        certificates::run(ctx, stop_signal()),
     ));
     let hold = async {
         match &lease {

@@ -86,6 +86,12 @@ fn the_controllers_may_make_every_call_they_make() {
             Some("noderesourcetopologies.topology.node.k8s.io"),
         ),
         ("events.k8s.io", "events", "create", None),
+        // The self-managed certificate lifecycle's caBundle injection.
+        ("apiregistration.k8s.io", "apiservices", "get", Some("v1alpha2.topology.node.k8s.io")),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get", Some("numaresources-webhook")),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch", Some("numaresources-webhook")),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "get", Some("numaresources-webhook")),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", Some("numaresources-webhook")),
     ];
     for (g, r, v, n) in cluster_calls {
         assert!(allows(&cluster, g, r, v, *n), "cluster: {v} {g}/{r} {n:?}");
@@ -100,8 +106,13 @@ fn the_controllers_may_make_every_call_they_make() {
         ("", "configmaps", "get", Some("numaresourcesoperator-worker")),
         ("", "configmaps", "delete", Some("numaresourcesoperator-worker")),
         ("", "configmaps", "watch", None),
+        ("", "secrets", "create", None),
         ("", "secrets", "get", Some("numaresources-apiserver-tls")),
         ("", "secrets", "patch", Some("numaresources-apiserver-tls")),
+        ("", "secrets", "get", Some("numaresources-webhook-tls")),
+        ("", "secrets", "patch", Some("numaresources-webhook-tls")),
+        ("", "secrets", "get", Some("numaresources-ca")),
+        ("", "secrets", "patch", Some("numaresources-ca")),
         ("", "services", "patch", Some("numaresources-apiserver")),
         ("", "serviceaccounts", "patch", Some("numaresources-rte")),
         ("rbac.authorization.k8s.io", "roles", "patch", Some("numaresources-rte")),

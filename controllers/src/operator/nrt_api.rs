@@ -5,32 +5,31 @@
 //! Deployment is available (registering a group nobody serves breaks discovery for every client),
 //! and on deletion it goes first (see the finalizer in [`super`]).
 //!
-//! Certificates (self-managed mode, design.md §6): a CA and a serving certificate for the
-//! Service's DNS names live in the Secret `numaresources-apiserver-tls`; the CA is the
-//! APIService's `caBundle`. Both are reissued 30 days before the leaf expires. A Secret of that
-//! name that we did not create (cert-manager, service-ca) is left alone; its `ca.crt`, if any,
-//! becomes the `caBundle`.
+//! With `--apiserver-deployment=installed` the install ships the API server (kustomize base or
+//! OLM CSV): this step creates, changes and deletes none of it, and only reports whether its
+//! Deployment is available.
+//!
+//! Certificates (design.md §6) follow `--certificate-mode`. Self-managed: a pass of
+//! [`crate::certificates`] makes sure the CA and the serving certificate Secret exist before the
+//! Deployment mounts it, and the APIService is applied with the bundle of every CA trusted now,
+//! under the same lock as the lifecycle's own `caBundle` patches, so our one field manager never
+//! drops or rolls back a CA. cert-manager and service-ca: the APIService (and for service-ca the
+//! Service) carries the annotation that asks their injector, and no `caBundle` of ours.
 
-use std::time::Duration;
+use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::{Api, ResourceExt};
 use numaresources_api::operator::NUMAResourcesOperator;
-use numaresources_certs::CertificateAuthority;
+use numaresources_certs::rotation::RotationPolicy;
 
 use crate::apply::{Applier, controlled_by, delete, get_opt};
-use crate::context::{Context, Error, Result};
-use crate::names::{self, ANNOTATION_NRT_API, APISERVER, APISERVER_TLS_SECRET, APISERVICE, NRT_CRD, NRT_VERSION};
+use crate::certificates::{self, ApiserverDeployment, CertificateMode};
+use crate::context::{Context, Result};
+use crate::names::{self, ANNOTATION_NRT_API, APISERVER, APISERVICE, NRT_CRD, NRT_VERSION};
 use crate::render::apiserver as render;
-
-/// Validity of the CA and the serving certificate we issue.
-pub const CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
-/// Reissue when the serving certificate has less than this left.
-pub const CERT_RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Where the NRT API stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +56,9 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
         super::nrt_teardown::remove_api_server(nro, ctx).await?;
         return Ok(ApiState::External);
     }
+    if ctx.settings.apiserver_deployment == ApiserverDeployment::Installed {
+        return installed_state(ctx).await;
+    }
     let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
     if let Some(crd) = get_opt(&crds, NRT_CRD).await?
         && crd.spec.versions.iter().any(|v| v.name == NRT_VERSION && v.served)
@@ -70,8 +72,11 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
     }
 
     let namespace = &ctx.settings.namespace;
-    let objects = render::objects(namespace, &ctx.settings.image)?;
-    let ca_bundle = ensure_serving_certificate(ctx, applier).await?;
+    let mut objects = render::objects(namespace, &ctx.settings.image)?;
+    let (api_service_annotations, service_annotations) = ctx.settings.certificate_mode.apiserver_annotations(namespace);
+    // Held until the APIService is applied: its caBundle is the bundle this pass settled on.
+    let _certificates = ctx.certificates.lock().await;
+    let ca_bundle = ensure_serving_certificate(ctx).await?;
     if let Some(sa) = objects.service_account {
         applier.namespaced(sa).await?;
     }
@@ -84,7 +89,8 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
     for binding in objects.role_bindings {
         applier.namespaced(binding).await?;
     }
-    if let Some(service) = objects.service {
+    if let Some(mut service) = objects.service.take() {
+        service.annotations_mut().extend(service_annotations);
         applier.namespaced(service).await?;
     }
     let available = match objects.deployment {
@@ -96,7 +102,8 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
             "waiting for Deployment {namespace}/{APISERVER} to become available"
         )));
     }
-    if let Some(api_service) = objects.api_service {
+    if let Some(mut api_service) = objects.api_service {
+        api_service.annotations_mut().extend(api_service_annotations);
         let api_service = match &ca_bundle {
             Some(ca) => render::with_ca_bundle(api_service, ca),
             None => api_service,
@@ -104,6 +111,22 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
         applier.cluster(api_service).await?;
     }
     Ok(ApiState::Ready)
+}
+
+/// `--apiserver-deployment=installed`: only whether the shipped Deployment is available.
+async fn installed_state(ctx: &Context) -> Result<ApiState> {
+    let namespace = &ctx.settings.namespace;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(match get_opt(&deployments, APISERVER).await? {
+        Some(deployment) if deployment_available(&deployment) => ApiState::Ready,
+        Some(_) => ApiState::Progressing(format!(
+            "waiting for Deployment {namespace}/{APISERVER} (installed with the operator) to become available"
+        )),
+        None => ApiState::Progressing(format!(
+            "Deployment {namespace}/{APISERVER} does not exist: with --apiserver-deployment=installed the install \
+             (kustomize base or OLM bundle) provides it"
+        )),
+    })
 }
 
 /// Deletes our APIService (the finalizer's job). Returns whether it is gone.
@@ -127,59 +150,17 @@ pub fn deployment_available(deployment: &Deployment) -> bool {
     current && status.conditions.iter().flatten().any(|c| c.type_ == "Available" && c.status == "True")
 }
 
-/// Makes sure the serving certificate Secret exists and is fresh; returns the CA for `caBundle`.
-async fn ensure_serving_certificate(ctx: &Context, applier: &Applier) -> Result<Option<String>> {
-    let namespace = &ctx.settings.namespace;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let existing = get_opt(&secrets, APISERVER_TLS_SECRET).await?;
-    let ca_of = |secret: &Secret| {
-        secret.data.as_ref().and_then(|d| d.get("ca.crt")).and_then(|b| String::from_utf8(b.0.clone()).ok())
-    };
-    if let Some(secret) = &existing {
-        let ours = secret.labels().get(names::LABEL_MANAGED_BY).is_some_and(|v| v == names::FIELD_MANAGER);
-        if !ours {
-            return Ok(ca_of(secret));
-        }
-        if fresh(secret, Timestamp::now()) {
-            return Ok(ca_of(secret));
-        }
+/// Self-managed mode: runs a certificate pass (the caller holds [`Context::certificates`]) so the
+/// CA and the serving certificate Secret exist before the Deployment mounts it, and returns the
+/// bundle for `caBundle`. Other modes: `None`, the injector fills `caBundle`.
+async fn ensure_serving_certificate(ctx: &Context) -> Result<Option<String>> {
+    if ctx.settings.certificate_mode != CertificateMode::SelfManaged {
+        return Ok(None);
     }
-    let ca = CertificateAuthority::generate(&format!("{APISERVER}-ca"), CERT_VALIDITY).map_err(Error::Certificate)?;
-    let pair = ca.issue_serving(&render::service_dns_names(namespace), CERT_VALIDITY).map_err(Error::Certificate)?;
-    let not_after = Timestamp::now()
-        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(CERT_VALIDITY.as_secs() as i64))
-        .unwrap_or(Timestamp::MAX);
-    tracing::info!(%namespace, secret = APISERVER_TLS_SECRET, "issued the API server's serving certificate");
-    let secret = render::tls_secret(namespace, ca.cert_pem(), &pair.cert_pem, &pair.key_pem, &not_after.to_string());
-    applier.namespaced(secret).await?;
-    Ok(Some(ca.cert_pem().to_owned()))
-}
-
-/// All three keys present and the leaf not within [`CERT_RENEW_BEFORE`] of expiring.
-fn fresh(secret: &Secret, now: Timestamp) -> bool {
-    let complete =
-        secret.data.as_ref().is_some_and(|d| ["ca.crt", "tls.crt", "tls.key"].iter().all(|k| d.contains_key(*k)));
-    let not_after =
-        secret.annotations().get(names::ANNOTATION_CERT_NOT_AFTER).and_then(|t| t.parse::<Timestamp>().ok());
-    let renew_at = not_after.and_then(|t| {
-        t.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(CERT_RENEW_BEFORE.as_secs() as i64)).ok()
-    });
-    complete && renew_at.is_some_and(|t| t > now)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn certificates_are_renewed_thirty_days_ahead() {
-        let now: Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
-        let secret = |not_after: &str| render::tls_secret("ns", "CA", "CRT", "KEY", not_after);
-        assert!(fresh(&secret("2030-03-01T00:00:00Z"), now));
-        assert!(!fresh(&secret("2030-01-20T00:00:00Z"), now), "inside the renewal window");
-        assert!(!fresh(&secret("garbage"), now));
-        let mut incomplete = secret("2031-01-01T00:00:00Z");
-        incomplete.data.as_mut().unwrap().remove("tls.key");
-        assert!(!fresh(&incomplete, now));
+    let pass = certificates::pass(ctx, &RotationPolicy::default(), SystemTime::now()).await?;
+    for error in &pass.failed_consumers {
+        // The lifecycle's own loop retries these; the API server's install goes on.
+        tracing::warn!(%error, "caBundle not injected");
     }
+    Ok(Some(pass.bundle))
 }

@@ -2,20 +2,18 @@
 //! (`manifests/apiserver/`), so what the controllers deploy and what a person applies by hand
 //! cannot drift apart. The manifests are compiled in; rendering moves them into the operator's
 //! namespace, sets the image, and adds what the self-managed certificate mode needs: the
-//! serving-certificate Secret and the APIService's `caBundle`.
-
-use std::collections::BTreeMap;
+//! APIService's `caBundle` (the Secrets are [`crate::certificates`]' work).
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{RenderError, typed};
-use crate::names::{self, APISERVER, APISERVER_TLS_SECRET, COMPONENT_APISERVER};
+use crate::names;
 
 /// The namespace the checked-in manifests are written for.
 const MANIFEST_NAMESPACE: &str = "numaresources";
@@ -103,33 +101,7 @@ fn relocate(value: &mut Value, namespace: &str, image: &str) {
     }
 }
 
-/// The DNS names the serving certificate must cover.
-pub fn service_dns_names(namespace: &str) -> Vec<String> {
-    vec![format!("{APISERVER}.{namespace}.svc"), format!("{APISERVER}.{namespace}.svc.cluster.local")]
-}
-
-/// The serving certificate Secret (self-managed mode): `kubernetes.io/tls` plus `ca.crt`.
-pub fn tls_secret(namespace: &str, ca_pem: &str, cert_pem: &str, key_pem: &str, not_after: &str) -> Secret {
-    let data = BTreeMap::from([
-        ("ca.crt".to_owned(), ByteString(ca_pem.as_bytes().to_vec())),
-        ("tls.crt".to_owned(), ByteString(cert_pem.as_bytes().to_vec())),
-        ("tls.key".to_owned(), ByteString(key_pem.as_bytes().to_vec())),
-    ]);
-    Secret {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(APISERVER_TLS_SECRET.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(names::labels(APISERVER, COMPONENT_APISERVER)),
-            annotations: Some(BTreeMap::from([(names::ANNOTATION_CERT_NOT_AFTER.to_owned(), not_after.to_owned())])),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/tls".to_owned()),
-        data: Some(data),
-        ..Default::default()
-    }
-}
-
-/// The APIService with the CA that signed the serving certificate.
+/// The APIService with the CAs that clients must trust (self-managed mode).
 pub fn with_ca_bundle(mut api_service: APIService, ca_pem: &str) -> APIService {
     if let Some(spec) = api_service.spec.as_mut() {
         spec.ca_bundle = Some(ByteString(ca_pem.as_bytes().to_vec()));
@@ -140,6 +112,7 @@ pub fn with_ca_bundle(mut api_service: APIService, ca_pem: &str) -> APIService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::APISERVER;
 
     #[test]
     fn the_install_manifests_render_into_any_namespace() {
@@ -170,15 +143,10 @@ mod tests {
     }
 
     #[test]
-    fn ca_bundle_and_secret() {
+    fn ca_bundle() {
         let api_service = objects("ns", "img").unwrap().api_service.unwrap();
         assert!(api_service.spec.as_ref().unwrap().ca_bundle.is_none(), "the manifest leaves it out");
         let with = with_ca_bundle(api_service, "CA");
         assert_eq!(with.spec.unwrap().ca_bundle, Some(ByteString(b"CA".to_vec())));
-        let secret = tls_secret("ns", "CA", "CRT", "KEY", "2030-01-01T00:00:00Z");
-        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
-        let data = secret.data.unwrap();
-        assert_eq!(data.keys().collect::<Vec<_>>(), ["ca.crt", "tls.crt", "tls.key"]);
-        assert_eq!(service_dns_names("ns")[0], "numaresources-apiserver.ns.svc");
     }
 }

@@ -1,0 +1,363 @@
+//! Self-managed certificates (`--certificate-mode=self-managed`, design.md §6): a CA whose key is
+//! kept in the Secret `numaresources-ca`, the serving certificates of the API server and the
+//! webhook in `numaresources-apiserver-tls` and `numaresources-webhook-tls` (what their
+//! Deployments mount), and `caBundle` on the APIService and both webhook configurations.
+//!
+//! The decisions are `numaresources_certs::rotation`'s, made pure for one pass in [`plan`]: leaves
+//! are renewed well before their notAfter (read from the certificate, not from an annotation);
+//! a CA near its end is rotated with an overlap, so that no handshake fails while bundles and
+//! Secrets propagate: the new CA joins `caBundle` first, leaves move to it once that bundle has
+//! been out for a propagation period, and the old CA leaves `caBundle` once the new leaves have
+//! been out as long.
+//!
+//! The I/O here is thin: read the three Secrets and the three consumers, write only what
+//! differs (CA first, so no certificate is ever published whose issuer's key is not stored; then
+//! `caBundle`; then the leaves), and sleep until the next decision. Nothing cluster-scoped may own
+//! these Secrets and no CR does (the webhook outlives any `NUMAResourcesOperator`), so they carry
+//! the `app.kubernetes.io/managed-by` and `part-of` labels instead of an owner reference.
+//! `caBundle` is patched on objects that exist, never created: the install or the operator
+//! creates them.
+
+pub mod mode;
+mod plan;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use k8s_openapi::{ByteString, Resource as _};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use numaresources_certs::PemPair;
+use numaresources_certs::rotation::{CaStep, RotationPolicy, keys};
+use serde_json::{Value, json};
+
+pub use mode::{ApiserverDeployment, CertificateMode, check_compatible};
+pub use plan::{LEAVES, Leaf, Observed, Plan, leaf_secret_data, plan};
+
+use crate::apply::get_opt;
+use crate::context::{Context, Error, Result};
+use crate::names::{self, APISERVICE, CA_SECRET, COMPONENT_CERTIFICATES, FIELD_MANAGER, WEBHOOK_CONFIGURATION};
+
+/// Look again at least this often, even with no decision due: a webhook configuration
+/// re-created without `caBundle` or a deleted Secret is repaired within this delay.
+pub const RESYNC: Duration = Duration::from_secs(60);
+
+/// What a pass did.
+#[derive(Debug)]
+pub struct Pass {
+    /// What every client must trust now (`caBundle`).
+    pub bundle: String,
+    /// When a decision is next due.
+    pub next: Option<SystemTime>,
+    /// Objects written (Secrets applied, consumers patched).
+    pub writes: usize,
+    /// Consumers whose `caBundle` could not be patched (the pass went on without them).
+    pub failed_consumers: Vec<Error>,
+}
+
+/// One pass at `now`, under [`Context::certificates`]. See [`pass`].
+pub async fn reconcile(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Result<Pass> {
+    let _writing = ctx.certificates.lock().await;
+    pass(ctx, policy, now).await
+}
+
+/// One pass at `now`; the caller holds [`Context::certificates`]. A consumer whose patch fails
+/// does not stop the pass (its `caBundle` lacking the current CA holds any move to a new CA
+/// back, see [`plan`]); it is reported in [`Pass::failed_consumers`].
+pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Result<Pass> {
+    let namespace = &ctx.settings.namespace;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let ca_secret = get_opt(&secrets, CA_SECRET).await?;
+    let mut leaf_secrets = Vec::with_capacity(LEAVES.len());
+    for leaf in LEAVES {
+        leaf_secrets.push(get_opt(&secrets, leaf.secret).await?);
+    }
+    let consumers = Consumers::read(&ctx.client).await?;
+    let observed = Observed {
+        ca: ca_secret.as_ref().map(string_data),
+        leaves: leaf_secrets.iter().map(|secret| secret.as_ref().and_then(pair_of)).collect(),
+        bundles: consumers.bundles(),
+    };
+    let plan = plan(&observed, namespace, policy, now).map_err(Error::Certificate)?;
+    let bundle = plan.bundle();
+
+    let mut writes = 0;
+    let ca_labels = names::labels(CA_SECRET, COMPONENT_CERTIFICATES);
+    let desired_ca = desired_secret(CA_SECRET, namespace, ca_labels, "Opaque", plan.ca.to_secret_data());
+    if write_secret(&secrets, ca_secret.as_ref(), desired_ca, &CA_KEYS).await? {
+        writes += 1;
+        announce_ca(ctx, &plan).await;
+    }
+    let (patched, failed_consumers) = consumers.inject(&ctx.client, &bundle).await;
+    writes += patched;
+    for ((leaf, existing), (pair, issued)) in LEAVES.iter().zip(&leaf_secrets).zip(plan.leaves.iter().zip(&plan.issued))
+    {
+        let labels = names::labels(leaf.service, leaf.component);
+        let desired =
+            desired_secret(leaf.secret, namespace, labels, "kubernetes.io/tls", leaf_secret_data(pair, &bundle));
+        if write_secret(&secrets, existing.as_ref(), desired, &LEAF_KEYS).await? {
+            writes += 1;
+        }
+        if let Some(reason) = issued {
+            tracing::info!(%namespace, secret = leaf.secret, reason, "issued a serving certificate");
+            let note = format!("issued a serving certificate for Service {}: {reason}", leaf.service);
+            ctx.event(&secret_reference(namespace, leaf.secret), EventType::Normal, "CertificateIssued", "Issue", note)
+                .await;
+        }
+    }
+    Ok(Pass { bundle, next: plan.next, writes, failed_consumers })
+}
+
+/// Runs passes until `shutdown` completes, when the certificate mode is `self-managed` (in any
+/// other mode it returns at once: nothing of ours writes certificates or `caBundle`). Sleeps until
+/// the next decision (at most [`RESYNC`]); failures retry with the controllers' backoff.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
+    if ctx.settings.certificate_mode != CertificateMode::SelfManaged {
+        tracing::info!(mode = %ctx.settings.certificate_mode, "serving certificates and caBundle are not ours to manage");
+        return;
+    }
+    let policy = RotationPolicy::default();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let now = SystemTime::now();
+        let delay = match reconcile(&ctx, &policy, now).await {
+            Ok(pass) if pass.failed_consumers.is_empty() => {
+                ctx.reset_backoff(BACKOFF_KEY);
+                let due = pass.next.and_then(|next| next.duration_since(now).ok()).unwrap_or(RESYNC);
+                due.clamp(Duration::from_secs(1), RESYNC)
+            }
+            Ok(pass) => {
+                for error in &pass.failed_consumers {
+                    tracing::warn!(%error, "caBundle not injected; retrying");
+                }
+                ctx.backoff(BACKOFF_KEY).min(RESYNC)
+            }
+            Err(error) => {
+                let delay = ctx.backoff(BACKOFF_KEY);
+                tracing::warn!(%error, retry_in = ?delay, "certificate pass failed");
+                delay
+            }
+        };
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+const BACKOFF_KEY: &str = "certificates/self-managed";
+
+/// The objects whose `caBundle` we fill, as they are now (absent ones are skipped).
+struct Consumers {
+    api_service: Option<APIService>,
+    mutating: Option<MutatingWebhookConfiguration>,
+    validating: Option<ValidatingWebhookConfiguration>,
+}
+
+impl Consumers {
+    async fn read(client: &kube::Client) -> Result<Self> {
+        Ok(Self {
+            api_service: get_opt(&Api::all(client.clone()), APISERVICE).await?,
+            mutating: get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await?,
+            validating: get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await?,
+        })
+    }
+
+    /// The `caBundle` each consumer holds: the APIService, then every webhook.
+    fn bundles(&self) -> Vec<Option<String>> {
+        let text = |bytes: Option<&ByteString>| bytes.and_then(|b| String::from_utf8(b.0.clone()).ok());
+        let mut bundles = Vec::new();
+        if let Some(api_service) = &self.api_service {
+            bundles.push(text(api_service.spec.as_ref().and_then(|spec| spec.ca_bundle.as_ref())));
+        }
+        for webhook in self.mutating.iter().flat_map(|c| c.webhooks.iter().flatten()) {
+            bundles.push(text(webhook.client_config.ca_bundle.as_ref()));
+        }
+        for webhook in self.validating.iter().flat_map(|c| c.webhooks.iter().flatten()) {
+            bundles.push(text(webhook.client_config.ca_bundle.as_ref()));
+        }
+        bundles
+    }
+
+    /// Patches `caBundle` where it differs from `bundle`; returns how many objects were patched
+    /// and the failures.
+    async fn inject(&self, client: &kube::Client, bundle: &str) -> (usize, Vec<Error>) {
+        let encoded = json!(ByteString(bundle.as_bytes().to_vec()));
+        let wanted = Some(ByteString(bundle.as_bytes().to_vec()));
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
+        let mut results = Vec::new();
+        if let Some(api_service) = &self.api_service
+            && api_service.spec.as_ref().map(|spec| &spec.ca_bundle) != Some(&wanted)
+        {
+            let api: Api<APIService> = Api::all(client.clone());
+            let patch = Patch::Merge(json!({"spec": {"caBundle": encoded}}));
+            results.push(api.patch(APISERVICE, &params, &patch).await.map(|_| ()).map_err(|e| (APIService::KIND, e)));
+        }
+        if let Some(configuration) = &self.mutating {
+            let webhooks = configuration.webhooks.iter().flatten();
+            if let Some(patch) = webhook_patch(webhooks.map(|w| (&w.name, &w.client_config.ca_bundle)), &wanted) {
+                let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+                let result = api.patch(WEBHOOK_CONFIGURATION, &params, &patch).await;
+                results.push(result.map(|_| ()).map_err(|e| (MutatingWebhookConfiguration::KIND, e)));
+            }
+        }
+        if let Some(configuration) = &self.validating {
+            let webhooks = configuration.webhooks.iter().flatten();
+            if let Some(patch) = webhook_patch(webhooks.map(|w| (&w.name, &w.client_config.ca_bundle)), &wanted) {
+                let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+                let result = api.patch(WEBHOOK_CONFIGURATION, &params, &patch).await;
+                results.push(result.map(|_| ()).map_err(|e| (ValidatingWebhookConfiguration::KIND, e)));
+            }
+        }
+        let patched = results.iter().filter(|result| result.is_ok()).count();
+        let failed = results
+            .into_iter()
+            .filter_map(Result::err)
+            .map(|(kind, error)| Error::kube(format!("inject caBundle into {kind} {}", describe(kind)), error))
+            .collect();
+        (patched, failed)
+    }
+}
+
+fn describe(kind: &str) -> &'static str {
+    if kind == APIService::KIND { APISERVICE } else { WEBHOOK_CONFIGURATION }
+}
+
+/// A JSON patch setting `caBundle` on every webhook that lacks `wanted`, each guarded by a test
+/// of the webhook's name at that index (a concurrent reordering fails the patch instead of
+/// writing into the wrong entry). `None` when every webhook holds it already.
+fn webhook_patch<'a>(
+    webhooks: impl Iterator<Item = (&'a String, &'a Option<ByteString>)>,
+    wanted: &Option<ByteString>,
+) -> Option<Patch<Value>> {
+    let mut operations = Vec::new();
+    for (index, (name, held)) in webhooks.enumerate() {
+        if held != wanted {
+            operations.push(json!({"op": "test", "path": format!("/webhooks/{index}/name"), "value": name}));
+            operations.push(
+                json!({"op": "add", "path": format!("/webhooks/{index}/clientConfig/caBundle"), "value": wanted}),
+            );
+        }
+    }
+    if operations.is_empty() {
+        return None;
+    }
+    serde_json::from_value::<json_patch::Patch>(Value::Array(operations)).ok().map(Patch::Json)
+}
+
+/// A Secret's data as text (entries that are not UTF-8 are left out: no PEM is).
+fn string_data(secret: &Secret) -> BTreeMap<String, String> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .filter_map(|(key, value)| Some((key.clone(), String::from_utf8(value.0.clone()).ok()?)))
+        .collect()
+}
+
+/// The certificate and key of a `kubernetes.io/tls` Secret, when both are there.
+fn pair_of(secret: &Secret) -> Option<PemPair> {
+    let mut data = string_data(secret);
+    Some(PemPair { cert_pem: data.remove("tls.crt")?, key_pem: data.remove("tls.key")? })
+}
+
+fn desired_secret(
+    name: &str,
+    namespace: &str,
+    labels: BTreeMap<String, String>,
+    type_: &str,
+    data: BTreeMap<String, String>,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        type_: Some(type_.to_owned()),
+        data: Some(data.into_iter().map(|(key, value)| (key, ByteString(value.into_bytes()))).collect()),
+        ..Secret::default()
+    }
+}
+
+/// The data keys of the CA Secret (one that is not desired any more must go).
+const CA_KEYS: [&str; 5] = [keys::CA_CERT, keys::CA_KEY, keys::PREVIOUS_CA_CERT, keys::ROTATED_AT, keys::CA_BUNDLE];
+/// The data keys of a leaf Secret.
+const LEAF_KEYS: [&str; 3] = ["tls.crt", "tls.key", "ca.crt"];
+
+/// Applies `desired` unless `existing` already holds it (in the `managed` keys, its type and
+/// labels); returns whether it wrote. The apply carries the resourceVersion read, so a concurrent
+/// writer makes it fail (409) rather than be overwritten, and, being our field manager's whole
+/// intent, drops what an older version of ours set (the owner reference and the expiry
+/// annotation of the API server's Secret).
+async fn write_secret(
+    secrets: &Api<Secret>,
+    existing: Option<&Secret>,
+    mut desired: Secret,
+    managed: &[&str],
+) -> Result<bool> {
+    if let Some(existing) = existing {
+        let labelled = desired.labels().iter().all(|(key, value)| existing.labels().get(key) == Some(value));
+        let value = |secret: &Secret, key: &str| secret.data.as_ref().and_then(|data| data.get(key)).cloned();
+        let same =
+            managed.iter().all(|key| value(existing, key) == value(&desired, key)) && existing.type_ == desired.type_;
+        let legacy = existing.annotations().contains_key(names::ANNOTATION_CERT_NOT_AFTER);
+        if same && labelled && !legacy {
+            return Ok(false);
+        }
+        desired.metadata.resource_version = existing.metadata.resource_version.clone();
+    }
+    let name = desired.name_any();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    secrets
+        .patch(&name, &params, &Patch::Apply(&desired))
+        .await
+        .map_err(|e| Error::kube(format!("apply Secret {}/{name}", desired.namespace().unwrap_or_default()), e))?;
+    Ok(true)
+}
+
+fn secret_reference(namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Secret".to_owned()),
+        namespace: Some(namespace.to_owned()),
+        name: Some(name.to_owned()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Logs and publishes what happened to the CA.
+async fn announce_ca(ctx: &Context, plan: &Plan) {
+    let (reason, note) = match plan.ca_step {
+        CaStep::Created => ("CertificateAuthorityCreated", "created a new CA; serving certificates follow"),
+        CaStep::Rotated => (
+            "CertificateAuthorityRotated",
+            "the CA is near its expiry: a new CA is trusted next to it, serving certificates move to it after the \
+             overlap",
+        ),
+        CaStep::PreviousRetired => (
+            "PreviousCertificateAuthorityRetired",
+            "every serving certificate comes from the new CA: the old one is no longer trusted",
+        ),
+        CaStep::Unchanged if plan.republished => (
+            "CertificateAuthorityRepublished",
+            "a consumer lacked the two-CA caBundle: the overlap starts over before serving certificates move",
+        ),
+        CaStep::Unchanged => return,
+    };
+    tracing::info!(namespace = %ctx.settings.namespace, secret = CA_SECRET, reason, note);
+    let reference = secret_reference(&ctx.settings.namespace, CA_SECRET);
+    ctx.event(&reference, EventType::Normal, reason, "Rotate", note.to_owned()).await;
+}
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tls_tests;

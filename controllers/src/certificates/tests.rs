@@ -1,0 +1,331 @@
+//! The certificate lifecycle against the in-memory API (`crate::fake`): the first pass, a no-op
+//! second pass, leaf renewal, a whole CA rotation with its overlap, and the modes in which
+//! nothing of ours writes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::Method;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use numaresources_certs::ServingCertificate;
+use numaresources_certs::rotation::{CaState, RotationPolicy, issued_by};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::context::Settings;
+use crate::fake::FakeApi;
+
+pub(super) const NS: &str = "numaresources";
+pub(super) const CA_PATH: &str = "/api/v1/namespaces/numaresources/secrets/numaresources-ca";
+pub(super) const APISERVER_TLS: &str = "/api/v1/namespaces/numaresources/secrets/numaresources-apiserver-tls";
+pub(super) const WEBHOOK_TLS: &str = "/api/v1/namespaces/numaresources/secrets/numaresources-webhook-tls";
+pub(super) const APISERVICE_PATH: &str = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha2.topology.node.k8s.io";
+pub(super) const MUTATING: &str =
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/numaresources-webhook";
+pub(super) const VALIDATING: &str =
+    "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/numaresources-webhook";
+
+pub(super) const HOUR: Duration = Duration::from_secs(3600);
+pub(super) const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// Short lifetimes so months fit in a test: CA 30 days (rotated with 10 left), leaves 7 days
+/// (renewed with 2 left), one hour of propagation.
+pub(super) fn policy() -> RotationPolicy {
+    RotationPolicy {
+        ca_validity: 30 * DAY,
+        ca_renew_before: 10 * DAY,
+        leaf_validity: 7 * DAY,
+        leaf_renew_before: 2 * DAY,
+        propagation: HOUR,
+    }
+}
+
+pub(super) struct Harness {
+    pub fake: FakeApi,
+    pub ctx: Arc<Context>,
+}
+
+impl Harness {
+    /// The fake with the APIService and both webhook configurations as the install ships them
+    /// (no caBundle).
+    pub fn new(mode: CertificateMode) -> Self {
+        let (fake, client) = FakeApi::start();
+        let api_service = crate::render::apiserver::objects(NS, "img").unwrap().api_service.unwrap();
+        fake.insert(APISERVICE_PATH, serde_json::to_value(api_service).unwrap());
+        let text = include_str!("../../../manifests/webhook/webhook-configurations.yaml");
+        for document in serde_norway::Deserializer::from_str(text) {
+            let value = Value::deserialize(document).unwrap();
+            let path = match value["kind"].as_str() {
+                Some("MutatingWebhookConfiguration") => MUTATING,
+                Some("ValidatingWebhookConfiguration") => VALIDATING,
+                _ => continue,
+            };
+            fake.insert(path, value);
+        }
+        let mut settings = Settings::kubernetes(NS, "img");
+        settings.certificate_mode = mode;
+        Self { fake, ctx: Arc::new(Context::new(client, settings, None)) }
+    }
+
+    pub async fn pass(&self, now: SystemTime) -> Pass {
+        let pass = tokio::time::timeout(Duration::from_secs(10), reconcile(&self.ctx, &policy(), now))
+            .await
+            .expect("the pass timed out: likely deadlocked")
+            .unwrap();
+        assert!(pass.failed_consumers.is_empty(), "{:?}", pass.failed_consumers);
+        pass
+    }
+
+    pub fn data(&self, path: &str) -> BTreeMap<String, String> {
+        string_data(&self.fake.typed::<Secret>(path))
+    }
+
+    pub fn ca(&self) -> CaState {
+        CaState::from_secret_data(&self.data(CA_PATH)).unwrap()
+    }
+
+    /// Every `caBundle` the consumers hold: the APIService's, then each webhook's.
+    pub fn bundles(&self) -> Vec<String> {
+        let text = |b: Option<ByteString>| String::from_utf8(b.map(|b| b.0).unwrap_or_default()).unwrap();
+        let api_service: APIService = self.fake.typed(APISERVICE_PATH);
+        let mutating: MutatingWebhookConfiguration = self.fake.typed(MUTATING);
+        let validating: ValidatingWebhookConfiguration = self.fake.typed(VALIDATING);
+        let mut bundles = vec![text(api_service.spec.unwrap().ca_bundle)];
+        bundles.extend(mutating.webhooks.unwrap().into_iter().map(|w| text(w.client_config.ca_bundle)));
+        bundles.extend(validating.webhooks.unwrap().into_iter().map(|w| text(w.client_config.ca_bundle)));
+        bundles
+    }
+
+    /// The one bundle every consumer holds (fails if they disagree).
+    pub fn bundle(&self) -> String {
+        let bundles = self.bundles();
+        assert!(bundles.iter().all(|b| *b == bundles[0]), "consumers disagree: {bundles:#?}");
+        bundles[0].clone()
+    }
+
+    fn writes(&self) -> Vec<String> {
+        let calls = self.fake.take_calls();
+        calls.into_iter().filter(|c| c.method != Method::GET).map(|c| format!("{} {}", c.method, c.path)).collect()
+    }
+}
+
+fn certificates_in(bundle: &str) -> usize {
+    bundle.matches("BEGIN CERTIFICATE").count()
+}
+
+#[tokio::test]
+async fn the_first_pass_creates_the_ca_both_serving_secrets_and_every_ca_bundle() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let now = SystemTime::now();
+    let pass = h.pass(now).await;
+
+    let ca = h.ca();
+    assert_eq!(ca.previous_cert_pem, None);
+    assert_eq!(pass.bundle, ca.bundle());
+    assert_eq!(h.bundle(), ca.bundle(), "the APIService and all three webhooks trust exactly our CA");
+    assert_eq!(h.bundles().len(), 4);
+    let api_service: APIService = h.fake.typed(APISERVICE_PATH);
+    assert_eq!(api_service.spec.unwrap().group_priority_minimum, 1000, "only caBundle was patched");
+
+    for (path, service) in [(APISERVER_TLS, "numaresources-apiserver"), (WEBHOOK_TLS, "numaresources-webhook")] {
+        let secret: Secret = h.fake.typed(path);
+        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+        assert!(secret.metadata.owner_references.is_none(), "nothing owns it: {path}");
+        let labels = secret.metadata.labels.unwrap();
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "numaresources-controllers");
+        assert_eq!(labels["app.kubernetes.io/part-of"], "numaresources");
+        let data = h.data(path);
+        assert_eq!(data.keys().collect::<Vec<_>>(), ["ca.crt", "tls.crt", "tls.key"]);
+        assert_eq!(data["ca.crt"], ca.bundle());
+        assert!(issued_by(&data["tls.crt"], &ca.cert_pem), "{path} comes from our CA");
+        let served = ServingCertificate::from_pem(data["tls.crt"].as_bytes(), data["tls.key"].as_bytes()).unwrap();
+        assert_eq!(
+            served.names(),
+            [
+                format!("{service}.{NS}.svc"),
+                format!("{service}.{NS}.svc.cluster.local"),
+                service.to_owned(),
+                format!("{service}.{NS}")
+            ]
+        );
+    }
+    let ca_secret: Secret = h.fake.typed(CA_PATH);
+    assert_eq!(ca_secret.metadata.labels.unwrap()["app.kubernetes.io/managed-by"], "numaresources-controllers");
+    assert!(h.data(CA_PATH).contains_key("ca.key"), "the CA key is kept, so leaves can be reissued by it");
+    // Nothing due before the leaves' renewal (7 days of life, renewed with 2 left).
+    let next = pass.next.unwrap().duration_since(now).unwrap();
+    assert!(next > 4 * DAY && next <= 5 * DAY, "next decision in {next:?}");
+}
+
+#[tokio::test]
+async fn a_second_pass_at_the_same_time_writes_nothing() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let now = SystemTime::now();
+    h.pass(now).await;
+    let before = h.fake.versions();
+    h.fake.take_calls();
+    let pass = h.pass(now).await;
+    assert_eq!(pass.writes, 0);
+    assert_eq!(h.writes(), Vec::<String>::new());
+    assert_eq!(h.fake.versions(), before);
+}
+
+#[tokio::test]
+async fn a_leaf_near_its_expiry_is_renewed_by_the_same_ca() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let t0 = SystemTime::now();
+    h.pass(t0).await;
+    let (ca, first) = (h.ca(), h.data(APISERVER_TLS));
+    h.fake.take_calls();
+
+    // Four days in: nothing to do. Five days and an hour in: two days are left, renew.
+    h.pass(t0 + 4 * DAY).await;
+    assert_eq!(h.writes(), Vec::<String>::new());
+    h.pass(t0 + 5 * DAY + HOUR).await;
+    let renewed = h.data(APISERVER_TLS);
+    assert_ne!(renewed["tls.crt"], first["tls.crt"]);
+    assert_ne!(renewed["tls.key"], first["tls.key"], "a new key with every certificate");
+    assert!(issued_by(&renewed["tls.crt"], &ca.cert_pem));
+    assert_eq!(h.ca(), ca, "the CA stays");
+    assert_eq!(h.bundle(), ca.bundle());
+    let writes = h.writes();
+    assert_eq!(writes.len(), 2, "the two leaf Secrets only: {writes:#?}");
+    assert!(writes.iter().all(|w| w.contains("-tls")), "{writes:#?}");
+}
+
+/// A pass at each of `times`.
+async fn walk(h: &Harness, times: impl IntoIterator<Item = SystemTime>) {
+    for now in times {
+        h.pass(now).await;
+    }
+}
+
+#[tokio::test]
+async fn a_ca_rotation_keeps_both_cas_trusted_until_the_leaves_moved_then_drops_the_old_one() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let t0 = SystemTime::now();
+    // Daily passes renew the leaves on time until the CA is due (30 days, rotated with 10 left).
+    walk(&h, (0..20).map(|day| t0 + day * DAY)).await;
+    let old = h.ca();
+    let old_leaf = h.data(WEBHOOK_TLS)["tls.crt"].clone();
+    assert!(issued_by(&old_leaf, &old.cert_pem));
+
+    // The rotation: the new CA joins the bundle everywhere, the leaves stay as they are.
+    let t1 = t0 + 20 * DAY + HOUR;
+    let pass = h.pass(t1).await;
+    let rotated = h.ca();
+    assert_ne!(rotated.cert_pem, old.cert_pem);
+    assert_eq!(rotated.previous_cert_pem.as_deref(), Some(old.cert_pem.as_str()));
+    assert_eq!(certificates_in(&h.bundle()), 2);
+    assert_eq!(h.data(WEBHOOK_TLS)["tls.crt"], old_leaf, "leaves wait for the bundle to propagate");
+    assert_eq!(h.data(WEBHOOK_TLS)["ca.crt"], rotated.bundle());
+    assert_eq!(pass.next, Some(t1 + HOUR), "the next decision is the end of the overlap");
+
+    // Half an overlap later: nothing moves.
+    h.fake.take_calls();
+    h.pass(t1 + HOUR / 2).await;
+    assert_eq!(h.writes(), Vec::<String>::new());
+
+    // After the overlap the leaves come from the new CA; both CAs are still trusted.
+    h.pass(t1 + HOUR).await;
+    for path in [APISERVER_TLS, WEBHOOK_TLS] {
+        assert!(issued_by(&h.data(path)["tls.crt"], &rotated.cert_pem), "{path}");
+    }
+    assert_eq!(certificates_in(&h.bundle()), 2, "servers may still present the old leaves");
+    h.pass(t1 + HOUR + HOUR / 2).await;
+    assert_eq!(certificates_in(&h.bundle()), 2);
+
+    // Once the new leaves have propagated, the old CA goes.
+    h.pass(t1 + 2 * HOUR).await;
+    let retired = h.ca();
+    assert_eq!((retired.cert_pem.as_str(), retired.previous_cert_pem.as_deref()), (rotated.cert_pem.as_str(), None));
+    assert_eq!(h.bundle(), retired.bundle());
+    assert_eq!(certificates_in(&h.bundle()), 1);
+    assert_eq!(h.data(APISERVER_TLS)["ca.crt"], retired.bundle());
+    assert!(!h.data(CA_PATH).contains_key("previous-ca.crt"), "the retired CA is removed from the Secret");
+}
+
+#[tokio::test]
+async fn a_consumer_found_without_both_cas_during_the_overlap_restarts_it() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let t0 = SystemTime::now();
+    walk(&h, (0..20).map(|day| t0 + day * DAY)).await;
+    let t1 = t0 + 20 * DAY + HOUR;
+    h.pass(t1).await;
+    let old_leaf = h.data(APISERVER_TLS)["tls.crt"].clone();
+
+    // The validating configuration is re-applied without caBundle, and the first repair fails.
+    h.fake.edit(VALIDATING, |v| {
+        v["webhooks"][0]["clientConfig"].as_object_mut().unwrap().remove("caBundle");
+    });
+    h.fake.fail(Method::PATCH, "validatingwebhookconfigurations", 500, 1);
+    let failed = reconcile(&h.ctx, &policy(), t1 + HOUR / 2).await.unwrap();
+    assert_eq!(failed.failed_consumers.len(), 1, "reported, not fatal");
+
+    // Repaired at t1 + 40 min: the overlap counts from there, so leaves stay on the old CA at
+    // t1 + 1 h and move at t1 + 1 h 40 min.
+    let repaired = t1 + HOUR / 2 + Duration::from_secs(600);
+    let pass = h.pass(repaired).await;
+    assert_eq!(certificates_in(&h.bundle()), 2);
+    assert_eq!(pass.next, Some(repaired + HOUR));
+    h.pass(t1 + HOUR).await;
+    assert_eq!(h.data(APISERVER_TLS)["tls.crt"], old_leaf);
+    h.pass(repaired + HOUR).await;
+    assert!(issued_by(&h.data(APISERVER_TLS)["tls.crt"], &h.ca().cert_pem));
+}
+
+#[tokio::test]
+async fn a_secret_left_by_the_previous_operator_is_taken_over_and_freed_from_its_owner() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    // What the operator used to write: a CA without its key, an expiry annotation, an owner.
+    h.fake.insert(
+        APISERVER_TLS,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "numaresources-apiserver-tls", "namespace": NS,
+                            "annotations": {names::ANNOTATION_CERT_NOT_AFTER: "2030-01-01T00:00:00Z"},
+                            "ownerReferences": [{"apiVersion": "nodetopology.openshift.io/v1",
+                                "kind": "NUMAResourcesOperator", "name": "numaresourcesoperator", "uid": "u",
+                                "controller": true}]},
+               "data": {"tls.crt": "Q1JU", "tls.key": "S0VZ", "ca.crt": "Q0E="}}),
+    );
+    h.pass(SystemTime::now()).await;
+    let secret: Secret = h.fake.typed(APISERVER_TLS);
+    assert!(issued_by(&h.data(APISERVER_TLS)["tls.crt"], &h.ca().cert_pem));
+    assert!(secret.metadata.owner_references.is_none());
+    assert!(secret.metadata.annotations.is_none());
+}
+
+#[tokio::test]
+async fn in_every_other_mode_nothing_is_written() {
+    for mode in [CertificateMode::Olm, CertificateMode::CertManager, CertificateMode::ServiceCa] {
+        let h = Harness::new(mode);
+        tokio::time::timeout(Duration::from_secs(10), run(h.ctx.clone(), std::future::pending()))
+            .await
+            .expect("the loop returns at once outside self-managed mode");
+        assert_eq!(h.fake.take_calls().len(), 0, "{mode}: no call at all");
+        assert!(h.fake.get(CA_PATH).is_none());
+        assert!(h.bundles().iter().all(String::is_empty), "{mode}: caBundle left to the injector");
+    }
+}
+
+#[tokio::test]
+async fn the_loop_stops_on_shutdown_after_its_first_pass() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let loop_task = tokio::spawn(run(h.ctx.clone(), async {
+        let _ = stopped.await;
+    }));
+    let first_pass = async {
+        while h.fake.get(WEBHOOK_TLS).is_none() {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), first_pass).await.expect("the first pass ran");
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), loop_task).await.expect("stopped").unwrap();
+    assert_eq!(h.bundle(), h.ca().bundle());
+}
