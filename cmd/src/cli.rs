@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::apiserver::ApiserverArgs;
+use crate::bundle::BundleArgs;
 use crate::controllers::ControllersArgs;
 use crate::crds::CrdsArgs;
 use crate::local::LocalArgs;
@@ -52,6 +53,8 @@ enum Command {
     Apiserver(Box<ApiserverArgs>),
     /// Print, write or check the CustomResourceDefinitions of the operator API.
     Crds(CrdsArgs),
+    /// Write or check the OLM bundle (ClusterServiceVersion, CRDs, metadata).
+    Bundle(BundleArgs),
     /// Run the resource topology exporter for this node (the per-node DaemonSet agent).
     Rte(Box<numaresources_rte::config::Args>),
     /// Serve the NodeResourceTopology API for this machine on loopback, with an embedded
@@ -85,6 +88,7 @@ impl Cli {
         match self.command {
             Command::Apiserver(args) => crate::apiserver::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Crds(args) => crate::crds::run(&args),
+            Command::Bundle(args) => crate::bundle::run(&args),
             Command::Rte(args) => crate::rte::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Local(args) => crate::local::run(args).map(|()| ExitCode::SUCCESS),
             Command::Webhook(args) => crate::webhook::run(*args).map(|()| ExitCode::SUCCESS),

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod apiserver;
+mod bundle;
 mod cli;
 mod controllers;
 mod crds;

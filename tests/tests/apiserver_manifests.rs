@@ -14,6 +14,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +31,7 @@ use numaresources_tests::workspace_root;
 use serde::Serialize;
 use serde::de::{Deserialize, DeserializeOwned};
 use serde_json::Value;
+use support::differences;
 
 const NAMESPACE: &str = "numaresources";
 const NAME: &str = "numaresources-apiserver";
@@ -209,31 +212,6 @@ fn push<T: DeserializeOwned + Serialize>(
     let meta = metadata(&object).clone();
     list.push((origin, object));
     meta
-}
-
-/// Where `input` (the manifest) and `output` (the re-serialized typed object) differ.
-fn differences(path: &str, input: &Value, output: &Value, problems: &mut Vec<String>) {
-    match (input, output) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (key, value) in a {
-                let here = format!("{path}.{key}");
-                match b.get(key) {
-                    Some(other) => differences(&here, value, other, problems),
-                    None => problems.push(format!("{here}: unknown field (dropped by the typed object)")),
-                }
-            }
-            for key in b.keys().filter(|k| !a.contains_key(*k)) {
-                problems.push(format!("{path}.{key}: added by the typed object"));
-            }
-        }
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
-            for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                differences(&format!("{path}[{i}]"), x, y, problems);
-            }
-        }
-        (a, b) if a == b => {}
-        (a, b) => problems.push(format!("{path}: written {a}, read back as {b}")),
-    }
 }
 
 fn binds_service_account(subjects: Option<&[Subject]>, namespace: &str, name: &str) -> bool {

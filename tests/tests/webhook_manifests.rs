@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use numaresources_webhook::{MUTATE_NODETOPOLOGY_PATH, MUTATE_PODS_PATH, VALIDATE
 use serde::Serialize;
 use serde::de::{Deserialize, DeserializeOwned};
 use serde_json::Value;
+use support::differences;
 
 const DIR: &str = "manifests/webhook";
 const NAMESPACE: &str = "numaresources";
@@ -253,30 +256,6 @@ fn push<T: DeserializeOwned + Serialize>(
     let meta = metadata(&object).clone();
     list.push(object);
     meta
-}
-
-fn differences(path: &str, input: &Value, output: &Value, problems: &mut Vec<String>) {
-    match (input, output) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (key, value) in a {
-                let here = format!("{path}.{key}");
-                match b.get(key) {
-                    Some(other) => differences(&here, value, other, problems),
-                    None => problems.push(format!("{here}: unknown field (dropped by the typed object)")),
-                }
-            }
-            for key in b.keys().filter(|k| !a.contains_key(*k)) {
-                problems.push(format!("{path}.{key}: added by the typed object"));
-            }
-        }
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
-            for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                differences(&format!("{path}[{i}]"), x, y, problems);
-            }
-        }
-        (a, b) if a == b => {}
-        (a, b) => problems.push(format!("{path}: written {a}, read back as {b}")),
-    }
 }
 
 fn labels(meta: &ObjectMeta) -> BTreeMap<String, String> {

@@ -1,0 +1,71 @@
+//! The CSV's `clusterPermissions` and `permissions` of one ServiceAccount: the rules of every
+//! role the manifests bind it to, so the OLM install grants exactly what the kustomize one does.
+
+use anyhow::bail;
+use serde_json::Value;
+
+use super::source::{Manifests, named};
+
+/// The namespace the manifests are written for (OLM installs into the OperatorGroup's).
+const MANIFEST_NAMESPACE: &str = "numaresources";
+
+/// Built-in roles the manifests bind the API server to, which OLM binds itself for a
+/// deployment that owns an APIService (`<service>-system:auth-delegator` and
+/// `<service>-auth-reader` in kube-system).
+const BOUND_BY_OLM: &[(&str, &str)] =
+    &[("ClusterRole", "system:auth-delegator"), ("Role", "extension-apiserver-authentication-reader")];
+
+/// Rules granted cluster-wide and in the install namespace.
+#[derive(Debug, Default)]
+pub struct Permissions {
+    pub cluster: Vec<Value>,
+    pub namespaced: Vec<Value>,
+}
+
+/// What `service_account` is granted. `owns_api_service`: its deployment serves an APIService,
+/// so OLM makes the delegation bindings.
+pub fn of(manifests: &Manifests, service_account: &str, owns_api_service: bool) -> anyhow::Result<Permissions> {
+    let mut granted = Permissions::default();
+    let bound_by_olm = |kind: &str, name: &str| owns_api_service && BOUND_BY_OLM.contains(&(kind, name));
+    for binding in manifests.cluster_role_bindings.iter().filter(|b| binds(b, service_account)) {
+        let role = &binding["roleRef"]["name"];
+        match named(&manifests.cluster_roles, role.as_str().unwrap_or_default()) {
+            Some(cluster_role) => granted.cluster.extend(rules(cluster_role)),
+            None if bound_by_olm("ClusterRole", role.as_str().unwrap_or_default()) => {}
+            None => bail!("{service_account} is bound to ClusterRole {role}, which the manifests do not ship"),
+        }
+    }
+    for binding in manifests.role_bindings.iter().filter(|b| binds(b, service_account)) {
+        let namespace = binding["metadata"]["namespace"].as_str().unwrap_or_default();
+        let (kind, role) = (binding["roleRef"]["kind"].as_str().unwrap_or_default(), &binding["roleRef"]["name"]);
+        let role_name = role.as_str().unwrap_or_default();
+        let found = match kind {
+            "Role" => manifests
+                .roles
+                .iter()
+                .find(|r| r["metadata"]["name"] == *role && r["metadata"]["namespace"] == namespace),
+            _ => named(&manifests.cluster_roles, role_name),
+        };
+        match found {
+            Some(found) if namespace == MANIFEST_NAMESPACE => granted.namespaced.extend(rules(found)),
+            // OLM grants `permissions` only in the install namespace: what the manifests grant in
+            // another one (the controllers' bindings in kube-system) becomes cluster-wide.
+            Some(found) => granted.cluster.extend(rules(found)),
+            None if bound_by_olm(kind, role_name) => {}
+            None => bail!("{service_account} is bound to {kind} {namespace}/{role}, which the manifests do not ship"),
+        }
+    }
+    Ok(granted)
+}
+
+fn binds(binding: &Value, service_account: &str) -> bool {
+    binding["subjects"].as_array().is_some_and(|subjects| {
+        subjects.iter().any(|s| {
+            s["kind"] == "ServiceAccount" && s["name"] == service_account && s["namespace"] == MANIFEST_NAMESPACE
+        })
+    })
+}
+
+fn rules(role: &Value) -> Vec<Value> {
+    role["rules"].as_array().cloned().unwrap_or_default()
+}
