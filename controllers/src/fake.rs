@@ -6,9 +6,13 @@
 //! never sends an event), POST, DELETE, and PATCH as
 //! server-side apply (object and `/status`; an identical re-apply changes nothing, as on a real
 //! server), JSON patch and merge patch. Every object write bumps a global resourceVersion; a
-//! spec change bumps `generation`. Failures can be injected per method and path.
+//! spec change bumps `generation`. Failures can be injected per method and path. Every request
+//! is authorized against the controllers' checked-in RBAC first ([`rbac`]).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "fake_rbac.rs"]
+mod rbac;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -60,6 +64,10 @@ impl FakeApi {
             // once and then waits (the fake does not stream changes).
             let mut quiet_watches = Vec::new();
             while let Some((request, respond)) = handle.next_request().await {
+                if let Some(forbidden) = server.authorize(&request) {
+                    respond.send_response(forbidden);
+                    continue;
+                }
                 let watch = request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
                 if watch {
                     quiet_watches.push(respond);
@@ -162,6 +170,29 @@ impl FakeApi {
                 });
             }
         }
+    }
+
+    /// `403 Forbidden` when the controllers' RBAC ([`rbac`]) does not allow the request. A
+    /// server-side apply that creates the object needs `create` as well as `patch`.
+    fn authorize(&self, request: &Request<Body>) -> Option<Response<Body>> {
+        let path = request.uri().path();
+        let query = request.uri().query().unwrap_or_default();
+        let attributes = rbac::attributes(request.method(), path, query)?;
+        let apply = request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/apply-patch"));
+        let creates =
+            apply && matches!(classify(path), Target::Object) && !self.state.lock().unwrap().objects.contains_key(path);
+        let create = rbac::Attributes { verb: "create".into(), name: String::new(), ..attributes.clone() };
+        let denied = [Some(attributes), creates.then_some(create)]
+            .into_iter()
+            .flatten()
+            .find(|request| !rbac::allowed(request))?;
+        let message = format!("forbidden by manifests/controllers/rbac.yaml: {denied}");
+        eprintln!("fake API server: {message}");
+        Some(status(403, "Forbidden", &message))
     }
 
     fn handle(&self, parts: &http::request::Parts, body: &[u8]) -> Response<Body> {

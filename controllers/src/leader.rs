@@ -234,14 +234,14 @@ mod tests {
 
     use crate::fake::FakeApi;
 
-    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/numaresources-controllers";
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/numaresources/leases/numaresources-controllers";
 
     #[tokio::test]
     async fn one_of_two_candidates_leads_and_the_other_takes_over_after_release() {
         let (fake, client) = FakeApi::start();
         let timings = LeaseTimings::default();
-        let a = LeaderLease::new(client.clone(), "ns", "numaresources-controllers", "a", timings);
-        let b = LeaderLease::new(client, "ns", "numaresources-controllers", "b", timings);
+        let a = LeaderLease::new(client.clone(), "numaresources", "numaresources-controllers", "a", timings);
+        let b = LeaderLease::new(client, "numaresources", "numaresources-controllers", "b", timings);
         assert!(a.try_acquire_or_renew().await.unwrap(), "a creates the lease");
         assert!(!b.try_acquire_or_renew().await.unwrap(), "b waits while a's lease is fresh");
         assert!(a.try_acquire_or_renew().await.unwrap(), "a renews");
@@ -259,7 +259,7 @@ mod tests {
     #[tokio::test]
     async fn a_racing_write_loses_on_the_resource_version() {
         let (fake, client) = FakeApi::start();
-        let a = LeaderLease::new(client, "ns", "numaresources-controllers", "a", LeaseTimings::default());
+        let a = LeaderLease::new(client, "numaresources", "numaresources-controllers", "a", LeaseTimings::default());
         assert!(a.try_acquire_or_renew().await.unwrap());
         // Someone else's write lands between our read and our write.
         fake.fail(http::Method::PUT, "/leases/", 409, 1);
@@ -270,7 +270,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_conflict_while_renewing_is_retried_and_leadership_kept() {
         let (fake, client) = FakeApi::start();
-        let a = LeaderLease::new(client, "ns", "numaresources-controllers", "a", LeaseTimings::default());
+        let a = LeaderLease::new(client, "numaresources", "numaresources-controllers", "a", LeaseTimings::default());
         assert!(a.try_acquire_or_renew().await.unwrap());
         fake.fail(http::Method::PUT, "/leases/", 409, 2);
         // Paused clock: a minute of renewals passes instantly; `hold` returning means lost.
@@ -294,7 +294,7 @@ mod tests {
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
         let silent = kube::Client::new(service, "default");
         let timings = LeaseTimings::default();
-        let a = LeaderLease::new(silent, "ns", "numaresources-controllers", "a", timings);
+        let a = LeaderLease::new(silent, "numaresources", "numaresources-controllers", "a", timings);
         let started = tokio::time::Instant::now();
         // An hour of (paused) time as a guard: without a deadline on the request this never ends.
         let lost = tokio::time::timeout(Duration::from_secs(3600), a.hold()).await;

@@ -1,0 +1,148 @@
+//! The fake API server authorizes every request as the real one would authorize the controllers'
+//! ServiceAccount: against the checked-in `manifests/controllers/rbac.yaml` (its ClusterRole
+//! everywhere, each Role in its own namespace). A reconciler that makes a call the manifests do
+//! not allow gets `403 Forbidden` in every scenario test, so the RBAC cannot drift from the code.
+//!
+//! Escalation rules (`bind`, holding what a written role grants) and admission plugins
+//! (`<owner>/finalizers`) are not requests of their own; `tests/manifests.rs` checks those.
+
+use std::sync::LazyLock;
+
+use http::Method;
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// What the authorizer sees of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributes {
+    pub verb: String,
+    pub group: String,
+    /// `resource` or `resource/subresource`.
+    pub resource: String,
+    pub namespace: Option<String>,
+    /// Empty for collections and for `create`.
+    pub name: String,
+}
+
+impl std::fmt::Display for Attributes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{} {:?}", self.verb, self.group, self.resource, self.name)?;
+        match &self.namespace {
+            Some(namespace) => write!(f, " in namespace {namespace}"),
+            None => write!(f, " (cluster)"),
+        }
+    }
+}
+
+/// The request's attributes; `None` for paths that are not resources (discovery).
+pub fn attributes(method: &Method, path: &str, query: &str) -> Option<Attributes> {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match segments.as_slice() {
+        ["api", _version, rest @ ..] => (String::new(), rest),
+        ["apis", group, _version, rest @ ..] => ((*group).to_owned(), rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", namespace, rest @ ..] if !rest.is_empty() => (Some((*namespace).to_owned()), rest),
+        _ => (None, rest),
+    };
+    let (resource, name, subresource) = match rest {
+        [resource] => (*resource, "", None),
+        [resource, name] => (*resource, *name, None),
+        [resource, name, sub, ..] => (*resource, *name, Some(*sub)),
+        [] => return None,
+    };
+    let watch = query.split('&').any(|p| p == "watch=true");
+    let verb = match (method.as_str(), name.is_empty()) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "list",
+        ("GET", false) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "deletecollection",
+        ("DELETE", false) => "delete",
+        _ => return None,
+    };
+    let resource = match subresource {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_owned(),
+    };
+    Some(Attributes { verb: verb.into(), group, resource, namespace, name: name.to_owned() })
+}
+
+/// The controllers' rules: the ClusterRole's, and each Role's with its namespace.
+struct Rules {
+    cluster: Vec<PolicyRule>,
+    namespaced: Vec<(String, Vec<PolicyRule>)>,
+}
+
+static RULES: LazyLock<Rules> = LazyLock::new(|| {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/controllers/rbac.yaml");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let mut rules = Rules { cluster: Vec::new(), namespaced: Vec::new() };
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let doc = Value::deserialize(document).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let parsed = || -> Vec<PolicyRule> { serde_json::from_value(doc["rules"].clone()).unwrap_or_default() };
+        match (doc["kind"].as_str(), doc["metadata"]["namespace"].as_str()) {
+            (Some("ClusterRole"), _) => rules.cluster.extend(parsed()),
+            (Some("Role"), Some(namespace)) => rules.namespaced.push((namespace.to_owned(), parsed())),
+            _ => {}
+        }
+    }
+    rules
+});
+
+fn rule_allows(rule: &PolicyRule, request: &Attributes) -> bool {
+    let any = |list: &[String], value: &str| list.iter().any(|v| v == value || v == "*");
+    any(rule.api_groups.as_deref().unwrap_or_default(), &request.group)
+        && any(rule.resources.as_deref().unwrap_or_default(), &request.resource)
+        && any(&rule.verbs, &request.verb)
+        && match rule.resource_names.as_deref() {
+            None | Some([]) => true,
+            // A rule limited to names never matches a request without one (create, list).
+            Some(names) => !request.name.is_empty() && names.contains(&request.name),
+        }
+}
+
+/// True when the controllers' RBAC allows the request.
+pub fn allowed(request: &Attributes) -> bool {
+    let rules = &*RULES;
+    rules.cluster.iter().any(|rule| rule_allows(rule, request))
+        || request.namespace.as_deref().is_some_and(|namespace| {
+            rules.namespaced.iter().any(|(ns, list)| ns == namespace && list.iter().any(|r| rule_allows(r, request)))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(method: Method, path: &str, query: &str) -> String {
+        attributes(&method, path, query).map(|a| a.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn requests_map_to_what_the_authorizer_sees() {
+        assert_eq!(attrs(Method::GET, "/api/v1/nodes", ""), "list /nodes \"\" (cluster)");
+        assert_eq!(attrs(Method::GET, "/api/v1/nodes", "watch=true&x=1"), "watch /nodes \"\" (cluster)");
+        assert_eq!(attrs(Method::GET, "/api/v1/nodes/a/proxy/configz", ""), "get /nodes/proxy \"a\" (cluster)");
+        assert_eq!(
+            attrs(Method::PATCH, "/apis/apps/v1/namespaces/ns/daemonsets/x", ""),
+            "patch apps/daemonsets \"x\" in namespace ns"
+        );
+        assert_eq!(attrs(Method::PATCH, "/apis/g/v1/things/x/status", ""), "patch g/things/status \"x\" (cluster)");
+        assert_eq!(attrs(Method::POST, "/api/v1/namespaces/ns/secrets", ""), "create /secrets \"\" in namespace ns");
+        assert_eq!(attrs(Method::GET, "/apis", ""), "");
+    }
+
+    #[test]
+    fn the_manifests_decide() {
+        let allow = |method, path: &str| allowed(&attributes(&method, path, "").unwrap());
+        assert!(allow(Method::DELETE, "/apis/apps/v1/namespaces/numaresources/daemonsets/x"));
+        assert!(!allow(Method::DELETE, "/apis/apps/v1/namespaces/elsewhere/daemonsets/x"), "a Role is per namespace");
+        assert!(!allow(Method::GET, "/api/v1/namespaces/numaresources/secrets/someone-elses"), "limited to names");
+        assert!(!allow(Method::DELETE, "/api/v1/nodes/a"));
+    }
+}
