@@ -1,14 +1,16 @@
 //! The numaresources controllers: one leader-elected process running three independent
-//! kube-runtime controllers.
+//! kube-runtime controllers and the self-managed certificate lifecycle.
 //!
 //! ```text
 //!   NUMAResourcesOperator ──operator──► exporter DaemonSet per node group, exporter RBAC,
-//!        │                              NRT API server (Deployment, Service, RBAC, TLS Secret,
-//!        │                              APIService + caBundle), status
+//!        │                              NRT API server (Deployment, Service, RBAC, APIService +
+//!        │                              caBundle; not with --apiserver-deployment=installed), status
 //!        └──────────kubeletconfig──► ConfigMap <nro>-<pool>: topology manager policy/scope
 //!                                     (from kubelet configz or MCO KubeletConfigs) + podExcludes
 //!   NUMAResourcesScheduler ─scheduler─► secondary scheduler Deployment, KubeSchedulerConfiguration
 //!                                      ConfigMap, RBAC, status
+//!   certificates (--certificate-mode=self-managed) ─► Secrets numaresources-ca, -apiserver-tls,
+//!                                      -webhook-tls; caBundle of the APIService and webhooks
 //! ```
 //!
 //! Decisions are pure ([`render`], [`nodegroups`], [`conditions`]); the reconcilers apply them

@@ -1,5 +1,5 @@
-//! The process: discover the platform, win the leader election, run the three controllers until
-//! shutdown (or until leadership is lost), then release the Lease.
+//! The process: discover the platform, win the leader election, run the three controllers and
+//! the certificate lifecycle until shutdown (or until leadership is lost), then release the Lease.
 
 use std::sync::Arc;
 

@@ -164,3 +164,7 @@ async fn ensure_serving_certificate(ctx: &Context) -> Result<Option<String>> {
     }
     Ok(Some(pass.bundle))
 }
+
+#[cfg(test)]
+#[path = "nrt_api_tests.rs"]
+mod tests;
