@@ -181,7 +181,7 @@ async fn embedded_agent(
 /// `path` if this process can read it (the kubelet's file is often root-only): an unreadable
 /// file means the kubelet's defaults, with a warning, rather than no server at all.
 fn readable(path: &Path) -> Option<PathBuf> {
-    match std::fs::metadata(path).and_then(|_| std::fs::File::open(path)) {
+    match std::fs::File::open(path) {
         Ok(_) => Some(path.to_path_buf()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
         Err(error) => {
