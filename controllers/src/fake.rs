@@ -223,6 +223,29 @@ impl FakeApi {
     }
 }
 
+/// A graceful-shutdown signal for a controller's `run`.
+pub type Shutdown = std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
+/// Runs a controller (`start(shutdown)`, its real watches against the fake) until `done` holds,
+/// then shuts it down gracefully. The timeouts only guard against a hang.
+pub async fn run_controller_until<R>(start: impl FnOnce(Shutdown) -> R, done: impl Fn() -> bool)
+where
+    R: Future<Output = ()> + Send + 'static,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(start(Box::pin(async move {
+        let _ = stopped.await;
+    })));
+    let reached = async {
+        while !done() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), reached).await.expect("the controller got there");
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), running).await.expect("graceful shutdown").unwrap();
+}
+
 /// Where a path points.
 enum Target {
     Collection,

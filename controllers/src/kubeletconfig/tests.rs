@@ -165,3 +165,35 @@ async fn a_malformed_object_is_skipped_and_an_unresolvable_one_retried() {
     fake.edit(NRO, |nro| nro["spec"]["nodeGroups"] = json!([{"poolName": "worker"}]));
     assert_eq!(run_once(&fake, &ctx).await, Action::requeue(crate::operator::RESOLVE_RETRY));
 }
+
+#[tokio::test]
+async fn the_running_controller_writes_the_config_map() {
+    let (fake, ctx) = harness(&[("worker-a", "single-numa-node")]);
+    crate::fake::run_controller_until(|shutdown| run(ctx.clone(), shutdown), || fake.get(WORKER_CM).is_some()).await;
+}
+
+#[tokio::test]
+async fn on_openshift_the_kubelet_config_selecting_the_pool_is_used() {
+    let (fake, plain) = harness(&[("worker-a", "none")]);
+    let mut settings = Settings::kubernetes(NS, "img");
+    settings.platform = numaresources_api::operator::defaults::Platform::OpenShift(4, 20);
+    settings.machine_config_pools = true;
+    settings.kubelet_configs = true;
+    let ctx = Arc::new(Context::new(plain.client.clone(), settings, None));
+    fake.edit(NRO, |nro| nro["spec"]["nodeGroups"] = json!([{"poolName": "worker"}]));
+    fake.insert(
+        "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker",
+        json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": "worker", "labels": {"pools.operator.machineconfiguration.openshift.io/worker": ""}},
+            "spec": {"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}}),
+    );
+    fake.insert(
+        "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs/cnf",
+        json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "KubeletConfig", "metadata": {"name": "cnf"},
+            "spec": {"machineConfigPoolSelector": {"matchLabels": {"pools.operator.machineconfiguration.openshift.io/worker": ""}},
+                "kubeletConfig": {"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"}}}),
+    );
+    run_once(&fake, &ctx).await;
+    let (yaml, _) = config_of(&fake);
+    assert_eq!(yaml["kubelet"], json!({"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"}));
+}

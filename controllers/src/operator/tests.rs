@@ -634,23 +634,10 @@ async fn the_running_controller_gets_past_a_malformed_object_and_reports_its_cac
     h.ctx.readiness.api_reachable();
     h.ctx.readiness.leading();
 
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(run(h.ctx.clone(), async move {
-        let _ = stopped.await;
-    }));
-    // Polls the fake until both objects were handled; the timeout only guards against a hang.
-    let both_handled = async {
-        loop {
-            let valid = h.nro().metadata.finalizers.is_some();
-            let malformed = h.fake.get(other).unwrap()["status"]["conditions"][3]["reason"] == cond::REASON_MALFORMED;
-            if valid && malformed {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let handled = || {
+        let valid = h.nro().metadata.finalizers.is_some();
+        valid && h.fake.get(other).unwrap()["status"]["conditions"][3]["reason"] == cond::REASON_MALFORMED
     };
-    tokio::time::timeout(Duration::from_secs(30), both_handled).await.expect("the controller handled both objects");
+    crate::fake::run_controller_until(|shutdown| run(h.ctx.clone(), shutdown), handled).await;
     assert_eq!(h.ctx.readiness.check(), Err("leading; 1 of 3 controllers have synced their caches".into()));
-    stop.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(30), running).await.expect("graceful shutdown").unwrap();
 }

@@ -250,3 +250,13 @@ async fn a_malformed_object_is_degraded_naming_the_field() {
     h.reconcile().await.unwrap();
     assert!(h.fake.get(DEPLOYMENT).is_some(), "fixed: reconciled again");
 }
+
+#[tokio::test]
+async fn the_running_controller_reconciles_and_reports_its_cache_synced() {
+    let h = Harness::new(1);
+    let reconciled = || h.fake.get(DEPLOYMENT).is_some() && h.status().scheduler_name == "topo-aware-scheduler";
+    crate::fake::run_controller_until(|shutdown| run(h.ctx.clone(), shutdown), reconciled).await;
+    h.ctx.readiness.api_reachable();
+    h.ctx.readiness.leading();
+    assert_eq!(h.ctx.readiness.check(), Err("leading; 1 of 3 controllers have synced their caches".into()));
+}
