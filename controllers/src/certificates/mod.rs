@@ -57,7 +57,7 @@ pub struct Pass {
     pub next: Option<SystemTime>,
     /// Objects written (Secrets applied, consumers patched).
     pub writes: usize,
-    /// Consumers whose `caBundle` could not be patched (the pass went on without them).
+    /// Consumers that could not be read or patched (the pass went on without them).
     pub failed_consumers: Vec<Error>,
 }
 
@@ -67,9 +67,9 @@ pub async fn reconcile(ctx: &Context, policy: &RotationPolicy, now: SystemTime) 
     pass(ctx, policy, now).await
 }
 
-/// One pass at `now`; the caller holds [`Context::certificates`]. A consumer whose patch fails
-/// does not stop the pass (its `caBundle` lacking the current CA holds any move to a new CA
-/// back, see [`plan`]); it is reported in [`Pass::failed_consumers`].
+/// One pass at `now`; the caller holds [`Context::certificates`]. A consumer that cannot be read
+/// or patched does not stop the pass (counted as lacking the current bundle, it holds any move to
+/// a new CA back, see [`plan`]); it is reported in [`Pass::failed_consumers`].
 pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Result<Pass> {
     let namespace = &ctx.settings.namespace;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
@@ -78,7 +78,7 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
     for leaf in LEAVES {
         leaf_secrets.push(get_opt(&secrets, leaf.secret).await?);
     }
-    let consumers = Consumers::read(&ctx.client).await?;
+    let (consumers, mut failed_consumers) = Consumers::read(&ctx.client).await;
     let observed = Observed {
         ca: ca_secret.as_ref().map(string_data),
         leaves: leaf_secrets.iter().map(|secret| secret.as_ref().and_then(pair_of)).collect(),
@@ -94,8 +94,9 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
         writes += 1;
         announce_ca(ctx, &plan).await;
     }
-    let (patched, failed_consumers) = consumers.inject(&ctx.client, &bundle).await;
+    let (patched, failed_patches) = consumers.inject(&ctx.client, &bundle).await;
     writes += patched;
+    failed_consumers.extend(failed_patches);
     for ((leaf, existing), (pair, issued)) in LEAVES.iter().zip(&leaf_secrets).zip(plan.leaves.iter().zip(&plan.issued))
     {
         let labels = names::labels(leaf.service, leaf.component);
@@ -158,21 +159,26 @@ struct Consumers {
     api_service: Option<APIService>,
     mutating: Option<MutatingWebhookConfiguration>,
     validating: Option<ValidatingWebhookConfiguration>,
+    /// How many could not be read (RBAC, an API outage): they count as lacking the bundle.
+    unreadable: usize,
 }
 
 impl Consumers {
-    async fn read(client: &kube::Client) -> Result<Self> {
-        Ok(Self {
-            api_service: get_opt(&Api::all(client.clone()), APISERVICE).await?,
-            mutating: get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await?,
-            validating: get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await?,
-        })
+    /// Reads the three objects; one that cannot be read is reported, not fatal, so the serving
+    /// certificates are still kept while, say, a webhook configuration is forbidden to us.
+    async fn read(client: &kube::Client) -> (Self, Vec<Error>) {
+        let mut errors = Vec::new();
+        let api_service = kept(get_opt(&Api::all(client.clone()), APISERVICE).await, &mut errors);
+        let mutating = kept(get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await, &mut errors);
+        let validating = kept(get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await, &mut errors);
+        let unreadable = errors.len();
+        (Self { api_service, mutating, validating, unreadable }, errors)
     }
 
     /// The `caBundle` each consumer holds: the APIService, then every webhook.
     fn bundles(&self) -> Vec<Option<String>> {
         let text = |bytes: Option<&ByteString>| bytes.and_then(|b| String::from_utf8(b.0.clone()).ok());
-        let mut bundles = Vec::new();
+        let mut bundles = vec![None; self.unreadable];
         if let Some(api_service) = &self.api_service {
             bundles.push(text(api_service.spec.as_ref().and_then(|spec| spec.ca_bundle.as_ref())));
         }
@@ -223,6 +229,14 @@ impl Consumers {
             .collect();
         (patched, failed)
     }
+}
+
+/// The object read, or `None` with the error kept.
+fn kept<K>(result: Result<Option<K>>, errors: &mut Vec<Error>) -> Option<K> {
+    result.unwrap_or_else(|error| {
+        errors.push(error);
+        None
+    })
 }
 
 fn describe(kind: &str) -> &'static str {

@@ -329,3 +329,22 @@ async fn the_loop_stops_on_shutdown_after_its_first_pass() {
     tokio::time::timeout(Duration::from_secs(10), loop_task).await.expect("stopped").unwrap();
     assert_eq!(h.bundle(), h.ca().bundle());
 }
+
+#[tokio::test]
+async fn a_consumer_that_cannot_be_read_does_not_hold_the_serving_certificates_back() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    h.fake.fail(Method::GET, "mutatingwebhookconfigurations", 403, 1);
+    let now = SystemTime::now();
+    let first = reconcile(&h.ctx, &policy(), now).await.unwrap();
+    assert_eq!(first.failed_consumers.len(), 1, "reported: {:?}", first.failed_consumers);
+    assert!(first.failed_consumers[0].to_string().contains("MutatingWebhookConfiguration"));
+    assert!(h.fake.get(APISERVER_TLS).is_some() && h.fake.get(WEBHOOK_TLS).is_some());
+    let mutating: MutatingWebhookConfiguration = h.fake.typed(MUTATING);
+    assert!(mutating.webhooks.unwrap().iter().all(|w| w.client_config.ca_bundle.is_none()));
+
+    // Readable again: the next pass fills it, and only it.
+    h.fake.take_calls();
+    h.pass(now).await;
+    assert_eq!(h.writes(), [format!("PATCH {MUTATING}")]);
+    assert_eq!(h.bundle(), h.ca().bundle());
+}
