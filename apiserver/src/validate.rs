@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use numaresources_api::nrt::{GROUP, KIND, NodeResourceTopology};
 use numaresources_api::{FieldError, FieldErrors, FieldPath, selector};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::status::ApiError;
@@ -54,10 +55,15 @@ pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopolo
     if value.get("zones").is_none_or(Value::is_null) {
         errors.push(FieldError::required(FieldPath::new("zones"), ""));
     }
-    let mut object: NodeResourceTopology = match serde_path_to_error::deserialize(&value) {
+    let mut object = match NodeResourceTopology::deserialize(&value) {
         Ok(object) => object,
         Err(error) => {
-            errors.push(type_error(&value, error.path(), error.inner()));
+            // Decode again, tracking the path, only to say where (the hot path stays untracked).
+            let cause = match serde_path_to_error::deserialize::<_, NodeResourceTopology>(&value) {
+                Err(tracked) => type_error(&value, tracked.path(), tracked.inner()),
+                Ok(_) => FieldError::invalid(FieldPath::new(""), "body", error.to_string()),
+            };
+            errors.push(cause);
             return Err(ApiError::invalid(&name, &errors));
         }
     };
