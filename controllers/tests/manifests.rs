@@ -1,6 +1,11 @@
 //! The checked-in install manifests agree with the code: the controllers' RBAC allows every call
 //! the reconcilers make and covers every permission in the roles they write (Kubernetes refuses
 //! to let a subject grant what it does not hold), and every sample CR is valid and renders.
+//!
+//! The calls themselves are checked where they are made: the in-memory API of the reconciler
+//! tests (`controllers/src/fake_rbac.rs`) answers `403` to anything `rbac.yaml` does not allow.
+//! The list here is the reader's summary, plus what no request shows: `bind` and the
+//! `finalizers` permission admission asks for.
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
@@ -86,6 +91,12 @@ fn the_controllers_may_make_every_call_they_make() {
             Some("noderesourcetopologies.topology.node.k8s.io"),
         ),
         ("events.k8s.io", "events", "create", None),
+        ("machineconfiguration.openshift.io", "machineconfigpools", "list", None),
+        ("machineconfiguration.openshift.io", "kubeletconfigs", "list", None),
+        ("config.openshift.io", "clusterversions", "get", Some("version")),
+        // Switching to the cluster's NRT API removes our server's cluster-scoped RBAC.
+        ("rbac.authorization.k8s.io", "clusterroles", "delete", Some("numaresources:apiserver")),
+        ("rbac.authorization.k8s.io", "clusterrolebindings", "delete", Some("numaresources:apiserver")),
         // The self-managed certificate lifecycle's caBundle injection.
         ("apiregistration.k8s.io", "apiservices", "get", Some("v1alpha2.topology.node.k8s.io")),
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "get", Some("numaresources-webhook")),
@@ -118,7 +129,12 @@ fn the_controllers_may_make_every_call_they_make() {
         ("rbac.authorization.k8s.io", "roles", "patch", Some("numaresources-rte")),
         ("rbac.authorization.k8s.io", "rolebindings", "patch", Some("numaresources-rte")),
         ("coordination.k8s.io", "leases", "create", None),
+        ("coordination.k8s.io", "leases", "get", Some("numaresources-controllers")),
         ("coordination.k8s.io", "leases", "update", Some("numaresources-controllers")),
+        ("coordination.k8s.io", "leases", "patch", Some("numaresources-controllers")),
+        ("apps", "deployments", "delete", Some("numaresources-apiserver")),
+        ("", "services", "delete", Some("numaresources-apiserver")),
+        ("", "serviceaccounts", "delete", Some("numaresources-apiserver")),
     ];
     for (g, r, v, n) in namespace_calls {
         assert!(either(g, r, v, *n), "namespace: {v} {g}/{r} {n:?}");
