@@ -62,6 +62,14 @@ fn the_csv_names_this_version_and_installs_cluster_wide_only() {
     assert_eq!(a["operators.operatorframework.io.bundle.metadata.v1"], "metadata/");
     let package = a["operators.operatorframework.io.bundle.package.v1"].as_str().unwrap();
     assert!(csv.metadata.name.as_deref().unwrap().starts_with(&format!("{package}.v")), "the CSV belongs to {package}");
+    // The bundle image carries the same labels.
+    let dockerfile = read("bundle.Dockerfile");
+    let labels: Vec<(&str, &str)> =
+        dockerfile.lines().filter_map(|l| l.strip_prefix("LABEL ")).filter_map(|l| l.split_once('=')).collect();
+    assert_eq!(labels.len(), a.as_object().unwrap().len(), "one LABEL per annotation");
+    for (key, value) in labels {
+        assert_eq!(a[key], value, "bundle.Dockerfile: LABEL {key}");
+    }
     let channels: Vec<&str> =
         a["operators.operatorframework.io.bundle.channels.v1"].as_str().unwrap().split(',').collect();
     assert!(channels.contains(&a["operators.operatorframework.io.bundle.channel.default.v1"].as_str().unwrap()));
