@@ -219,10 +219,10 @@ impl Store {
             return Err(state.oldest_resumable);
         }
         let mut objects = state.objects.clone();
-        let later = state.history.iter().filter(|e| e.revision > revision);
-        // Undo the later events, newest first: each name ends up as it was before its earliest
-        // later event (absent if that event created it).
-        for event in later.rev() {
+        // The history is in revision order; undo the later events, newest first: each name ends
+        // up as it was before its earliest later event (absent if that event created it).
+        let first_later = state.history.partition_point(|e| e.revision <= revision);
+        for event in state.history.range(first_later..).rev() {
             let name = event.object.name().to_owned();
             match &event.previous {
                 Some(previous) => objects.insert(name, previous.clone()),
