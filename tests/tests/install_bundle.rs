@@ -311,3 +311,44 @@ fn permissions_are_what_the_kustomize_install_grants() {
         assert!(running.contains(account), "{account} runs no deployment");
     }
 }
+
+/// Under OLM the pod webhook has no namespaceSelector (OLM generates an empty one for an
+/// AllNamespaces install), so kube-apiserver calls it for the system namespaces and our own too.
+/// The webhook itself must leave those pods alone, even when the scheduler routes every pod.
+#[tokio::test]
+async fn without_a_namespace_selector_the_webhook_still_leaves_system_and_own_pods_alone() {
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    let scheduler = serde_json::from_value(json!({
+        "apiVersion": "nodetopology.openshift.io/v1",
+        "kind": "NUMAResourcesScheduler",
+        "metadata": {"name": "numaresourcesscheduler"},
+        "spec": {"imageSpec": "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.33.5", "podRouting": {"mode": "All"}},
+    }))
+    .unwrap();
+    let (cluster, mut feeds) = numaresources_webhook::ClusterCache::new();
+    feeds.set_scheduler(Some(scheduler));
+    let namespaces = ["numa-workloads", "kube-system", "kube-node-lease", NAMESPACE];
+    feeds.set_namespaces(namespaces.map(|ns| (ns, [("kubernetes.io/metadata.name".to_owned(), ns.to_owned())].into())));
+    feeds.set_nodes([]);
+    let webhook = std::sync::Arc::new(numaresources_webhook::Webhook::new(NAMESPACE, cluster));
+    let fixture = workspace_root().join("webhook/tests/fixtures/admission/pod-create-guaranteed-integral.json");
+    let review: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    for namespace in namespaces {
+        let mut review = review.clone();
+        review["request"]["namespace"] = json!(namespace);
+        review["request"]["object"]["metadata"]["namespace"] = json!(namespace);
+        let request = http::Request::post(MUTATE_PODS_PATH)
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&review).unwrap()))
+            .unwrap();
+        let response = numaresources_webhook::router(webhook.clone()).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["response"]["allowed"], true, "{namespace}");
+        let routed = !answer["response"]["patch"].is_null();
+        assert_eq!(routed, namespace == "numa-workloads", "{namespace}: {answer}");
+    }
+}
