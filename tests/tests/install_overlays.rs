@@ -631,3 +631,22 @@ fn the_pod_webhook_fails_open_in_every_overlay() {
         assert_eq!(pods.failure_policy.as_deref(), Some("Ignore"), "{overlay}");
     }
 }
+
+/// A manifest left out of its directory's kustomization would silently not be installed.
+#[test]
+fn every_kustomization_lists_every_manifest_of_its_directory() {
+    let dirs = ["base", "controllers", "webhook", "apiserver", "crds"].into_iter().chain(OVERLAYS);
+    for dir in dirs {
+        let path = workspace_root().join("manifests").join(dir);
+        let text = std::fs::read_to_string(path.join("kustomization.yaml")).unwrap();
+        let kustomization: serde_json::Value = serde_norway::from_str(&text).unwrap();
+        let listed: BTreeSet<&str> =
+            kustomization["resources"].as_array().unwrap().iter().filter_map(|r| r.as_str()).collect();
+        for entry in std::fs::read_dir(&path).unwrap() {
+            let file = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if file.ends_with(".yaml") && file != "kustomization.yaml" {
+                assert!(listed.contains(file.as_str()), "manifests/{dir}/{file} is not in its kustomization");
+            }
+        }
+    }
+}
