@@ -61,7 +61,7 @@ fn check_catches_edited_missing_and_stray_files() {
     assert!(!csv.contains("quay.io/numaresources"), "the default image is left somewhere");
     assert_eq!(
         csv.matches("registry.example/numa@sha256:0123").count(),
-        5,
-        "3 containers, the exporters, containerImage"
+        6,
+        "3 containers, the exporters, containerImage, relatedImages"
     );
 }

@@ -190,6 +190,8 @@ fn the_deployments_are_the_kustomize_ones_as_olm_runs_them() {
             assert_eq!(container.image.as_ref(), Some(&image), "{}", deployment.name);
         }
     }
+    let related: Vec<&str> = csv.spec.related_images.iter().map(|r| r.image.as_str()).collect();
+    assert_eq!(related, [image.as_str()], "relatedImages lists the one image");
     let controllers = deployments.iter().find(|d| d.name == "numaresources-controllers").unwrap();
     let args = controllers.spec.template.spec.as_ref().unwrap().containers[0].args.clone().unwrap();
     assert_eq!(support::flag(&args, "certificate-mode"), Some("olm"), "OLM owns the certificates and caBundle");

@@ -96,6 +96,8 @@ pub fn cluster_service_version(manifests: &Manifests, image: &str) -> anyhow::Re
                 {"type": "MultiNamespace", "supported": false},
                 {"type": "AllNamespaces", "supported": true},
             ],
+            // For mirroring into disconnected registries: every image the operator runs.
+            "relatedImages": [{"name": "numaresources", "image": image}],
             "customresourcedefinitions": {"owned": owned_crds()?},
             "apiservicedefinitions": {"owned": api_services},
             "webhookdefinitions": webhook_definitions(manifests)?,

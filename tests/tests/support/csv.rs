@@ -29,6 +29,7 @@ pub struct CsvSpec {
     pub provider: Provider,
     pub keywords: Vec<String>,
     pub install_modes: Vec<InstallMode>,
+    pub related_images: Vec<RelatedImage>,
     pub customresourcedefinitions: Owned<CrdDescription>,
     pub apiservicedefinitions: Owned<ApiServiceDescription>,
     pub webhookdefinitions: Vec<WebhookDescription>,
@@ -39,6 +40,13 @@ pub struct CsvSpec {
 #[serde(deny_unknown_fields)]
 pub struct Provider {
     pub name: String,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelatedImage {
+    pub name: String,
+    pub image: String,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
