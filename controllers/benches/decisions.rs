@@ -1,0 +1,122 @@
+//! What one reconcile pass costs the controllers in CPU, apart from the API round trips: the
+//! pure decisions each pass recomputes from scratch.
+//!
+//! `cargo bench -p numaresources-controllers --bench decisions` prints one line per case
+//! (median of 7 rounds). Figures go to BENCHMARKS.md; nothing here asserts a time.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use numaresources_api::operator::{NUMAResourcesSchedulerSpec, NodeGroup};
+use numaresources_certs::rotation::RotationPolicy;
+use numaresources_controllers::certificates::{Observed, plan};
+use numaresources_controllers::hash::config_hash;
+use numaresources_controllers::nodegroups::{NodeInfo, resolve};
+use numaresources_controllers::render::rte::{MetricsMode, RteSettings, daemon_set};
+use numaresources_controllers::render::scheduler::{self, SchedulerSettings};
+
+/// Runs `f` in rounds of `iterations` and prints the median time per iteration.
+fn bench(name: &str, iterations: u32, mut f: impl FnMut()) {
+    let mut rounds: Vec<Duration> = (0..7)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..iterations {
+                f();
+            }
+            start.elapsed() / iterations
+        })
+        .collect();
+    rounds.sort();
+    println!("{name:<70} {:>12.2?}", rounds[3]);
+}
+
+/// A fleet of `count` nodes in four pools (`pool-0` … `pool-3`), each with the labels a real
+/// node carries (role, zone, hostname, architecture).
+fn fleet(count: usize) -> Vec<NodeInfo> {
+    (0..count)
+        .map(|i| {
+            let name = format!("worker-{i:05}");
+            let labels = BTreeMap::from([
+                ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
+                ("kubernetes.io/hostname".to_owned(), name.clone()),
+                ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+                ("node-role.kubernetes.io/worker".to_owned(), String::new()),
+                ("numa.example.com/pool".to_owned(), format!("pool-{}", i % 4)),
+                ("topology.kubernetes.io/zone".to_owned(), format!("zone-{}", i % 3)),
+            ]);
+            NodeInfo { name, labels }
+        })
+        .collect()
+}
+
+fn groups() -> Vec<NodeGroup> {
+    (0..4)
+        .map(|i| NodeGroup {
+            node_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("numa.example.com/pool".to_owned(), format!("pool-{i}"))])),
+                match_expressions: None,
+            }),
+            ..NodeGroup::default()
+        })
+        .collect()
+}
+
+fn main() {
+    let groups = groups();
+    for count in [100, 5_000] {
+        let nodes = fleet(count);
+        bench(&format!("operator: resolve 4 node groups over {count} nodes"), 20, || {
+            black_box(resolve(black_box(&groups), black_box(&nodes), None, false).unwrap());
+        });
+    }
+
+    let nodes = fleet(5_000);
+    let resolution = resolve(&groups, &nodes, None, false).unwrap();
+    let settings = RteSettings {
+        namespace: "numaresources".into(),
+        nro_name: "numaresourcesoperator".into(),
+        image: "quay.io/numaresources/numaresources:v0.1.0".into(),
+        verbosity: 2,
+        metrics: MetricsMode::Http,
+        openshift_selinux: false,
+    };
+    bench("operator: render the exporter DaemonSets of 4 groups", 200, || {
+        for pool in &resolution.pools {
+            black_box(daemon_set(&settings, pool, "SHA256:0").unwrap());
+        }
+    });
+
+    let spec = NUMAResourcesSchedulerSpec {
+        scheduler_image: "quay.io/openshift-kni/scheduler-plugins:4.18-snapshot".into(),
+        ..NUMAResourcesSchedulerSpec::default()
+    };
+    let scheduler_settings =
+        SchedulerSettings { namespace: "numaresources".into(), openshift_fork: false, guaranteed_qos: false };
+    bench("scheduler: KubeSchedulerConfiguration, its hash, the Deployment", 200, || {
+        let yaml = scheduler::config_yaml(&spec, &scheduler_settings, 2);
+        let hash = config_hash(&BTreeMap::from([(scheduler::CONFIG_KEY.to_owned(), yaml)]));
+        black_box(scheduler::deployment(&spec, &scheduler_settings, 2, &hash).unwrap());
+    });
+
+    // Certificates: the first pass issues a CA and two leaves; every later pass only reads them.
+    let policy = RotationPolicy::default();
+    let now = SystemTime::now();
+    let first = plan(&Observed::default(), "numaresources", &policy, now).unwrap();
+    bench("certificates: first pass (generate a CA and 2 leaves)", 5, || {
+        black_box(plan(&Observed::default(), "numaresources", &policy, now).unwrap());
+    });
+    let steady = Observed {
+        ca: Some(first.ca.to_secret_data()),
+        leaves: first.leaves.iter().cloned().map(Some).collect(),
+        bundles: vec![Some(first.bundle()); 4],
+    };
+    bench("certificates: steady pass (parse and check, nothing to issue)", 50, || {
+        let pass = plan(black_box(&steady), "numaresources", &policy, now).unwrap();
+        assert!(pass.issued.iter().all(Option::is_none));
+        black_box(pass);
+    });
+}
