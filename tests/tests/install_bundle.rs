@@ -11,6 +11,7 @@ mod support;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode, check_compatible};
 use numaresources_tests::workspace_root;
 use numaresources_webhook::{MUTATE_PODS_PATH, WEBHOOK_PATHS};
 use serde_json::{Value, json};
@@ -196,6 +197,9 @@ fn the_deployments_are_the_kustomize_ones_as_olm_runs_them() {
     let args = controllers.spec.template.spec.as_ref().unwrap().containers[0].args.clone().unwrap();
     assert_eq!(support::flag(&args, "certificate-mode"), Some("olm"), "OLM owns the certificates and caBundle");
     assert_eq!(support::flag(&args, "apiserver-deployment"), Some("installed"), "the CSV ships the API server");
+    let mode: CertificateMode = support::flag(&args, "certificate-mode").unwrap().parse().unwrap();
+    let deployment: ApiserverDeployment = support::flag(&args, "apiserver-deployment").unwrap().parse().unwrap();
+    check_compatible(mode, deployment).unwrap();
 }
 
 #[test]

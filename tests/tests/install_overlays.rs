@@ -17,6 +17,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use numaresources_api::operator::NUMAResourcesOperator;
+use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode, check_compatible};
 use numaresources_controllers::nodegroups::{self, NodeInfo};
 use numaresources_controllers::render::rte;
 use numaresources_tests::workspace_root;
@@ -280,6 +281,10 @@ fn every_container_runs_the_one_image_with_a_subcommand_and_its_flags() {
             Some("installed"),
             "{overlay}: the install ships the API server"
         );
+        // Values the controllers accept, in a combination they accept.
+        let mode: CertificateMode = flag(&args, "certificate-mode").unwrap().parse().unwrap();
+        let deployment: ApiserverDeployment = flag(&args, "apiserver-deployment").unwrap().parse().unwrap();
+        check_compatible(mode, deployment).unwrap();
     }
 }
 
