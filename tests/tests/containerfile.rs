@@ -1,6 +1,6 @@
 //! The Containerfile builds the one binary from exactly the workspace: every member is copied
 //! into the build (a missing one fails `cargo build --locked` inside the image, which CI here cannot
-//! run), and nothing else is.
+//! run), as are the manifests it compiles in, and nothing else is.
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
@@ -27,7 +27,10 @@ fn the_containerfile_copies_every_workspace_member_and_builds_the_binary() {
             (parts.len() == 2 && parts[0] == parts[1]).then(|| parts[0].to_owned())
         })
         .collect();
-    assert_eq!(copied, workspace_members(), "COPY lines of crate directories vs workspace members");
+    // Besides the crates, the manifests the binary compiles in (include_str!).
+    let mut expected = workspace_members();
+    expected.insert("manifests".to_owned());
+    assert_eq!(copied, expected, "COPY lines of crate directories (and manifests/) vs workspace members");
     assert!(containerfile.contains("COPY Cargo.toml Cargo.lock rust-toolchain.toml ./"));
     assert!(containerfile.contains("cargo build --release --locked -p numaresources"));
     assert!(containerfile.contains("ENTRYPOINT [\"/usr/bin/numaresources\"]"));
