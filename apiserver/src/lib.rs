@@ -23,6 +23,7 @@ pub mod render;
 mod rest;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod validate;
 mod watch;
 

@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -30,6 +30,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use numaresources_api::nrt::NodeResourceTopology;
 use tokio::sync::broadcast;
+
+use crate::table::RowParts;
 
 /// The server-set annotation holding when the object last changed (RFC 3339, UTC, seconds).
 /// Named in our own API domain; clients cannot set it: a value they send is replaced, and a stale
@@ -52,6 +54,9 @@ pub struct Stored {
     pub revision: u64,
     /// When a writer last reported this object, changed or not.
     pub last_report: Arc<AtomicU64>,
+    /// Its Table row and metadata JSON, rendered by the first read that needs them (writes,
+    /// which outnumber Table reads, do not pay for them).
+    row_parts: OnceLock<RowParts>,
 }
 
 impl Stored {
@@ -63,6 +68,11 @@ impl Stored {
     /// Seconds since the Unix epoch of the last accepted report.
     pub fn last_report_unix(&self) -> u64 {
         self.last_report.load(Ordering::Relaxed)
+    }
+
+    /// The object's Table row and metadata JSON.
+    pub fn row_parts(&self) -> &RowParts {
+        self.row_parts.get_or_init(|| RowParts::of(&self.object))
     }
 }
 
@@ -486,7 +496,7 @@ impl Store {
 
 fn stored(object: NodeResourceTopology, revision: u64, last_report: Arc<AtomicU64>) -> Result<Stored, StoreError> {
     let json = Bytes::from(serde_json::to_vec(&object)?);
-    Ok(Stored { object, json, revision, last_report })
+    Ok(Stored { object, json, revision, last_report, row_parts: OnceLock::new() })
 }
 
 fn check_preconditions(current: &Stored, preconditions: &Preconditions) -> Result<(), StoreError> {

@@ -25,9 +25,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::AppState;
 use crate::negotiate::Representation;
 use crate::query::{Options, ResourceVersion, VersionMatch};
-use crate::render;
 use crate::status::ApiError;
 use crate::store::{Event, EventType, WatchStart};
+use crate::table::{self, Columns};
 
 const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 /// The annotation that marks the end of the initial events of a streaming list.
@@ -158,15 +158,12 @@ impl Watch {
         };
         let object = match self.representation {
             Representation::Json => event.object.json.clone(),
-            Representation::Metadata(version) => to_bytes(&render::partial_metadata(&event.object.object, version)),
+            Representation::Metadata(version) => table::partial_metadata(&event.object, version),
             Representation::Table(version) => {
-                let mut table = render::table(&[&event.object], version, self.options.include_object, None);
-                if self.headers_sent {
-                    // Column definitions go with the first event only, as kube-apiserver does.
-                    table["columnDefinitions"] = json!([]);
-                }
+                // Column definitions go with the first event only, as kube-apiserver does.
+                let columns = if self.headers_sent { Columns::Omitted } else { Columns::Defined };
                 self.headers_sent = true;
-                to_bytes(&table)
+                table::table(&[&event.object], version, self.options.include_object, b"{}", columns)
             }
         };
         self.send(line(kind.as_str(), &object)).await

@@ -1,0 +1,309 @@
+//! `meta.k8s.io` Tables (what kubectl prints) and `PartialObjectMetadata`, assembled from parts
+//! each stored object renders once and keeps ([`RowParts`]). Only the two time columns depend on
+//! when the request comes, so they are the only cells formatted per request.
+//!
+//! The output is what serializing a `serde_json::Value` gives (keys in sorted order), written
+//! by hand so a LIST of thousands of rows costs copies of bytes, not a value tree per row.
+
+use std::sync::LazyLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use numaresources_api::nrt::{NodeResourceTopology, ResourceInfo, well_known};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::negotiate::MetaVersion;
+use crate::query::IncludeObject;
+use crate::store::Stored;
+
+/// The parts of an object's Table row and metadata that do not change until the object does.
+#[derive(Debug)]
+pub struct RowParts {
+    /// The JSON of the cells before the time columns, comma-separated, without brackets.
+    leading_cells: String,
+    /// The JSON of the cells after the time columns.
+    trailing_cells: String,
+    /// Seconds since the Unix epoch of `creationTimestamp`.
+    created: Option<u64>,
+    /// `metadata` as JSON, keys sorted.
+    metadata: String,
+}
+
+impl RowParts {
+    /// Renders the parts of `object`.
+    pub fn of(object: &NodeResourceTopology) -> Self {
+        let numa_zones: Vec<_> = object.zones.iter().filter(|z| z.zone_type == well_known::ZONE_TYPE_NODE).collect();
+        let per_zone = |resource: &str, show: &dyn Fn(&ResourceInfo) -> String| -> String {
+            let parts: Vec<String> = numa_zones
+                .iter()
+                .map(|zone| zone.resources.iter().find(|r| r.name == resource).map_or_else(|| "-".to_owned(), show))
+                .collect();
+            if parts.is_empty() { "<none>".to_owned() } else { parts.join(" ") }
+        };
+        let cpus = per_zone("cpu", &|r| format!("{}/{}", r.available, r.allocatable));
+        let memory = per_zone("memory", &|r| human_bytes(r.available.as_i64()));
+        let attribute = |name: &str, missing: &'static str| object.attribute(name).unwrap_or(missing).to_owned();
+        let leading = [
+            json!(object.metadata.name.as_deref().unwrap_or_default()),
+            json!(numa_zones.len()),
+            json!(attribute(well_known::ATTR_TOPOLOGY_MANAGER_POLICY, "<unknown>")),
+            json!(cpus),
+        ];
+        let trailing = [
+            json!(attribute(well_known::ATTR_TOPOLOGY_MANAGER_SCOPE, "<unknown>")),
+            json!(memory),
+            json!(attribute(well_known::ATTR_PODS_FINGERPRINT, "<none>")),
+        ];
+        let metadata = serde_json::to_value(&object.metadata).unwrap_or(Value::Null);
+        Self {
+            leading_cells: comma_separated(&leading),
+            trailing_cells: comma_separated(&trailing),
+            created: object.metadata.creation_timestamp.as_ref().and_then(|t| u64::try_from(t.0.as_second()).ok()),
+            metadata: metadata.to_string(),
+        }
+    }
+}
+
+fn comma_separated(values: &[Value]) -> String {
+    values.iter().map(Value::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Whether a Table carries its column definitions (a watch sends them with the first event only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Columns {
+    /// With the definitions.
+    Defined,
+    /// With an empty list.
+    Omitted,
+}
+
+/// A Table of `items`; `list_metadata` is the list's `metadata` JSON (`{}` for a single object).
+pub fn table(
+    items: &[&Stored],
+    version: MetaVersion,
+    include: IncludeObject,
+    list_metadata: &[u8],
+    columns: Columns,
+) -> Bytes {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let per_row = items.first().map_or(0, |s| s.row_parts().leading_cells.len() * 2 + 64);
+    let object_size: usize = match include {
+        IncludeObject::None => 0,
+        IncludeObject::Metadata => items.iter().map(|s| s.row_parts().metadata.len() + 80).sum(),
+        IncludeObject::Object => items.iter().map(|s| s.json.len()).sum(),
+    };
+    let mut out =
+        BytesMut::with_capacity(COLUMNS.len() + list_metadata.len() + items.len() * per_row + object_size + 128);
+    out.put_slice(b"{\"apiVersion\":\"");
+    out.put_slice(version.api_version().as_bytes());
+    out.put_slice(b"\",\"columnDefinitions\":");
+    out.put_slice(if columns == Columns::Defined { &COLUMNS } else { b"[]" });
+    out.put_slice(b",\"kind\":\"Table\",\"metadata\":");
+    out.put_slice(list_metadata);
+    out.put_slice(b",\"rows\":[");
+    for (i, stored) in items.iter().enumerate() {
+        if i > 0 {
+            out.put_u8(b',');
+        }
+        row(&mut out, stored, version, include, now);
+    }
+    out.put_slice(b"]}");
+    out.freeze()
+}
+
+fn row(out: &mut BytesMut, stored: &Stored, version: MetaVersion, include: IncludeObject, now: u64) {
+    let parts = stored.row_parts();
+    out.put_slice(b"{\"cells\":[");
+    out.put_slice(parts.leading_cells.as_bytes());
+    // Ages are digits and a unit, or `<unknown>`: nothing to escape.
+    for age in [human_age(Some(stored.last_report_unix()), now), human_age(parts.created, now)] {
+        out.put_slice(b",\"");
+        out.put_slice(age.as_bytes());
+        out.put_u8(b'"');
+    }
+    out.put_u8(b',');
+    out.put_slice(parts.trailing_cells.as_bytes());
+    out.put_u8(b']');
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            out.put_slice(b",\"object\":");
+            put_partial_metadata(out, stored, version);
+        }
+        IncludeObject::Object => {
+            // Rarely asked for: re-encoded through a value so its keys are sorted like the rest.
+            let object: Value = serde_json::from_slice(&stored.json).unwrap_or(Value::Null);
+            out.put_slice(b",\"object\":");
+            out.put_slice(object.to_string().as_bytes());
+        }
+    }
+    out.put_u8(b'}');
+}
+
+/// `PartialObjectMetadata` of one object.
+pub fn partial_metadata(stored: &Stored, version: MetaVersion) -> Bytes {
+    let mut out = BytesMut::with_capacity(stored.row_parts().metadata.len() + 80);
+    put_partial_metadata(&mut out, stored, version);
+    out.freeze()
+}
+
+/// `PartialObjectMetadataList` of `items`; `list_metadata` is the list's `metadata` JSON.
+pub fn partial_metadata_list(items: &[&Stored], version: MetaVersion, list_metadata: &[u8]) -> Bytes {
+    let size: usize = items.iter().map(|s| s.row_parts().metadata.len() + 80).sum();
+    let mut out = BytesMut::with_capacity(size + list_metadata.len() + 128);
+    out.put_slice(b"{\"apiVersion\":\"");
+    out.put_slice(version.api_version().as_bytes());
+    out.put_slice(b"\",\"items\":[");
+    for (i, stored) in items.iter().enumerate() {
+        if i > 0 {
+            out.put_u8(b',');
+        }
+        put_partial_metadata(&mut out, stored, version);
+    }
+    out.put_slice(b"],\"kind\":\"PartialObjectMetadataList\",\"metadata\":");
+    out.put_slice(list_metadata);
+    out.put_u8(b'}');
+    out.freeze()
+}
+
+fn put_partial_metadata(out: &mut BytesMut, stored: &Stored, version: MetaVersion) {
+    out.put_slice(b"{\"apiVersion\":\"");
+    out.put_slice(version.api_version().as_bytes());
+    out.put_slice(b"\",\"kind\":\"PartialObjectMetadata\",\"metadata\":");
+    out.put_slice(stored.row_parts().metadata.as_bytes());
+    out.put_u8(b'}');
+}
+
+/// The column definitions, as JSON: columns a person wants to see for NUMA-aware scheduling.
+static COLUMNS: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let column = |name: &str, kind: &str, format: &str, description: &str, priority: u8| ColumnDefinition {
+        description: description.to_owned(),
+        format: format.to_owned(),
+        name: name.to_owned(),
+        priority,
+        kind: kind.to_owned(),
+    };
+    let columns = [
+        column("Name", "string", "name", "Name of the node", 0),
+        column("Zones", "integer", "", "NUMA zones reported", 0),
+        column("Policy", "string", "", "Kubelet topology manager policy", 0),
+        column("CPU Available", "string", "", "Available/allocatable CPUs per NUMA zone", 0),
+        column("Reported", "string", "", "Time since the node's exporter last reported", 0),
+        column("Age", "string", "", "Time since the object was created", 0),
+        column("Scope", "string", "", "Kubelet topology manager scope", 1),
+        column("Memory Available", "string", "", "Available memory per NUMA zone", 1),
+        column("Fingerprint", "string", "", "Pods fingerprint", 1),
+    ];
+    serde_json::to_vec(&columns).unwrap_or_default()
+});
+
+/// A `TableColumnDefinition`, fields in sorted order like the rest of the Table.
+#[derive(Serialize)]
+struct ColumnDefinition {
+    description: String,
+    format: String,
+    name: String,
+    priority: u8,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// kubectl's short ages: `45s`, `5m`, `3h`, `2d`.
+pub fn human_age(then: Option<u64>, now: u64) -> String {
+    let Some(then) = then.filter(|t| *t > 0) else {
+        return "<unknown>".to_owned();
+    };
+    let seconds = now.saturating_sub(then);
+    match seconds {
+        0..120 => format!("{seconds}s"),
+        120..7_200 => format!("{}m", seconds / 60),
+        7_200..172_800 => format!("{}h", seconds / 3_600),
+        _ => format!("{}d", seconds / 86_400),
+    }
+}
+
+fn human_bytes(bytes: Option<i64>) -> String {
+    let Some(bytes) = bytes else {
+        return "?".to_owned();
+    };
+    const GI: i64 = 1 << 30;
+    const MI: i64 = 1 << 20;
+    if bytes >= GI { format!("{}Gi", bytes / GI) } else { format!("{}Mi", bytes / MI) }
+}
+
+#[cfg(test)]
+mod tests {
+    use numaresources_api::nrt::{AttributeInfo, Zone};
+    use numaresources_api::quantity::Quantity;
+
+    use super::*;
+    use crate::store::{Preconditions, Store};
+
+    fn two_zones(name: &str, cpus: [i64; 2]) -> NodeResourceTopology {
+        let mut object = NodeResourceTopology::new(name);
+        let zone = |id: usize| Zone {
+            name: format!("node-{id}"),
+            zone_type: "Node".into(),
+            resources: vec![
+                ResourceInfo {
+                    name: "cpu".into(),
+                    capacity: Quantity::from_i64(8),
+                    allocatable: Quantity::from_i64(8),
+                    available: Quantity::from_i64(cpus[id]),
+                },
+                ResourceInfo {
+                    name: "memory".into(),
+                    capacity: Quantity::from_i64(4 << 30),
+                    allocatable: Quantity::from_i64(4 << 30),
+                    available: Quantity::from_i64(3 << 30),
+                },
+            ],
+            ..Zone::default()
+        };
+        object.zones = vec![zone(0), zone(1)];
+        object.attributes = vec![AttributeInfo::new("topologyManagerPolicy", "single-numa-node")];
+        object
+    }
+
+    fn render(stored: &Stored, include: IncludeObject, columns: Columns) -> Value {
+        serde_json::from_slice(&table(&[stored], MetaVersion::V1, include, b"{}", columns)).unwrap()
+    }
+
+    #[test]
+    fn rows_show_every_cell_and_follow_writes() {
+        let store = Store::starting_at(0, 10);
+        let created = store.create(two_zones("worker-0", [2, 8]), false).unwrap();
+        let table = render(&created, IncludeObject::Metadata, Columns::Defined);
+        assert_eq!(table["kind"], "Table");
+        assert_eq!(table["columnDefinitions"].as_array().unwrap().len(), 9);
+        let cells = table["rows"][0]["cells"].as_array().unwrap();
+        let fixed: Vec<&Value> =
+            cells.iter().enumerate().filter(|(i, _)| ![4, 5].contains(i)).map(|(_, c)| c).collect();
+        let want = json!(["worker-0", 2, "single-numa-node", "2/8 8/8", "<unknown>", "3Gi 3Gi", "<none>"]);
+        assert_eq!(Value::from(fixed.into_iter().cloned().collect::<Vec<_>>()), want);
+        for age in [&cells[4], &cells[5]] {
+            assert!(age.as_str().unwrap().ends_with('s'), "{age}");
+        }
+        let object = &table["rows"][0]["object"];
+        assert_eq!(object["kind"], "PartialObjectMetadata");
+        assert_eq!(object["metadata"], serde_json::to_value(&created.object.metadata).unwrap());
+
+        // A write stores a new object, so the next Table renders the new values.
+        let (updated, _) = store.update(two_zones("worker-0", [5, 8]), &Preconditions::default(), false).unwrap();
+        let table = render(&updated, IncludeObject::Object, Columns::Omitted);
+        assert_eq!(table["rows"][0]["cells"][3], "5/8 8/8");
+        assert_eq!(table["columnDefinitions"], json!([]));
+        assert_eq!(table["rows"][0]["object"], serde_json::from_slice::<Value>(&updated.json).unwrap());
+        assert!(render(&updated, IncludeObject::None, Columns::Defined)["rows"][0].get("object").is_none());
+    }
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        assert_eq!(human_age(Some(100), 145), "45s");
+        assert_eq!(human_age(Some(0), 145), "<unknown>");
+        assert_eq!(human_age(Some(100), 100 + 300), "5m");
+        assert_eq!(human_age(Some(100), 100 + 3 * 3600), "3h");
+        assert_eq!(human_age(Some(100), 100 + 3 * 86_400), "3d");
+    }
+}
