@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
@@ -78,7 +80,7 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
     for leaf in LEAVES {
         leaf_secrets.push(get_opt(&secrets, leaf.secret).await?);
     }
-    let (consumers, mut failed_consumers) = Consumers::read(&ctx.client).await;
+    let (consumers, mut failed_consumers) = Consumers::read(&ctx.client, namespace).await;
     let observed = Observed {
         ca: ca_secret.as_ref().map(string_data),
         leaves: leaf_secrets.iter().map(|secret| secret.as_ref().and_then(pair_of)).collect(),
@@ -154,39 +156,71 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
 
 const BACKOFF_KEY: &str = "certificates/self-managed";
 
-/// The objects whose `caBundle` we fill, as they are now (absent ones are skipped).
+/// The objects whose `caBundle` we fill, as they are now (absent ones are skipped). Only what
+/// points at our own Services is ours: an APIService of the same name served by kube-apiserver
+/// itself (a CRD-backed NRT API, `nrt-api-definition: cluster`) or by another vendor's server, or
+/// a webhook someone added to our configuration, trusts some other CA; writing ours there would
+/// break it, and counting it as lacking our bundle would hold a rotation back forever.
 struct Consumers {
     api_service: Option<APIService>,
     mutating: Option<MutatingWebhookConfiguration>,
     validating: Option<ValidatingWebhookConfiguration>,
+    /// The namespace our Services live in.
+    namespace: String,
     /// How many could not be read (RBAC, an API outage): they count as lacking the bundle.
     unreadable: usize,
+}
+
+/// Whether a Service reference names `name` in `namespace`.
+fn points_at(service: Option<(&str, Option<&str>)>, name: &str, namespace: &str) -> bool {
+    service.is_some_and(|(service, ns)| service == name && ns == Some(namespace))
 }
 
 impl Consumers {
     /// Reads the three objects; one that cannot be read is reported, not fatal, so the serving
     /// certificates are still kept while, say, a webhook configuration is forbidden to us.
-    async fn read(client: &kube::Client) -> (Self, Vec<Error>) {
+    async fn read(client: &kube::Client, namespace: &str) -> (Self, Vec<Error>) {
         let mut errors = Vec::new();
-        let api_service = kept(get_opt(&Api::all(client.clone()), APISERVICE).await, &mut errors);
+        let api_service = kept(get_opt(&Api::all(client.clone()), APISERVICE).await, &mut errors).filter(
+            |api_service: &APIService| {
+                let service = api_service.spec.as_ref().and_then(|spec| spec.service.as_ref());
+                let ours = points_at(
+                    service.map(|s| (s.name.as_deref().unwrap_or_default(), s.namespace.as_deref())),
+                    names::APISERVER,
+                    namespace,
+                );
+                if !ours {
+                    tracing::info!(
+                        apiservice = APISERVICE,
+                        "the APIService is not served by our API server; its caBundle is left alone"
+                    );
+                }
+                ours
+            },
+        );
         let mutating = kept(get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await, &mut errors);
         let validating = kept(get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await, &mut errors);
         let unreadable = errors.len();
-        (Self { api_service, mutating, validating, unreadable }, errors)
+        (Self { api_service, mutating, validating, namespace: namespace.to_owned(), unreadable }, errors)
     }
 
-    /// The `caBundle` each consumer holds: the APIService, then every webhook.
+    /// Whether a webhook's clientConfig sends to our webhook Service.
+    fn ours(&self, config: &WebhookClientConfig) -> bool {
+        let service = config.service.as_ref().map(|s| (s.name.as_str(), Some(s.namespace.as_str())));
+        points_at(service, names::WEBHOOK, &self.namespace)
+    }
+
+    /// The `caBundle` each consumer of ours holds: the APIService, then every webhook.
     fn bundles(&self) -> Vec<Option<String>> {
         let text = |bytes: Option<&ByteString>| bytes.and_then(|b| String::from_utf8(b.0.clone()).ok());
         let mut bundles = vec![None; self.unreadable];
         if let Some(api_service) = &self.api_service {
             bundles.push(text(api_service.spec.as_ref().and_then(|spec| spec.ca_bundle.as_ref())));
         }
-        for webhook in self.mutating.iter().flat_map(|c| c.webhooks.iter().flatten()) {
-            bundles.push(text(webhook.client_config.ca_bundle.as_ref()));
-        }
-        for webhook in self.validating.iter().flat_map(|c| c.webhooks.iter().flatten()) {
-            bundles.push(text(webhook.client_config.ca_bundle.as_ref()));
+        let mutating = self.mutating.iter().flat_map(|c| c.webhooks.iter().flatten()).map(|w| &w.client_config);
+        let validating = self.validating.iter().flat_map(|c| c.webhooks.iter().flatten()).map(|w| &w.client_config);
+        for config in mutating.chain(validating).filter(|config| self.ours(config)) {
+            bundles.push(text(config.ca_bundle.as_ref()));
         }
         bundles
     }
@@ -201,13 +235,23 @@ impl Consumers {
         if let Some(api_service) = &self.api_service
             && api_service.spec.as_ref().map(|spec| &spec.ca_bundle) != Some(&wanted)
         {
+            // Guarded by a test of spec.service, so a concurrent change of backend is not patched.
             let api: Api<APIService> = Api::all(client.clone());
-            let patch = Patch::Merge(json!({"spec": {"caBundle": encoded}}));
-            results.push(api.patch(APISERVICE, &params, &patch).await.map(|_| ()).map_err(|e| (APIService::KIND, e)));
+            let patch = json!([
+                {"op": "test", "path": "/spec/service/name", "value": names::APISERVER},
+                {"op": "test", "path": "/spec/service/namespace", "value": self.namespace},
+                {"op": "add", "path": "/spec/caBundle", "value": encoded},
+            ]);
+            let result = match serde_json::from_value::<json_patch::Patch>(patch) {
+                Ok(patch) => api.patch(APISERVICE, &params, &Patch::Json::<()>(patch)).await.map(|_| ()),
+                Err(error) => Err(kube::Error::SerdeError(error)),
+            };
+            results.push(result.map_err(|e| (APIService::KIND, e)));
         }
         if let Some(configuration) = &self.mutating {
             let webhooks = configuration.webhooks.iter().flatten();
-            if let Some(patch) = webhook_patch(webhooks.map(|w| (&w.name, &w.client_config.ca_bundle)), &wanted) {
+            let webhooks = webhooks.map(|w| (&w.name, &w.client_config.ca_bundle, self.ours(&w.client_config)));
+            if let Some(patch) = webhook_patch(webhooks, &wanted) {
                 let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
                 let result = api.patch(WEBHOOK_CONFIGURATION, &params, &patch).await;
                 results.push(result.map(|_| ()).map_err(|e| (MutatingWebhookConfiguration::KIND, e)));
@@ -215,7 +259,8 @@ impl Consumers {
         }
         if let Some(configuration) = &self.validating {
             let webhooks = configuration.webhooks.iter().flatten();
-            if let Some(patch) = webhook_patch(webhooks.map(|w| (&w.name, &w.client_config.ca_bundle)), &wanted) {
+            let webhooks = webhooks.map(|w| (&w.name, &w.client_config.ca_bundle, self.ours(&w.client_config)));
+            if let Some(patch) = webhook_patch(webhooks, &wanted) {
                 let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
                 let result = api.patch(WEBHOOK_CONFIGURATION, &params, &patch).await;
                 results.push(result.map(|_| ()).map_err(|e| (ValidatingWebhookConfiguration::KIND, e)));
@@ -243,16 +288,16 @@ fn describe(kind: &str) -> &'static str {
     if kind == APIService::KIND { APISERVICE } else { WEBHOOK_CONFIGURATION }
 }
 
-/// A JSON patch setting `caBundle` on every webhook that lacks `wanted`, each guarded by a test
-/// of the webhook's name at that index (a concurrent reordering fails the patch instead of
-/// writing into the wrong entry). `None` when every webhook holds it already.
+/// A JSON patch setting `caBundle` on every webhook of ours (the `bool`) that lacks `wanted`,
+/// each guarded by a test of the webhook's name at that index (a concurrent reordering fails the
+/// patch instead of writing into the wrong entry). `None` when every webhook of ours holds it.
 fn webhook_patch<'a>(
-    webhooks: impl Iterator<Item = (&'a String, &'a Option<ByteString>)>,
+    webhooks: impl Iterator<Item = (&'a String, &'a Option<ByteString>, bool)>,
     wanted: &Option<ByteString>,
 ) -> Option<Patch<Value>> {
     let mut operations = Vec::new();
-    for (index, (name, held)) in webhooks.enumerate() {
-        if held != wanted {
+    for (index, (name, held, ours)) in webhooks.enumerate() {
+        if ours && held != wanted {
             operations.push(json!({"op": "test", "path": format!("/webhooks/{index}/name"), "value": name}));
             operations.push(
                 json!({"op": "add", "path": format!("/webhooks/{index}/clientConfig/caBundle"), "value": wanted}),

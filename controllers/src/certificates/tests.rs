@@ -348,3 +348,43 @@ async fn a_consumer_that_cannot_be_read_does_not_hold_the_serving_certificates_b
     assert_eq!(h.writes(), [format!("PATCH {MUTATING}")]);
     assert_eq!(h.bundle(), h.ca().bundle());
 }
+
+#[tokio::test]
+async fn an_apiservice_and_a_webhook_served_by_someone_else_are_left_alone_and_do_not_hold_a_rotation_back() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    // The NRT API served by kube-apiserver itself (a CRD: no spec.service) ...
+    h.fake.edit(APISERVICE_PATH, |a| {
+        a["spec"].as_object_mut().unwrap().remove("service");
+    });
+    // ... and a webhook of another vendor's added to our validating configuration.
+    let theirs = json!({"name": "other.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+        "clientConfig": {"service": {"name": "other", "namespace": "elsewhere"}, "caBundle": "VEhFSVJT"}});
+    h.fake.edit(VALIDATING, |v| v["webhooks"].as_array_mut().unwrap().push(theirs.clone()));
+    let untouched = |h: &Harness| {
+        let api_service: APIService = h.fake.typed(APISERVICE_PATH);
+        assert_eq!(api_service.spec.unwrap().ca_bundle, None, "kube-apiserver's own APIService is not ours");
+        let validating: ValidatingWebhookConfiguration = h.fake.typed(VALIDATING);
+        let other = validating.webhooks.unwrap().pop().unwrap();
+        assert_eq!(other.name, "other.example.com");
+        assert_eq!(other.client_config.ca_bundle, Some(ByteString(b"THEIRS".to_vec())));
+    };
+
+    let t0 = SystemTime::now();
+    walk(&h, (0..20).map(|day| t0 + day * DAY)).await;
+    untouched(&h);
+    let mutating: MutatingWebhookConfiguration = h.fake.typed(MUTATING);
+    let held = mutating.webhooks.unwrap()[0].client_config.ca_bundle.clone().unwrap();
+    assert_eq!(String::from_utf8(held.0).unwrap(), h.ca().bundle(), "our own webhooks still get the bundle");
+
+    // A rotation: neither counts as lacking the two-CA bundle, so the overlap ends on time.
+    let t1 = t0 + 20 * DAY + HOUR;
+    h.pass(t1).await;
+    let rotated = h.ca();
+    assert!(rotated.previous_cert_pem.is_some());
+    h.pass(t1 + HOUR).await;
+    assert!(issued_by(&h.data(APISERVER_TLS)["tls.crt"], &rotated.cert_pem), "the leaves moved after one overlap");
+    h.fake.take_calls();
+    h.pass(t1 + HOUR).await;
+    assert_eq!(h.writes(), Vec::<String>::new(), "nothing is patched again and again");
+    untouched(&h);
+}
