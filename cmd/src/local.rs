@@ -23,6 +23,7 @@ use numaresources_rte::config::{Args as AgentArgs, NO_KUBELET};
 use numaresources_rte::fingerprint::Method;
 use numaresources_rte::podresources::{ClientConfig, KUBELET_SOCKET, KubeletIfPresent, PodResourcesClient};
 use numaresources_rte::publish::{KubePublisher, Outcome, PublishError, Publisher};
+use numaresources_rte::topology::TopologyManager;
 
 /// The readiness check that passes once this machine's topology is published.
 const FIRST_PUBLISH: &str = "exporter-first-scan";
@@ -146,7 +147,7 @@ async fn embedded_agent(
         sysfs: args.sysfs.clone(),
         podresources_socket: args.podresources_socket.clone(),
         sleep_interval: args.refresh_period.to_string(),
-        kubelet_config_file: readable(&args.kubelet_config),
+        kubelet_config_file: usable_kubelet_config(&args.kubelet_config),
         pods_fingerprint_method: args.pods_fingerprint_method.as_str().to_owned(),
         // This server holds no Nodes to own the object, and the agent runs in no Pod.
         add_nrt_owner: false,
@@ -178,12 +179,20 @@ async fn embedded_agent(
     Ok(Agent::new(config, source, publisher))
 }
 
-/// `path` if this process can read it (the kubelet's file is often root-only): an unreadable
-/// file means the kubelet's defaults, with a warning, rather than no server at all.
-fn readable(path: &Path) -> Option<PathBuf> {
-    match std::fs::File::open(path) {
+/// `path` if this process can read it and it holds a kubelet configuration (the kubelet's file
+/// is often root-only, and may be anything on a laptop): otherwise the kubelet's defaults, with
+/// a warning, rather than no server at all.
+fn usable_kubelet_config(path: &Path) -> Option<PathBuf> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => {
+            tracing::warn!("{}: {error}; using the kubelet defaults none/container", path.display());
+            return None;
+        }
+    };
+    match TopologyManager::from_kubelet_config(&text) {
         Ok(_) => Some(path.to_path_buf()),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
         Err(error) => {
             tracing::warn!("{}: {error}; using the kubelet defaults none/container", path.display());
             None

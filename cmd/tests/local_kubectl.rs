@@ -97,7 +97,12 @@ fn launch(extra: &[&str], socket: &str) -> Server {
         .arg("--kubeconfig")
         .arg(state.path().join("kubeconfig"))
         .args(extra)
-        .args(["--podresources-socket", socket, "--kubelet-config", "/nonexistent/config.yaml"])
+        .args(["--podresources-socket", socket])
+        .args(if extra.contains(&"--kubelet-config") {
+            &[][..]
+        } else {
+            &["--kubelet-config", "/nonexistent/config.yaml"][..]
+        })
         .env("NUMARESOURCES_LOG", "info")
         .env("NO_COLOR", "1")
         .stderr(Stdio::piped())
@@ -203,22 +208,32 @@ fn a_wrong_token_is_401_and_a_simulated_fleet_is_listed() {
 }
 
 #[test]
-fn a_kubelet_that_fails_gets_nothing_published_never_an_empty_machine() {
-    // A dead kubelet's socket: the file is there, nobody accepts on it.
+fn a_socket_left_by_a_stopped_kubelet_is_no_kubelet_yet() {
+    // A dead kubelet's socket: the file is there, nobody accepts on it. Until a kubelet answers
+    // on it, the machine's own view is published (once one has answered, a failing kubelet gets
+    // nothing published: rte/tests/agent.rs).
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     let server = launch(&[], socket.to_str().unwrap());
 
-    // The embedded agent is the real one: the failed scan is logged and retried, not published.
-    server.wait_for_log("refresh failed");
-    let missing = server.kubectl(&["get", "nrt", "fixture-node"]);
-    assert!(!missing.status.success(), "published without the kubelet: {}", String::from_utf8_lossy(&missing.stdout));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("\"fixture-node\" not found"));
-    let ready = server.kubectl(&["get", "--raw", "/readyz"]);
-    assert!(!ready.status.success(), "ready before the first publish");
-    assert!(
-        !server.log.lock().unwrap().iter().any(|l| l.contains("no kubelet here")),
-        "a socket is there: the kubelet's allocations are wanted"
-    );
+    server.wait_for_log("a kubelet socket exists but does not answer");
+    server.wait_for_log("published the node topology");
+    let table = server.kubectl_ok(&["get", "nrt", "fixture-node"]);
+    assert!(table.contains("12/12 12/12"), "the machine's own view: {table}");
+    assert!(server.kubectl(&["get", "--raw", "/readyz"]).status.success());
+}
+
+#[test]
+fn a_kubelet_config_that_is_not_one_means_the_kubelet_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "topologyManagerPolicy: [this is: not a policy\n").unwrap();
+    let server = start_with(&["--kubelet-config", config.to_str().unwrap()]);
+
+    server.wait_for_log("using the kubelet defaults none/container");
+    let json: Value = serde_json::from_str(&server.kubectl_ok(&["get", "nrt", "fixture-node", "-o", "json"])).unwrap();
+    let attribute = |name: &str| json["attributes"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned();
+    assert_eq!(attribute("topologyManagerPolicy").unwrap()["value"], "none");
+    assert_eq!(attribute("topologyManagerScope").unwrap()["value"], "container");
 }

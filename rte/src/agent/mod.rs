@@ -203,7 +203,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             tracing::debug!(error = %skipped, "sysfs entry skipped");
         }
         // Asked first, so that a source whose kubelet shows up between the calls is consistent.
-        let present = self.source.present();
+        let present = self.source.present().await;
         let (mut pods, allocatable) =
             if present { self.ask_kubelet().await? } else { (Vec::new(), Allocatable::default()) };
         if let Some(terminal) = &self.terminal {

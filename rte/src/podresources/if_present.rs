@@ -7,11 +7,12 @@ use super::{Allocatable, Error, PodResources, PodResourcesClient, PodResourcesSo
 
 /// The kubelet behind `client`, once its socket has appeared.
 ///
-/// Until the socket exists there is no kubelet: the topology is the machine's own view
-/// (allocatable = capacity, nothing allocated). The socket is looked for at every scan, and
-/// once seen the kubelet is there for good: when it later fails or its socket goes away (a
-/// restart), scans fail and nothing is published, rather than the machine turning back into an
-/// empty one with every CPU free.
+/// Until a kubelet answers there is none: the topology is the machine's own view (allocatable =
+/// capacity, nothing allocated). The socket is looked for at every scan; a socket that exists
+/// but does not answer (left behind by a stopped kubelet) is not a kubelet yet. Once a kubelet
+/// has answered it is there for good: when it later fails or its socket goes away (a restart),
+/// scans fail and nothing is published, rather than the machine turning back into an empty one
+/// with every CPU free.
 #[derive(Debug)]
 pub struct KubeletIfPresent {
     client: PodResourcesClient,
@@ -32,14 +33,16 @@ impl KubeletIfPresent {
 
 impl PodResourcesSource for KubeletIfPresent {
     async fn list(&self) -> Result<Vec<PodResources>, Error> {
-        if self.seen.load(Ordering::Relaxed) { self.client.list().await } else { Ok(Vec::new()) }
+        self.client.list().await
     }
 
     async fn allocatable(&self) -> Result<Allocatable, Error> {
-        if self.seen.load(Ordering::Relaxed) { self.client.allocatable().await } else { Ok(Allocatable::default()) }
+        self.client.allocatable().await
     }
 
-    fn present(&self) -> bool {
+    /// True once a kubelet has answered on the socket; until then the socket is looked for, and
+    /// asked, at every scan.
+    async fn present(&self) -> bool {
         if self.seen.load(Ordering::Relaxed) {
             return true;
         }
@@ -47,12 +50,23 @@ impl PodResourcesSource for KubeletIfPresent {
         if !self.socket().exists() {
             return false;
         }
-        if !self.seen.swap(true, Ordering::Relaxed) {
-            tracing::info!(
-                socket = %self.socket().display(),
-                "the kubelet podresources socket appeared: accounting the kubelet's allocations from now on"
-            );
+        match self.client.allocatable().await {
+            Ok(_) => {
+                if !self.seen.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        socket = %self.socket().display(),
+                        "the kubelet podresources API answered: accounting the kubelet's allocations from now on"
+                    );
+                }
+                true
+            }
+            Err(error) => {
+                tracing::warn!(
+                    socket = %self.socket().display(),
+                    "a kubelet socket exists but does not answer ({error}); still publishing the machine's own view"
+                );
+                false
+            }
         }
-        true
     }
 }

@@ -48,8 +48,8 @@ pub trait PodResourcesSource {
     fn allocatable(&self) -> impl Future<Output = Result<Allocatable, Error>> + Send;
     /// Whether there is a kubelet at all; without one the topology is the machine's own view
     /// (allocatable = capacity, nothing allocated).
-    fn present(&self) -> bool {
-        true
+    fn present(&self) -> impl Future<Output = bool> + Send {
+        std::future::ready(true)
     }
 }
 
@@ -69,8 +69,11 @@ impl<S: PodResourcesSource + Sync> PodResourcesSource for Option<S> {
         }
     }
 
-    fn present(&self) -> bool {
-        self.as_ref().is_some_and(PodResourcesSource::present)
+    async fn present(&self) -> bool {
+        match self {
+            Some(source) => source.present().await,
+            None => false,
+        }
     }
 }
 
