@@ -150,6 +150,10 @@ pub enum Error {
     /// Something this pass waits for has not happened yet; retried with backoff.
     #[error("{0}")]
     NotYet(String),
+    /// Leadership ended (lost, or the controllers stopped unasked): the process must exit so
+    /// that its restart campaigns again.
+    #[error("{0}")]
+    Leadership(String),
     /// Adding or removing our finalizer failed.
     #[error("failed to manage the finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -169,6 +173,7 @@ impl Error {
             Self::Certificate(_) => "certificate",
             Self::Finalizer(_) => "finalizer",
             Self::NotYet(_) => "waiting",
+            Self::Leadership(_) => "leadership",
         }
     }
 

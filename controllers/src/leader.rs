@@ -18,10 +18,9 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 
 use crate::context::{Error, Result};
-use crate::names::FIELD_MANAGER;
 
 /// How long a Lease lasts and how often it is renewed (client-go's defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,11 +205,35 @@ impl LeaderLease {
         }
     }
 
-    /// Gives the Lease up at shutdown so the next leader need not wait for it to expire.
+    /// Gives the Lease up at shutdown so the next leader need not wait for it to expire: only if
+    /// we still hold it, and with the resourceVersion read, so a Lease another candidate took in
+    /// the meantime is never cleared.
     pub async fn release(&self) {
-        let patch = serde_json::json!({"spec": {"holderIdentity": null, "leaseDurationSeconds": 1}});
-        let params = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
-        if let Err(error) = self.api.patch(&self.name, &params, &Patch::Merge(&patch)).await {
+        let current = match self.api.get_opt(&self.name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "leader election: cannot read the lease to release it");
+                return;
+            }
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            tracing::info!(lease = %self.name, "leader election: the lease is no longer ours; nothing to release");
+            return;
+        }
+        let now = MicroTime(Timestamp::now());
+        let released = Lease {
+            metadata: current.metadata,
+            spec: Some(LeaseSpec {
+                holder_identity: None,
+                lease_duration_seconds: Some(1),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                ..spec
+            }),
+        };
+        if let Err(error) = self.api.replace(&self.name, &PostParams::default(), &released).await {
             tracing::warn!(%error, "leader election: cannot release the lease");
         }
     }
@@ -254,6 +277,17 @@ mod tests {
         assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("b"));
         assert_eq!(lease.spec.as_ref().unwrap().lease_transitions, Some(1));
         assert!(!a.try_acquire_or_renew().await.unwrap(), "a is now the one waiting");
+    }
+
+    #[tokio::test]
+    async fn releasing_a_lease_someone_else_took_over_leaves_it_with_them() {
+        let (fake, client) = FakeApi::start();
+        let a = LeaderLease::new(client, "numaresources", "numaresources-controllers", "a", LeaseTimings::default());
+        assert!(a.try_acquire_or_renew().await.unwrap());
+        fake.edit(LEASE, |lease| lease["spec"]["holderIdentity"] = serde_json::json!("b"));
+        a.release().await;
+        let lease: Lease = fake.typed(LEASE);
+        assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("b"));
     }
 
     #[tokio::test]

@@ -2,11 +2,13 @@
 //! the certificate lifecycle until shutdown (or until leadership is lost), then release the Lease.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::join4;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::{Recorder, Reporter};
 use numaresources_api::operator::defaults::Platform;
+use tokio::task::JoinHandle;
 
 use crate::context::{Context, Error, Result, Settings};
 use crate::health::Readiness;
@@ -118,45 +120,174 @@ pub async fn run(
     readiness.leading();
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let stop_signal = || {
+    let stop_signal = move || {
         let mut stopped = stopped.clone();
         async move {
             // An error means the sender is gone: stop as well.
             let _ = stopped.wait_for(|stop| *stop).await;
         }
     };
-    let controllers = tokio::spawn(join4(
-        operator::run(ctx.clone(), stop_signal()),
-        scheduler::run(ctx.clone(), stop_signal()),
-        kubeletconfig::run(ctx.clone(), stop_signal()),
-        certificates::run(ctx, stop_signal()),
-    ));
+    let controllers = tokio::spawn(async move {
+        join4(
+            operator::run(ctx.clone(), stop_signal()),
+            scheduler::run(ctx.clone(), stop_signal()),
+            kubeletconfig::run(ctx.clone(), stop_signal()),
+            certificates::run(ctx, stop_signal()),
+        )
+        .await;
+    });
+    supervise(lease.as_ref(), controllers, stop, shutdown).await
+}
+
+/// How long the controllers get to finish what they are doing at shutdown: well inside the
+/// Lease's duration, since the Lease is no longer renewed meanwhile.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Leads while the controllers run. Three endings:
+/// - `shutdown`: the controllers are told to stop and get [`SHUTDOWN_GRACE`], then the Lease is
+///   released;
+/// - leadership lost: the controllers are aborted at once (a new leader may act as soon as our
+///   Lease expires) and an error returned, so the process exits and its restart campaigns again;
+/// - the controllers' task ended by itself (a panic: they only end when told): an error, so the
+///   process restarts instead of holding the Lease (and reporting ready) with nothing running.
+async fn supervise(
+    lease: Option<&LeaderLease>,
+    mut controllers: JoinHandle<()>,
+    stop: tokio::sync::watch::Sender<bool>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
     let hold = async {
-        match &lease {
+        match lease {
             Some(lease) => lease.hold().await,
             None => std::future::pending().await,
         }
     };
-    let lost = tokio::select! {
-        () = &mut shutdown => false,
-        () = hold => true,
+    let ended = tokio::select! {
+        () = shutdown => None,
+        () = hold => {
+            controllers.abort();
+            let _ = controllers.await;
+            return Err(Error::Leadership("lost the leader election; exiting so a restart campaigns again".into()));
+        }
+        result = &mut controllers => Some(result),
     };
-    let _ = stop.send(true);
-    if let Err(error) = controllers.await {
-        tracing::error!(%error, "a controller task failed");
+    let result = match ended {
+        None => {
+            let _ = stop.send(true);
+            match tokio::time::timeout(SHUTDOWN_GRACE, &mut controllers).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(Error::Leadership(format!("a controller failed while stopping: {error}"))),
+                Err(_) => {
+                    tracing::warn!(grace = ?SHUTDOWN_GRACE, "the controllers did not stop in time; aborting them");
+                    controllers.abort();
+                    let _ = controllers.await;
+                    Ok(())
+                }
+            }
+        }
+        Some(Ok(())) => Err(Error::Leadership("the controllers stopped unasked; exiting so a restart resumes".into())),
+        Some(Err(error)) => {
+            Err(Error::Leadership(format!("the controllers failed: {error}; exiting so a restart resumes")))
+        }
+    };
+    if let Err(error) = &result {
+        tracing::error!(%error, "giving leadership up");
     }
-    if lost {
-        return Err(Error::NotYet("lost the leader election; exiting so a restart campaigns again".into()));
-    }
-    if let Some(lease) = &lease {
+    // Nothing of ours acts any more: let the next leader start without waiting for the expiry.
+    if let Some(lease) = lease {
         lease.release().await;
     }
-    Ok(())
+    result
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    use crate::fake::FakeApi;
+
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/numaresources/leases/numaresources-controllers";
+
+    async fn leading(identity: &str) -> (FakeApi, LeaderLease) {
+        let (fake, client) = FakeApi::start();
+        let lease = LeaderLease::new(client, "numaresources", CONTROLLERS_LEASE, identity, LeaseTimings::default());
+        assert!(lease.try_acquire_or_renew().await.unwrap());
+        (fake, lease)
+    }
+
+    fn holder(fake: &FakeApi) -> Option<String> {
+        fake.typed::<Lease>(LEASE).spec.unwrap().holder_identity
+    }
+
+    /// Sets its flag when dropped: tells whether a task's future was torn down.
+    struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panic_in_the_controllers_ends_leadership_with_an_error() {
+        let (fake, lease) = leading("a").await;
+        let (stop, _) = tokio::sync::watch::channel(false);
+        let controllers = tokio::spawn(async { panic!("a controller bug") });
+        // An hour of paused time as a guard: without the branch, the Lease is held forever.
+        let ended = tokio::time::timeout(
+            Duration::from_secs(3600),
+            supervise(Some(&lease), controllers, stop, std::future::pending()),
+        )
+        .await
+        .expect("leadership ends");
+        assert!(matches!(ended, Err(Error::Leadership(_))), "{ended:?}");
+        assert_eq!(holder(&fake), None, "released for the next leader");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn losing_the_lease_aborts_controllers_that_do_not_stop() {
+        let (fake, lease) = leading("a").await;
+        let (stop, _) = tokio::sync::watch::channel(false);
+        let torn_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = DropFlag(torn_down.clone());
+        // Deaf to the stop signal, like a pass stuck on a slow API call.
+        let controllers = tokio::spawn(async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+        });
+        fake.edit(LEASE, |lease| {
+            lease["spec"]["holderIdentity"] = serde_json::json!("b");
+            lease["spec"]["renewTime"] = serde_json::json!(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                k8s_openapi::jiff::Timestamp::now()
+            ));
+        });
+        let ended = tokio::time::timeout(
+            Duration::from_secs(3600),
+            supervise(Some(&lease), controllers, stop, std::future::pending()),
+        )
+        .await
+        .expect("leadership ends without waiting for the controllers");
+        assert!(matches!(ended, Err(Error::Leadership(_))), "{ended:?}");
+        assert!(torn_down.load(std::sync::atomic::Ordering::SeqCst), "the controllers were aborted");
+        assert_eq!(holder(&fake).as_deref(), Some("b"), "the new leader's Lease is left alone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_stops_the_controllers_and_releases_the_lease() {
+        let (fake, lease) = leading("a").await;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let controllers = tokio::spawn(async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        });
+        let ended =
+            tokio::time::timeout(Duration::from_secs(3600), supervise(Some(&lease), controllers, stop, async {}))
+                .await
+                .expect("shut down");
+        assert!(ended.is_ok(), "{ended:?}");
+        assert_eq!(holder(&fake), None);
+    }
 
     #[test]
     fn openshift_versions() {
