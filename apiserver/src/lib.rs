@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod discovery;
 mod health;
+mod merge_patch;
 pub mod metrics;
 pub mod negotiate;
 pub mod nodes;

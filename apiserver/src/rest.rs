@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::AppState;
 use crate::auth::NodeScope;
+use crate::merge_patch::TypedMergePatch;
 use crate::negotiate::{Representation, negotiate};
 use crate::paging::{self, ContinueToken};
 use crate::query::{FieldValidation, Options, RawQuery, ResourceVersion, VersionMatch};
@@ -205,9 +206,21 @@ pub async fn patch(
     let body = read_body(body, state.limits.max_body_bytes).await?;
     let patch: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
+    // The exporters' shape is decoded and checked here, outside the store's write lock; its
+    // errors still come after the store's own (404, preconditions), as on the generic path.
+    let typed = match kind {
+        PatchKind::Merge => {
+            TypedMergePatch::decode(&patch).map(|typed| (typed, field_check(&patch, options.field_validation)))
+        }
+        PatchKind::Json => None,
+    };
     let mut warnings = Vec::new();
-    let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| {
-        apply_patch(current, &patch, kind, &name, options.field_validation, &mut warnings)
+    let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| match typed {
+        Some((typed, checked)) => {
+            warnings = checked.map_err(PatchError::Api)?;
+            Ok(typed.apply(current))
+        }
+        None => apply_patch(current, &patch, kind, &name, options.field_validation, &mut warnings),
     });
     let (stored, changed) = result.map_err(|e| match e {
         PatchError::Api(api) => api,

@@ -617,6 +617,34 @@ async fn unknown_fields_follow_field_validation() {
 }
 
 #[tokio::test]
+async fn exporter_shaped_merge_patches_are_checked_like_any_other() {
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await;
+    let merge = [("content-type", "application/merge-patch+json")];
+    let patch = json!({"metadata": {"labels": {"pool": null}},
+        "zones": [{"name": "node-0", "type": "Node", "typo": 1,
+                   "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": 3}]}]});
+    let url = |name: &str, query: &str| format!("{BASE}/{name}?fieldValidation={query}");
+    // The missing object is reported before anything wrong with the patch.
+    let missing = call(&app, Method::PATCH, &url("worker-9", "Strict"), &merge, Some(patch.clone())).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    let strict = call(&app, Method::PATCH, &url("worker-0", "Strict"), &merge, Some(patch.clone())).await;
+    assert_eq!(strict.status, StatusCode::BAD_REQUEST);
+    assert!(strict.body["message"].as_str().unwrap().contains("unknown field \".zones[0].typo\""), "{}", strict.body);
+    let warned = call(&app, Method::PATCH, &url("worker-0", "Warn"), &merge, Some(patch)).await;
+    assert_eq!(warned.status, StatusCode::OK);
+    assert_eq!(warned.headers["warning"], "299 - \"unknown field \\\".zones[0].typo\\\"\"");
+    assert_eq!(warned.body["zones"][0]["resources"][0]["available"], "3");
+    assert_eq!(warned.body["metadata"]["labels"], json!({}), "null removes a label");
+    assert_eq!(warned.body["metadata"]["generation"], 2);
+    let bad = json!({"zones": [{"name": "node-0", "type": "Node",
+        "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": "a lot"}]}]});
+    let invalid = call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &merge, Some(bad)).await;
+    assert_eq!(invalid.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(invalid.body["details"]["causes"][0]["field"], "zones[0].resources[0].available", "{}", invalid.body);
+}
+
+#[tokio::test]
 async fn metrics_count_requests_watches_and_report_ages() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await;
