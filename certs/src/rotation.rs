@@ -150,6 +150,12 @@ impl CaState {
         CertificateAuthority::from_pem_at(&self.cert_pem, &self.key_pem, now)
     }
 
+    /// The state with `rotated_at` no later than `now`: a moment in the future (a clock that was
+    /// wrong, a hand-edited Secret) would hold the overlap for as long.
+    fn clamped(&self, now: SystemTime) -> Self {
+        Self { rotated_at: self.rotated_at.min(now), ..self.clone() }
+    }
+
     /// Marks the bundle as published again at `now`: a consumer was found without it, so the
     /// overlap (the wait before leaves move to the current CA) starts over.
     pub fn republished(&self, now: SystemTime) -> Self {
@@ -164,6 +170,11 @@ pub enum CaStep {
     Unchanged,
     /// There was no usable CA (none, unreadable, or already expired): a new one, alone.
     Created,
+    /// The CA certificate clients trust cannot issue (its key is missing, broken or not its own,
+    /// or it is no CA), or came from an older install that kept no key: a new CA is current and
+    /// the old certificate stays in the bundle, so the leaves it signed keep working until they
+    /// move, as in a rotation.
+    Replaced,
     /// The CA was near its expiry: a new one is current, the old one stays in the bundle.
     Rotated,
     /// Every leaf has come from the current CA for a propagation: the previous CA is retired.
@@ -171,39 +182,75 @@ pub enum CaStep {
 }
 
 /// Moves the CA state forward at `now`. `leaves` are the serving certificates currently written
-/// (PEM); they decide when the previous CA may leave the bundle.
+/// (PEM), one entry per serving certificate we keep, `None` where its Secret is missing; they
+/// decide when the previous CA may leave the bundle.
 pub fn advance_ca(
     state: Option<&CaState>,
-    leaves: &[&str],
+    leaves: &[Option<&str>],
     policy: &RotationPolicy,
     now: SystemTime,
 ) -> Result<(CaState, CaStep), Error> {
-    let current = state.and_then(|s| Parsed::from_pem(&s.cert_pem).ok().map(|parsed| (s, parsed)));
-    let Some((state, parsed)) = current.filter(|(_, parsed)| now < parsed.not_after) else {
+    let Some(state) = state.map(|state| state.clamped(now)) else {
         return Ok((new_ca(policy, now, None)?, CaStep::Created));
     };
+    let Ok(parsed) = Parsed::from_pem(&state.cert_pem) else {
+        return Ok((new_ca(policy, now, None)?, CaStep::Created));
+    };
+    if let Err(error) = state.authority_at(now) {
+        tracing::warn!(%error, "the CA cannot issue; a new one replaces it");
+        return replace_ca(Some(&state.cert_pem), policy, now);
+    }
     if state.previous_cert_pem.is_some() {
         // A rotation in progress finishes before anything else: rotating again would drop a CA
         // that leaves may still chain to. (Checked first so that a CA whose whole life falls in
         // the renew window still gets its predecessor retired.)
         if leaves_settled(leaves, &parsed.subject, policy, now) {
-            let retired = CaState { previous_cert_pem: None, ..state.clone() };
+            let retired = CaState { previous_cert_pem: None, ..state };
             return Ok((retired, CaStep::PreviousRetired));
         }
-        return Ok((state.clone(), CaStep::Unchanged));
+        return Ok((state, CaStep::Unchanged));
     }
     if parsed.not_after.duration_since(now).unwrap_or_default() <= policy.ca_renew_before {
         return Ok((new_ca(policy, now, Some(state.cert_pem.clone()))?, CaStep::Rotated));
     }
-    Ok((state.clone(), CaStep::Unchanged))
+    Ok((state, CaStep::Unchanged))
 }
 
-/// Whether every leaf comes from the CA named `subject` and has been out for a propagation.
-fn leaves_settled(leaves: &[&str], subject: &str, policy: &RotationPolicy, now: SystemTime) -> bool {
-    leaves.iter().all(|leaf| match Parsed::from_pem(leaf) {
-        Ok(parsed) => parsed.issuer == subject && parsed.issued_at() + policy.propagation <= now,
-        Err(_) => false,
+/// A new CA in place of one we cannot issue from. `trusted` is the certificate clients may trust
+/// now (an unusable CA Secret's, or what an older install left next to a serving certificate):
+/// when it is a CA that has not expired, it stays in the bundle as the previous CA
+/// ([`CaStep::Replaced`]); otherwise the new CA is alone ([`CaStep::Created`]).
+pub fn replace_ca(trusted: Option<&str>, policy: &RotationPolicy, now: SystemTime) -> Result<(CaState, CaStep), Error> {
+    let usable = trusted.filter(|pem| Parsed::from_pem(pem).is_ok_and(|ca| ca.is_ca && now < ca.not_after));
+    match usable {
+        Some(pem) => Ok((new_ca(policy, now, Some(pem.trim_end().to_owned() + "\n"))?, CaStep::Replaced)),
+        None => Ok((new_ca(policy, now, None)?, CaStep::Created)),
+    }
+}
+
+/// The certificate of `bundle` (PEM, one or more) that issued `cert_pem`, as PEM.
+pub fn issuer_in(bundle: &str, cert_pem: &str) -> Option<String> {
+    let cert = Parsed::from_pem(cert_pem).ok()?;
+    const END: &str = "-----END CERTIFICATE-----";
+    bundle
+        .split_inclusive(END)
+        .filter_map(|block| block.find("-----BEGIN CERTIFICATE-----").map(|start| format!("{}\n", &block[start..])))
+        .find(|pem| Parsed::from_pem(pem).is_ok_and(|ca| ca.subject == cert.issuer))
+}
+
+/// Whether every leaf exists, comes from the CA named `subject` and has been out for a
+/// propagation. A missing leaf is not settled: it is about to be issued, and the CA it replaces
+/// may still be what its server presents.
+fn leaves_settled(leaves: &[Option<&str>], subject: &str, policy: &RotationPolicy, now: SystemTime) -> bool {
+    leaves.iter().all(|leaf| match leaf.map(Parsed::from_pem) {
+        Some(Ok(parsed)) => parsed.issuer == subject && passed(parsed.issued_at(), policy.propagation, now),
+        _ => false,
     })
+}
+
+/// Whether `delay` has passed since `since` at `now` (never, when the sum is beyond time).
+fn passed(since: SystemTime, delay: Duration, now: SystemTime) -> bool {
+    since.checked_add(delay).is_some_and(|end| end <= now)
 }
 
 fn new_ca(policy: &RotationPolicy, now: SystemTime, previous: Option<String>) -> Result<CaState, Error> {
@@ -251,16 +298,21 @@ pub fn plan_leaf(
     if leaf.not_after <= now {
         return LeafStep::Issue("the serving certificate has expired");
     }
+    if signed_by_previous {
+        // Only once every client trusts the new CA may a leaf it signed be served; until then
+        // the old leaf stays (even one that misses a name: it is what servers present now). An
+        // overlap that keeps starting over must not let it expire: it is replaced a propagation
+        // before its end at the latest, so the new one reaches the servers in time.
+        if passed(ca.rotated_at, policy.propagation, now) {
+            return LeafStep::Issue("the CA was rotated and the new one has reached every client");
+        }
+        if now.checked_add(policy.propagation).is_some_and(|end| end < leaf.not_after) {
+            return LeafStep::Keep;
+        }
+        return LeafStep::Issue("the serving certificate from the previous CA is about to expire");
+    }
     if !names.iter().all(|name| leaf.names.contains(name)) {
         return LeafStep::Issue("the serving certificate does not cover every service name");
-    }
-    if signed_by_previous {
-        // Only once every client trusts the new CA may a leaf it signed be served.
-        return if ca.rotated_at + policy.propagation <= now {
-            LeafStep::Issue("the CA was rotated and the new one has reached every client")
-        } else {
-            LeafStep::Keep
-        };
     }
     if leaf.not_after.duration_since(now).unwrap_or_default() <= policy.leaf_renew_before {
         return LeafStep::Issue("the serving certificate is due for renewal");
@@ -279,14 +331,18 @@ pub fn issue_leaf(ca: &CaState, names: &[String], policy: &RotationPolicy, now: 
 pub fn next_decision(ca: &CaState, leaves: &[&str], policy: &RotationPolicy, now: SystemTime) -> Option<SystemTime> {
     let current = Parsed::from_pem(&ca.cert_pem).ok()?;
     let mut moments = vec![current.not_after, current.not_after.checked_sub(policy.ca_renew_before).unwrap_or(now)];
-    if ca.previous_cert_pem.is_some() {
-        moments.push(ca.rotated_at + policy.propagation);
+    let rotating = ca.previous_cert_pem.is_some();
+    if rotating {
+        moments.extend(ca.rotated_at.checked_add(policy.propagation));
     }
     for leaf in leaves.iter().filter_map(|leaf| Parsed::from_pem(leaf).ok()) {
         moments.push(leaf.not_after);
         moments.push(leaf.not_after.checked_sub(policy.leaf_renew_before).unwrap_or(now));
-        if ca.previous_cert_pem.is_some() && leaf.issuer == current.subject {
-            moments.push(leaf.issued_at() + policy.propagation);
+        if rotating {
+            moments.push(leaf.not_after.checked_sub(policy.propagation).unwrap_or(now));
+            if leaf.issuer == current.subject {
+                moments.extend(leaf.issued_at().checked_add(policy.propagation));
+            }
         }
     }
     moments.into_iter().filter(|moment| *moment > now).min()
@@ -321,6 +377,8 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
 /// The facts of a certificate the decisions need.
 struct Parsed {
     subject: String,
+    /// basicConstraints CA:TRUE.
+    is_ca: bool,
     issuer: String,
     not_before: SystemTime,
     not_after: SystemTime,
@@ -349,6 +407,7 @@ impl Parsed {
             .unwrap_or_default();
         Ok(Self {
             subject: cert.subject().to_string(),
+            is_ca: cert.basic_constraints().ok().flatten().is_some_and(|constraints| constraints.value.ca),
             issuer: cert.issuer().to_string(),
             not_before: crate::time::from_unix_seconds(cert.validity().not_before.timestamp()),
             not_after: crate::time::from_unix_seconds(cert.validity().not_after.timestamp()),
@@ -358,7 +417,7 @@ impl Parsed {
 
     /// When it was issued: our certificates are backdated by a fixed amount.
     fn issued_at(&self) -> SystemTime {
-        self.not_before + crate::generate::BACKDATE
+        self.not_before.checked_add(crate::generate::BACKDATE).unwrap_or(self.not_before)
     }
 }
 

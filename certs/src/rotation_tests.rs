@@ -43,7 +43,7 @@ fn a_first_run_creates_a_ca_alone_and_issues_a_leaf_for_the_service_names() {
     assert_eq!(issuer_of(&leaf.cert_pem), subject_of(&ca.cert_pem));
     assert_eq!(Parsed::from_pem(&leaf.cert_pem).unwrap().names, names());
     assert_eq!(plan_leaf(&ca, Some(&leaf), &names(), &policy(), now), LeafStep::Keep);
-    assert_eq!(advance_ca(Some(&ca), &[&leaf.cert_pem], &policy(), now).unwrap().1, CaStep::Unchanged);
+    assert_eq!(advance_ca(Some(&ca), &[Some(leaf.cert_pem.as_str())], &policy(), now).unwrap().1, CaStep::Unchanged);
 }
 
 #[test]
@@ -107,12 +107,15 @@ fn a_rotation_publishes_both_cas_then_reissues_leaves_then_retires_the_old_ca() 
 
     // 21 days in, 9 left: rotate. Both CAs are trusted; the leaf stays for now.
     let t1 = t0 + 21 * DAY;
-    let (rotated, step) = advance_ca(Some(&old), &[&leaf.cert_pem], &p, t1).unwrap();
+    let (rotated, step) = advance_ca(Some(&old), &[Some(leaf.cert_pem.as_str())], &p, t1).unwrap();
     assert_eq!(step, CaStep::Rotated);
     assert_eq!(rotated.previous_cert_pem.as_deref(), Some(old.cert_pem.as_str()));
     assert_eq!(rotated.bundle().matches("BEGIN CERTIFICATE").count(), 2);
     assert_eq!(plan_leaf(&rotated, Some(&leaf), &names(), &p, t1 + HOUR / 2), LeafStep::Keep);
-    assert_eq!(advance_ca(Some(&rotated), &[&leaf.cert_pem], &p, t1 + HOUR / 2).unwrap().1, CaStep::Unchanged);
+    assert_eq!(
+        advance_ca(Some(&rotated), &[Some(leaf.cert_pem.as_str())], &p, t1 + HOUR / 2).unwrap().1,
+        CaStep::Unchanged
+    );
 
     // One propagation later the new CA is everywhere: re-issue from it.
     let t2 = t1 + HOUR;
@@ -123,13 +126,18 @@ fn a_rotation_publishes_both_cas_then_reissues_leaves_then_retires_the_old_ca() 
     let new_leaf = issue_leaf(&rotated, &names(), &p, t2).unwrap();
     assert_eq!(issuer_of(&new_leaf.cert_pem), subject_of(&rotated.cert_pem));
     // The old CA stays until the new leaf has reached every server.
-    assert_eq!(advance_ca(Some(&rotated), &[&new_leaf.cert_pem], &p, t2 + HOUR / 2).unwrap().1, CaStep::Unchanged);
-    let (retired, step) = advance_ca(Some(&rotated), &[&new_leaf.cert_pem], &p, t2 + HOUR).unwrap();
+    assert_eq!(
+        advance_ca(Some(&rotated), &[Some(new_leaf.cert_pem.as_str())], &p, t2 + HOUR / 2).unwrap().1,
+        CaStep::Unchanged
+    );
+    let (retired, step) = advance_ca(Some(&rotated), &[Some(new_leaf.cert_pem.as_str())], &p, t2 + HOUR).unwrap();
     assert_eq!(step, CaStep::PreviousRetired);
     assert_eq!(retired.bundle().matches("BEGIN CERTIFICATE").count(), 1);
     // An old leaf still written somewhere holds the old CA back.
     assert_eq!(
-        advance_ca(Some(&rotated), &[&new_leaf.cert_pem, &leaf.cert_pem], &p, t2 + HOUR).unwrap().1,
+        advance_ca(Some(&rotated), &[Some(new_leaf.cert_pem.as_str()), Some(leaf.cert_pem.as_str())], &p, t2 + HOUR)
+            .unwrap()
+            .1,
         CaStep::Unchanged
     );
 }
@@ -172,7 +180,7 @@ fn no_handshake_fails_across_months_of_renewals_and_rotations_with_lagging_consu
     let (mut rotations, mut issues) = (0, 0);
     let mut now = t0;
     while now < t0 + 120 * DAY {
-        let written: Vec<&str> = leaf.iter().map(|l| l.cert_pem.as_str()).collect();
+        let written = [leaf.as_ref().map(|l| l.cert_pem.as_str())];
         let (next, ca_step) = advance_ca(ca.as_ref(), &written, &p, now).unwrap();
         if ca_step == CaStep::Rotated {
             rotations += 1;
@@ -230,7 +238,7 @@ fn a_rotation_in_progress_finishes_even_when_the_new_ca_is_already_due() {
     let (rotated, step) = advance_ca(Some(&old), &[], &p, t0 + HOUR).unwrap();
     assert_eq!(step, CaStep::Rotated);
     let leaf = issue_leaf(&rotated, &names(), &p, t0 + 2 * HOUR).unwrap();
-    let (retired, step) = advance_ca(Some(&rotated), &[&leaf.cert_pem], &p, t0 + 3 * HOUR).unwrap();
+    let (retired, step) = advance_ca(Some(&rotated), &[Some(leaf.cert_pem.as_str())], &p, t0 + 3 * HOUR).unwrap();
     assert_eq!(step, CaStep::PreviousRetired);
     assert_eq!(retired.cert_pem, rotated.cert_pem);
 }
@@ -251,7 +259,7 @@ fn the_next_decision_is_the_earliest_pending_moment() {
     // During a rotation: the moment leaves may move to the new CA, then the moment the old CA
     // may leave the bundle.
     let t1 = t0 + 21 * DAY;
-    let (rotated, _) = advance_ca(Some(&ca), &[&leaf.cert_pem], &p, t1).unwrap();
+    let (rotated, _) = advance_ca(Some(&ca), &[Some(leaf.cert_pem.as_str())], &p, t1).unwrap();
     let renewed = issue_leaf(&ca, &names(), &p, t1).unwrap();
     assert_eq!(next_decision(&rotated, &[&renewed.cert_pem], &p, t1), Some(t1 + HOUR));
     let t2 = t1 + HOUR;
@@ -259,6 +267,116 @@ fn the_next_decision_is_the_earliest_pending_moment() {
     assert!(issued_by(&moved.cert_pem, &rotated.cert_pem) && !issued_by(&moved.cert_pem, &ca.cert_pem));
     let retire_at = next_decision(&rotated, &[&moved.cert_pem], &p, t2).unwrap();
     assert_eq!(seconds(retire_at), seconds(t2 + HOUR));
-    assert_eq!(advance_ca(Some(&rotated), &[&moved.cert_pem], &p, retire_at).unwrap().1, CaStep::PreviousRetired);
+    assert_eq!(
+        advance_ca(Some(&rotated), &[Some(moved.cert_pem.as_str())], &p, retire_at).unwrap().1,
+        CaStep::PreviousRetired
+    );
     assert_eq!(next_decision(&CaState { cert_pem: "garbage".to_owned(), ..ca }, &[], &p, t0), None);
+}
+
+#[test]
+fn a_ca_that_cannot_issue_is_replaced_and_its_certificate_stays_trusted_for_the_overlap() {
+    let p = policy();
+    let t0 = start();
+    let (ca, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let leaf = issue_leaf(&ca, &names(), &p, t0).unwrap();
+    let (stranger, _) = advance_ca(None, &[], &p, t0 + HOUR).unwrap();
+    // A key that is not the certificate's, one that is no key, and a serving certificate in place
+    // of the CA (with its own, matching, key).
+    let unusable = [
+        CaState { key_pem: stranger.key_pem.clone(), ..ca.clone() },
+        CaState { key_pem: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".to_owned(), ..ca.clone() },
+        CaState { cert_pem: leaf.cert_pem.clone(), key_pem: leaf.key_pem.clone(), ..ca.clone() },
+    ];
+    let now = t0 + 2 * HOUR;
+    for (index, broken) in unusable.iter().enumerate() {
+        let (replaced, step) = advance_ca(Some(broken), &[Some(leaf.cert_pem.as_str())], &p, now).unwrap();
+        if index < 2 {
+            assert_eq!(step, CaStep::Replaced, "case {index}");
+            assert_eq!(replaced.previous_cert_pem.as_deref(), Some(ca.cert_pem.as_str()), "case {index}");
+            // The existing leaf stays valid until the new bundle has propagated, then moves.
+            assert_eq!(plan_leaf(&replaced, Some(&leaf), &names(), &p, now + HOUR / 2), LeafStep::Keep);
+            assert!(matches!(plan_leaf(&replaced, Some(&leaf), &names(), &p, now + HOUR), LeafStep::Issue(_)));
+        } else {
+            assert_eq!(step, CaStep::Created, "a serving certificate is no CA to keep trusting");
+            assert_eq!(replaced.previous_cert_pem, None);
+        }
+        assert!(issue_leaf(&replaced, &names(), &p, now).is_ok(), "case {index}: the new CA issues");
+    }
+}
+
+#[test]
+fn an_absurd_rotated_at_neither_panics_nor_stalls_the_rotation() {
+    let p = policy();
+    let t0 = start();
+    let (old, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let leaf = issue_leaf(&old, &names(), &p, t0 + 20 * DAY).unwrap();
+    let t1 = t0 + 21 * DAY;
+    let (rotated, _) = advance_ca(Some(&old), &[Some(leaf.cert_pem.as_str())], &p, t1).unwrap();
+    let mut data = rotated.to_secret_data();
+    data.insert(keys::ROTATED_AT.to_owned(), i64::MAX.to_string());
+    let absurd = CaState::from_secret_data(&data).unwrap();
+    assert_eq!(plan_leaf(&absurd, Some(&leaf), &names(), &p, t1), LeafStep::Keep);
+    assert!(next_decision(&absurd, &[&leaf.cert_pem], &p, t1).is_some());
+    // advance_ca brings it back to now: the overlap runs one propagation from here.
+    let (clamped, step) = advance_ca(Some(&absurd), &[Some(leaf.cert_pem.as_str())], &p, t1).unwrap();
+    assert_eq!((step, unix_seconds(clamped.rotated_at)), (CaStep::Unchanged, unix_seconds(t1)));
+    assert!(matches!(plan_leaf(&clamped, Some(&leaf), &names(), &p, t1 + HOUR), LeafStep::Issue(_)));
+}
+
+#[test]
+fn a_missing_leaf_holds_the_previous_ca_in_the_bundle() {
+    let p = policy();
+    let t0 = start();
+    let (old, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let (rotated, _) = advance_ca(Some(&old), &[], &p, t0 + 21 * DAY).unwrap();
+    let t2 = t0 + 21 * DAY + HOUR;
+    let moved = issue_leaf(&rotated, &names(), &p, t2).unwrap();
+    let later = t2 + 2 * HOUR;
+    assert_eq!(
+        advance_ca(Some(&rotated), &[Some(moved.cert_pem.as_str()), None], &p, later).unwrap().1,
+        CaStep::Unchanged
+    );
+    assert_eq!(
+        advance_ca(Some(&rotated), &[Some(moved.cert_pem.as_str()), Some(moved.cert_pem.as_str())], &p, later)
+            .unwrap()
+            .1,
+        CaStep::PreviousRetired
+    );
+}
+
+#[test]
+fn a_leaf_of_the_previous_ca_is_replaced_before_it_expires_even_if_the_overlap_keeps_restarting() {
+    let p = policy();
+    let t0 = start();
+    let (old, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let leaf = issue_leaf(&old, &names(), &p, t0).unwrap();
+    let (rotated, _) = advance_ca(Some(&old), &[], &p, t0 + 21 * DAY).unwrap();
+    let end = not_after(&leaf.cert_pem).unwrap();
+    // The overlap restarted a minute ago, every time.
+    let at = |now: SystemTime| {
+        plan_leaf(&rotated.republished(now - Duration::from_secs(60)), Some(&leaf), &names(), &p, now)
+    };
+    assert_eq!(at(end - 2 * HOUR), LeafStep::Keep);
+    assert_eq!(at(end - HOUR), LeafStep::Issue("the serving certificate from the previous CA is about to expire"));
+    let next = next_decision(&rotated.republished(end - 2 * HOUR), &[&leaf.cert_pem], &p, end - 2 * HOUR);
+    assert_eq!(next.map(unix_seconds), Some(unix_seconds(end - HOUR)));
+}
+
+#[test]
+fn the_certificate_that_issued_a_leaf_is_found_in_a_bundle() {
+    let p = policy();
+    let t0 = start();
+    let (a, _) = advance_ca(None, &[], &p, t0).unwrap();
+    let (b, _) = advance_ca(None, &[], &p, t0 + HOUR).unwrap();
+    let leaf = issue_leaf(&b, &names(), &p, t0 + HOUR).unwrap();
+    let bundle = format!("{}{}", a.cert_pem, b.cert_pem);
+    assert_eq!(issuer_in(&bundle, &leaf.cert_pem).map(|pem| subject_of(&pem)), Some(subject_of(&b.cert_pem)));
+    assert_eq!(issuer_in(&a.cert_pem, &leaf.cert_pem), None);
+    assert_eq!(issuer_in("garbage", &leaf.cert_pem), None);
+    let (replaced, step) = replace_ca(Some(&b.cert_pem), &p, t0 + 2 * HOUR).unwrap();
+    assert_eq!(step, CaStep::Replaced);
+    assert!(issued_by(&leaf.cert_pem, replaced.previous_cert_pem.as_deref().unwrap()));
+    assert_eq!(replace_ca(Some(&leaf.cert_pem), &p, t0).unwrap().1, CaStep::Created, "a leaf is no CA");
+    assert_eq!(replace_ca(Some(&b.cert_pem), &p, t0 + 31 * DAY).unwrap().1, CaStep::Created, "expired");
 }

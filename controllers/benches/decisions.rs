@@ -113,6 +113,7 @@ fn main() {
         ca: Some(first.ca.to_secret_data()),
         leaves: first.leaves.iter().cloned().map(Some).collect(),
         bundles: vec![Some(first.bundle()); 4],
+        ..Observed::default()
     };
     bench("certificates: steady pass (parse and check, nothing to issue)", 50, || {
         let pass = plan(black_box(&steady), "numaresources", &policy, now).unwrap();

@@ -96,6 +96,13 @@ impl FakeApi {
         state.objects.insert(path.to_owned(), object);
     }
 
+    /// Removes the object at `path`, as someone deleting it by hand would.
+    pub fn remove(&self, path: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.objects.remove(path);
+        state.applied.remove(path);
+    }
+
     /// The object at `path`.
     pub fn get(&self, path: &str) -> Option<Value> {
         self.state.lock().unwrap().objects.get(path).cloned()

@@ -84,7 +84,12 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
     let observed = Observed {
         ca: ca_secret.as_ref().map(string_data),
         leaves: leaf_secrets.iter().map(|secret| secret.as_ref().and_then(pair_of)).collect(),
+        leaf_cas: leaf_secrets
+            .iter()
+            .map(|secret| secret.as_ref().and_then(|s| string_data(s).remove("ca.crt")))
+            .collect(),
         bundles: consumers.bundles(),
+        unreadable: consumers.unreadable,
     };
     let plan = plan(&observed, namespace, policy, now).map_err(Error::Certificate)?;
     let bundle = plan.bundle();
@@ -92,12 +97,21 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
     let mut writes = 0;
     let ca_labels = names::labels(CA_SECRET, COMPONENT_CERTIFICATES);
     let desired_ca = desired_secret(CA_SECRET, namespace, ca_labels, "Opaque", plan.ca.to_secret_data());
-    if write_secret(&secrets, ca_secret.as_ref(), desired_ca, &CA_KEYS).await? {
+    // A restart of the overlap is recorded once a consumer has been given the bundle: one whose
+    // patch keeps failing holds this pass's leaves back without rewriting the CA Secret (and
+    // emitting an Event) every pass. Nothing but `rotated-at` changes then, so writing after the
+    // patches publishes no certificate whose key is not stored.
+    let restart_only = plan.ca_step == CaStep::Unchanged && plan.republished;
+    if !restart_only && write_secret(&secrets, ca_secret.as_ref(), desired_ca.clone(), &CA_KEYS).await? {
         writes += 1;
         announce_ca(ctx, &plan).await;
     }
     let (patched, failed_patches) = consumers.inject(&ctx.client, &bundle).await;
     writes += patched;
+    if restart_only && patched > 0 && write_secret(&secrets, ca_secret.as_ref(), desired_ca, &CA_KEYS).await? {
+        writes += 1;
+        announce_ca(ctx, &plan).await;
+    }
     failed_consumers.extend(failed_patches);
     for ((leaf, existing), (pair, issued)) in LEAVES.iter().zip(&leaf_secrets).zip(plan.leaves.iter().zip(&plan.issued))
     {
@@ -213,7 +227,7 @@ impl Consumers {
     /// The `caBundle` each consumer of ours holds: the APIService, then every webhook.
     fn bundles(&self) -> Vec<Option<String>> {
         let text = |bytes: Option<&ByteString>| bytes.and_then(|b| String::from_utf8(b.0.clone()).ok());
-        let mut bundles = vec![None; self.unreadable];
+        let mut bundles = Vec::new();
         if let Some(api_service) = &self.api_service {
             bundles.push(text(api_service.spec.as_ref().and_then(|spec| spec.ca_bundle.as_ref())));
         }
@@ -396,6 +410,11 @@ fn secret_reference(namespace: &str, name: &str) -> ObjectReference {
 async fn announce_ca(ctx: &Context, plan: &Plan) {
     let (reason, note) = match plan.ca_step {
         CaStep::Created => ("CertificateAuthorityCreated", "created a new CA; serving certificates follow"),
+        CaStep::Replaced => (
+            "CertificateAuthorityReplaced",
+            "the CA could not issue (no key, a broken key, not a CA) or was left by an older install: a new CA is \
+             trusted next to it, serving certificates move to the new one after the overlap",
+        ),
         CaStep::Rotated => (
             "CertificateAuthorityRotated",
             "the CA is near its expiry: a new CA is trusted next to it, serving certificates move to it after the \
@@ -405,7 +424,7 @@ async fn announce_ca(ctx: &Context, plan: &Plan) {
             "PreviousCertificateAuthorityRetired",
             "every serving certificate comes from the new CA: the old one is no longer trusted",
         ),
-        CaStep::Unchanged if plan.republished => (
+        CaStep::Unchanged if plan.announce_republished => (
             "CertificateAuthorityRepublished",
             "a consumer lacked the two-CA caBundle: the overlap starts over before serving certificates move",
         ),

@@ -35,8 +35,13 @@ pub struct Observed {
     pub ca: Option<BTreeMap<String, String>>,
     /// Each leaf Secret's pair (same order as [`LEAVES`]), if it exists with both keys.
     pub leaves: Vec<Option<PemPair>>,
-    /// The `caBundle` each existing consumer holds now (the APIService, every webhook).
+    /// Each leaf Secret's `ca.crt` (same order as [`LEAVES`]): where an older install kept the
+    /// only copy of its CA certificate.
+    pub leaf_cas: Vec<Option<String>>,
+    /// The `caBundle` each existing consumer of ours holds now (the APIService, every webhook).
     pub bundles: Vec<Option<String>>,
+    /// How many consumers could not be read: whether they hold the bundle is unknown.
+    pub unreadable: usize,
 }
 
 /// What the Secrets and the `caBundle` fields must hold after the pass.
@@ -48,6 +53,14 @@ pub struct Plan {
     pub ca_step: CaStep,
     /// A consumer lacked the bundle during an overlap: the overlap starts over from now.
     pub republished: bool,
+    /// The restart is worth an Event: the first in a propagation period (a configuration that
+    /// keeps losing `caBundle`, say to a GitOps tool re-applying it, is reported once an hour,
+    /// not every pass).
+    pub announce_republished: bool,
+    /// During an overlap, a consumer could not be read: leaves wait for it (not recorded: when
+    /// it is readable again it either holds the bundle, which only we write, or restarts the
+    /// overlap as a lacking one).
+    pub held_back: bool,
     /// The pair each leaf Secret must hold (same order as [`LEAVES`]).
     pub leaves: Vec<PemPair>,
     /// Why each leaf was issued in this pass, if it was.
@@ -72,23 +85,35 @@ pub fn plan(observed: &Observed, namespace: &str, policy: &RotationPolicy, now: 
             None
         }
     });
-    let written: Vec<&str> = observed.leaves.iter().flatten().map(|pair| pair.cert_pem.as_str()).collect();
-    let (mut ca, ca_step) = rotation::advance_ca(state.as_ref(), &written, policy, now)?;
+    let written: Vec<Option<&str>> = (0..LEAVES.len())
+        .map(|index| observed.leaves.get(index).and_then(Option::as_ref).map(|pair| pair.cert_pem.as_str()))
+        .collect();
+    let stored_rotated_at = state.as_ref().map(|state| state.rotated_at.min(now));
+    let (mut ca, ca_step) = match state {
+        Some(state) => rotation::advance_ca(Some(&state), &written, policy, now)?,
+        None => rotation::replace_ca(still_trusted(observed).as_deref(), policy, now)?,
+    };
 
     // The overlap is measured from the moment every consumer holds both CAs: one found without
     // the current bundle (a failed patch, a configuration re-created or edited) restarts it.
     let bundle = ca.bundle();
     let lacking = observed.bundles.iter().any(|held| held.as_deref() != Some(bundle.as_str()));
-    let republished = ca.previous_cert_pem.is_some() && ca_step == CaStep::Unchanged && lacking;
+    let overlapping = ca.previous_cert_pem.is_some() && ca_step == CaStep::Unchanged;
+    let republished = overlapping && lacking;
     if republished {
         ca = ca.republished(now);
     }
+    let announce_republished = republished
+        && stored_rotated_at.is_some_and(|at| at.checked_add(policy.propagation).is_some_and(|end| end <= now));
+    let held_back = overlapping && !republished && observed.unreadable > 0;
+    // The leaves are decided as if the overlap started now while a consumer is unknown.
+    let deciding = if held_back { ca.republished(now) } else { ca.clone() };
 
     let mut leaves = Vec::with_capacity(LEAVES.len());
     let mut issued = Vec::with_capacity(LEAVES.len());
     for (leaf, existing) in LEAVES.iter().zip(observed.leaves.iter().chain(std::iter::repeat(&None))) {
         let names = rotation::service_names(leaf.service, namespace);
-        match (rotation::plan_leaf(&ca, existing.as_ref(), &names, policy, now), existing) {
+        match (rotation::plan_leaf(&deciding, existing.as_ref(), &names, policy, now), existing) {
             (LeafStep::Keep, Some(pair)) => {
                 leaves.push(pair.clone());
                 issued.push(None);
@@ -104,7 +129,25 @@ pub fn plan(observed: &Observed, namespace: &str, policy: &RotationPolicy, now: 
     }
     let certs: Vec<&str> = leaves.iter().map(|pair| pair.cert_pem.as_str()).collect();
     let next = rotation::next_decision(&ca, &certs, policy, now);
-    Ok(Plan { ca, ca_step, republished, leaves, issued, next })
+    Ok(Plan { ca, ca_step, republished, announce_republished, held_back, leaves, issued, next })
+}
+
+/// With no usable CA Secret: the CA certificate clients may trust now, so that it stays in the
+/// bundle while the leaves it signed are replaced. That is the unusable CA Secret's certificate,
+/// or else (upgrading from the previous operator, which kept no CA key) the certificate in a leaf
+/// Secret's `ca.crt` that issued its `tls.crt`.
+fn still_trusted(observed: &Observed) -> Option<String> {
+    let from_secret = observed.ca.as_ref().and_then(|data| data.get(numaresources_certs::rotation::keys::CA_CERT));
+    if let Some(pem) = from_secret
+        && rotation::not_after(pem).is_some()
+    {
+        return Some(pem.clone());
+    }
+    observed
+        .leaves
+        .iter()
+        .zip(&observed.leaf_cas)
+        .find_map(|(pair, ca)| rotation::issuer_in(ca.as_deref()?, &pair.as_ref()?.cert_pem))
 }
 
 /// The data of a leaf Secret: the `kubernetes.io/tls` keys plus `ca.crt`, which holds every CA

@@ -197,6 +197,16 @@ async fn a_leaf_near_its_expiry_is_renewed_by_the_same_ca() {
     assert!(writes.iter().all(|w| w.contains("-tls")), "{writes:#?}");
 }
 
+/// A harness whose CA has just rotated (daily passes for 20 days, then one at `t1`, returned).
+async fn rotated() -> (Harness, SystemTime) {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let t0 = SystemTime::now();
+    walk(&h, (0..20).map(|day| t0 + day * DAY)).await;
+    let t1 = t0 + 20 * DAY + HOUR;
+    h.pass(t1).await;
+    (h, t1)
+}
+
 /// A pass at each of `times`.
 async fn walk(h: &Harness, times: impl IntoIterator<Item = SystemTime>) {
     for now in times {
@@ -251,11 +261,7 @@ async fn a_ca_rotation_keeps_both_cas_trusted_until_the_leaves_moved_then_drops_
 
 #[tokio::test]
 async fn a_consumer_found_without_both_cas_during_the_overlap_restarts_it() {
-    let h = Harness::new(CertificateMode::SelfManaged);
-    let t0 = SystemTime::now();
-    walk(&h, (0..20).map(|day| t0 + day * DAY)).await;
-    let t1 = t0 + 20 * DAY + HOUR;
-    h.pass(t1).await;
+    let (h, t1) = rotated().await;
     let old_leaf = h.data(APISERVER_TLS)["tls.crt"].clone();
 
     // The validating configuration is re-applied without caBundle, and the first repair fails.
@@ -387,4 +393,89 @@ async fn an_apiservice_and_a_webhook_served_by_someone_else_are_left_alone_and_d
     h.pass(t1 + HOUR).await;
     assert_eq!(h.writes(), Vec::<String>::new(), "nothing is patched again and again");
     untouched(&h);
+}
+
+#[tokio::test]
+async fn a_ca_secret_whose_key_is_not_its_own_is_replaced_and_its_leaves_stay_trusted() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let t0 = SystemTime::now();
+    h.pass(t0).await;
+    let (old, old_leaf) = (h.ca(), h.data(WEBHOOK_TLS)["tls.crt"].clone());
+    let stranger = numaresources_certs::CertificateAuthority::generate_at("stranger", t0, 30 * DAY).unwrap();
+    let mut data = h.data(CA_PATH);
+    data.insert(keys::CA_KEY.to_owned(), stranger.key_pem());
+    h.fake.edit(CA_PATH, |secret| {
+        secret["data"] = serde_json::to_value(desired_secret("x", NS, BTreeMap::new(), "Opaque", data).data).unwrap()
+    });
+
+    let t1 = t0 + HOUR;
+    h.pass(t1).await;
+    let replaced = h.ca();
+    assert_ne!(replaced.cert_pem, old.cert_pem);
+    assert_eq!(replaced.previous_cert_pem.as_deref(), Some(old.cert_pem.as_str()));
+    assert_eq!(h.bundle(), replaced.bundle());
+    assert_eq!(h.data(WEBHOOK_TLS)["tls.crt"], old_leaf, "kept until the new bundle has propagated");
+    h.pass(t1 + HOUR).await;
+    assert!(issued_by(&h.data(WEBHOOK_TLS)["tls.crt"], &replaced.cert_pem));
+}
+
+#[tokio::test]
+async fn a_serving_secret_deleted_during_a_rotation_keeps_the_previous_ca_trusted_until_it_is_back_and_settled() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let t0 = SystemTime::now();
+    walk(&h, (0..20).map(|day| t0 + day * DAY)).await;
+    let t1 = t0 + 20 * DAY + HOUR;
+    walk(&h, [t1, t1 + HOUR]).await;
+    h.fake.remove(WEBHOOK_TLS);
+    // The apiserver leaf has been out for an hour; the webhook one is only re-issued now.
+    h.pass(t1 + 2 * HOUR).await;
+    assert_eq!(certificates_in(&h.bundle()), 2, "the re-issued webhook leaf has not propagated yet");
+    h.pass(t1 + 3 * HOUR).await;
+    assert_eq!(certificates_in(&h.bundle()), 1);
+}
+
+#[tokio::test]
+async fn an_unreadable_consumer_during_the_overlap_holds_the_leaves_without_rewriting_the_ca_secret() {
+    let (h, t1) = rotated().await;
+    let (rotated, old_leaf) = (h.ca(), h.data(APISERVER_TLS)["tls.crt"].clone());
+
+    h.fake.take_calls();
+    for minutes in [70, 80, 90] {
+        h.fake.fail(Method::GET, "mutatingwebhookconfigurations", 403, 1);
+        let pass = reconcile(&h.ctx, &policy(), t1 + Duration::from_secs(60 * minutes)).await.unwrap();
+        assert_eq!(pass.failed_consumers.len(), 1);
+    }
+    assert_eq!(h.writes(), Vec::<String>::new(), "no Secret rewritten, no Event, while it is unknown");
+    assert_eq!(h.data(APISERVER_TLS)["tls.crt"], old_leaf, "the leaves wait for it");
+    assert_eq!(h.ca(), rotated);
+    // Readable again and holding the bundle: the leaves move.
+    h.pass(t1 + 2 * HOUR).await;
+    assert!(issued_by(&h.data(APISERVER_TLS)["tls.crt"], &rotated.cert_pem));
+}
+
+#[tokio::test]
+async fn a_consumer_that_cannot_be_patched_during_the_overlap_is_not_rewritten_into_the_ca_secret_every_pass() {
+    let (h, t1) = rotated().await;
+    let rotated = h.ca();
+    h.fake.edit(VALIDATING, |v| {
+        v["webhooks"][0]["clientConfig"].as_object_mut().unwrap().remove("caBundle");
+    });
+    h.fake.take_calls();
+    for minutes in [70, 80, 90] {
+        h.fake.fail(Method::PATCH, "validatingwebhookconfigurations", 403, 1);
+        let pass = reconcile(&h.ctx, &policy(), t1 + Duration::from_secs(60 * minutes)).await.unwrap();
+        assert_eq!(pass.failed_consumers.len(), 1);
+    }
+    let writes = h.writes();
+    assert!(writes.iter().all(|w| w.starts_with("PATCH") && w.contains("validating")), "only the retries: {writes:#?}");
+    assert_eq!(h.ca(), rotated);
+    // Patched at last: the overlap starts over from there, once, with one Event.
+    let repaired = t1 + 2 * HOUR;
+    h.pass(repaired).await;
+    assert_eq!(unix_seconds_of(h.ca().rotated_at), unix_seconds_of(repaired));
+    assert!(h.writes().iter().any(|w| w.contains("numaresources-ca")));
+}
+
+fn unix_seconds_of(time: SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
 }

@@ -170,3 +170,54 @@ async fn no_handshake_fails_through_renewals_and_rotations_with_lagging_consumer
         let _ = stop.send(());
     }
 }
+
+/// What the previous operator left: a CA (its key thrown away) in `ca.crt` next to the API
+/// server's leaf, and no CA Secret. The first pass must keep that CA trusted and the leaf served
+/// until the new bundle has reached every client: a server still presenting the old leaf (the
+/// kubelet has not synced yet) is trusted by a client holding the new bundle, and the reverse.
+#[tokio::test]
+async fn an_upgrade_from_the_previous_operator_keeps_its_leaf_trusted_until_the_new_bundle_propagated() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let t0 = SystemTime::now();
+    let names = numaresources_certs::rotation::service_names("numaresources-apiserver", NS);
+    let legacy =
+        numaresources_certs::CertificateAuthority::generate_at("numaresources-legacy", t0 - DAY, 365 * DAY).unwrap();
+    // The old leaf covered only the first name: it is still kept until the overlap ends.
+    let old_leaf = legacy.issue_serving_at(&names[..1], t0 - DAY, 365 * DAY).unwrap();
+    let encode = |text: &str| serde_json::to_value(ByteString(text.as_bytes().to_vec())).unwrap();
+    h.fake.insert(
+        APISERVER_TLS,
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "numaresources-apiserver-tls", "namespace": NS},
+            "data": {"tls.crt": encode(&old_leaf.cert_pem), "tls.key": encode(&old_leaf.key_pem),
+                     "ca.crt": encode(legacy.cert_pem())}}),
+    );
+    let presented = Presented::new(&old_leaf);
+    let (addr, stop) = server(presented.clone()).await;
+    let old_bundle = legacy.cert_pem().to_owned();
+
+    h.pass(t0).await;
+    let step = observe(&h);
+    let (service, leaf, bundle) = step.services[0].clone();
+    assert_eq!(leaf, old_leaf, "the old leaf is kept for the overlap");
+    assert_eq!(bundle.matches("BEGIN CERTIFICATE").count(), 2, "the new CA and the old one");
+    for trusted in [&old_bundle, &bundle] {
+        handshake(addr, trusted, service, t0).await.unwrap();
+    }
+
+    // After the overlap the leaf moves to the new CA; clients with the new bundle trust it, and
+    // the old leaf a server may still present.
+    h.pass(t0 + HOUR).await;
+    let moved = observe(&h).services[0].1.clone();
+    assert_ne!(moved, old_leaf);
+    for served in [&old_leaf, &moved] {
+        presented.present(served);
+        handshake(addr, &bundle, service, t0 + HOUR).await.unwrap();
+    }
+    // Once the new leaves have propagated the legacy CA goes.
+    h.pass(t0 + 2 * HOUR).await;
+    assert_eq!(h.bundle().matches("BEGIN CERTIFICATE").count(), 1);
+    presented.present(&moved);
+    handshake(addr, &h.bundle(), service, t0 + 2 * HOUR).await.unwrap();
+    let _ = stop.send(());
+}
