@@ -279,6 +279,13 @@ fn classify(path: &str) -> Target {
     }
 }
 
+/// A Secret's `type` cannot change (the API server answers 422 Invalid, "field is immutable").
+fn immutable_field_changed(path: &str, existing: &Value, body: &Value) -> Option<Response<Body>> {
+    let type_of = |secret: &Value| secret["type"].as_str().unwrap_or("Opaque").to_owned();
+    let changed = path.contains("/secrets/") && body.get("type").is_some() && type_of(existing) != type_of(body);
+    changed.then(|| status(422, "Invalid", &format!("{path}: type: Invalid value: field is immutable")))
+}
+
 fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code});
     respond(code, &body)
@@ -391,6 +398,9 @@ impl State {
                 "the object has been modified; please apply your changes to the latest version",
             );
         }
+        if let Some(refused) = immutable_field_changed(path, existing, &body) {
+            return refused;
+        }
         body["metadata"]["uid"] = existing["metadata"]["uid"].clone();
         body["metadata"]["resourceVersion"] = json!(self.bump());
         self.objects.insert(path.to_owned(), body.clone());
@@ -460,6 +470,11 @@ impl State {
             && let Some(object) = self.objects.get(path)
         {
             return respond(200, object);
+        }
+        if let Some(refused) =
+            self.objects.get(path).and_then(|existing| immutable_field_changed(path, existing, &body))
+        {
+            return refused;
         }
         let previous = self.applied.insert(path.to_owned(), body.clone());
         let mut object = match self.objects.get(path) {

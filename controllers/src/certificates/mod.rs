@@ -61,6 +61,9 @@ pub struct Pass {
     pub writes: usize,
     /// Consumers that could not be read or patched (the pass went on without them).
     pub failed_consumers: Vec<Error>,
+    /// Serving Secrets left alone: one of that name exists with another `type`, which cannot be
+    /// changed in place (reported as a Warning Event; deleting it is left to a person).
+    pub foreign_secrets: Vec<&'static str>,
 }
 
 /// One pass at `now`, under [`Context::certificates`]. See [`pass`].
@@ -70,12 +73,19 @@ pub async fn reconcile(ctx: &Context, policy: &RotationPolicy, now: SystemTime) 
 }
 
 /// One pass at `now`; the caller holds [`Context::certificates`]. A consumer that cannot be read
-/// or patched does not stop the pass (counted as lacking the current bundle, it holds any move to
-/// a new CA back, see [`plan`]); it is reported in [`Pass::failed_consumers`].
+/// or patched does not stop the pass (it holds any move to a new CA back, see [`plan`]); it is
+/// reported in [`Pass::failed_consumers`]. Neither does a serving Secret of another `type`
+/// ([`Pass::foreign_secrets`]); a CA Secret of another type does, as the CA could not be kept.
 pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Result<Pass> {
     let namespace = &ctx.settings.namespace;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let ca_secret = get_opt(&secrets, CA_SECRET).await?;
+    if let Some(found) = foreign_type(ca_secret.as_ref(), CA_SECRET_TYPE) {
+        report_foreign_secret(ctx, CA_SECRET, CA_SECRET_TYPE, &found).await;
+        return Err(Error::NotYet(format!(
+            "Secret {namespace}/{CA_SECRET} has type {found:?}, not {CA_SECRET_TYPE:?}: the CA cannot be kept there"
+        )));
+    }
     let mut leaf_secrets = Vec::with_capacity(LEAVES.len());
     for leaf in LEAVES {
         leaf_secrets.push(get_opt(&secrets, leaf.secret).await?);
@@ -96,7 +106,7 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
 
     let mut writes = 0;
     let ca_labels = names::labels(CA_SECRET, COMPONENT_CERTIFICATES);
-    let desired_ca = desired_secret(CA_SECRET, namespace, ca_labels, "Opaque", plan.ca.to_secret_data());
+    let desired_ca = desired_secret(CA_SECRET, namespace, ca_labels, CA_SECRET_TYPE, plan.ca.to_secret_data());
     // A restart of the overlap is recorded once a consumer has been given the bundle: one whose
     // patch keeps failing holds this pass's leaves back without rewriting the CA Secret (and
     // emitting an Event) every pass. Nothing but `rotated-at` changes then, so writing after the
@@ -113,11 +123,16 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
         announce_ca(ctx, &plan).await;
     }
     failed_consumers.extend(failed_patches);
+    let mut foreign_secrets = Vec::new();
     for ((leaf, existing), (pair, issued)) in LEAVES.iter().zip(&leaf_secrets).zip(plan.leaves.iter().zip(&plan.issued))
     {
+        if let Some(found) = foreign_type(existing.as_ref(), LEAF_SECRET_TYPE) {
+            report_foreign_secret(ctx, leaf.secret, LEAF_SECRET_TYPE, &found).await;
+            foreign_secrets.push(leaf.secret);
+            continue;
+        }
         let labels = names::labels(leaf.service, leaf.component);
-        let desired =
-            desired_secret(leaf.secret, namespace, labels, "kubernetes.io/tls", leaf_secret_data(pair, &bundle));
+        let desired = desired_secret(leaf.secret, namespace, labels, LEAF_SECRET_TYPE, leaf_secret_data(pair, &bundle));
         if write_secret(&secrets, existing.as_ref(), desired, &LEAF_KEYS).await? {
             writes += 1;
         }
@@ -128,7 +143,7 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
                 .await;
         }
     }
-    Ok(Pass { bundle, next: plan.next, writes, failed_consumers })
+    Ok(Pass { bundle, next: plan.next, writes, failed_consumers, foreign_secrets })
 }
 
 /// Runs passes until `shutdown` completes, when the certificate mode is `self-managed` (in any
@@ -144,7 +159,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
     loop {
         let now = SystemTime::now();
         let delay = match reconcile(&ctx, &policy, now).await {
-            Ok(pass) if pass.failed_consumers.is_empty() => {
+            Ok(pass) if pass.failed_consumers.is_empty() && pass.foreign_secrets.is_empty() => {
                 ctx.reset_backoff(BACKOFF_KEY);
                 let due = pass.next.and_then(|next| next.duration_since(now).ok()).unwrap_or(RESYNC);
                 due.clamp(Duration::from_secs(1), RESYNC)
@@ -152,6 +167,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
             Ok(pass) => {
                 for error in &pass.failed_consumers {
                     tracing::warn!(%error, "caBundle not injected; retrying");
+                }
+                for secret in &pass.foreign_secrets {
+                    tracing::warn!(%secret, "serving Secret of another type left alone; retrying");
                 }
                 ctx.backoff(BACKOFF_KEY).min(RESYNC)
             }
@@ -358,6 +376,29 @@ fn desired_secret(
         data: Some(data.into_iter().map(|(key, value)| (key, ByteString(value.into_bytes()))).collect()),
         ..Secret::default()
     }
+}
+
+/// The CA Secret's type.
+const CA_SECRET_TYPE: &str = "Opaque";
+/// A serving Secret's type (what the servers' volume and cert-manager's Secrets use).
+const LEAF_SECRET_TYPE: &str = "kubernetes.io/tls";
+
+/// The type of an existing Secret, when it is not `wanted` (a Secret without one is `Opaque`).
+fn foreign_type(existing: Option<&Secret>, wanted: &str) -> Option<String> {
+    let found = existing?.type_.clone().unwrap_or_else(|| "Opaque".to_owned());
+    (found != wanted).then_some(found)
+}
+
+/// A Secret of ours exists with another type: the API server refuses to change a Secret's type,
+/// and the Secret may hold someone's data, so a person must move it out of the way.
+async fn report_foreign_secret(ctx: &Context, name: &str, wanted: &str, found: &str) {
+    let namespace = &ctx.settings.namespace;
+    let note = format!(
+        "Secret {namespace}/{name} has type {found:?}, not {wanted:?}, and a Secret's type cannot change: it is left \
+         alone; delete or rename it to let the controllers manage it"
+    );
+    tracing::error!(%namespace, secret = name, found, wanted, "{note}");
+    ctx.event(&secret_reference(namespace, name), EventType::Warning, "SecretTypeConflict", "Issue", note).await;
 }
 
 /// The data keys of the CA Secret (one that is not desired any more must go).

@@ -71,6 +71,20 @@ impl Harness {
         Self { fake, ctx: Arc::new(Context::new(client, settings, None)) }
     }
 
+    /// The same, publishing Events into the fake.
+    pub fn with_events(mode: CertificateMode) -> Self {
+        let h = Self::new(mode);
+        let recorder = kube::runtime::events::Recorder::new(h.ctx.client.clone(), "numaresources-controllers".into());
+        let ctx = Context::new(h.ctx.client.clone(), h.ctx.settings.clone(), Some(recorder));
+        Self { ctx: Arc::new(ctx), ..h }
+    }
+
+    /// The Events published with `reason`.
+    pub fn events(&self, reason: &str) -> Vec<Value> {
+        let paths = self.fake.paths().into_iter().filter(|path| path.contains("/events/"));
+        paths.filter_map(|path| self.fake.get(&path)).filter(|event| event["reason"] == reason).collect()
+    }
+
     pub async fn pass(&self, now: SystemTime) -> Pass {
         let pass = tokio::time::timeout(Duration::from_secs(10), reconcile(&self.ctx, &policy(), now))
             .await
@@ -197,9 +211,13 @@ async fn a_leaf_near_its_expiry_is_renewed_by_the_same_ca() {
     assert!(writes.iter().all(|w| w.contains("-tls")), "{writes:#?}");
 }
 
-/// A harness whose CA has just rotated (daily passes for 20 days, then one at `t1`, returned).
+/// A harness whose CA has just rotated.
 async fn rotated() -> (Harness, SystemTime) {
-    let h = Harness::new(CertificateMode::SelfManaged);
+    rotate(Harness::new(CertificateMode::SelfManaged)).await
+}
+
+/// Rotates `h`'s CA: daily passes for 20 days, then one at `t1`, returned.
+async fn rotate(h: Harness) -> (Harness, SystemTime) {
     let t0 = SystemTime::now();
     walk(&h, (0..20).map(|day| t0 + day * DAY)).await;
     let t1 = t0 + 20 * DAY + HOUR;
@@ -478,4 +496,60 @@ async fn a_consumer_that_cannot_be_patched_during_the_overlap_is_not_rewritten_i
 
 fn unix_seconds_of(time: SystemTime) -> u64 {
     time.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[tokio::test]
+async fn a_serving_secret_of_another_type_is_reported_and_left_alone_and_the_other_is_still_kept() {
+    let h = Harness::with_events(CertificateMode::SelfManaged);
+    let theirs = json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "numaresources-apiserver-tls", "namespace": NS}, "data": {"password": "aHVudGVyMg=="}});
+    h.fake.insert(APISERVER_TLS, theirs);
+    let now = SystemTime::now();
+    for _ in 0..2 {
+        let pass = h.pass(now).await;
+        assert_eq!(pass.foreign_secrets, ["numaresources-apiserver-tls"]);
+    }
+    let kept: Secret = h.fake.typed(APISERVER_TLS);
+    assert_eq!(kept.type_.as_deref(), Some("Opaque"));
+    assert_eq!(h.data(APISERVER_TLS).keys().collect::<Vec<_>>(), ["password"], "their data is untouched");
+    assert!(issued_by(&h.data(WEBHOOK_TLS)["tls.crt"], &h.ca().cert_pem), "the webhook's Secret is still kept");
+    let events = h.events("SecretTypeConflict");
+    assert_eq!(events.len(), 1, "one Event (repeats are counted on it): {events:#?}");
+    assert_eq!(events[0]["type"], "Warning");
+    let note = events[0]["note"].as_str().unwrap();
+    assert!(note.contains("numaresources/numaresources-apiserver-tls") && note.contains("\"Opaque\""), "{note}");
+}
+
+#[tokio::test]
+async fn a_ca_secret_of_another_type_stops_the_pass_with_a_reason_before_anything_is_published() {
+    let h = Harness::with_events(CertificateMode::SelfManaged);
+    h.fake.insert(
+        CA_PATH,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "numaresources-ca", "namespace": NS}, "data": {}}),
+    );
+    let error = reconcile(&h.ctx, &policy(), SystemTime::now()).await.unwrap_err();
+    assert!(error.to_string().contains("numaresources/numaresources-ca"), "{error}");
+    assert!(h.fake.get(WEBHOOK_TLS).is_none() && h.bundles().iter().all(String::is_empty));
+    assert_eq!(h.events("SecretTypeConflict").len(), 1);
+}
+
+#[tokio::test]
+async fn a_configuration_that_keeps_losing_ca_bundle_is_announced_at_most_once_per_propagation() {
+    let (h, t1) = rotate(Harness::with_events(CertificateMode::SelfManaged)).await;
+    let strip = || {
+        h.fake.edit(VALIDATING, |v| {
+            v["webhooks"][0]["clientConfig"].as_object_mut().unwrap().remove("caBundle");
+        })
+    };
+    let minutes = |m: u64| t1 + Duration::from_secs(60 * m);
+    for at in [minutes(30), minutes(40), minutes(100), minutes(110)] {
+        strip();
+        h.pass(at).await;
+        assert_eq!(unix_seconds_of(h.ca().rotated_at), unix_seconds_of(at), "every repair restarts the overlap");
+    }
+    // 30 and 40 fall within the rotation's own propagation, 110 within the restart at 100.
+    let events = h.events("CertificateAuthorityRepublished");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["series"]["count"], Value::Null, "announced once, not as a series");
 }
