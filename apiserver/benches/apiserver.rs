@@ -122,7 +122,7 @@ async fn main() {
         1.0 / per_get.as_secs_f64()
     );
 
-    // Ingest: 32 concurrent writers sending merge patches that change `available` every time.
+    // Ingest: 32 concurrent writers sending merge patches that change `available` (nearly) every time.
     // The bodies are encoded before the clock starts: the figure is the server's time.
     let patches: Arc<Vec<Bytes>> = Arc::new(
         (0..30)
@@ -132,6 +132,7 @@ async fn main() {
             .collect(),
     );
     let patches_per_writer = 2_000;
+    let revision_before = state.store.revision();
     let start = Instant::now();
     let mut writers = Vec::new();
     for writer in 0..32 {
@@ -154,9 +155,10 @@ async fn main() {
     let total = 32 * patches_per_writer;
     let elapsed = start.elapsed();
     println!(
-        "ingest: {total} merge patches from 32 writers in {:.2} s = {:.0} updates/s",
+        "ingest: {total} merge patches from 32 writers in {:.2} s = {:.0} updates/s ({} of them changes)",
         elapsed.as_secs_f64(),
-        total as f64 / elapsed.as_secs_f64()
+        total as f64 / elapsed.as_secs_f64(),
+        state.store.revision() - revision_before
     );
     print_resident("after ingest (the watch history holds replaced versions)");
 }
