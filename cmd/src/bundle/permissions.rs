@@ -1,5 +1,15 @@
 //! The CSV's `clusterPermissions` and `permissions` of one ServiceAccount: the rules of every
-//! role the manifests bind it to, so the OLM install grants exactly what the kustomize one does.
+//! role the manifests bind it to, so the OLM install grants what the kustomize one does.
+//!
+//! Two differences, both from how OLM works. OLM grants `permissions` only in the install
+//! namespace, so a Role elsewhere (the controllers' in `kube-system`, which lets them bind the
+//! scheduler to `extension-apiserver-authentication-reader`) becomes cluster-wide: `create` on
+//! RoleBindings, `patch` of the scheduler's binding by name and `bind` of that one Role by name,
+//! in every namespace instead of `kube-system` alone (creating a binding still needs `bind` on,
+//! or every permission of, the role it grants, so this does not let them grant more than they
+//! hold). And what the controllers' Role allows on the API server's own binding is left out: OLM
+//! makes that binding for the API server it installs, and the controllers, installed by OLM in
+//! `--apiserver-deployment=installed` mode, never touch it.
 
 use anyhow::bail;
 use serde_json::Value;
@@ -27,6 +37,7 @@ pub struct Permissions {
 pub fn of(manifests: &Manifests, service_account: &str, owns_api_service: bool) -> anyhow::Result<Permissions> {
     let mut granted = Permissions::default();
     let bound_by_olm = |kind: &str, name: &str| owns_api_service && BOUND_BY_OLM.contains(&(kind, name));
+    let made_by_olm = bindings_made_by_olm(manifests);
     for binding in manifests.cluster_role_bindings.iter().filter(|b| binds(b, service_account)) {
         let role = &binding["roleRef"]["name"];
         match named(&manifests.cluster_roles, role.as_str().unwrap_or_default()) {
@@ -50,12 +61,40 @@ pub fn of(manifests: &Manifests, service_account: &str, owns_api_service: bool) 
             Some(found) if namespace == MANIFEST_NAMESPACE => granted.namespaced.extend(rules(found)),
             // OLM grants `permissions` only in the install namespace: what the manifests grant in
             // another one (the controllers' bindings in kube-system) becomes cluster-wide.
-            Some(found) => granted.cluster.extend(rules(found)),
+            Some(found) => granted.cluster.extend(without_names(rules(found), &made_by_olm)),
             None if bound_by_olm(kind, role_name) => {}
             None => bail!("{service_account} is bound to {kind} {namespace}/{role}, which the manifests do not ship"),
         }
     }
     Ok(granted)
+}
+
+/// The RoleBindings of the manifests to a role in [`BOUND_BY_OLM`]: the API server's, which OLM
+/// makes itself (under its own names) for the deployment that owns the APIService.
+fn bindings_made_by_olm(manifests: &Manifests) -> Vec<String> {
+    let bound_by_olm = |binding: &&Value| {
+        let role = (
+            binding["roleRef"]["kind"].as_str().unwrap_or_default(),
+            binding["roleRef"]["name"].as_str().unwrap_or_default(),
+        );
+        BOUND_BY_OLM.contains(&role)
+    };
+    let names = manifests.role_bindings.iter().filter(bound_by_olm);
+    names.filter_map(|binding| binding["metadata"]["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// `rules` without the resource names in `names`; a rule left with none is dropped (an empty
+/// `resourceNames` would mean every object).
+fn without_names(rules: Vec<Value>, names: &[String]) -> Vec<Value> {
+    rules
+        .into_iter()
+        .filter_map(|mut rule| {
+            // `get_mut`, not indexing: that would add a `resourceNames: null` to every other rule.
+            let Some(listed) = rule.get_mut("resourceNames").and_then(Value::as_array_mut) else { return Some(rule) };
+            listed.retain(|name| !names.iter().any(|dropped| name == dropped.as_str()));
+            (!listed.is_empty()).then_some(rule)
+        })
+        .collect()
 }
 
 fn binds(binding: &Value, service_account: &str) -> bool {

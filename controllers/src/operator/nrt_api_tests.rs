@@ -74,6 +74,15 @@ async fn an_installed_api_server_is_only_read() {
 }
 
 #[tokio::test]
+async fn switching_an_installed_api_server_to_the_cluster_api_touches_none_of_its_objects() {
+    let mut step = Step::new(CertificateMode::Olm, ApiserverDeployment::Installed);
+    step.nro.metadata.annotations = Some([(names::ANNOTATION_NRT_API.to_owned(), "cluster".to_owned())].into());
+    assert_eq!(step.run().await, ApiState::External);
+    let calls = step.fake.take_calls();
+    assert!(calls.is_empty(), "not even read (OLM grants no access to the API server's binding): {calls:#?}");
+}
+
+#[tokio::test]
 async fn self_managed_the_apiservice_trusts_the_bundle_of_the_ca_secret() {
     let step = Step::new(CertificateMode::SelfManaged, ApiserverDeployment::Operator);
     step.converge().await;

@@ -22,12 +22,18 @@ use numaresources_api::operator::NUMAResourcesOperator;
 use serde::de::DeserializeOwned;
 
 use crate::apply::{controlled_by, delete, get_opt};
+use crate::certificates::ApiserverDeployment;
 use crate::context::{Context, Result};
 use crate::render::apiserver as render;
 
 /// Deletes every API server object this `nro` controls; returns what was deleted
 /// (`Kind namespace/name`), empty when there was nothing left.
 pub async fn remove_api_server(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Vec<String>> {
+    if ctx.settings.apiserver_deployment == ApiserverDeployment::Installed {
+        // The install (kustomize or OLM) deployed the server: nothing of it is ours to remove,
+        // and under OLM the controllers may not even read the API server's RBAC.
+        return Ok(Vec::new());
+    }
     let uid = nro.uid().unwrap_or_default();
     let client = &ctx.client;
     let namespace = &ctx.settings.namespace;
