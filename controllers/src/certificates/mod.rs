@@ -222,7 +222,7 @@ impl Consumers {
                     namespace,
                 );
                 if !ours {
-                    tracing::info!(
+                    tracing::debug!(
                         apiservice = APISERVICE,
                         "the APIService is not served by our API server; its caBundle is left alone"
                     );
