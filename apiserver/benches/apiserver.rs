@@ -3,7 +3,8 @@
 //! LIST of 5,000 two-zone NRTs as JSON and as a Table, GET by name, merge-patch ingest, and the
 //! memory 5,000 objects take (what they add, and the whole process's VmRSS).
 //!
-//! `cargo bench -p numaresources-apiserver`. Figures go to BENCHMARKS.md; nothing asserts a time.
+//! `cargo bench -p numaresources-apiserver` (`BENCH_WATCH_HISTORY=n` for another history length).
+//! Figures go to BENCHMARKS.md; nothing asserts a time.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
@@ -15,6 +16,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
+use numaresources_apiserver::store::DEFAULT_HISTORY;
 use numaresources_apiserver::{AppState, Store, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -60,7 +62,10 @@ fn resident_kib() -> Option<u64> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let before = resident_kib();
-    let state = Arc::new(AppState::new(Arc::new(Store::default()), "bench", "bench"));
+    // The watch history holds replaced versions, so its length drives memory after the ingest.
+    let history = std::env::var("BENCH_WATCH_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_HISTORY);
+    println!("watch history: {history} events (BENCH_WATCH_HISTORY)");
+    let state = Arc::new(AppState::new(Arc::new(Store::new(history)), "bench", "bench"));
     let app = router(state.clone());
     for i in 0..NODES {
         let body = serde_json::to_vec(&worker(&format!("worker-{i:05}"), 22)).unwrap();
