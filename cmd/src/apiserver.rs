@@ -16,6 +16,8 @@ use numaresources_certs::{
     CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions, load_self_signed, serve,
 };
 
+use crate::kube_client::kube_client;
+
 /// Options of `numaresources apiserver` (named as kube-apiserver and metrics-server name them).
 #[derive(Debug, clap::Args)]
 pub struct ApiserverArgs {
@@ -261,18 +263,6 @@ fn serving_certificate(args: &ApiserverArgs) -> anyhow::Result<ReloadingCertific
         load_self_signed(&args.cert_dir, &args.tls_sni_names)
     };
     Ok(ReloadingCertificate::load_or_fallback(&args.tls_cert_file, &args.tls_private_key_file, fallback)?)
-}
-
-pub(crate) async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::infer().await.context("finding a kube-apiserver (in-cluster or kubeconfig)")?,
-    };
-    Ok(kube::Client::try_from(config)?)
 }
 
 #[cfg(test)]

@@ -3,12 +3,14 @@
 //! metrics port.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::builder::TypedValueParser as _;
 use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode, check_compatible};
 use numaresources_controllers::{LeaderElection, Settings};
+
+use crate::kube_client::kube_client;
 
 /// Options of `numaresources controllers`.
 #[derive(Debug, clap::Args)]
@@ -121,18 +123,6 @@ async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
     });
     numaresources_controllers::run(client, settings, leader, metrics, readiness, crate::shutdown::signal()).await?;
     Ok(())
-}
-
-async fn kube_client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::infer().await.context("finding a kube-apiserver (in-cluster or kubeconfig)")?,
-    };
-    Ok(kube::Client::try_from(config)?)
 }
 
 /// `numaresources pause`: sleeps until SIGTERM. The exporter pod's shared-pool reference

@@ -64,7 +64,7 @@ async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     let _watcher = certificate.watch(WatchOptions::default())?;
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).build()?;
 
-    let client = crate::apiserver::kube_client(args.kubeconfig.as_deref()).await?;
+    let client = crate::kube_client::kube_client(args.kubeconfig.as_deref()).await?;
     let (cluster, feeds) = ClusterCache::new();
     let webhook = Arc::new(Webhook::new(args.namespace.clone(), cluster));
     let follower = tokio::spawn(follow_cluster(client, feeds));
