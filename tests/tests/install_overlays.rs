@@ -101,29 +101,8 @@ fn subcommand_of(deployment: &Deployment) -> String {
 fn every_object_is_typed_and_in_its_namespace_once() {
     for overlay in OVERLAYS {
         let install = Install::build(overlay);
-        let mut seen = BTreeSet::new();
-        let cluster_scoped = [
-            "Namespace",
-            "CustomResourceDefinition",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "MutatingWebhookConfiguration",
-            "ValidatingWebhookConfiguration",
-            "APIService",
-            "SecurityContextConstraints",
-        ];
-        for (kind, namespace, name) in &install.order {
-            if cluster_scoped.contains(&kind.as_str()) {
-                assert!(namespace.is_none(), "{overlay}: cluster-scoped {kind} {name} has a namespace");
-            } else {
-                let namespace =
-                    namespace.as_deref().unwrap_or_else(|| panic!("{overlay}: {kind} {name}: no namespace"));
-                // The authentication ConfigMap reader bindings, and the controllers' Role to write them.
-                let reader = matches!(kind.as_str(), "Role" | "RoleBinding") && namespace == "kube-system";
-                assert!(namespace == NAMESPACE || reader, "{overlay}: {kind} {name} in {namespace}");
-            }
-            assert!(seen.insert((kind, namespace, name)), "{overlay}: {kind} {name} twice");
-        }
+        // The authentication ConfigMap reader bindings, and the controllers' Role to write them.
+        install.assert_placed_once(&["Role", "RoleBinding"]);
         assert_eq!(install.namespaces.len(), 1, "{overlay}: the install creates its namespace");
         assert_eq!(install.crds.len(), numaresources_api::crds::all().len(), "{overlay}: every CRD");
         let deployments: BTreeSet<&str> =
@@ -643,15 +622,9 @@ fn every_kustomization_lists_every_manifest_of_its_directory() {
     let dirs = ["base", "controllers", "webhook", "apiserver", "crds"].into_iter().chain(OVERLAYS);
     for dir in dirs {
         let path = workspace_root().join("manifests").join(dir);
-        let text = std::fs::read_to_string(path.join("kustomization.yaml")).unwrap();
-        let kustomization: serde_json::Value = serde_norway::from_str(&text).unwrap();
-        let listed: BTreeSet<&str> =
-            kustomization["resources"].as_array().unwrap().iter().filter_map(|r| r.as_str()).collect();
-        for entry in std::fs::read_dir(&path).unwrap() {
-            let file = entry.unwrap().file_name().to_string_lossy().into_owned();
-            if file.ends_with(".yaml") && file != "kustomization.yaml" {
-                assert!(listed.contains(file.as_str()), "manifests/{dir}/{file} is not in its kustomization");
-            }
+        let listed = support::kustomization_resources(&path);
+        for file in support::manifest_files(&path) {
+            assert!(listed.contains(&file), "manifests/{dir}/{file} is not in its kustomization");
         }
     }
 }

@@ -1,19 +1,22 @@
-//! Shared by the `install_*` tests: what `kubectl kustomize` makes of an overlay, every object
-//! typed (k8s-openapi, or the small structs below for cert-manager and OpenShift kinds) with a
-//! round trip that fails on unknown, misspelled or coerced fields.
+//! Shared by the `install_*` and `*_manifests` tests: what `kubectl kustomize` makes of an
+//! overlay, or what one directory of `manifests/` holds, every object typed (k8s-openapi, or the
+//! small structs of `foreign` for cert-manager and OpenShift kinds) with a round trip that fails
+//! on unknown, misspelled or coerced fields; RBAC and mount lookups; the flags of the binary
+//! (`clap_flags`).
 
 #![allow(clippy::unwrap_used, dead_code)] // test helpers fail loudly; not every test uses every helper
 
+pub mod clap_flags;
 pub mod csv;
 pub mod foreign;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, Service, ServiceAccount, Volume, VolumeMount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -21,16 +24,51 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use numaresources_tests::workspace_root;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use foreign::{Certificate, Issuer, SecurityContextConstraints};
 
 /// The namespace of the install.
 pub const NAMESPACE: &str = "numaresources";
+/// The file that makes a directory one resource of the install.
+pub const KUSTOMIZATION: &str = "kustomization.yaml";
+/// The kinds of the install that are not namespaced.
+pub const CLUSTER_SCOPED: [&str; 8] = [
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "APIService",
+    "SecurityContextConstraints",
+];
 /// The overlays a person applies.
 pub const OVERLAYS: [&str; 3] = ["default", "cert-manager", "openshift"];
+
+/// The file names of the manifests in `dir`: its YAML files but the kustomization, sorted.
+pub fn manifest_files(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| (name.ends_with(".yaml") || name.ends_with(".yml")) && name != KUSTOMIZATION)
+        .collect();
+    files.sort();
+    files
+}
+
+/// The `resources` the kustomization of `dir` lists, sorted.
+pub fn kustomization_resources(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join(KUSTOMIZATION)).unwrap();
+    let kustomization: Value = serde_norway::from_str(&text).unwrap();
+    assert_eq!(kustomization["kind"], "Kustomization", "{}", dir.display());
+    let resources = kustomization["resources"].as_array().unwrap_or_else(|| panic!("{}: no resources", dir.display()));
+    let mut listed: Vec<String> = resources.iter().map(|r| r.as_str().unwrap().to_owned()).collect();
+    listed.sort();
+    listed
+}
 
 /// The rendered output of `kubectl kustomize <dir>`, as YAML documents in output order.
 pub fn kustomize(dir: &Path) -> Vec<Value> {
@@ -54,6 +92,9 @@ pub struct Install {
     /// (kind, namespace, name) of every object, in output order: the order `kubectl apply -k`
     /// and `kubectl delete -k` act in.
     pub order: Vec<(String, Option<String>, String)>,
+    /// Kind, origin and metadata of every object, in the same order, for the checks common to
+    /// all kinds.
+    pub objects: Vec<(String, String, ObjectMeta)>,
     pub namespaces: Vec<Namespace>,
     pub crds: Vec<CustomResourceDefinition>,
     pub deployments: Vec<Deployment>,
@@ -81,55 +122,124 @@ impl Install {
     pub fn from_documents(origin: &str, documents: &[Value]) -> Self {
         let mut install = Self::default();
         for value in documents {
-            let api_version = value["apiVersion"].as_str().unwrap_or_default();
             let kind = value["kind"].as_str().unwrap_or_default();
-            let at = format!("{origin}: {kind} {}", value["metadata"]["name"]);
-            let meta = match (api_version, kind) {
-                ("v1", "Namespace") => typed(&mut install.namespaces, &at, value, |o| &o.metadata),
-                ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
-                    typed(&mut install.crds, &at, value, |o| &o.metadata)
-                }
-                ("apps/v1", "Deployment") => typed(&mut install.deployments, &at, value, |o| &o.metadata),
-                ("v1", "Service") => typed(&mut install.services, &at, value, |o| &o.metadata),
-                ("v1", "ServiceAccount") => typed(&mut install.service_accounts, &at, value, |o| &o.metadata),
-                ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
-                    typed(&mut install.cluster_roles, &at, value, |o| &o.metadata)
-                }
-                ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
-                    typed(&mut install.cluster_role_bindings, &at, value, |o| &o.metadata)
-                }
-                ("rbac.authorization.k8s.io/v1", "Role") => typed(&mut install.roles, &at, value, |o| &o.metadata),
-                ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
-                    typed(&mut install.role_bindings, &at, value, |o| &o.metadata)
-                }
-                ("policy/v1", "PodDisruptionBudget") => {
-                    typed(&mut install.disruption_budgets, &at, value, |o| &o.metadata)
-                }
-                ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
-                    typed(&mut install.mutating, &at, value, |o| &o.metadata)
-                }
-                ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
-                    typed(&mut install.validating, &at, value, |o| &o.metadata)
-                }
-                ("apiregistration.k8s.io/v1", "APIService") => {
-                    typed(&mut install.api_services, &at, value, |o| &o.metadata)
-                }
-                ("cert-manager.io/v1", "Issuer") => typed(&mut install.issuers, &at, value, |o| &o.metadata),
-                ("cert-manager.io/v1", "Certificate") => typed(&mut install.certificates, &at, value, |o| &o.metadata),
-                ("security.openshift.io/v1", "SecurityContextConstraints") => {
-                    typed(&mut install.security_context_constraints, &at, value, |o| &o.metadata)
-                }
-                other => panic!("{at}: unexpected apiVersion/kind {other:?}; teach the install tests the kind"),
-            };
-            let name = meta.name.clone().unwrap_or_else(|| panic!("{at}: no metadata.name"));
-            install.order.push((kind.to_owned(), meta.namespace.clone(), name));
+            install.add(format!("{origin}: {kind} {}", value["metadata"]["name"]), value);
         }
         install
     }
 
+    /// The manifests of one directory of the repository (`manifests/webhook`, …) as they are on
+    /// disk, without kustomize: every YAML file but the kustomization, each holding at least one
+    /// object. Origins read `file#document`.
+    pub fn from_dir(relative: &str) -> Self {
+        let dir = workspace_root().join(relative);
+        let files = manifest_files(&dir);
+        assert!(!files.is_empty(), "no YAML in {relative}");
+        let mut install = Self::default();
+        for file in files {
+            let text = std::fs::read_to_string(dir.join(&file)).unwrap();
+            let mut documents = 0;
+            for (index, document) in serde_norway::Deserializer::from_str(&text).enumerate() {
+                let origin = format!("{file}#{index}");
+                let value = Value::deserialize(document).unwrap_or_else(|e| panic!("{origin}: not YAML: {e}"));
+                if value.is_null() {
+                    continue; // an empty document (a stray `---`)
+                }
+                documents += 1;
+                install.add(origin, &value);
+            }
+            assert!(documents > 0, "{file} holds no object");
+        }
+        install
+    }
+
+    /// Types `value` into its list; `at` says where it came from in failures.
+    fn add(&mut self, at: String, value: &Value) {
+        let api_version = value["apiVersion"].as_str().unwrap_or_default();
+        let kind = value["kind"].as_str().unwrap_or_default();
+        let meta = match (api_version, kind) {
+            ("v1", "Namespace") => typed(&mut self.namespaces, &at, value),
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => typed(&mut self.crds, &at, value),
+            ("apps/v1", "Deployment") => typed(&mut self.deployments, &at, value),
+            ("v1", "Service") => typed(&mut self.services, &at, value),
+            ("v1", "ServiceAccount") => typed(&mut self.service_accounts, &at, value),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole") => typed(&mut self.cluster_roles, &at, value),
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                typed(&mut self.cluster_role_bindings, &at, value)
+            }
+            ("rbac.authorization.k8s.io/v1", "Role") => typed(&mut self.roles, &at, value),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => typed(&mut self.role_bindings, &at, value),
+            ("policy/v1", "PodDisruptionBudget") => typed(&mut self.disruption_budgets, &at, value),
+            ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+                typed(&mut self.mutating, &at, value)
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+                typed(&mut self.validating, &at, value)
+            }
+            ("apiregistration.k8s.io/v1", "APIService") => typed(&mut self.api_services, &at, value),
+            ("cert-manager.io/v1", "Issuer") => typed(&mut self.issuers, &at, value),
+            ("cert-manager.io/v1", "Certificate") => typed(&mut self.certificates, &at, value),
+            ("security.openshift.io/v1", "SecurityContextConstraints") => {
+                typed(&mut self.security_context_constraints, &at, value)
+            }
+            other => panic!("{at}: unexpected apiVersion/kind {other:?}; teach the install tests the kind"),
+        };
+        let name = meta.name.clone().unwrap_or_else(|| panic!("{at}: no metadata.name"));
+        self.order.push((kind.to_owned(), meta.namespace.clone(), name));
+        self.objects.push((kind.to_owned(), at, meta));
+    }
+
+    /// Fails on a cluster-scoped object with a namespace, a namespaced one outside [`NAMESPACE`]
+    /// (but for the kinds of `in_kube_system`, which may also sit in kube-system), and on an
+    /// object shipped twice.
+    pub fn assert_placed_once(&self, in_kube_system: &[&str]) {
+        let mut seen = BTreeSet::new();
+        for (kind, origin, meta) in &self.objects {
+            let name = meta.name.as_deref().unwrap_or_else(|| panic!("{origin}: no metadata.name"));
+            if CLUSTER_SCOPED.contains(&kind.as_str()) {
+                assert!(meta.namespace.is_none(), "{origin}: a cluster-scoped {kind} has a namespace");
+            } else {
+                let namespace = meta.namespace.as_deref().unwrap_or_else(|| panic!("{origin}: no namespace"));
+                let system = in_kube_system.contains(&kind.as_str()) && namespace == "kube-system";
+                assert!(namespace == NAMESPACE || system, "{origin}: {kind} {name} in {namespace}");
+            }
+            assert!(seen.insert((kind, &meta.namespace, name)), "{origin}: {kind} {name} twice");
+        }
+    }
+
+    /// Fails on an object of a kind outside `kinds`, the kinds a test knows to check.
+    pub fn assert_kinds_within(&self, kinds: &[&str]) {
+        for (kind, origin, _) in &self.objects {
+            assert!(kinds.contains(&kind.as_str()), "{origin}: unexpected kind {kind}; teach this test the kind");
+        }
+    }
+
+    /// Whether an object of `kind` is shipped.
+    pub fn ships(&self, kind: &str) -> bool {
+        self.objects.iter().any(|(k, _, _)| k == kind)
+    }
+
+    /// The one Deployment of a component's directory.
+    pub fn single_deployment(&self) -> &Deployment {
+        single(&self.deployments, "Deployment")
+    }
+
+    pub fn single_pod_spec(&self) -> &PodSpec {
+        pod_spec(self.single_deployment())
+    }
+
+    /// The one container of the one Deployment.
+    pub fn single_container(&self) -> &Container {
+        single(&self.single_pod_spec().containers, "container")
+    }
+
+    pub fn single_service(&self) -> &Service {
+        single(&self.services, "Service")
+    }
+
     /// The Deployment called `name`.
     pub fn deployment(&self, name: &str) -> &Deployment {
-        named(&self.deployments, name, |d| &d.metadata).unwrap_or_else(|| panic!("no Deployment {name}"))
+        named(&self.deployments, name).unwrap_or_else(|| panic!("no Deployment {name}"))
     }
 
     /// The Service `namespace/name`, if shipped.
@@ -191,21 +301,41 @@ impl Install {
         rules
     }
 
-    fn cluster_role_rules(&self, name: &str) -> Vec<PolicyRule> {
-        named(&self.cluster_roles, name, |r| &r.metadata).and_then(|r| r.rules.clone()).unwrap_or_default()
+    /// The rules of the ClusterRole `name`, none if it is not shipped.
+    pub fn cluster_role_rules(&self, name: &str) -> Vec<PolicyRule> {
+        named(&self.cluster_roles, name).and_then(|r| r.rules.clone()).unwrap_or_default()
     }
 }
 
-/// Deserializes `value` as `T` (errors with their field path) and fails on anything the typed
-/// object does not give back unchanged.
-pub fn typed<T: DeserializeOwned + Serialize>(
-    list: &mut Vec<T>,
-    origin: &str,
-    value: &Value,
-    metadata: fn(&T) -> &ObjectMeta,
-) -> ObjectMeta {
+/// An object with Kubernetes metadata: every k8s-openapi kind, and those of `foreign`.
+pub trait Object: DeserializeOwned + Serialize {
+    fn meta(&self) -> &ObjectMeta;
+}
+
+impl<T: k8s_openapi::Metadata<Ty = ObjectMeta> + DeserializeOwned + Serialize> Object for T {
+    fn meta(&self) -> &ObjectMeta {
+        self.metadata()
+    }
+}
+
+/// The kinds of `foreign` carry their metadata in a plain field.
+macro_rules! foreign_objects {
+    ($($kind:ty),*) => {
+        $(impl Object for $kind {
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+        })*
+    };
+}
+
+foreign_objects!(Issuer, Certificate, SecurityContextConstraints);
+
+/// Deserializes `value` as `T` (errors with their field path), fails on anything the typed
+/// object does not give back unchanged, and adds it to `list`.
+pub fn typed<T: Object>(list: &mut Vec<T>, origin: &str, value: &Value) -> ObjectMeta {
     let object: T = decode(origin, value);
-    let meta = metadata(&object).clone();
+    let meta = object.meta().clone();
     list.push(object);
     meta
 }
@@ -245,8 +375,14 @@ pub fn differences(path: &str, input: &Value, output: &Value, problems: &mut Vec
     }
 }
 
-pub fn named<'a, T>(objects: &'a [T], name: &str, metadata: fn(&T) -> &ObjectMeta) -> Option<&'a T> {
-    objects.iter().find(|o| metadata(o).name.as_deref() == Some(name))
+/// The only element of `objects`, failing on none or several.
+pub fn single<'a, T>(objects: &'a [T], what: &str) -> &'a T {
+    assert_eq!(objects.len(), 1, "expected exactly one {what}");
+    &objects[0]
+}
+
+pub fn named<'a, T: Object>(objects: &'a [T], name: &str) -> Option<&'a T> {
+    objects.iter().find(|o| o.meta().name.as_deref() == Some(name))
 }
 
 pub fn binds(subjects: Option<&[Subject]>, namespace: &str, name: &str) -> bool {
@@ -254,6 +390,12 @@ pub fn binds(subjects: Option<&[Subject]>, namespace: &str, name: &str) -> bool 
         .unwrap_or_default()
         .iter()
         .any(|s| s.kind == "ServiceAccount" && s.name == name && s.namespace.as_deref() == Some(namespace))
+}
+
+/// Whether a list of an RBAC or admission rule (groups, versions, resources…) holds `wanted`
+/// or the wildcard `*`.
+pub fn lists_or_wildcard(list: &Option<Vec<String>>, wanted: &str) -> bool {
+    list.as_deref().unwrap_or_default().iter().any(|item| item == wanted || item == "*")
 }
 
 /// Whether `rules` allow `verb` on `group/resource` (named `name`, if given).
@@ -279,6 +421,10 @@ pub fn pod_labels(deployment: &Deployment) -> BTreeMap<String, String> {
     template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default()
 }
 
+pub fn labels(meta: &ObjectMeta) -> BTreeMap<String, String> {
+    meta.labels.clone().unwrap_or_default()
+}
+
 pub fn annotations(meta: &ObjectMeta) -> BTreeMap<String, String> {
     meta.annotations.clone().unwrap_or_default()
 }
@@ -291,15 +437,23 @@ pub fn target_container_port(deployment: &Deployment, target: &IntOrString) -> O
     })
 }
 
-/// The Secret volume mounted at the directory holding `file`, in `container` of `deployment`.
-pub fn secret_mounted_for(deployment: &Deployment, container: &Container, file: &str) -> Option<String> {
+/// The volume mount holding `file` in `container` (the deepest, when mounts nest) and the volume
+/// of `pod` it mounts; fails when the file is on no volume.
+pub fn volume_at<'a>(pod: &'a PodSpec, container: &'a Container, file: &str) -> (&'a VolumeMount, &'a Volume) {
     let mount = container
         .volume_mounts
         .iter()
         .flatten()
         .filter(|m| Path::new(file).starts_with(&m.mount_path))
-        .max_by_key(|m| m.mount_path.len())?;
-    let volume = pod_spec(deployment).volumes.iter().flatten().find(|v| v.name == mount.name)?;
+        .max_by_key(|m| m.mount_path.len())
+        .unwrap_or_else(|| panic!("{file} is on no volume mount (the root filesystem is read-only)"));
+    let volume = pod.volumes.iter().flatten().find(|v| v.name == mount.name);
+    (mount, volume.unwrap_or_else(|| panic!("{file}: mount of the undeclared volume {}", mount.name)))
+}
+
+/// The Secret of the volume holding `file`, in `container` of `deployment`.
+pub fn secret_mounted_for(deployment: &Deployment, container: &Container, file: &str) -> Option<String> {
+    let (_, volume) = volume_at(pod_spec(deployment), container, file);
     volume.secret.as_ref().and_then(|s| s.secret_name.clone())
 }
 
