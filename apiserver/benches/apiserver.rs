@@ -3,7 +3,10 @@
 //! LIST of 5,000 two-zone NRTs as JSON and as a Table, GET by name, merge-patch ingest, and the
 //! memory 5,000 objects take (what they add, and the whole process's VmRSS).
 //!
-//! `cargo bench -p numaresources-apiserver` (`BENCH_WATCH_HISTORY=n` for another history length).
+//! `cargo bench -p numaresources-apiserver` (`BENCH_WATCH_HISTORY=n` for another history length,
+//! `BENCH_WATCH_HISTORY_BYTES=n` for another byte bound). The bench runs twice: with the
+//! environment's allocator settings, then again in a child process with `MALLOC_ARENA_MAX=2`, as
+//! the deployment sets it (glibc's per-thread arenas otherwise hold freed memory).
 //! Figures go to BENCHMARKS.md; nothing asserts a time.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
@@ -16,7 +19,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
-use numaresources_apiserver::store::DEFAULT_HISTORY;
+use numaresources_apiserver::store::{DEFAULT_HISTORY, DEFAULT_HISTORY_BYTES};
 use numaresources_apiserver::{AppState, Store, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -63,9 +66,16 @@ fn resident_kib() -> Option<u64> {
 async fn main() {
     let before = resident_kib();
     // The watch history holds replaced versions, so its length drives memory after the ingest.
-    let history = std::env::var("BENCH_WATCH_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_HISTORY);
-    println!("watch history: {history} events (BENCH_WATCH_HISTORY)");
-    let state = Arc::new(AppState::new(Arc::new(Store::new(history)), "bench", "bench"));
+    let setting = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let history = setting("BENCH_WATCH_HISTORY", DEFAULT_HISTORY);
+    let history_bytes = setting("BENCH_WATCH_HISTORY_BYTES", DEFAULT_HISTORY_BYTES);
+    let arenas = std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "unset".to_owned());
+    println!(
+        "watch history: {history} events (BENCH_WATCH_HISTORY), {:.1} MiB (BENCH_WATCH_HISTORY_BYTES); MALLOC_ARENA_MAX={arenas}",
+        history_bytes as f64 / 1048576.0
+    );
+    let store = Store::new(history).with_history_bytes(history_bytes);
+    let state = Arc::new(AppState::new(Arc::new(store), "bench", "bench"));
     let app = router(state.clone());
     for i in 0..NODES {
         let body = serde_json::to_vec(&worker(&format!("worker-{i:05}"), 22)).unwrap();
@@ -166,6 +176,22 @@ async fn main() {
         state.store.revision() - revision_before
     );
     print_resident("after ingest (the watch history holds replaced versions)");
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        again_with_two_arenas();
+    }
+}
+
+/// Runs this bench again in a child process with `MALLOC_ARENA_MAX=2` (glibc reads it at start).
+fn again_with_two_arenas() {
+    println!("\n--- again with MALLOC_ARENA_MAX=2 ---");
+    let status = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe).args(std::env::args_os().skip(1)).env("MALLOC_ARENA_MAX", "2").status()
+    });
+    match status {
+        Ok(status) if status.success() => {}
+        Ok(status) => println!("the MALLOC_ARENA_MAX=2 run failed: {status}"),
+        Err(error) => println!("the MALLOC_ARENA_MAX=2 run did not start: {error}"),
+    }
 }
 
 fn print_resident(when: &str) {

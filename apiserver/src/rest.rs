@@ -50,20 +50,29 @@ fn list(state: &AppState, options: &Options, representation: Representation) -> 
     let items: Vec<_> = if options.selects_everything() {
         matching.collect()
     } else {
-        matching.by_ref().filter(|s| options.selects(s.name(), s.object.metadata.labels.as_ref())).collect()
+        matching.by_ref().filter(|s| options.selects(s.name(), s.labels())).collect()
     };
     let (page, meta) = paginate(items, snapshot.revision, options);
     Ok(json_response(StatusCode::OK, render::list(&page, &meta, representation, options.include_object)))
 }
 
 /// The snapshot a first (or only) page comes from, checked against `resourceVersion`.
+///
+/// A specific resourceVersion is read exactly with `resourceVersionMatch=Exact`, and also, as
+/// kube-apiserver's storage does for the legacy paging semantics, with a `limit` and no
+/// `resourceVersionMatch`; otherwise it means "not older than" and the latest state serves.
 fn fresh_snapshot(state: &AppState, options: &Options) -> Result<Snapshot, ApiError> {
     let snapshot = state.store.snapshot();
     if let Some(ResourceVersion::At(wanted)) = options.resource_version {
         if wanted > snapshot.revision {
             return Err(ApiError::too_large_resource_version(wanted, snapshot.revision, 1));
         }
-        if options.resource_version_match == Some(VersionMatch::Exact) && wanted != snapshot.revision {
+        let exact = match options.resource_version_match {
+            Some(VersionMatch::Exact) => true,
+            None => options.limit.is_some(),
+            Some(VersionMatch::NotOlderThan) => false,
+        };
+        if exact && wanted != snapshot.revision {
             // An exact list of an earlier state, as long as the history reaches back to it.
             return state
                 .store
@@ -362,7 +371,7 @@ pub async fn delete_collection(
     let options = Options::try_from(raw)?;
     let snapshot = state.store.snapshot();
     let mut deleted = Vec::new();
-    for stored in snapshot.items.iter().filter(|s| options.selects(s.name(), s.object.metadata.labels.as_ref())) {
+    for stored in snapshot.items.iter().filter(|s| options.selects(s.name(), s.labels())) {
         match state.store.delete(stored.name(), &Preconditions::default(), options.dry_run) {
             Ok((gone, _)) => deleted.push(gone),
             Err(StoreError::NotFound) => {} // deleted concurrently

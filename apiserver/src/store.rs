@@ -18,8 +18,15 @@
 //! is (bumping it would be a change, hence an event, on every heartbeat); the time of every
 //! report, changed or not, is kept beside the object ([`Stored::last_report`]) for the per-node
 //! age metric and the table's `Reported` column.
+//!
+//! Memory: the current version of an object is shared by `Arc` between the map and the history
+//! event that created it. Once a write replaces it, the history keeps a slim copy instead (the
+//! JSON bytes, shared, plus the name and labels selectors read); the typed object is decoded
+//! again only on the rare paths that need it (a Table or metadata view of an old version). The
+//! history is bounded by event count and by bytes, oldest events first.
 
-use std::collections::{HashMap, VecDeque};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -40,15 +47,22 @@ pub const LAST_CHANGE_ANNOTATION: &str = "nodetopology.openshift.io/last-change"
 
 /// How many events the watch history keeps by default.
 pub const DEFAULT_HISTORY: usize = 10_000;
+/// How many bytes of object versions the watch history may hold by default: with objects of
+/// ≈1.5 KB, ≈2,400 changes (each holds the new and the replaced version), which keeps a server
+/// with 5,000 such objects within its 64 MiB (BENCHMARKS.md).
+pub const DEFAULT_HISTORY_BYTES: usize = 8 * 1024 * 1024;
+/// What one history entry costs beside the JSON it holds (the event and the slim version).
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<Event>() + std::mem::size_of::<Stored>() + 64;
 /// How many events a slow watcher may fall behind before it is told to relist.
 const WATCH_BUFFER: usize = 4_096;
 
-/// One stored object with its pre-serialized JSON.
+/// One stored version of an object with its pre-serialized JSON.
 #[derive(Debug)]
 pub struct Stored {
-    /// The object, metadata complete (uid, resourceVersion, creationTimestamp, generation).
-    pub object: NodeResourceTopology,
-    /// `object` as JSON, computed once at write time.
+    /// The typed object, or only what selectors need of a replaced version.
+    content: Content,
+    /// The object as JSON, computed once at write time (metadata complete: uid,
+    /// resourceVersion, creationTimestamp, generation).
     pub json: Bytes,
     /// The resourceVersion of `object`, as a number.
     pub revision: u64,
@@ -59,10 +73,54 @@ pub struct Stored {
     row_parts: OnceLock<RowParts>,
 }
 
+#[derive(Debug)]
+enum Content {
+    /// A current version (or one just written): the typed object (boxed, so a replaced version
+    /// does not carry its size).
+    Typed(Box<NodeResourceTopology>),
+    /// A replaced version kept by the watch history: `json` holds the rest.
+    Replaced { name: String, labels: Option<BTreeMap<String, String>> },
+}
+
 impl Stored {
     /// The object's name.
     pub fn name(&self) -> &str {
-        self.object.metadata.name.as_deref().unwrap_or_default()
+        match &self.content {
+            Content::Typed(object) => object.metadata.name.as_deref().unwrap_or_default(),
+            Content::Replaced { name, .. } => name,
+        }
+    }
+
+    /// The object's labels.
+    pub fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        match &self.content {
+            Content::Typed(object) => object.metadata.labels.as_ref(),
+            Content::Replaced { labels, .. } => labels.as_ref(),
+        }
+    }
+
+    /// The typed object: borrowed for a current version, decoded from the JSON for a replaced one.
+    pub fn object(&self) -> Cow<'_, NodeResourceTopology> {
+        match &self.content {
+            Content::Typed(object) => Cow::Borrowed(object),
+            Content::Replaced { name, .. } => Cow::Owned(serde_json::from_slice(&self.json).unwrap_or_else(|error| {
+                // Never expected: the bytes are our own serialization of this type.
+                tracing::error!(%name, %error, "a stored version does not decode");
+                NodeResourceTopology::new(name)
+            })),
+        }
+    }
+
+    /// This version as the history keeps it once replaced: the same JSON bytes, the name and
+    /// the labels, no typed object.
+    fn replaced(&self) -> Self {
+        Self {
+            content: Content::Replaced { name: self.name().to_owned(), labels: self.labels().cloned() },
+            json: self.json.clone(),
+            revision: self.revision,
+            last_report: self.last_report.clone(),
+            row_parts: OnceLock::new(),
+        }
     }
 
     /// Seconds since the Unix epoch of the last accepted report.
@@ -72,7 +130,7 @@ impl Stored {
 
     /// The object's Table row and metadata JSON.
     pub fn row_parts(&self) -> &RowParts {
-        self.row_parts.get_or_init(|| RowParts::of(&self.object))
+        self.row_parts.get_or_init(|| RowParts::of(&self.object()))
     }
 }
 
@@ -109,6 +167,32 @@ pub struct Event {
     pub object: Arc<Stored>,
     /// The object before the change, for modifications (selector-filtered watches need it).
     pub previous: Option<Arc<Stored>>,
+}
+
+impl Event {
+    /// What the history charges for this event against its byte bound: the versions it holds.
+    /// A version created by one retained event and replaced by the next is counted by both, so
+    /// the bound errs on the safe side.
+    fn charge(&self) -> usize {
+        let version = |stored: &Stored| stored.json.len() + ENTRY_OVERHEAD;
+        version(&self.object) + self.previous.as_deref().map_or(0, version)
+    }
+}
+
+/// Why a watch cannot start where it was asked to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchRefusal {
+    /// The history no longer reaches back that far (or the version is from before a restart);
+    /// watches may resume from `oldest` on.
+    TooOld {
+        /// The oldest revision a watch may resume from.
+        oldest: u64,
+    },
+    /// The version is newer than any this store has handed out.
+    TooLarge {
+        /// The store's current revision.
+        current: u64,
+    },
 }
 
 /// Why a write was refused.
@@ -154,6 +238,7 @@ pub struct Store {
     state: RwLock<State>,
     events: broadcast::Sender<Arc<Event>>,
     history_limit: usize,
+    history_bytes_limit: usize,
     uid_seed: std::collections::hash_map::RandomState,
 }
 
@@ -161,6 +246,8 @@ pub struct Store {
 struct State {
     objects: HashMap<String, Arc<Stored>>,
     history: VecDeque<Arc<Event>>,
+    /// The sum of the history's [`Event::charge`]s.
+    history_bytes: usize,
     /// The last revision handed out.
     revision: u64,
     /// Watches may resume from this revision or any later one.
@@ -196,13 +283,22 @@ impl Store {
             state: RwLock::new(State {
                 objects: HashMap::new(),
                 history: VecDeque::new(),
+                history_bytes: 0,
                 revision: start,
                 oldest_resumable: start,
             }),
             events,
             history_limit: history_limit.max(1),
+            history_bytes_limit: DEFAULT_HISTORY_BYTES,
             uid_seed: std::collections::hash_map::RandomState::new(),
         }
+    }
+
+    /// Bounds the watch history by bytes as well (see [`Event::charge`]); the newest event is
+    /// kept whatever its size.
+    pub fn with_history_bytes(mut self, bytes: usize) -> Self {
+        self.history_bytes_limit = bytes;
+        self
     }
 
     /// The object named `name`.
@@ -260,18 +356,20 @@ impl Store {
         self.read().revision
     }
 
-    /// Starts a watch after `from` (None: from now). `Err(oldest)` when `from` is older than the
-    /// history reaches back (or not one of ours): the client must relist.
-    pub fn watch(&self, from: Option<u64>) -> Result<WatchStart, u64> {
+    /// Starts a watch after `from` (None: from now). Refused when `from` is older than the
+    /// history reaches back (or not one of ours: the client must relist), or newer than the
+    /// store's revision.
+    pub fn watch(&self, from: Option<u64>) -> Result<WatchStart, WatchRefusal> {
         let state = self.read();
         // Subscribing under the read lock: writers publish under the write lock, so no event
         // falls between the backlog and the receiver.
         let receiver = self.events.subscribe();
         let backlog = match from {
             None => Vec::new(),
-            Some(from) if from < state.oldest_resumable || from > state.revision => {
-                return Err(state.oldest_resumable);
+            Some(from) if from < state.oldest_resumable => {
+                return Err(WatchRefusal::TooOld { oldest: state.oldest_resumable });
             }
+            Some(from) if from > state.revision => return Err(WatchRefusal::TooLarge { current: state.revision }),
             Some(from) => state.history.iter().filter(|e| e.revision > from).cloned().collect(),
         };
         Ok(WatchStart { backlog, receiver, revision: state.revision })
@@ -351,7 +449,8 @@ impl Store {
         let mut state = self.write();
         let current = state.objects.get(name).cloned().ok_or(StoreError::NotFound)?;
         check_preconditions(&current, preconditions)?;
-        let mut next = change(&current.object)?;
+        let current_object = current.object();
+        let mut next = change(&current_object)?;
         let given_rv = next.metadata.resource_version.clone().filter(|rv| !rv.is_empty());
         if let Some(rv) = given_rv
             && rv != current.revision.to_string()
@@ -364,7 +463,7 @@ impl Store {
             .into());
         }
         if let Some(uid) = next.metadata.uid.as_deref().filter(|u| !u.is_empty())
-            && Some(uid) != current.object.metadata.uid.as_deref()
+            && Some(uid) != current_object.metadata.uid.as_deref()
         {
             return Err(StoreError::Conflict(format!(
                 "Precondition failed: UID in object meta: {uid}, does not match the stored object's UID"
@@ -374,15 +473,15 @@ impl Store {
         next.metadata.name = Some(name.to_owned());
         let now = now();
         let now_secs = unix_seconds(now);
-        if unchanged(&current.object, &next) {
+        if unchanged(&current_object, &next) {
             if !dry_run {
                 current.last_report.store(now_secs, Ordering::Relaxed);
             }
             return Ok((current, false));
         }
         let revision = state.revision + 1;
-        let topology_changed = !current.object.same_topology(&next);
-        let old = &current.object.metadata;
+        let topology_changed = !current_object.same_topology(&next);
+        let old = &current_object.metadata;
         let meta = &mut next.metadata;
         meta.namespace = None;
         meta.uid.clone_from(&old.uid);
@@ -402,12 +501,13 @@ impl Store {
         }
         current.last_report.store(now_secs, Ordering::Relaxed);
         state.revision = revision;
+        let previous = retire(&mut state, &current);
         if finished {
             state.objects.remove(name);
-            self.publish(&mut state, EventType::Deleted, &stored, Some(current));
+            self.publish(&mut state, EventType::Deleted, &Arc::new(stored.replaced()), Some(previous));
         } else {
             state.objects.insert(name.to_owned(), stored.clone());
-            self.publish(&mut state, EventType::Modified, &stored, Some(current));
+            self.publish(&mut state, EventType::Modified, &stored, Some(previous));
         }
         Ok((stored, true))
     }
@@ -425,15 +525,18 @@ impl Store {
         let current = state.objects.get(name).cloned().ok_or(StoreError::NotFound)?;
         check_preconditions(&current, preconditions)?;
         let revision = state.revision + 1;
-        let mut object = current.object.clone();
+        let mut object = current.object().into_owned();
         let gone = finalizers(&object.metadata).is_empty();
         if !gone && object.metadata.deletion_timestamp.is_some() {
             // Already marked: nothing changes until the finalizers go.
             return Ok((current, false));
         }
         if !gone {
-            object.metadata.deletion_timestamp = Some(Time(now()));
+            // Marking is a change like any other: a new revision, a MODIFIED event, a new stamp.
+            let now = now();
+            object.metadata.deletion_timestamp = Some(Time(now));
             object.metadata.deletion_grace_period_seconds = Some(0);
+            stamp_last_change(&mut object.metadata, now);
         }
         object.metadata.resource_version = Some(revision.to_string());
         let stored = Arc::new(stored(object, revision, current.last_report.clone())?);
@@ -441,21 +544,26 @@ impl Store {
             return Ok((stored, gone));
         }
         state.revision = revision;
+        let previous = retire(&mut state, &current);
         if gone {
             state.objects.remove(name);
-            self.publish(&mut state, EventType::Deleted, &stored, Some(current));
+            self.publish(&mut state, EventType::Deleted, &Arc::new(stored.replaced()), Some(previous));
         } else {
             state.objects.insert(name.to_owned(), stored.clone());
-            self.publish(&mut state, EventType::Modified, &stored, Some(current));
+            self.publish(&mut state, EventType::Modified, &stored, Some(previous));
         }
         Ok((stored, gone))
     }
 
     fn publish(&self, state: &mut State, kind: EventType, object: &Arc<Stored>, previous: Option<Arc<Stored>>) {
         let event = Arc::new(Event { kind, revision: object.revision, object: object.clone(), previous });
+        state.history_bytes += event.charge();
         state.history.push_back(event.clone());
-        while state.history.len() > self.history_limit {
+        while state.history.len() > 1
+            && (state.history.len() > self.history_limit || state.history_bytes > self.history_bytes_limit)
+        {
             if let Some(dropped) = state.history.pop_front() {
+                state.history_bytes -= dropped.charge();
                 state.oldest_resumable = dropped.revision;
             }
         }
@@ -494,9 +602,32 @@ impl Store {
     }
 }
 
+/// Swaps the history's reference to `current`, the version a write is replacing, for a slim
+/// copy, and returns that copy for the new event's `previous`: once the map lets go of `current`,
+/// nothing holds its typed object.
+fn retire(state: &mut State, current: &Arc<Stored>) -> Arc<Stored> {
+    let slim = Arc::new(current.replaced());
+    let at = state.history.partition_point(|e| e.revision < current.revision);
+    if let Some(event) = state.history.get_mut(at)
+        && Arc::ptr_eq(&event.object, current)
+    {
+        *event = Arc::new(Event {
+            kind: event.kind,
+            revision: event.revision,
+            object: slim.clone(),
+            previous: event.previous.clone(),
+        });
+    }
+    slim
+}
+
 fn stored(object: NodeResourceTopology, revision: u64, last_report: Arc<AtomicU64>) -> Result<Stored, StoreError> {
-    let json = Bytes::from(serde_json::to_vec(&object)?);
-    Ok(Stored { object, json, revision, last_report, row_parts: OnceLock::new() })
+    let mut json = serde_json::to_vec(&object)?;
+    // The serializer grows its buffer by doubling; versions live long (in the map, then in the
+    // history), so they keep only the bytes they use.
+    json.shrink_to_fit();
+    let json = Bytes::from(json);
+    Ok(Stored { content: Content::Typed(Box::new(object)), json, revision, last_report, row_parts: OnceLock::new() })
 }
 
 fn check_preconditions(current: &Stored, preconditions: &Preconditions) -> Result<(), StoreError> {
@@ -509,11 +640,11 @@ fn check_preconditions(current: &Stored, preconditions: &Preconditions) -> Resul
         )));
     }
     if let Some(uid) = preconditions.uid.as_deref()
-        && Some(uid) != current.object.metadata.uid.as_deref()
+        && Some(uid) != current.object().metadata.uid.as_deref()
     {
         return Err(StoreError::Conflict(format!(
             "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-            current.object.metadata.uid.as_deref().unwrap_or_default()
+            current.object().metadata.uid.as_deref().unwrap_or_default()
         )));
     }
     Ok(())
@@ -584,7 +715,7 @@ mod tests {
         object.metadata.uid = Some("client-chosen".into());
         object.metadata.namespace = Some("default".into());
         let created = store.create(object, false).unwrap();
-        let meta = &created.object.metadata;
+        let meta = &created.object().metadata;
         assert_eq!(meta.resource_version.as_deref(), Some("101"));
         assert_eq!(meta.generation, Some(1));
         assert!(meta.creation_timestamp.is_some());
@@ -619,7 +750,7 @@ mod tests {
         let (stored, changed) = store.update(nrt("n", 3), &Preconditions::default(), false).unwrap();
         assert!(changed);
         assert_eq!(stored.revision, 2);
-        assert_eq!(stored.object.metadata.generation, Some(2));
+        assert_eq!(stored.object().metadata.generation, Some(2));
         let event = start.receiver.try_recv().unwrap();
         assert_eq!((event.kind, event.revision), (EventType::Modified, 2));
         assert_eq!(event.previous.as_ref().unwrap().revision, 1);
@@ -629,11 +760,11 @@ mod tests {
         labelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
         let (stored, changed) = store.update(labelled, &Preconditions::default(), false).unwrap();
         assert!(changed);
-        assert_eq!(stored.object.metadata.generation, Some(2));
+        assert_eq!(stored.object().metadata.generation, Some(2));
     }
 
-    fn last_change(stored: &Stored) -> &str {
-        stored.object.metadata.annotations.as_ref().and_then(|a| a.get(LAST_CHANGE_ANNOTATION)).unwrap()
+    fn last_change(stored: &Stored) -> String {
+        stored.object().metadata.annotations.as_ref().and_then(|a| a.get(LAST_CHANGE_ANNOTATION)).unwrap().clone()
     }
 
     #[test]
@@ -646,7 +777,7 @@ mod tests {
             object
         };
         let created = store.create(forged(), false).unwrap();
-        let stamped = last_change(&created).to_owned();
+        let stamped = last_change(&created);
         assert_ne!(stamped, "1999-01-01T00:00:00Z", "a client cannot set it");
         assert!(stamped.parse::<Timestamp>().is_ok(), "RFC 3339: {stamped}");
         assert!(std::str::from_utf8(&created.json).unwrap().contains(LAST_CHANGE_ANNOTATION));
@@ -655,7 +786,7 @@ mod tests {
         for same in [forged(), nrt("n", 4)] {
             let (stored, changed) = store.update(same, &Preconditions::default(), false).unwrap();
             assert!(!changed);
-            assert_eq!((stored.revision, last_change(&stored)), (1, stamped.as_str()));
+            assert_eq!((stored.revision, last_change(&stored)), (1, stamped.clone()));
         }
         // A real change is stamped by the server, whatever the client sent.
         let mut changed_object = forged();
@@ -664,7 +795,7 @@ mod tests {
         assert!(changed);
         assert_ne!(last_change(&stored), "1999-01-01T00:00:00Z");
         // Other annotations are the user's: changing one is a change.
-        let mut annotated = stored.object.clone();
+        let mut annotated = stored.object().into_owned();
         annotated.metadata.annotations.get_or_insert_default().insert("team".into(), "a".into());
         assert!(store.update(annotated, &Preconditions::default(), false).unwrap().1);
     }
@@ -705,13 +836,101 @@ mod tests {
         store.create(object, false).unwrap();
         let (marked, gone) = store.delete("n", &Preconditions::default(), false).unwrap();
         assert!(!gone);
-        assert!(marked.object.metadata.deletion_timestamp.is_some());
-        let mut released = marked.object.clone();
+        assert!(marked.object().metadata.deletion_timestamp.is_some());
+        let mut watch = store.watch(Some(1)).unwrap();
+        assert_eq!(watch.receiver.try_recv().unwrap_err(), broadcast::error::TryRecvError::Empty);
+        assert_eq!(watch.backlog.pop().map(|e| (e.kind, e.revision)), Some((EventType::Modified, 2)));
+        let mut released = marked.object().into_owned();
         released.metadata.finalizers = None;
         let mut watch = store.watch(Some(store.revision())).unwrap();
         store.update(released, &Preconditions::default(), false).unwrap();
         assert!(store.get("n").is_none());
         assert_eq!(watch.receiver.try_recv().unwrap().kind, EventType::Deleted);
+    }
+
+    #[test]
+    fn marking_for_deletion_stamps_the_last_change() {
+        let store = Store::starting_at(0, 10);
+        let mut object = nrt("n", 4);
+        object.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+        store.create(object, false).unwrap();
+        // Age the stamp, so the one the marking sets is told apart from it.
+        {
+            let mut state = store.write();
+            let mut aged = state.objects["n"].object().into_owned();
+            aged.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(LAST_CHANGE_ANNOTATION.into(), "2000-01-01T00:00:00Z".into());
+            let aged = stored(aged, 1, Arc::new(AtomicU64::new(0))).unwrap();
+            state.objects.insert("n".into(), Arc::new(aged));
+        }
+        let (marked, _) = store.delete("n", &Preconditions::default(), false).unwrap();
+        let deleted_at = marked.object().metadata.deletion_timestamp.clone().unwrap();
+        assert_eq!(last_change(&marked), deleted_at.0.to_string());
+        assert!(std::str::from_utf8(&marked.json).unwrap().contains(&deleted_at.0.to_string()));
+    }
+
+    #[test]
+    fn the_history_keeps_replaced_versions_slim_and_shares_current_ones() {
+        let store = Store::starting_at(0, 10);
+        let mut labelled = nrt("n", 4);
+        labelled.metadata.labels = Some([("pool".to_owned(), "a".to_owned())].into());
+        store.create(labelled.clone(), false).unwrap(); // 1
+        labelled.zones[0].resources[0].available = Quantity::from_i64(3);
+        store.update(labelled, &Preconditions::default(), false).unwrap(); // 2
+        let state = store.read();
+        let (created, modified) = (&state.history[0], &state.history[1]);
+        // The current version is one allocation, shared by the map and its event.
+        assert!(Arc::ptr_eq(&state.objects["n"], &modified.object));
+        assert!(matches!(modified.object.content, Content::Typed(_)));
+        // The replaced one is kept once, slim, by both events that refer to it.
+        let previous = modified.previous.as_ref().unwrap();
+        assert!(Arc::ptr_eq(previous, &created.object));
+        assert!(matches!(previous.content, Content::Replaced { .. }));
+        assert_eq!((previous.name(), previous.revision), ("n", 1));
+        assert_eq!(previous.labels().unwrap()["pool"], "a");
+        // The typed object comes back from the JSON when asked for.
+        let decoded = previous.object();
+        assert_eq!(decoded.zones[0].resources[0].available, Quantity::from_i64(4));
+        assert_eq!(decoded.metadata.resource_version.as_deref(), Some("1"));
+        drop(state);
+        // A deletion's last state is history only: slim too.
+        store.delete("n", &Preconditions::default(), false).unwrap(); // 3
+        let state = store.read();
+        assert!(matches!(state.history[2].object.content, Content::Replaced { .. }));
+        assert!(matches!(state.history[1].object.content, Content::Replaced { .. }));
+    }
+
+    #[test]
+    fn the_history_is_bounded_by_bytes_oldest_first() {
+        let size = |store: &Store| store.read().history.iter().map(|e| e.charge()).sum::<usize>();
+        let one = {
+            let store = Store::starting_at(0, 100);
+            store.create(nrt("n0", 1), false).unwrap();
+            size(&store)
+        };
+        // Room for three creations' worth of bytes, whatever the count bound allows.
+        let store = Store::starting_at(0, 100).with_history_bytes(3 * one + one / 2);
+        for i in 0..5 {
+            store.create(nrt(&format!("n{i}"), 1), false).unwrap();
+        }
+        let retained: Vec<u64> = store.read().history.iter().map(|e| e.revision).collect();
+        assert_eq!(retained, [3, 4, 5]);
+        assert_eq!(store.read().history_bytes, size(&store));
+        assert!(size(&store) <= 3 * one + one / 2);
+        assert_eq!(store.watch(Some(2)).unwrap().backlog.len(), 3);
+        assert_eq!(store.watch(Some(1)).unwrap_err(), WatchRefusal::TooOld { oldest: 2 });
+        // A modification holds two versions, so it costs about twice as much: older events go.
+        store.update(nrt("n4", 2), &Preconditions::default(), false).unwrap(); // 6
+        let retained: Vec<u64> = store.read().history.iter().map(|e| e.revision).collect();
+        assert_eq!(retained, [5, 6]);
+        assert_eq!(store.read().history_bytes, size(&store));
+        // The newest event stays, however large.
+        let tiny = Store::starting_at(0, 100).with_history_bytes(1);
+        tiny.create(nrt("a", 1), false).unwrap();
+        tiny.create(nrt("b", 1), false).unwrap();
+        assert_eq!(tiny.watch(Some(1)).unwrap().backlog.len(), 1);
     }
 
     #[test]
@@ -724,8 +943,9 @@ mod tests {
         let start = store.watch(Some(2)).unwrap();
         let revisions: Vec<u64> = start.backlog.iter().map(|e| e.revision).collect();
         assert_eq!(revisions, [3, 4, 5]);
-        assert_eq!(store.watch(Some(1)).unwrap_err(), 2);
-        assert!(store.watch(Some(99)).is_err(), "a revision from the future is not ours");
+        assert_eq!(store.watch(Some(1)).unwrap_err(), WatchRefusal::TooOld { oldest: 2 });
+        // A revision from the future is too large, not too old: the client may retry.
+        assert_eq!(store.watch(Some(99)).unwrap_err(), WatchRefusal::TooLarge { current: 5 });
         assert!(store.watch(None).unwrap().backlog.is_empty());
     }
 

@@ -287,7 +287,7 @@ mod tests {
         }
         let object = &table["rows"][0]["object"];
         assert_eq!(object["kind"], "PartialObjectMetadata");
-        assert_eq!(object["metadata"], serde_json::to_value(&created.object.metadata).unwrap());
+        assert_eq!(object["metadata"], serde_json::to_value(&created.object().metadata).unwrap());
 
         // A write stores a new object, so the next Table renders the new values.
         let (updated, _) = store.update(two_zones("worker-0", [5, 8]), &Preconditions::default(), false).unwrap();

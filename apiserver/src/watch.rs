@@ -4,7 +4,8 @@
 //! Start points follow kube-apiserver: no resourceVersion (or `"0"`) replays the current state as
 //! `ADDED` events; a resourceVersion resumes after it from the history, or, when the history no
 //! longer reaches back that far, sends one `ERROR` event with a 410 `Expired` Status so the client
-//! relists. `sendInitialEvents=true` (the streaming list) replays the state and then marks its end
+//! relists; a resourceVersion newer than the server's gets 504 with a `ResourceVersionTooLarge`
+//! cause, as a LIST does. `sendInitialEvents=true` (the streaming list) replays the state and then marks its end
 //! with a `BOOKMARK` annotated `k8s.io/initial-events-end`. Selector-filtered watches turn an
 //! object entering the selection into `ADDED` and one leaving it into `DELETED`.
 
@@ -26,7 +27,7 @@ use crate::AppState;
 use crate::negotiate::Representation;
 use crate::query::{Options, ResourceVersion, VersionMatch};
 use crate::status::ApiError;
-use crate::store::{Event, EventType, WatchStart};
+use crate::store::{Event, EventType, WatchRefusal, WatchStart};
 use crate::table::{self, Columns};
 
 const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
@@ -49,7 +50,14 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
     }
     let start = match (options.send_initial_events, options.resource_version) {
         (true, _) | (false, None | Some(ResourceVersion::Any)) => Ok(state.store.watch_with_snapshot()),
-        (false, Some(ResourceVersion::At(from))) => state.store.watch(Some(from)).map_err(|oldest| (from, oldest)),
+        (false, Some(ResourceVersion::At(from))) => match state.store.watch(Some(from)) {
+            Ok(start) => Ok(start),
+            Err(WatchRefusal::TooOld { oldest }) => Err((from, oldest)),
+            // As for a LIST: the client asked for a state this server has not reached.
+            Err(WatchRefusal::TooLarge { current }) => {
+                return Err(ApiError::too_large_resource_version(from, current, 1));
+            }
+        },
     };
     let timeout = options.timeout_seconds.map_or_else(default_timeout, Duration::from_secs);
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
@@ -172,7 +180,7 @@ impl Watch {
     /// How a selector-filtered watcher sees an event: entering the selection is ADDED, leaving
     /// it is DELETED, and changes outside it are not seen at all.
     fn visible_as(&self, event: &Event) -> Option<EventType> {
-        let selects = |s: &crate::store::Stored| self.options.selects(s.name(), s.object.metadata.labels.as_ref());
+        let selects = |s: &crate::store::Stored| self.options.selects(s.name(), s.labels());
         let now = selects(&event.object);
         match (event.kind, event.previous.as_deref().map(selects)) {
             (EventType::Modified, Some(false)) if now => Some(EventType::Added),

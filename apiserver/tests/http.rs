@@ -509,6 +509,29 @@ async fn a_resource_version_from_the_future_is_too_large_as_client_go_knows_it()
 }
 
 #[tokio::test]
+async fn a_paged_list_at_a_resource_version_without_a_match_is_exact() {
+    // kube-apiserver's legacy paging semantics: a specific resourceVersion with a limit and no
+    // resourceVersionMatch reads exactly that state.
+    let (app, _) = app();
+    create(&app, nrt("worker-0", 1)).await; // 1001
+    create(&app, nrt("worker-1", 1)).await; // 1002
+    let paged = call(&app, Method::GET, &format!("{BASE}?resourceVersion=1001&limit=10"), &[], None).await;
+    assert_eq!(paged.status, StatusCode::OK);
+    assert_eq!(names(&paged.body), ["worker-0"]);
+    assert_eq!(paged.body["metadata"]["resourceVersion"], "1001");
+    let gone = call(&app, Method::GET, &format!("{BASE}?resourceVersion=7&limit=10"), &[], None).await;
+    assert_eq!(gone.status, StatusCode::GONE);
+    assert_eq!(gone.body["reason"], "Expired");
+    // Without a limit, or with NotOlderThan, the resourceVersion is a lower bound: the latest serves.
+    for query in ["resourceVersion=1001", "resourceVersion=1001&limit=10&resourceVersionMatch=NotOlderThan"] {
+        let latest = call(&app, Method::GET, &format!("{BASE}?{query}"), &[], None).await;
+        assert_eq!(latest.status, StatusCode::OK, "{query}");
+        assert_eq!(names(&latest.body), ["worker-0", "worker-1"], "{query}");
+        assert_eq!(latest.body["metadata"]["resourceVersion"], "1002", "{query}");
+    }
+}
+
+#[tokio::test]
 async fn watches_resume_from_a_resource_version_or_expire() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await; // 1001
@@ -521,6 +544,14 @@ async fn watches_resume_from_a_resource_version_or_expire() {
     assert_eq!(seen[0]["type"], "ERROR");
     assert_eq!(seen[0]["object"]["code"], 410);
     assert_eq!(seen[0]["object"]["reason"], "Expired");
+
+    // A version this server has not reached is too large, answered as a LIST answers it.
+    let future = call(&app, Method::GET, &format!("{BASE}?watch=true&resourceVersion=5000"), &[], None).await;
+    assert_eq!(future.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(future.body["reason"], "Timeout");
+    assert_eq!(future.body["details"]["causes"][0]["type"], "ResourceVersionTooLarge");
+    assert_eq!(future.body["message"], "Timeout: Too large resource version: 5000, current: 1002");
+    assert_eq!(future.headers["retry-after"], "1");
 }
 
 #[tokio::test]

@@ -118,6 +118,10 @@ pub struct ApiserverArgs {
     /// How many changes the watch history keeps for resuming watches.
     #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY", default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY)]
     watch_history: usize,
+    /// How many bytes of object versions the watch history may hold; the oldest events go first
+    /// (a watch from before them gets 410 and relists).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY_BYTES", default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY_BYTES)]
+    watch_history_bytes: usize,
 }
 
 fn parse_period(text: &str) -> Result<GoDuration, String> {
@@ -142,7 +146,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(client_cas.clone()).build()?;
 
     let mut state = AppState::new(
-        Arc::new(Store::new(args.watch_history)),
+        Arc::new(Store::new(args.watch_history).with_history_bytes(args.watch_history_bytes)),
         env!("CARGO_PKG_VERSION"),
         env!("NUMARESOURCES_GIT_COMMIT"),
     );
