@@ -13,15 +13,17 @@ use serde_json::{Value, json};
 
 use crate::negotiate::Representation;
 use crate::query::IncludeObject;
+use crate::status::ApiError;
 use crate::store::Stored;
 use crate::table::{self, Columns};
 
 const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 
 /// A single object in the requested representation.
-pub fn object(stored: &Stored, representation: Representation, include: IncludeObject) -> Bytes {
+/// Fails, as a 500, when a replaced version cannot be rendered (see [`table::table`]).
+pub fn object(stored: &Stored, representation: Representation, include: IncludeObject) -> Result<Bytes, ApiError> {
     match representation {
-        Representation::Json => stored.json.clone(),
+        Representation::Json => Ok(stored.json.clone()),
         Representation::Metadata(version) => table::partial_metadata(stored, version),
         Representation::Table(version) => table::table(&[stored], version, include, b"{}", Columns::Defined),
     }
@@ -61,10 +63,16 @@ impl ListMeta {
 }
 
 /// A list of objects in the requested representation.
-pub fn list(items: &[Arc<Stored>], meta: &ListMeta, representation: Representation, include: IncludeObject) -> Bytes {
+/// Fails like [`object`].
+pub fn list(
+    items: &[Arc<Stored>],
+    meta: &ListMeta,
+    representation: Representation,
+    include: IncludeObject,
+) -> Result<Bytes, ApiError> {
     let items_ref = || items.iter().map(AsRef::as_ref).collect::<Vec<&Stored>>();
     match representation {
-        Representation::Json => json_list(items, meta),
+        Representation::Json => Ok(json_list(items, meta)),
         Representation::Metadata(version) => table::partial_metadata_list(&items_ref(), version, &meta.to_json()),
         Representation::Table(version) => {
             table::table(&items_ref(), version, include, &meta.to_json(), Columns::Defined)

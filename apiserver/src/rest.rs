@@ -53,7 +53,7 @@ fn list(state: &AppState, options: &Options, representation: Representation) -> 
         matching.by_ref().filter(|s| options.selects(s.name(), s.labels())).collect()
     };
     let (page, meta) = paginate(items, snapshot.revision, options);
-    Ok(json_response(StatusCode::OK, render::list(&page, &meta, representation, options.include_object)))
+    Ok(json_response(StatusCode::OK, render::list(&page, &meta, representation, options.include_object)?))
 }
 
 /// The snapshot a first (or only) page comes from, checked against `resourceVersion`.
@@ -125,7 +125,7 @@ pub async fn get(
     let options = Options::try_from(raw)?;
     let representation = negotiate(accept(&headers))?;
     let stored = state.store.get(&name).ok_or_else(|| ApiError::not_found(&name))?;
-    Ok(json_response(StatusCode::OK, render::object(&stored, representation, options.include_object)))
+    Ok(json_response(StatusCode::OK, render::object(&stored, representation, options.include_object)?))
 }
 
 /// `POST` on the collection.
@@ -381,7 +381,7 @@ pub async fn delete_collection(
     let revision = state.store.revision();
     Ok(json_response(
         StatusCode::OK,
-        render::list(&deleted, &render::ListMeta::at(revision), Representation::Json, Default::default()),
+        render::list(&deleted, &render::ListMeta::at(revision), Representation::Json, Default::default())?,
     ))
 }
 

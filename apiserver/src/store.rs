@@ -21,8 +21,10 @@
 //!
 //! Memory: the current version of an object is shared by `Arc` between the map and the history
 //! event that created it. Once a write replaces it, the history keeps a slim copy instead (the
-//! JSON bytes, shared, plus the name and labels selectors read); the typed object is decoded
-//! again only on the rare paths that need it (a Table or metadata view of an old version). The
+//! JSON bytes, shared, plus the name and labels selectors read, and its Table and metadata parts
+//! when they were rendered already; a deletion's last state has them rendered up front). An old
+//! version is decoded again only on the rare paths that need it (a Table of an exact LIST at an
+//! old revision); if that ever failed the request gets a 500, never a made-up object. The
 //! history is bounded by event count and by bytes, oldest events first.
 
 use std::borrow::Cow;
@@ -68,8 +70,8 @@ pub struct Stored {
     pub revision: u64,
     /// When a writer last reported this object, changed or not.
     pub last_report: Arc<AtomicU64>,
-    /// Its Table row and metadata JSON, rendered by the first read that needs them (writes,
-    /// which outnumber Table reads, do not pay for them).
+    /// A current version's Table row and metadata JSON, rendered by the first read that needs
+    /// them (writes, which outnumber Table reads, do not pay for them).
     row_parts: OnceLock<RowParts>,
 }
 
@@ -78,8 +80,9 @@ enum Content {
     /// A current version (or one just written): the typed object (boxed, so a replaced version
     /// does not carry its size).
     Typed(Box<NodeResourceTopology>),
-    /// A replaced version kept by the watch history: `json` holds the rest.
-    Replaced { name: String, labels: Option<BTreeMap<String, String>> },
+    /// A replaced version kept by the watch history: `json` holds the rest, and `row_parts`
+    /// the Table and metadata parts when they were rendered before it was replaced.
+    Replaced { name: String, labels: Option<BTreeMap<String, String>>, row_parts: Option<RowParts> },
 }
 
 impl Stored {
@@ -99,23 +102,29 @@ impl Stored {
         }
     }
 
-    /// The typed object: borrowed for a current version, decoded from the JSON for a replaced one.
-    pub fn object(&self) -> Cow<'_, NodeResourceTopology> {
+    /// The typed object: borrowed for a current version, decoded from the JSON for a replaced
+    /// one. A decoding failure (never expected: the bytes are our own serialization of this
+    /// type) is an error for the caller to report, never an invented object.
+    pub fn object(&self) -> Result<Cow<'_, NodeResourceTopology>, serde_json::Error> {
         match &self.content {
-            Content::Typed(object) => Cow::Borrowed(object),
-            Content::Replaced { name, .. } => Cow::Owned(serde_json::from_slice(&self.json).unwrap_or_else(|error| {
-                // Never expected: the bytes are our own serialization of this type.
-                tracing::error!(%name, %error, "a stored version does not decode");
-                NodeResourceTopology::new(name)
-            })),
+            Content::Typed(object) => Ok(Cow::Borrowed(object)),
+            Content::Replaced { .. } => serde_json::from_slice(&self.json).map(Cow::Owned),
         }
     }
 
-    /// This version as the history keeps it once replaced: the same JSON bytes, the name and
-    /// the labels, no typed object.
-    fn replaced(&self) -> Self {
+    /// This version as the history keeps it once replaced: the same JSON bytes, the name, the
+    /// labels and the Table and metadata parts when they are rendered already, no typed object.
+    /// `render` renders the parts first (for a deletion's last state, which metadata and Table
+    /// watchers are sent as it is).
+    fn replaced(&self, render: bool) -> Self {
+        let row_parts = match (&self.content, self.row_parts.get()) {
+            (_, Some(parts)) => Some(parts.clone()),
+            (Content::Typed(object), None) if render => Some(RowParts::of(object)),
+            (Content::Replaced { row_parts, .. }, None) => row_parts.clone(),
+            _ => None,
+        };
         Self {
-            content: Content::Replaced { name: self.name().to_owned(), labels: self.labels().cloned() },
+            content: Content::Replaced { name: self.name().to_owned(), labels: self.labels().cloned(), row_parts },
             json: self.json.clone(),
             revision: self.revision,
             last_report: self.last_report.clone(),
@@ -128,9 +137,40 @@ impl Stored {
         self.last_report.load(Ordering::Relaxed)
     }
 
-    /// The object's Table row and metadata JSON.
-    pub fn row_parts(&self) -> &RowParts {
-        self.row_parts.get_or_init(|| RowParts::of(&self.object()))
+    /// The object's Table row and metadata JSON: rendered once for a current version; for a
+    /// replaced one, the parts it kept or, failing those, parts rendered from its JSON (not
+    /// kept, so what the history holds does not grow after the fact).
+    pub fn row_parts(&self) -> Result<Cow<'_, RowParts>, serde_json::Error> {
+        match &self.content {
+            Content::Typed(object) => Ok(Cow::Borrowed(self.row_parts.get_or_init(|| RowParts::of(object)))),
+            Content::Replaced { row_parts: Some(parts), .. } => Ok(Cow::Borrowed(parts)),
+            Content::Replaced { row_parts: None, .. } => Ok(Cow::Owned(RowParts::of(&*self.object()?))),
+        }
+    }
+
+    /// The object's `metadata` as JSON, keys sorted (what [`RowParts`] holds): a replaced
+    /// version without parts reads it from its JSON, without decoding the whole object.
+    pub fn metadata_json(&self) -> Result<Cow<'_, str>, serde_json::Error> {
+        if let Content::Replaced { row_parts: None, .. } = &self.content {
+            let mut value: serde_json::Value = serde_json::from_slice(&self.json)?;
+            return match value.get_mut("metadata").map(serde_json::Value::take) {
+                Some(metadata @ serde_json::Value::Object(_)) => Ok(Cow::Owned(metadata.to_string())),
+                _ => Err(serde::de::Error::missing_field("metadata")),
+            };
+        }
+        Ok(match self.row_parts()? {
+            Cow::Borrowed(parts) => Cow::Borrowed(parts.metadata()),
+            Cow::Owned(parts) => Cow::Owned(parts.metadata().to_owned()),
+        })
+    }
+
+    /// What this version costs the history beside its JSON: the parts a replaced version
+    /// keeps (fixed once it is replaced; a current version's parts are the map's cost).
+    fn kept_parts_size(&self) -> usize {
+        match &self.content {
+            Content::Replaced { row_parts: Some(parts), .. } => parts.size(),
+            _ => 0,
+        }
     }
 }
 
@@ -174,7 +214,7 @@ impl Event {
     /// A version created by one retained event and replaced by the next is counted by both, so
     /// the bound errs on the safe side.
     fn charge(&self) -> usize {
-        let version = |stored: &Stored| stored.json.len() + ENTRY_OVERHEAD;
+        let version = |stored: &Stored| stored.json.len() + stored.kept_parts_size() + ENTRY_OVERHEAD;
         version(&self.object) + self.previous.as_deref().map_or(0, version)
     }
 }
@@ -207,8 +247,9 @@ pub enum StoreError {
     /// A precondition (resourceVersion or uid) does not hold.
     #[error("{0}")]
     Conflict(String),
-    /// The object could not be serialized (never expected: our types always serialize).
-    #[error("serializing the object: {0}")]
+    /// The object could not be serialized, or a stored one decoded (never expected: our types
+    /// always serialize, and the stored bytes are their serialization).
+    #[error("encoding the object: {0}")]
     Serialize(#[from] serde_json::Error),
 }
 
@@ -449,7 +490,7 @@ impl Store {
         let mut state = self.write();
         let current = state.objects.get(name).cloned().ok_or(StoreError::NotFound)?;
         check_preconditions(&current, preconditions)?;
-        let current_object = current.object();
+        let current_object = current.object().map_err(StoreError::from)?;
         let mut next = change(&current_object)?;
         let given_rv = next.metadata.resource_version.clone().filter(|rv| !rv.is_empty());
         if let Some(rv) = given_rv
@@ -504,7 +545,7 @@ impl Store {
         let previous = retire(&mut state, &current);
         if finished {
             state.objects.remove(name);
-            self.publish(&mut state, EventType::Deleted, &Arc::new(stored.replaced()), Some(previous));
+            self.publish(&mut state, EventType::Deleted, &Arc::new(stored.replaced(true)), Some(previous));
         } else {
             state.objects.insert(name.to_owned(), stored.clone());
             self.publish(&mut state, EventType::Modified, &stored, Some(previous));
@@ -525,7 +566,7 @@ impl Store {
         let current = state.objects.get(name).cloned().ok_or(StoreError::NotFound)?;
         check_preconditions(&current, preconditions)?;
         let revision = state.revision + 1;
-        let mut object = current.object().into_owned();
+        let mut object = current.object()?.into_owned();
         let gone = finalizers(&object.metadata).is_empty();
         if !gone && object.metadata.deletion_timestamp.is_some() {
             // Already marked: nothing changes until the finalizers go.
@@ -547,7 +588,7 @@ impl Store {
         let previous = retire(&mut state, &current);
         if gone {
             state.objects.remove(name);
-            self.publish(&mut state, EventType::Deleted, &Arc::new(stored.replaced()), Some(previous));
+            self.publish(&mut state, EventType::Deleted, &Arc::new(stored.replaced(true)), Some(previous));
         } else {
             state.objects.insert(name.to_owned(), stored.clone());
             self.publish(&mut state, EventType::Modified, &stored, Some(previous));
@@ -606,11 +647,13 @@ impl Store {
 /// copy, and returns that copy for the new event's `previous`: once the map lets go of `current`,
 /// nothing holds its typed object.
 fn retire(state: &mut State, current: &Arc<Stored>) -> Arc<Stored> {
-    let slim = Arc::new(current.replaced());
+    let slim = Arc::new(current.replaced(false));
     let at = state.history.partition_point(|e| e.revision < current.revision);
     if let Some(event) = state.history.get_mut(at)
         && Arc::ptr_eq(&event.object, current)
     {
+        // The slim copy may keep parts the current version had rendered: charge them.
+        state.history_bytes += slim.kept_parts_size();
         *event = Arc::new(Event {
             kind: event.kind,
             revision: event.revision,
@@ -639,13 +682,14 @@ fn check_preconditions(current: &Stored, preconditions: &Preconditions) -> Resul
             current.revision
         )));
     }
-    if let Some(uid) = preconditions.uid.as_deref()
-        && Some(uid) != current.object().metadata.uid.as_deref()
-    {
-        return Err(StoreError::Conflict(format!(
-            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-            current.object().metadata.uid.as_deref().unwrap_or_default()
-        )));
+    if let Some(uid) = preconditions.uid.as_deref() {
+        let object = current.object()?;
+        let current_uid = object.metadata.uid.as_deref().unwrap_or_default();
+        if uid != current_uid {
+            return Err(StoreError::Conflict(format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}"
+            )));
+        }
     }
     Ok(())
 }
@@ -715,7 +759,7 @@ mod tests {
         object.metadata.uid = Some("client-chosen".into());
         object.metadata.namespace = Some("default".into());
         let created = store.create(object, false).unwrap();
-        let meta = &created.object().metadata;
+        let meta = &created.object().unwrap().metadata;
         assert_eq!(meta.resource_version.as_deref(), Some("101"));
         assert_eq!(meta.generation, Some(1));
         assert!(meta.creation_timestamp.is_some());
@@ -750,7 +794,7 @@ mod tests {
         let (stored, changed) = store.update(nrt("n", 3), &Preconditions::default(), false).unwrap();
         assert!(changed);
         assert_eq!(stored.revision, 2);
-        assert_eq!(stored.object().metadata.generation, Some(2));
+        assert_eq!(stored.object().unwrap().metadata.generation, Some(2));
         let event = start.receiver.try_recv().unwrap();
         assert_eq!((event.kind, event.revision), (EventType::Modified, 2));
         assert_eq!(event.previous.as_ref().unwrap().revision, 1);
@@ -760,11 +804,19 @@ mod tests {
         labelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
         let (stored, changed) = store.update(labelled, &Preconditions::default(), false).unwrap();
         assert!(changed);
-        assert_eq!(stored.object().metadata.generation, Some(2));
+        assert_eq!(stored.object().unwrap().metadata.generation, Some(2));
     }
 
     fn last_change(stored: &Stored) -> String {
-        stored.object().metadata.annotations.as_ref().and_then(|a| a.get(LAST_CHANGE_ANNOTATION)).unwrap().clone()
+        stored
+            .object()
+            .unwrap()
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(LAST_CHANGE_ANNOTATION))
+            .unwrap()
+            .clone()
     }
 
     #[test]
@@ -795,7 +847,7 @@ mod tests {
         assert!(changed);
         assert_ne!(last_change(&stored), "1999-01-01T00:00:00Z");
         // Other annotations are the user's: changing one is a change.
-        let mut annotated = stored.object().into_owned();
+        let mut annotated = stored.object().unwrap().into_owned();
         annotated.metadata.annotations.get_or_insert_default().insert("team".into(), "a".into());
         assert!(store.update(annotated, &Preconditions::default(), false).unwrap().1);
     }
@@ -836,11 +888,11 @@ mod tests {
         store.create(object, false).unwrap();
         let (marked, gone) = store.delete("n", &Preconditions::default(), false).unwrap();
         assert!(!gone);
-        assert!(marked.object().metadata.deletion_timestamp.is_some());
+        assert!(marked.object().unwrap().metadata.deletion_timestamp.is_some());
         let mut watch = store.watch(Some(1)).unwrap();
         assert_eq!(watch.receiver.try_recv().unwrap_err(), broadcast::error::TryRecvError::Empty);
         assert_eq!(watch.backlog.pop().map(|e| (e.kind, e.revision)), Some((EventType::Modified, 2)));
-        let mut released = marked.object().into_owned();
+        let mut released = marked.object().unwrap().into_owned();
         released.metadata.finalizers = None;
         let mut watch = store.watch(Some(store.revision())).unwrap();
         store.update(released, &Preconditions::default(), false).unwrap();
@@ -857,7 +909,7 @@ mod tests {
         // Age the stamp, so the one the marking sets is told apart from it.
         {
             let mut state = store.write();
-            let mut aged = state.objects["n"].object().into_owned();
+            let mut aged = state.objects["n"].object().unwrap().into_owned();
             aged.metadata
                 .annotations
                 .get_or_insert_default()
@@ -866,7 +918,7 @@ mod tests {
             state.objects.insert("n".into(), Arc::new(aged));
         }
         let (marked, _) = store.delete("n", &Preconditions::default(), false).unwrap();
-        let deleted_at = marked.object().metadata.deletion_timestamp.clone().unwrap();
+        let deleted_at = marked.object().unwrap().metadata.deletion_timestamp.clone().unwrap();
         assert_eq!(last_change(&marked), deleted_at.0.to_string());
         assert!(std::str::from_utf8(&marked.json).unwrap().contains(&deleted_at.0.to_string()));
     }
@@ -891,7 +943,7 @@ mod tests {
         assert_eq!((previous.name(), previous.revision), ("n", 1));
         assert_eq!(previous.labels().unwrap()["pool"], "a");
         // The typed object comes back from the JSON when asked for.
-        let decoded = previous.object();
+        let decoded = previous.object().unwrap();
         assert_eq!(decoded.zones[0].resources[0].available, Quantity::from_i64(4));
         assert_eq!(decoded.metadata.resource_version.as_deref(), Some("1"));
         drop(state);
@@ -900,6 +952,58 @@ mod tests {
         let state = store.read();
         assert!(matches!(state.history[2].object.content, Content::Replaced { .. }));
         assert!(matches!(state.history[1].object.content, Content::Replaced { .. }));
+    }
+
+    #[test]
+    fn replaced_versions_keep_rendered_parts_and_deletions_render_them() {
+        let store = Store::starting_at(0, 10);
+        let mut labelled = nrt("n", 4);
+        labelled.metadata.labels = Some([("pool".to_owned(), "a".to_owned())].into());
+        let created = store.create(labelled.clone(), false).unwrap(); // 1
+        let rendered = created.metadata_json().unwrap().into_owned();
+        labelled.zones[0].resources[0].available = Quantity::from_i64(3);
+        store.update(labelled, &Preconditions::default(), false).unwrap(); // 2
+        store.delete("n", &Preconditions::default(), false).unwrap(); // 3
+        let state = store.read();
+        let kept = |stored: &Stored| matches!(&stored.content, Content::Replaced { row_parts: Some(_), .. });
+        // Rendered while current (a Table or metadata read did it): carried over, not decoded.
+        assert!(kept(&state.history[0].object));
+        assert_eq!(state.history[0].object.metadata_json().unwrap(), rendered);
+        // Never rendered while current: nothing kept, read from the JSON when asked for, with
+        // the same bytes the typed path renders.
+        let modified = &state.history[1].object;
+        assert!(!kept(modified));
+        let typed = RowParts::of(&modified.object().unwrap()).metadata().to_owned();
+        assert_eq!(modified.metadata_json().unwrap(), typed);
+        // A deletion's last state goes out to metadata watchers as it is: rendered up front,
+        // with its uid, resourceVersion and labels.
+        let deleted = &state.history[2].object;
+        assert!(kept(deleted));
+        let metadata: serde_json::Value = serde_json::from_str(&deleted.metadata_json().unwrap()).unwrap();
+        assert_eq!(metadata["resourceVersion"], "3");
+        assert_eq!(metadata["labels"]["pool"], "a");
+        assert_eq!(metadata["uid"], created.object().unwrap().metadata.uid.clone().unwrap());
+        // What the kept parts cost is charged, and given back, exactly.
+        assert_eq!(state.history_bytes, state.history.iter().map(|e| e.charge()).sum::<usize>());
+    }
+
+    #[test]
+    fn a_version_that_does_not_decode_is_an_error_never_an_invented_object() {
+        let broken = Stored {
+            content: Content::Replaced { name: "n".into(), labels: None, row_parts: None },
+            json: Bytes::from_static(br#"{"metadata":{"name":"n""#),
+            revision: 1,
+            last_report: Arc::new(AtomicU64::new(0)),
+            row_parts: OnceLock::new(),
+        };
+        assert!(broken.object().is_err());
+        assert!(broken.row_parts().is_err());
+        assert!(broken.metadata_json().is_err());
+        let version = crate::negotiate::MetaVersion::V1;
+        let table = crate::table::table(&[&broken], version, Default::default(), b"{}", crate::table::Columns::Defined);
+        assert_eq!(table.unwrap_err().code(), http::StatusCode::INTERNAL_SERVER_ERROR);
+        let metadata = crate::table::partial_metadata(&broken, version).unwrap_err();
+        assert_eq!(metadata.to_status()["reason"], "InternalError");
     }
 
     #[test]

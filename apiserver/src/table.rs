@@ -15,10 +15,11 @@ use serde_json::{Value, json};
 
 use crate::negotiate::MetaVersion;
 use crate::query::IncludeObject;
+use crate::status::ApiError;
 use crate::store::Stored;
 
 /// The parts of an object's Table row and metadata that do not change until the object does.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RowParts {
     /// The JSON of the cells before the time columns, comma-separated, without brackets.
     leading_cells: String,
@@ -65,6 +66,18 @@ impl RowParts {
     }
 }
 
+impl RowParts {
+    /// `metadata` as JSON, keys sorted.
+    pub fn metadata(&self) -> &str {
+        &self.metadata
+    }
+
+    /// The bytes the parts hold.
+    pub fn size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.leading_cells.len() + self.trailing_cells.len() + self.metadata.len()
+    }
+}
+
 fn comma_separated(values: &[Value]) -> String {
     values.iter().map(Value::to_string).collect::<Vec<_>>().join(",")
 }
@@ -79,18 +92,20 @@ pub enum Columns {
 }
 
 /// A Table of `items`; `list_metadata` is the list's `metadata` JSON (`{}` for a single object).
+/// Fails, as a 500, when a replaced version kept by the history cannot be rendered.
 pub fn table(
     items: &[&Stored],
     version: MetaVersion,
     include: IncludeObject,
     list_metadata: &[u8],
     columns: Columns,
-) -> Bytes {
+) -> Result<Bytes, ApiError> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let per_row = items.first().map_or(0, |s| s.row_parts().leading_cells.len() * 2 + 64);
+    let parts = items.iter().map(|s| s.row_parts()).collect::<Result<Vec<_>, _>>().map_err(undecodable)?;
+    let per_row = parts.first().map_or(0, |p| p.leading_cells.len() * 2 + 64);
     let object_size: usize = match include {
         IncludeObject::None => 0,
-        IncludeObject::Metadata => items.iter().map(|s| s.row_parts().metadata.len() + 80).sum(),
+        IncludeObject::Metadata => parts.iter().map(|p| p.metadata.len() + 80).sum(),
         IncludeObject::Object => items.iter().map(|s| s.json.len()).sum(),
     };
     let mut out =
@@ -102,18 +117,24 @@ pub fn table(
     out.put_slice(b",\"kind\":\"Table\",\"metadata\":");
     out.put_slice(list_metadata);
     out.put_slice(b",\"rows\":[");
-    for (i, stored) in items.iter().enumerate() {
+    for (i, (stored, parts)) in items.iter().zip(&parts).enumerate() {
         if i > 0 {
             out.put_u8(b',');
         }
-        row(&mut out, stored, version, include, now);
+        row(&mut out, stored, parts, version, include, now)?;
     }
     out.put_slice(b"]}");
-    out.freeze()
+    Ok(out.freeze())
 }
 
-fn row(out: &mut BytesMut, stored: &Stored, version: MetaVersion, include: IncludeObject, now: u64) {
-    let parts = stored.row_parts();
+fn row(
+    out: &mut BytesMut,
+    stored: &Stored,
+    parts: &RowParts,
+    version: MetaVersion,
+    include: IncludeObject,
+    now: u64,
+) -> Result<(), ApiError> {
     out.put_slice(b"{\"cells\":[");
     out.put_slice(parts.leading_cells.as_bytes());
     // Ages are digits and a unit, or `<unknown>`: nothing to escape.
@@ -129,50 +150,58 @@ fn row(out: &mut BytesMut, stored: &Stored, version: MetaVersion, include: Inclu
         IncludeObject::None => {}
         IncludeObject::Metadata => {
             out.put_slice(b",\"object\":");
-            put_partial_metadata(out, stored, version);
+            put_partial_metadata(out, &parts.metadata, version);
         }
         IncludeObject::Object => {
             // Rarely asked for: re-encoded through a value so its keys are sorted like the rest.
-            let object: Value = serde_json::from_slice(&stored.json).unwrap_or(Value::Null);
+            let object: Value = serde_json::from_slice(&stored.json).map_err(undecodable)?;
             out.put_slice(b",\"object\":");
             out.put_slice(object.to_string().as_bytes());
         }
     }
     out.put_u8(b'}');
+    Ok(())
 }
 
 /// `PartialObjectMetadata` of one object.
-pub fn partial_metadata(stored: &Stored, version: MetaVersion) -> Bytes {
-    let mut out = BytesMut::with_capacity(stored.row_parts().metadata.len() + 80);
-    put_partial_metadata(&mut out, stored, version);
-    out.freeze()
+pub fn partial_metadata(stored: &Stored, version: MetaVersion) -> Result<Bytes, ApiError> {
+    let metadata = stored.metadata_json().map_err(undecodable)?;
+    let mut out = BytesMut::with_capacity(metadata.len() + 80);
+    put_partial_metadata(&mut out, &metadata, version);
+    Ok(out.freeze())
 }
 
 /// `PartialObjectMetadataList` of `items`; `list_metadata` is the list's `metadata` JSON.
-pub fn partial_metadata_list(items: &[&Stored], version: MetaVersion, list_metadata: &[u8]) -> Bytes {
-    let size: usize = items.iter().map(|s| s.row_parts().metadata.len() + 80).sum();
+pub fn partial_metadata_list(items: &[&Stored], version: MetaVersion, list_metadata: &[u8]) -> Result<Bytes, ApiError> {
+    let metadata = items.iter().map(|s| s.metadata_json()).collect::<Result<Vec<_>, _>>().map_err(undecodable)?;
+    let size: usize = metadata.iter().map(|m| m.len() + 80).sum();
     let mut out = BytesMut::with_capacity(size + list_metadata.len() + 128);
     out.put_slice(b"{\"apiVersion\":\"");
     out.put_slice(version.api_version().as_bytes());
     out.put_slice(b"\",\"items\":[");
-    for (i, stored) in items.iter().enumerate() {
+    for (i, metadata) in metadata.iter().enumerate() {
         if i > 0 {
             out.put_u8(b',');
         }
-        put_partial_metadata(&mut out, stored, version);
+        put_partial_metadata(&mut out, metadata, version);
     }
     out.put_slice(b"],\"kind\":\"PartialObjectMetadataList\",\"metadata\":");
     out.put_slice(list_metadata);
     out.put_u8(b'}');
-    out.freeze()
+    Ok(out.freeze())
 }
 
-fn put_partial_metadata(out: &mut BytesMut, stored: &Stored, version: MetaVersion) {
+fn put_partial_metadata(out: &mut BytesMut, metadata: &str, version: MetaVersion) {
     out.put_slice(b"{\"apiVersion\":\"");
     out.put_slice(version.api_version().as_bytes());
     out.put_slice(b"\",\"kind\":\"PartialObjectMetadata\",\"metadata\":");
-    out.put_slice(stored.row_parts().metadata.as_bytes());
+    out.put_slice(metadata.as_bytes());
     out.put_u8(b'}');
+}
+
+/// A stored version that does not decode (never expected: the bytes are our own serialization).
+fn undecodable(error: serde_json::Error) -> ApiError {
+    ApiError::internal("a stored version of the object does not decode", &error)
 }
 
 /// The column definitions, as JSON: columns a person wants to see for NUMA-aware scheduling.
@@ -267,7 +296,7 @@ mod tests {
     }
 
     fn render(stored: &Stored, include: IncludeObject, columns: Columns) -> Value {
-        serde_json::from_slice(&table(&[stored], MetaVersion::V1, include, b"{}", columns)).unwrap()
+        serde_json::from_slice(&table(&[stored], MetaVersion::V1, include, b"{}", columns).unwrap()).unwrap()
     }
 
     #[test]
@@ -287,7 +316,7 @@ mod tests {
         }
         let object = &table["rows"][0]["object"];
         assert_eq!(object["kind"], "PartialObjectMetadata");
-        assert_eq!(object["metadata"], serde_json::to_value(&created.object().metadata).unwrap());
+        assert_eq!(object["metadata"], serde_json::to_value(&created.object().unwrap().metadata).unwrap());
 
         // A write stores a new object, so the next Table renders the new values.
         let (updated, _) = store.update(two_zones("worker-0", [5, 8]), &Preconditions::default(), false).unwrap();

@@ -159,13 +159,16 @@ impl Watch {
         let _ = self.sender.send(line).await;
     }
 
-    /// Encodes and sends an event if the selectors let it through. False when the client left.
+    /// Encodes and sends an event if the selectors let it through. False when the client left,
+    /// or the event could not be rendered: then, as kube-apiserver does for an object its
+    /// storage cannot decode, the watcher gets an ERROR event with the Status and the watch
+    /// ends (the client relists), rather than a made-up object.
     async fn send_event(&mut self, event: &Event) -> bool {
         let Some(kind) = self.visible_as(event) else {
             return true;
         };
         let object = match self.representation {
-            Representation::Json => event.object.json.clone(),
+            Representation::Json => Ok(event.object.json.clone()),
             Representation::Metadata(version) => table::partial_metadata(&event.object, version),
             Representation::Table(version) => {
                 // Column definitions go with the first event only, as kube-apiserver does.
@@ -174,7 +177,13 @@ impl Watch {
                 table::table(&[&event.object], version, self.options.include_object, b"{}", columns)
             }
         };
-        self.send(line(kind.as_str(), &object)).await
+        match object {
+            Ok(object) => self.send(line(kind.as_str(), &object)).await,
+            Err(error) => {
+                self.send(line("ERROR", &to_bytes(&error.to_status()))).await;
+                false
+            }
+        }
     }
 
     /// How a selector-filtered watcher sees an event: entering the selection is ADDED, leaving
