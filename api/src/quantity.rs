@@ -82,7 +82,7 @@ impl Quantity {
                 Format::BinarySI
             }
             "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E" => {
-                exponent += decimal_power(suffix);
+                exponent = exponent.checked_add(decimal_power(suffix)).ok_or(QuantityError::TooLarge)?;
                 Format::DecimalSI
             }
             _ if suffix.starts_with(['e', 'E']) => {
@@ -172,16 +172,20 @@ impl Quantity {
         !self.exceeds(1023)
     }
 
-    /// Writes the canonical form: Go's `Quantity.String()`.
+    /// Writes the canonical form: Go's `Quantity.String()`, but for one case. Go prints a
+    /// binary-SI whole number that takes no binary suffix (1024 or more, no multiple of 1024)
+    /// as a bare number, which reads back as decimal SI and then prints differently
+    /// (`317449305000`, then `317449305k`); we print the decimal form at once, the text Go
+    /// settles on, so printing what we read gives back what we printed.
     fn write_canonical(&self, out: &mut impl fmt::Write) -> fmt::Result {
         if self.mantissa == 0 {
             return out.write_char('0');
         }
-        let binary_integer = match self.format {
-            Format::BinarySI if !self.below_1024() => self.as_i64(),
+        let binary_multiple = match self.format {
+            Format::BinarySI if !self.below_1024() => self.as_i64().filter(|value| value % 1024 == 0),
             _ => None,
         };
-        if let Some(value) = binary_integer {
+        if let Some(value) = binary_multiple {
             let (mut amount, mut power) = (value, 0);
             while amount % 1024 == 0 && power < 6 {
                 amount /= 1024;
@@ -215,6 +219,9 @@ impl Quantity {
     }
 }
 
+/// The digits of `number` as `mantissa × 10^exponent`. Trailing zeros go into the exponent
+/// rather than the mantissa, so any text the printer writes (a mantissa of up to 38 digits,
+/// then up to two zeros) reads back, and so does a long run of zeros (Go keeps any precision).
 fn parse_decimal(number: &str) -> Result<(i128, i32), QuantityError> {
     let (whole, fraction) = match number.split_once('.') {
         Some((whole, fraction)) => (whole, fraction),
@@ -224,14 +231,22 @@ fn parse_decimal(number: &str) -> Result<(i128, i32), QuantityError> {
         return Err(QuantityError::Format);
     }
     let mut mantissa: i128 = 0;
+    // Zeros read since the last other digit, not yet in the mantissa.
+    let mut zeros: u32 = 0;
     for digit in whole.bytes().chain(fraction.bytes()) {
-        mantissa = mantissa
-            .checked_mul(10)
+        if digit == b'0' {
+            zeros = zeros.checked_add(1).ok_or(QuantityError::TooLarge)?;
+            continue;
+        }
+        let scale = if mantissa == 0 { Some(1) } else { zeros.checked_add(1).and_then(|z| 10_i128.checked_pow(z)) };
+        mantissa = scale
+            .and_then(|scale| mantissa.checked_mul(scale))
             .and_then(|m| m.checked_add(i128::from(digit - b'0')))
             .ok_or(QuantityError::TooLarge)?;
+        zeros = 0;
     }
-    let exponent = -i32::try_from(fraction.len()).map_err(|_| QuantityError::TooLarge)?;
-    Ok((mantissa, exponent))
+    let exponent = i64::from(zeros) - i64::try_from(fraction.len()).map_err(|_| QuantityError::TooLarge)?;
+    Ok((mantissa, i32::try_from(exponent).map_err(|_| QuantityError::TooLarge)?))
 }
 
 fn parse_exponent(text: &str) -> Result<i32, QuantityError> {
@@ -447,14 +462,27 @@ mod tests {
     }
 
     #[test]
-    fn binary_values_off_a_1024_multiple_print_bare_and_reread_as_decimal() {
-        // Go does the same: the text form of such a value settles after one round trip.
+    fn binary_values_off_a_1024_multiple_print_in_the_decimal_form_they_reread_as() {
         let binary = Quantity::from_i64_binary(317_449_305_000);
-        assert_eq!(binary.to_string(), "317449305000");
+        assert_eq!(binary.to_string(), "317449305k");
         let reread = Quantity::parse(&binary.to_string()).unwrap();
-        assert_eq!(reread, binary);
-        assert_eq!(reread.to_string(), "317449305k");
+        assert_eq!((reread, reread.to_string()), (binary, binary.to_string()));
+        assert_eq!(canonical("2.9296875Ki"), "3k");
         assert_eq!(Quantity::from_i64_binary(3 << 30).to_string(), "3Gi");
+        assert_eq!(Quantity::from_i64_binary(1536).to_string(), "1536");
+    }
+
+    #[test]
+    fn every_printed_form_reads_back() {
+        // 38 digits fit the mantissa; printed with its exponent folded in, the text has 39.
+        for text in ["99999999999999999999999999999999999999e1", "99999999999999999999999999999999999999e2", "-1e-1"] {
+            let quantity = Quantity::parse(text).unwrap();
+            let printed = quantity.to_string();
+            assert_eq!(Quantity::parse(&printed), Ok(quantity), "{text} printed as {printed}");
+        }
+        assert_eq!(canonical(&format!("1{}", "0".repeat(60))), "1e60");
+        assert_eq!(canonical(&format!("0.{}1", "0".repeat(40))), "1n");
+        assert_eq!(canonical(&format!("{}7", "0".repeat(60))), "7");
     }
 
     #[test]
