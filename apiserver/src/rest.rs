@@ -62,25 +62,26 @@ fn list(state: &AppState, options: &Options, representation: Representation) -> 
 /// kube-apiserver's storage does for the legacy paging semantics, with a `limit` and no
 /// `resourceVersionMatch`; otherwise it means "not older than" and the latest state serves.
 fn fresh_snapshot(state: &AppState, options: &Options) -> Result<Snapshot, ApiError> {
-    let snapshot = state.store.snapshot();
-    if let Some(ResourceVersion::At(wanted)) = options.resource_version {
-        if wanted > snapshot.revision {
-            return Err(ApiError::too_large_resource_version(wanted, snapshot.revision, 1));
-        }
-        let exact = match options.resource_version_match {
-            Some(VersionMatch::Exact) => true,
-            None => options.limit.is_some(),
-            Some(VersionMatch::NotOlderThan) => false,
-        };
-        if exact && wanted != snapshot.revision {
-            // An exact list of an earlier state, as long as the history reaches back to it.
-            return state
-                .store
-                .snapshot_at(wanted)
-                .map_err(|oldest| ApiError::expired(format!("too old resource version: {wanted} ({oldest})")));
-        }
+    let Some(ResourceVersion::At(wanted)) = options.resource_version else { return Ok(state.store.snapshot()) };
+    // Revisions only grow: one newer than the current one now was never handed out.
+    let current = state.store.revision();
+    if wanted > current {
+        return Err(ApiError::too_large_resource_version(wanted, current, 1));
     }
-    Ok(snapshot)
+    let exact = match options.resource_version_match {
+        Some(VersionMatch::Exact) => true,
+        None => options.limit.is_some(),
+        Some(VersionMatch::NotOlderThan) => false,
+    };
+    if !exact {
+        return Ok(state.store.snapshot());
+    }
+    // The state at exactly that revision (the current one included: writes may land meanwhile),
+    // as long as the history reaches back to it.
+    state
+        .store
+        .snapshot_at(wanted)
+        .map_err(|oldest| ApiError::expired(format!("too old resource version: {wanted} ({oldest})")))
 }
 
 /// The snapshot a continue token pins, and the first name of the page.

@@ -411,7 +411,10 @@ impl Store {
                 return Err(WatchRefusal::TooOld { oldest: state.oldest_resumable });
             }
             Some(from) if from > state.revision => return Err(WatchRefusal::TooLarge { current: state.revision }),
-            Some(from) => state.history.iter().filter(|e| e.revision > from).cloned().collect(),
+            // The history is in revision order: find the first later event by bisection.
+            Some(from) => {
+                state.history.range(state.history.partition_point(|e| e.revision <= from)..).cloned().collect()
+            }
         };
         Ok(WatchStart { backlog, receiver, revision: state.revision })
     }
