@@ -96,6 +96,22 @@ where
     }
 }
 
+/// Deletes `name` if `owner_uid` controls it (never someone else's); returns whether it is gone:
+/// absent, not ours, or answering 404 to a GET after the DELETE (finalizers may hold it).
+pub async fn delete_controlled<K>(api: &Api<K>, name: &str, owner_uid: &str) -> Result<bool>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug,
+{
+    match get_opt(api, name).await? {
+        None => Ok(true),
+        Some(existing) if !controlled_by(&existing, owner_uid) => Ok(true),
+        Some(_) => {
+            delete(api, name).await?;
+            Ok(get_opt(api, name).await?.is_none())
+        }
+    }
+}
+
 /// True when `obj` has `owner_uid` as its controller.
 pub fn controlled_by<K: Resource>(obj: &K, owner_uid: &str) -> bool {
     obj.owner_references().iter().any(|r| r.controller == Some(true) && r.uid == owner_uid)

@@ -159,6 +159,16 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+impl From<kube::runtime::finalizer::Error<Error>> for Error {
+    /// Our own step's failure is reported as itself, not as a finalizer problem.
+    fn from(error: kube::runtime::finalizer::Error<Error>) -> Self {
+        match error {
+            kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+            other => Self::Finalizer(Box::new(other)),
+        }
+    }
+}
+
 impl Error {
     /// An API failure while doing `action`.
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {

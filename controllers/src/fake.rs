@@ -3,7 +3,7 @@
 //! asserts on outcomes — what exists, what changed — instead of the exact request order).
 //!
 //! It understands GET (object, list with equality label selectors; a watch is held open and
-//! never sends an event), POST, DELETE, and PATCH as
+//! never sends an event), POST, DELETE (held by finalizers), and PATCH as
 //! server-side apply (object and `/status`; an identical re-apply changes nothing, as on a real
 //! server), JSON patch and merge patch. Every object write bumps a global resourceVersion; a
 //! spec change bumps `generation`. Failures can be injected per method and path. Every request
@@ -407,7 +407,20 @@ impl State {
         respond(200, &body)
     }
 
+    /// An object with finalizers is only marked (`deletionTimestamp`), as on a real server; it
+    /// goes once they are removed (see [`Self::patch`]).
     fn delete(&mut self, path: &str) -> Response<Body> {
+        let held = self
+            .objects
+            .get(path)
+            .is_some_and(|object| object["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty()));
+        if held {
+            let version = self.bump();
+            let object = self.objects.get_mut(path).unwrap();
+            object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            object["metadata"]["resourceVersion"] = json!(version);
+            return respond(200, object);
+        }
         match self.objects.remove(path) {
             Some(object) => {
                 self.applied.remove(path);

@@ -82,6 +82,21 @@ pub async fn degrade(ctx: &Context, resource: &ApiResource, obj: &DynamicObject,
     Ok(())
 }
 
+/// Removes `finalizer` from an object our types cannot read (kube's finalizer helper would fail
+/// parsing the API server's answer): a malformed object being deleted must still go. The
+/// resourceVersion makes it a compare-and-swap: a concurrent change to the list fails it with a
+/// conflict, and the retry sees the new list.
+pub async fn release(ctx: &Context, resource: &ApiResource, obj: &DynamicObject, finalizer: &str) -> Result<()> {
+    let remaining: Vec<&String> = obj.finalizers().iter().filter(|f| *f != finalizer).collect();
+    let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": obj.resource_version()}});
+    let name = obj.name_any();
+    Api::<DynamicObject>::all_with(ctx.client.clone(), resource)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube(format!("remove the finalizer of {} {name}", resource.kind), e))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use numaresources_api::operator::NUMAResourcesOperator;

@@ -42,6 +42,8 @@ pub const ANNOTATION_CERT_NOT_AFTER: &str = "nodetopology.openshift.io/serving-c
 
 /// The finalizer that removes the APIService before anything it points at.
 pub const FINALIZER_APISERVICE: &str = "nodetopology.openshift.io/apiservice";
+/// The finalizer that removes the pod webhook before the scheduler it routes pods to.
+pub const FINALIZER_POD_ROUTING: &str = "nodetopology.openshift.io/pod-routing";
 
 /// The component names (`app.kubernetes.io/component`).
 pub const COMPONENT_RTE: &str = "rte";
@@ -71,6 +73,13 @@ pub const WEBHOOK: &str = "numaresources-webhook";
 pub const WEBHOOK_TLS_SECRET: &str = "numaresources-webhook-tls";
 /// The Mutating- and ValidatingWebhookConfiguration (one name for both).
 pub const WEBHOOK_CONFIGURATION: &str = "numaresources-webhook";
+/// The MutatingWebhookConfiguration of the pod webhook alone, owned by the
+/// `NUMAResourcesScheduler` (present only while it routes pods).
+pub const POD_ROUTING_CONFIGURATION: &str = "numaresources-pod-routing";
+/// The pod webhook in it.
+pub const POD_WEBHOOK: &str = "pods.nodetopology.openshift.io";
+/// The path the webhook serves pod admission on.
+pub const POD_WEBHOOK_PATH: &str = "/mutate-pods";
 /// The admission webhook component.
 pub const COMPONENT_WEBHOOK: &str = "webhook";
 /// The self-managed CA (certificates and keys; never mounted by a server).

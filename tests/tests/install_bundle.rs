@@ -228,12 +228,15 @@ fn the_apiservice_definition_reaches_the_api_server_container_port() {
 }
 
 #[test]
-fn the_webhook_definitions_are_the_kustomize_webhooks_through_olms_service() {
+fn the_webhook_definitions_are_the_kustomize_and_controllers_webhooks_through_olms_service() {
     let install = Install::build("default");
     let csv = csv();
     let definitions = &csv.spec.webhookdefinitions;
     let mut kustomized = Vec::new();
-    for configuration in &install.mutating {
+    // Outside OLM the controllers apply the pod webhook (while pods are routed); under OLM the
+    // CSV declares it, as they render it.
+    let pod_routing = numaresources_controllers::render::pod_routing::configuration(NAMESPACE, None).unwrap();
+    for configuration in install.mutating.iter().chain([&pod_routing]) {
         for w in configuration.webhooks.iter().flatten() {
             kustomized.push(("MutatingAdmissionWebhook", serde_json::to_value(w).unwrap()));
         }
@@ -289,6 +292,8 @@ fn the_webhook_definitions_are_the_kustomize_webhooks_through_olms_service() {
     assert_eq!(pods.failure_policy, "Ignore");
 }
 
+/// The controllers' pod webhook configuration (outside OLM).
+const POD_ROUTING: &str = "numaresources-pod-routing";
 /// What OLM binds itself for the API server it installs, so the CSV grants nothing on it (a rule
 /// left with no name is dropped: no names would mean every object).
 const MADE_BY_OLM: &str = "numaresources-apiserver:extension-apiserver-authentication-reader";
@@ -324,6 +329,27 @@ fn the_csv_grants_nothing_on_the_api_servers_own_binding_and_keeps_the_scheduler
     );
 }
 
+/// Under OLM the CSV declares the pod webhook: the controllers never apply their pod routing
+/// configuration, so the CSV grants nothing for it (`create` would cover every configuration).
+fn without_pod_routing(rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
+    let for_pod_routing = |rule: &PolicyRule| {
+        rule.resources.as_deref() == Some(&["mutatingwebhookconfigurations".to_owned()][..])
+            && (rule.verbs == ["create"] || rule.resource_names.as_deref() == Some(&[POD_ROUTING.to_owned()][..]))
+    };
+    rules.into_iter().filter(|rule| !for_pod_routing(rule)).collect()
+}
+
+#[test]
+fn the_csv_grants_nothing_for_the_controllers_own_pod_webhook() {
+    let csv = csv();
+    let spec = &csv.spec.install.spec;
+    for rule in spec.cluster_permissions.iter().chain(&spec.permissions).flat_map(|p| p.rules.iter()) {
+        let on_mutating = rule.resources.iter().flatten().any(|r| r == "mutatingwebhookconfigurations");
+        assert!(!(on_mutating && rule.verbs.iter().any(|v| v == "create")), "{rule:?}");
+        assert!(!rule.resource_names.iter().flatten().any(|n| n == POD_ROUTING), "{rule:?}");
+    }
+}
+
 #[test]
 fn permissions_are_what_the_kustomize_install_grants() {
     let install = Install::build("default");
@@ -338,7 +364,7 @@ fn permissions_are_what_the_kustomize_install_grants() {
         let namespaced = rule_set(&of(&spec.permissions));
         // Cluster-wide: the ClusterRoles bound to the account, and what its Roles grant outside
         // the install namespace (OLM grants `permissions` only inside it).
-        let mut expected_cluster = rule_set(&install.cluster_rules_of(NAMESPACE, &account));
+        let mut expected_cluster = rule_set(&without_pod_routing(install.cluster_rules_of(NAMESPACE, &account)));
         expected_cluster.extend(rule_set(&without_olm_bindings(install.rules_in(NAMESPACE, &account, "kube-system"))));
         assert_eq!(cluster, expected_cluster, "{account}: clusterPermissions");
         let expected_namespaced = rule_set(&install.rules_in(NAMESPACE, &account, NAMESPACE));

@@ -43,8 +43,8 @@ fn certificate_mode(overlay: &str) -> &'static str {
     }
 }
 
-/// A webhook of either configuration: (configuration kind, configuration metadata, webhook
-/// name, service reference, failure policy).
+/// A webhook of the shipped configurations or of the pod routing one the controllers apply:
+/// (configuration metadata, webhook name, service reference, failure policy).
 struct WebhookCall {
     configuration: ObjectMeta,
     name: String,
@@ -52,7 +52,10 @@ struct WebhookCall {
     failure_policy: Option<String>,
 }
 
-fn webhook_calls(install: &Install) -> Vec<WebhookCall> {
+/// Every webhook the overlay's cluster ends up with: the shipped ones, and the pod webhook as the
+/// controllers render it in the overlay's certificate mode (while a `NUMAResourcesScheduler`
+/// routes pods; its annotations ask the same injector).
+fn webhook_calls(install: &Install, overlay: &str) -> Vec<WebhookCall> {
     let call =
         |configuration: &ObjectMeta, name: &str, config: &WebhookClientConfig, failure_policy: &Option<String>| {
             WebhookCall {
@@ -62,8 +65,11 @@ fn webhook_calls(install: &Install) -> Vec<WebhookCall> {
                 failure_policy: failure_policy.clone(),
             }
         };
+    let mode: CertificateMode = certificate_mode(overlay).parse().unwrap();
+    let mut pod_routing = numaresources_controllers::render::pod_routing::configuration(NAMESPACE, None).unwrap();
+    pod_routing.metadata.annotations = Some(mode.webhook_annotations(NAMESPACE));
     let mut calls = Vec::new();
-    for configuration in &install.mutating {
+    for configuration in install.mutating.iter().chain([&pod_routing]) {
         for w in configuration.webhooks.iter().flatten() {
             calls.push(call(&configuration.metadata, &w.name, &w.client_config, &w.failure_policy));
         }
@@ -194,7 +200,7 @@ fn the_apiservice_and_every_webhook_reach_a_service_port_and_a_served_path() {
         assert!(spec.ca_bundle.as_ref().is_none_or(|b| b.0.is_empty()), "{overlay}: caBundle is injected");
         assert_ne!(spec.insecure_skip_tls_verify, Some(true), "{overlay}");
 
-        let calls = webhook_calls(&install);
+        let calls = webhook_calls(&install, overlay);
         let mut paths = BTreeSet::new();
         for call in &calls {
             let (_, backend) = reach(
@@ -432,7 +438,7 @@ fn each_overlay_wires_its_certificate_source_to_the_registrations() {
         let api_service = &install.api_services[0];
         let reference = api_service.spec.as_ref().unwrap().service.clone().unwrap();
         registrations.push((APISERVICE.to_owned(), api_service.metadata.clone(), reference.name.unwrap()));
-        for call in webhook_calls(&install) {
+        for call in webhook_calls(&install, overlay) {
             registrations.push((call.name.clone(), call.configuration.clone(), call.service.name.clone()));
         }
         for (what, meta, service_name) in &registrations {
@@ -610,7 +616,7 @@ fn the_namespace_admits_the_exporters_and_openshift_grants_them_an_scc() {
 fn the_pod_webhook_fails_open_in_every_overlay() {
     for overlay in OVERLAYS {
         let install = Install::build(overlay);
-        let calls = webhook_calls(&install);
+        let calls = webhook_calls(&install, overlay);
         let pods = calls.iter().find(|c| c.service.path.as_deref() == Some(MUTATE_PODS_PATH)).unwrap();
         assert_eq!(pods.failure_policy.as_deref(), Some("Ignore"), "{overlay}");
     }

@@ -2,7 +2,9 @@
 //! objects with no unknown fields, agree with each other (Service ↔ Deployment ↔ webhook
 //! configurations, PodDisruptionBudget ↔ Deployment, ServiceAccount ↔ RBAC), and agree with the
 //! code: every path a configuration calls is a path of the webhook crate, every flag of the
-//! container is a flag of `numaresources webhook`, and the probes are served.
+//! container is a flag of `numaresources webhook`, and the probes are served. The pod webhook's
+//! configuration is not shipped here but applied by the controllers (`numaresources-pod-routing`,
+//! while a `NUMAResourcesScheduler` routes pods): the same checks run on what they render.
 //!
 //! The flags are read from the clap derive in `cmd/src/webhook.rs` (and the global options of
 //! `cmd/src/cli.rs`) by `support::clap_flags`, which says why.
@@ -14,7 +16,9 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::admissionregistration::v1::{RuleWithOperations, WebhookClientConfig};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, RuleWithOperations, WebhookClientConfig,
+};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -81,9 +85,16 @@ struct Webhook {
     rules: Vec<RuleWithOperations>,
 }
 
-/// Every webhook of both configurations.
+/// The pod routing configuration as the controllers apply it (without the caBundle they may add).
+fn pod_routing() -> MutatingWebhookConfiguration {
+    numaresources_controllers::render::pod_routing::configuration(NAMESPACE, None).unwrap()
+}
+
+/// Every webhook of both shipped configurations and of the rendered pod routing one.
 fn webhooks(m: &Install) -> Vec<Webhook> {
-    let mutating = m.mutating.iter().flat_map(|c| c.webhooks.iter().flatten()).map(serde_json::to_value);
+    let rendered = [pod_routing()];
+    let mutating = m.mutating.iter().chain(&rendered);
+    let mutating = mutating.flat_map(|c| c.webhooks.iter().flatten()).map(serde_json::to_value);
     let validating = m.validating.iter().flat_map(|c| c.webhooks.iter().flatten()).map(serde_json::to_value);
     let both = mutating.map(|w| (w, true)).chain(validating.map(|w| (w, false)));
     both.map(|(w, mutating)| Webhook { mutating, ..serde_json::from_value(w.unwrap()).unwrap() }).collect()
@@ -186,6 +197,9 @@ fn every_webhook_calls_a_path_of_the_crate_through_the_service() {
 #[test]
 fn the_pod_webhook_fails_open_and_never_waits_on_itself() {
     let m = manifests();
+    let shipped = m.mutating.iter().flat_map(|c| c.webhooks.iter().flatten());
+    let shipped: Vec<&str> = shipped.filter_map(|w| w.client_config.service.as_ref()?.path.as_deref()).collect();
+    assert!(!shipped.contains(&MUTATE_PODS_PATH), "the controllers apply the pod webhook, the install must not");
     let webhooks = webhooks(&m);
     let pods: Vec<&Webhook> = webhooks.iter().filter(|w| w.path() == MUTATE_PODS_PATH).collect();
     assert_eq!(pods.len(), 1);

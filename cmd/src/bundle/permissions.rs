@@ -9,10 +9,15 @@
 //! or every permission of, the role it grants, so this does not let them grant more than they
 //! hold). And what the controllers' Role allows on the API server's own binding is left out: OLM
 //! makes that binding for the API server it installs, and the controllers, installed by OLM in
-//! `--apiserver-deployment=installed` mode, never touch it.
+//! `--apiserver-deployment=installed` mode, never touch it. Nor is what the controllers' role
+//! allows on the pod webhook's configuration: under OLM the CSV declares that webhook, and the
+//! controllers (`--certificate-mode=olm`) never apply their own; `create` on every
+//! MutatingWebhookConfiguration is not a right to hand out unused.
 
 use anyhow::bail;
 use serde_json::Value;
+
+use numaresources_controllers::names::POD_ROUTING_CONFIGURATION;
 
 use super::source::{Manifests, named};
 
@@ -66,7 +71,19 @@ pub fn of(manifests: &Manifests, service_account: &str, owns_api_service: bool) 
             None => bail!("{service_account} is bound to {kind} {namespace}/{role}, which the manifests do not ship"),
         }
     }
+    granted.cluster = without_pod_routing(granted.cluster);
     Ok(granted)
+}
+
+/// `rules` without the pod routing configuration's name and without `create` on
+/// MutatingWebhookConfigurations (which cannot name it), see the module documentation.
+fn without_pod_routing(rules: Vec<Value>) -> Vec<Value> {
+    let creates_mutating_configurations = |rule: &Value| {
+        rule["resources"] == serde_json::json!(["mutatingwebhookconfigurations"])
+            && rule["verbs"] == serde_json::json!(["create"])
+    };
+    let rules = without_names(rules, &[POD_ROUTING_CONFIGURATION.to_owned()]);
+    rules.into_iter().filter(|rule| !creates_mutating_configurations(rule)).collect()
 }
 
 /// The RoleBindings of the manifests to a role in [`BOUND_BY_OLM`]: the API server's, which OLM

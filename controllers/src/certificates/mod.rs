@@ -1,7 +1,8 @@
 //! Self-managed certificates (`--certificate-mode=self-managed`, design.md §6): a CA whose key is
 //! kept in the Secret `numaresources-ca`, the serving certificates of the API server and the
 //! webhook in `numaresources-apiserver-tls` and `numaresources-webhook-tls` (what their
-//! Deployments mount), and `caBundle` on the APIService and both webhook configurations.
+//! Deployments mount), and `caBundle` on the APIService and the webhook configurations (the install's two and the
+//! scheduler's pod routing one).
 //!
 //! The decisions are `numaresources_certs::rotation`'s, made pure for one pass in [`plan`]: leaves
 //! are renewed well before their notAfter (read from the certificate, not from an annotation);
@@ -10,7 +11,8 @@
 //! been out for a propagation period, and the old CA leaves `caBundle` once the new leaves have
 //! been out as long.
 //!
-//! The I/O here is thin: read the three Secrets and the three consumers, write only what
+//! The I/O here is thin: read the three Secrets and the consumers (the APIService, our two
+//! mutating and one validating webhook configurations), write only what
 //! differs (CA first, so no certificate is ever published whose issuer's key is not stored; then
 //! `caBundle`; then the leaves), and sleep until the next decision. Nothing cluster-scoped may own
 //! these Secrets and no CR does (the webhook outlives any `NUMAResourcesOperator`), so they carry
@@ -44,7 +46,10 @@ pub use plan::{LEAVES, Leaf, Observed, Plan, leaf_secret_data, plan};
 
 use crate::apply::get_opt;
 use crate::context::{Context, Error, Result};
-use crate::names::{self, APISERVICE, CA_SECRET, COMPONENT_CERTIFICATES, FIELD_MANAGER, WEBHOOK_CONFIGURATION};
+use crate::names::{
+    self, APISERVICE, CA_SECRET, COMPONENT_CERTIFICATES, FIELD_MANAGER, POD_ROUTING_CONFIGURATION,
+    WEBHOOK_CONFIGURATION,
+};
 
 /// Look again at least this often, even with no decision due: a webhook configuration
 /// re-created without `caBundle` or a deleted Secret is repaired within this delay.
@@ -188,6 +193,22 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
 
 const BACKOFF_KEY: &str = "certificates/self-managed";
 
+/// For a controller about to apply a consumer with `caBundle` (the caller holds
+/// [`Context::certificates`] until it has applied, so our one field manager never drops or rolls
+/// back a CA). Self-managed: runs a pass, so the CA and the serving Secrets exist, and returns
+/// the bundle every client must trust now. Other modes: `None`, the injector fills `caBundle`.
+pub async fn bundle_for_apply(ctx: &Context) -> Result<Option<String>> {
+    if ctx.settings.certificate_mode != CertificateMode::SelfManaged {
+        return Ok(None);
+    }
+    let pass = pass(ctx, &RotationPolicy::default(), SystemTime::now()).await?;
+    for error in &pass.failed_consumers {
+        // The lifecycle's own loop retries these; the caller's apply goes on.
+        tracing::warn!(%error, "caBundle not injected");
+    }
+    Ok(Some(pass.bundle))
+}
+
 /// The objects whose `caBundle` we fill, as they are now (absent ones are skipped). Only what
 /// points at our own Services is ours: an APIService of the same name served by kube-apiserver
 /// itself (a CRD-backed NRT API, `nrt-api-definition: cluster`) or by another vendor's server, or
@@ -195,7 +216,8 @@ const BACKOFF_KEY: &str = "certificates/self-managed";
 /// break it, and counting it as lacking our bundle would hold a rotation back forever.
 struct Consumers {
     api_service: Option<APIService>,
-    mutating: Option<MutatingWebhookConfiguration>,
+    /// The install's configuration and the scheduler's pod routing one, by name.
+    mutating: Vec<(&'static str, MutatingWebhookConfiguration)>,
     validating: Option<ValidatingWebhookConfiguration>,
     /// The namespace our Services live in.
     namespace: String,
@@ -209,7 +231,7 @@ fn points_at(service: Option<(&str, Option<&str>)>, name: &str, namespace: &str)
 }
 
 impl Consumers {
-    /// Reads the three objects; one that cannot be read is reported, not fatal, so the serving
+    /// Reads the four objects; one that cannot be read is reported, not fatal, so the serving
     /// certificates are still kept while, say, a webhook configuration is forbidden to us.
     async fn read(client: &kube::Client, namespace: &str) -> (Self, Vec<Error>) {
         let mut errors = Vec::new();
@@ -230,7 +252,12 @@ impl Consumers {
                 ours
             },
         );
-        let mutating = kept(get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await, &mut errors);
+        let mut mutating = Vec::new();
+        for name in [WEBHOOK_CONFIGURATION, POD_ROUTING_CONFIGURATION] {
+            if let Some(configuration) = kept(get_opt(&Api::all(client.clone()), name).await, &mut errors) {
+                mutating.push((name, configuration));
+            }
+        }
         let validating = kept(get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await, &mut errors);
         let unreadable = errors.len();
         (Self { api_service, mutating, validating, namespace: namespace.to_owned(), unreadable }, errors)
@@ -249,7 +276,7 @@ impl Consumers {
         if let Some(api_service) = &self.api_service {
             bundles.push(text(api_service.spec.as_ref().and_then(|spec| spec.ca_bundle.as_ref())));
         }
-        let mutating = self.mutating.iter().flat_map(|c| c.webhooks.iter().flatten()).map(|w| &w.client_config);
+        let mutating = self.mutating.iter().flat_map(|(_, c)| c.webhooks.iter().flatten()).map(|w| &w.client_config);
         let validating = self.validating.iter().flat_map(|c| c.webhooks.iter().flatten()).map(|w| &w.client_config);
         for config in mutating.chain(validating).filter(|config| self.ours(config)) {
             bundles.push(text(config.ca_bundle.as_ref()));
@@ -278,15 +305,15 @@ impl Consumers {
                 Ok(patch) => api.patch(APISERVICE, &params, &Patch::Json::<()>(patch)).await.map(|_| ()),
                 Err(error) => Err(kube::Error::SerdeError(error)),
             };
-            results.push(result.map_err(|e| (APIService::KIND, e)));
+            results.push(result.map_err(|e| (APIService::KIND, APISERVICE, e)));
         }
-        if let Some(configuration) = &self.mutating {
+        for (name, configuration) in &self.mutating {
             let webhooks = configuration.webhooks.iter().flatten();
             let webhooks = webhooks.map(|w| (&w.name, &w.client_config.ca_bundle, self.ours(&w.client_config)));
             if let Some(patch) = webhook_patch(webhooks, &wanted) {
                 let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-                let result = api.patch(WEBHOOK_CONFIGURATION, &params, &patch).await;
-                results.push(result.map(|_| ()).map_err(|e| (MutatingWebhookConfiguration::KIND, e)));
+                let result = api.patch(name, &params, &patch).await;
+                results.push(result.map(|_| ()).map_err(|e| (MutatingWebhookConfiguration::KIND, *name, e)));
             }
         }
         if let Some(configuration) = &self.validating {
@@ -295,14 +322,16 @@ impl Consumers {
             if let Some(patch) = webhook_patch(webhooks, &wanted) {
                 let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
                 let result = api.patch(WEBHOOK_CONFIGURATION, &params, &patch).await;
-                results.push(result.map(|_| ()).map_err(|e| (ValidatingWebhookConfiguration::KIND, e)));
+                results.push(
+                    result.map(|_| ()).map_err(|e| (ValidatingWebhookConfiguration::KIND, WEBHOOK_CONFIGURATION, e)),
+                );
             }
         }
         let patched = results.iter().filter(|result| result.is_ok()).count();
         let failed = results
             .into_iter()
             .filter_map(Result::err)
-            .map(|(kind, error)| Error::kube(format!("inject caBundle into {kind} {}", describe(kind)), error))
+            .map(|(kind, name, error)| Error::kube(format!("inject caBundle into {kind} {name}"), error))
             .collect();
         (patched, failed)
     }
@@ -314,10 +343,6 @@ fn kept<K>(result: Result<Option<K>>, errors: &mut Vec<Error>) -> Option<K> {
         errors.push(error);
         None
     })
-}
-
-fn describe(kind: &str) -> &'static str {
-    if kind == APIService::KIND { APISERVICE } else { WEBHOOK_CONFIGURATION }
 }
 
 /// A JSON patch setting `caBundle` on every webhook of ours (the `bool`) that lacks `wanted`,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::names::{APISERVER, APISERVER_TLS_SECRET};
+use crate::names::{APISERVER, APISERVER_TLS_SECRET, WEBHOOK};
 
 /// Where serving certificates and `caBundle` come from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -50,6 +50,19 @@ impl CertificateMode {
                 BTreeMap::from([(SERVICE_CA_SERVING_CERT_SECRET.to_owned(), APISERVER_TLS_SECRET.to_owned())]),
             ),
             Self::SelfManaged | Self::Olm => (BTreeMap::new(), BTreeMap::new()),
+        }
+    }
+
+    /// The annotations that ask this mode's injector for the webhook's CA on a webhook
+    /// configuration the controllers render (the pod routing one); empty when nothing is asked
+    /// for by annotation.
+    pub fn webhook_annotations(self, namespace: &str) -> BTreeMap<String, String> {
+        match self {
+            Self::CertManager => {
+                BTreeMap::from([(CERT_MANAGER_INJECT_CA_FROM.to_owned(), format!("{namespace}/{WEBHOOK}"))])
+            }
+            Self::ServiceCa => BTreeMap::from([(SERVICE_CA_INJECT_CABUNDLE.to_owned(), "true".to_owned())]),
+            Self::SelfManaged | Self::Olm => BTreeMap::new(),
         }
     }
 }
@@ -170,5 +183,9 @@ mod tests {
         assert_eq!(api_service[SERVICE_CA_INJECT_CABUNDLE], "true");
         assert_eq!(service[SERVICE_CA_SERVING_CERT_SECRET], "numaresources-apiserver-tls");
         assert_eq!(CertificateMode::SelfManaged.apiserver_annotations("ns"), (BTreeMap::new(), BTreeMap::new()));
+        let webhook = CertificateMode::CertManager.webhook_annotations("ns");
+        assert_eq!(webhook[CERT_MANAGER_INJECT_CA_FROM], "ns/numaresources-webhook");
+        assert_eq!(CertificateMode::ServiceCa.webhook_annotations("ns")[SERVICE_CA_INJECT_CABUNDLE], "true");
+        assert!(CertificateMode::SelfManaged.webhook_annotations("ns").is_empty());
     }
 }

@@ -26,6 +26,8 @@ pub(super) const WEBHOOK_TLS: &str = "/api/v1/namespaces/numaresources/secrets/n
 pub(super) const APISERVICE_PATH: &str = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha2.topology.node.k8s.io";
 pub(super) const MUTATING: &str =
     "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/numaresources-webhook";
+pub(super) const POD_ROUTING: &str =
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/numaresources-pod-routing";
 pub(super) const VALIDATING: &str =
     "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/numaresources-webhook";
 
@@ -50,8 +52,9 @@ pub(super) struct Harness {
 }
 
 impl Harness {
-    /// The fake with the APIService and both webhook configurations as the install ships them
-    /// (no caBundle).
+    /// The fake with the APIService and both webhook configurations as the install ships them,
+    /// and the pod routing one as the scheduler controller applies it outside self-managed mode
+    /// (none with a caBundle).
     pub fn new(mode: CertificateMode) -> Self {
         let (fake, client) = FakeApi::start();
         let api_service = crate::render::apiserver::objects(NS, "img").unwrap().api_service.unwrap();
@@ -66,6 +69,8 @@ impl Harness {
             };
             fake.insert(path, value);
         }
+        let pod_routing = crate::render::pod_routing::configuration(NS, None).unwrap();
+        fake.insert(POD_ROUTING, serde_json::to_value(pod_routing).unwrap());
         let mut settings = Settings::kubernetes(NS, "img");
         settings.certificate_mode = mode;
         Self { fake, ctx: Arc::new(Context::new(client, settings, None)) }
@@ -106,10 +111,12 @@ impl Harness {
     pub fn bundles(&self) -> Vec<String> {
         let text = |b: Option<ByteString>| String::from_utf8(b.map(|b| b.0).unwrap_or_default()).unwrap();
         let api_service: APIService = self.fake.typed(APISERVICE_PATH);
-        let mutating: MutatingWebhookConfiguration = self.fake.typed(MUTATING);
         let validating: ValidatingWebhookConfiguration = self.fake.typed(VALIDATING);
         let mut bundles = vec![text(api_service.spec.unwrap().ca_bundle)];
-        bundles.extend(mutating.webhooks.unwrap().into_iter().map(|w| text(w.client_config.ca_bundle)));
+        for path in [MUTATING, POD_ROUTING] {
+            let mutating: MutatingWebhookConfiguration = self.fake.typed(path);
+            bundles.extend(mutating.webhooks.unwrap().into_iter().map(|w| text(w.client_config.ca_bundle)));
+        }
         bundles.extend(validating.webhooks.unwrap().into_iter().map(|w| text(w.client_config.ca_bundle)));
         bundles
     }

@@ -90,7 +90,8 @@ pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
                 let identity =
                     NUMAResourcesOperator { metadata: obj.metadata.clone(), spec: Default::default(), status: None };
                 cleanup(&identity, &ctx).await?;
-                release_raw(&ctx, &obj).await?;
+                guarded::release(&ctx, &guarded::resource::<NUMAResourcesOperator>(), &obj, FINALIZER_APISERVICE)
+                    .await?;
             }
             Ok(Action::await_change())
         }
@@ -130,11 +131,7 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
         }
     })
     .await
-    .map_err(|e| match e {
-        // Our own step failed: report it as itself, not as a finalizer problem.
-        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(Box::new(other)),
-    });
+    .map_err(Error::from);
     match result {
         Ok(action) => {
             ctx.reset_backoff(&key(&nro));
@@ -363,19 +360,6 @@ async fn cleanup(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     } else {
         Err(Error::NotYet(format!("APIService {} is still being deleted", names::APISERVICE)))
     }
-}
-
-/// Removes our finalizer from an object our types cannot read (kube's finalizer helper would
-/// fail parsing the API server's answer). The resourceVersion makes it a compare-and-swap: a
-/// concurrent change to the list fails it with a conflict, and the retry sees the new list.
-async fn release_raw(ctx: &Context, obj: &DynamicObject) -> Result<()> {
-    let remaining: Vec<&String> = obj.finalizers().iter().filter(|f| *f != FINALIZER_APISERVICE).collect();
-    let patch = json!({"metadata": {"finalizers": remaining, "resourceVersion": obj.resource_version()}});
-    guarded::watched_api::<NUMAResourcesOperator>(ctx.client.clone())
-        .patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| Error::kube(format!("remove the finalizer of NUMAResourcesOperator {}", obj.name_any()), e))?;
-    Ok(())
 }
 
 async fn list_nodes(ctx: &Context) -> Result<Vec<NodeInfo>> {

@@ -16,17 +16,14 @@
 //! drops or rolls back a CA. cert-manager and service-ca: the APIService (and for service-ca the
 //! Service) carries the annotation that asks their injector, and no `caBundle` of ours.
 
-use std::time::SystemTime;
-
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::{Api, ResourceExt};
 use numaresources_api::operator::NUMAResourcesOperator;
-use numaresources_certs::rotation::RotationPolicy;
 
-use crate::apply::{Applier, controlled_by, delete, get_opt};
-use crate::certificates::{self, ApiserverDeployment, CertificateMode};
+use crate::apply::{Applier, delete_controlled, get_opt};
+use crate::certificates::{self, ApiserverDeployment};
 use crate::context::{Context, Result};
 use crate::names::{self, ANNOTATION_NRT_API, APISERVER, APISERVICE, NRT_CRD, NRT_VERSION};
 use crate::render::apiserver as render;
@@ -76,7 +73,7 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
     let (api_service_annotations, service_annotations) = ctx.settings.certificate_mode.apiserver_annotations(namespace);
     // Held until the APIService is applied: its caBundle is the bundle this pass settled on.
     let _certificates = ctx.certificates.lock().await;
-    let ca_bundle = ensure_serving_certificate(ctx).await?;
+    let ca_bundle = certificates::bundle_for_apply(ctx).await?;
     if let Some(sa) = objects.service_account {
         applier.namespaced(sa).await?;
     }
@@ -131,16 +128,9 @@ async fn installed_state(ctx: &Context) -> Result<ApiState> {
 
 /// Deletes our APIService (the finalizer's job). Returns whether it is gone.
 pub async fn unregister(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<bool> {
+    // Someone else's registration is never ours to remove.
     let api_services: Api<APIService> = Api::all(ctx.client.clone());
-    match get_opt(&api_services, APISERVICE).await? {
-        None => Ok(true),
-        // Someone else's registration: never ours to remove.
-        Some(existing) if !controlled_by(&existing, &nro.uid().unwrap_or_default()) => Ok(true),
-        Some(_) => {
-            delete(&api_services, APISERVICE).await?;
-            Ok(get_opt(&api_services, APISERVICE).await?.is_none())
-        }
-    }
+    delete_controlled(&api_services, APISERVICE, &nro.uid().unwrap_or_default()).await
 }
 
 /// A Deployment whose `Available` condition is true for its current generation.
@@ -148,21 +138,6 @@ pub fn deployment_available(deployment: &Deployment) -> bool {
     let Some(status) = &deployment.status else { return false };
     let current = status.observed_generation >= deployment.metadata.generation;
     current && status.conditions.iter().flatten().any(|c| c.type_ == "Available" && c.status == "True")
-}
-
-/// Self-managed mode: runs a certificate pass (the caller holds [`Context::certificates`]) so the
-/// CA and the serving certificate Secret exist before the Deployment mounts it, and returns the
-/// bundle for `caBundle`. Other modes: `None`, the injector fills `caBundle`.
-async fn ensure_serving_certificate(ctx: &Context) -> Result<Option<String>> {
-    if ctx.settings.certificate_mode != CertificateMode::SelfManaged {
-        return Ok(None);
-    }
-    let pass = certificates::pass(ctx, &RotationPolicy::default(), SystemTime::now()).await?;
-    for error in &pass.failed_consumers {
-        // The lifecycle's own loop retries these; the API server's install goes on.
-        tracing::warn!(%error, "caBundle not injected");
-    }
-    Ok(Some(pass.bundle))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use numaresources_api::operator::{NUMAResourcesOperatorSpec, OPERATOR_SINGLETON_
 use serde_json::json;
 
 use super::*;
+use crate::certificates::CertificateMode;
 use crate::certificates::mode::{
     CERT_MANAGER_INJECT_CA_FROM, SERVICE_CA_INJECT_CABUNDLE, SERVICE_CA_SERVING_CERT_SECRET,
 };

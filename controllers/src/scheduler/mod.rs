@@ -5,9 +5,15 @@
 //! or detected from the control-plane nodes; on plain Kubernetes with a managed control plane,
 //! from all nodes), then server-side apply of the ServiceAccount, RBAC, the
 //! `KubeSchedulerConfiguration` ConfigMap and the Deployment (whose pod template carries the
-//! ConfigMap's hash, so a config change rolls it). Status reports the scheduler name read back
-//! from the applied ConfigMap, the effective resync period, the Deployment and the conditions.
-//! No finalizer: owner references let the garbage collector remove everything.
+//! ConfigMap's hash, so a config change rolls it), then, once it is available, the pod routing
+//! webhook ([`pod_routing`]). Status reports the scheduler name read back from the applied
+//! ConfigMap, the effective resync period, the Deployment and the conditions.
+//!
+//! Deletion is ordered (nro.md §7a): our finalizer deletes the pod routing webhook first and is
+//! released only once that is gone, so no pod is routed to a scheduler being removed; then owner
+//! references let the garbage collector remove the rest.
+
+pub mod pod_routing;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +25,7 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use numaresources_api::operator::defaults::Platform;
@@ -34,7 +41,10 @@ use crate::conditions::{self as cond, Extra, State};
 use crate::context::{Context, Error, Result, error_policy_for};
 use crate::guarded;
 use crate::hash::config_hash;
-use crate::names::{self, ANNOTATION_PAUSE, ANNOTATION_SCHEDULER_QOS, FIELD_MANAGER, SCHEDULER};
+use crate::names::{
+    self, ANNOTATION_PAUSE, ANNOTATION_SCHEDULER_QOS, FIELD_MANAGER, FINALIZER_POD_ROUTING, POD_ROUTING_CONFIGURATION,
+    SCHEDULER,
+};
 use crate::operator::nrt_api::deployment_available;
 use crate::render::scheduler::{self as render, SchedulerSettings};
 
@@ -44,12 +54,21 @@ const PROGRESS_REQUEUE: Duration = Duration::from_secs(5);
 const RESYNC: Duration = Duration::from_secs(300);
 
 /// Reconciles one watched object (guarded watch, [`guarded`]): a malformed object is marked
-/// `Degraded` and skipped.
+/// `Degraded` and skipped; a malformed one being deleted still gets its finalizer's cleanup,
+/// which needs nothing but its identity.
 pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     match guarded::parse::<NUMAResourcesScheduler>(&obj) {
         Ok(nrs) => reconcile(Arc::new(nrs), ctx).await,
-        // Nothing to clean up: owner references remove what it created.
-        Err(_) if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+        Err(_) if obj.metadata.deletion_timestamp.is_some() => {
+            if obj.finalizers().iter().any(|f| f == FINALIZER_POD_ROUTING) {
+                let identity =
+                    NUMAResourcesScheduler { metadata: obj.metadata.clone(), spec: Default::default(), status: None };
+                cleanup(&identity, &ctx).await?;
+                let resource = guarded::resource::<NUMAResourcesScheduler>();
+                guarded::release(&ctx, &resource, &obj, FINALIZER_POD_ROUTING).await?;
+            }
+            Ok(Action::await_change())
+        }
         Err(malformed) => {
             guarded::degrade(&ctx, &guarded::resource::<NUMAResourcesScheduler>(), &obj, &malformed).await?;
             Ok(Action::await_change())
@@ -65,23 +84,39 @@ pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context
 /// Reconciles one `NUMAResourcesScheduler`.
 pub async fn reconcile(nrs: Arc<NUMAResourcesScheduler>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.pass("scheduler");
+    let deleting = nrs.metadata.deletion_timestamp.is_some();
     if nrs.name_any() != SCHEDULER_SINGLETON_NAME {
-        let message = format!("this is a singleton resource and the object name must be '{SCHEDULER_SINGLETON_NAME}'");
-        write_status(&nrs, &ctx, &State::degraded(cond::REASON_SCHEDULER_NAME, message), None).await?;
+        if !deleting {
+            let message =
+                format!("this is a singleton resource and the object name must be '{SCHEDULER_SINGLETON_NAME}'");
+            write_status(&nrs, &ctx, &State::degraded(cond::REASON_SCHEDULER_NAME, message), None).await?;
+        }
         return Ok(Action::await_change());
     }
-    if nrs.annotations().get(ANNOTATION_PAUSE).is_some_and(|v| v == "enabled") {
+    // Deletion is never paused: the finalizer would hold the object forever.
+    if !deleting && nrs.annotations().get(ANNOTATION_PAUSE).is_some_and(|v| v == "enabled") {
         return Ok(Action::await_change());
     }
-    match apply(&nrs, &ctx).await {
+    let api: Api<NUMAResourcesScheduler> = Api::all(ctx.client.clone());
+    let result = finalizer(&api, FINALIZER_POD_ROUTING, nrs.clone(), |event| async {
+        match event {
+            FinalizerEvent::Apply(nrs) => apply(&nrs, &ctx).await,
+            FinalizerEvent::Cleanup(nrs) => cleanup(&nrs, &ctx).await,
+        }
+    })
+    .await
+    .map_err(Error::from);
+    match result {
         Ok(action) => {
             ctx.reset_backoff(&key(&nrs));
             Ok(action)
         }
         Err(error) => {
-            let state = State::degraded(cond::REASON_INTERNAL_ERROR, error.condition_message());
-            if let Err(status_error) = write_status(&nrs, &ctx, &state, None).await {
-                tracing::warn!(error = %status_error, "failed to report the failure in status");
+            if !deleting {
+                let state = State::degraded(cond::REASON_INTERNAL_ERROR, error.condition_message());
+                if let Err(status_error) = write_status(&nrs, &ctx, &state, None).await {
+                    tracing::warn!(error = %status_error, "failed to report the failure in status");
+                }
             }
             Err(error)
         }
@@ -145,7 +180,9 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     let scheduler_name =
         data.get(render::CONFIG_KEY).and_then(|yaml| render::scheduler_name_in(yaml)).unwrap_or_default();
     let running = Running { scheduler_name, spec };
-    let (state, action) = if deployment_available(&deployment) {
+    let available = deployment_available(&deployment);
+    pod_routing::reconcile(nrs, ctx, &applier, available).await?;
+    let (state, action) = if available {
         (State::Available, Action::requeue(RESYNC))
     } else {
         let message = format!("waiting for Deployment {namespace}/{SCHEDULER} to become available");
@@ -153,6 +190,18 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     };
     write_status(nrs, ctx, &state, Some(&running)).await?;
     Ok(action)
+}
+
+/// The pod routing webhook first: with it gone no pod is sent to the scheduler the garbage
+/// collector is about to delete. The finalizer is released only once a GET answers 404.
+async fn cleanup(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
+    if pod_routing::remove(nrs, ctx).await? {
+        let note = format!("the pod routing webhook {POD_ROUTING_CONFIGURATION} is gone");
+        ctx.event(&nrs.object_ref(&()), EventType::Normal, "PodRoutingRemoved", "Delete", note).await;
+        Ok(Action::await_change())
+    } else {
+        Err(Error::NotYet(format!("MutatingWebhookConfiguration {POD_ROUTING_CONFIGURATION} is still being deleted")))
+    }
 }
 
 /// How many nodes may run a replica: control-plane nodes (workers on HyperShift); on plain

@@ -1,10 +1,12 @@
 //! Scheduler reconciler scenarios against the in-memory API (nro.md §5.3): everything on the first
 //! pass, no-op second pass, wrong name, invalid spec and recovery, a name change rolling the
-//! Deployment, replica autodetection with leader election, and API errors.
+//! Deployment, replica autodetection with leader election, and API errors; the pod routing
+//! webhook and the ordered deletion its finalizer gives.
 
 use std::collections::BTreeSet;
 
 use http::Method;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use numaresources_api::GoDuration;
@@ -12,6 +14,7 @@ use numaresources_api::operator::NUMAResourcesSchedulerSpec;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::certificates::CertificateMode;
 use crate::context::Settings;
 use crate::fake::FakeApi;
 
@@ -20,6 +23,8 @@ const NRS: &str = "/apis/nodetopology.openshift.io/v1/numaresourcesschedulers/nu
 const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/numaresources/deployments/numaresources-scheduler";
 const CONFIG: &str = "/api/v1/namespaces/numaresources/configmaps/numaresources-scheduler-config";
 const IMAGE: &str = "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.33.5";
+const ROUTING: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/numaresources-pod-routing";
+const CA: &str = "/api/v1/namespaces/numaresources/secrets/numaresources-ca";
 
 struct Harness {
     fake: FakeApi,
@@ -32,13 +37,20 @@ fn nrs_object(name: &str) -> Value {
         NUMAResourcesSchedulerSpec { scheduler_image: IMAGE.into(), ..Default::default() },
     );
     nrs.metadata.generation = Some(1);
+    // As after the first pass: most scenarios are about what comes next.
+    nrs.metadata.finalizers = Some(vec![FINALIZER_POD_ROUTING.to_owned()]);
     serde_json::to_value(nrs).unwrap()
 }
 
 impl Harness {
     fn new(control_plane_nodes: usize) -> Self {
+        Self::with_mode(control_plane_nodes, CertificateMode::SelfManaged)
+    }
+
+    fn with_mode(control_plane_nodes: usize, certificate_mode: CertificateMode) -> Self {
         let (fake, client) = FakeApi::start();
-        let h = Self { fake, ctx: Arc::new(Context::new(client, Settings::kubernetes(NS, "unused"), None)) };
+        let settings = Settings { certificate_mode, ..Settings::kubernetes(NS, "unused") };
+        let h = Self { fake, ctx: Arc::new(Context::new(client, settings, None)) };
         for i in 0..control_plane_nodes {
             h.add_control_plane_node(i);
         }
@@ -84,6 +96,18 @@ impl Harness {
 
     fn deployment(&self) -> Deployment {
         self.fake.typed(DEPLOYMENT)
+    }
+
+    /// Turns pod routing on and converges: the scheduler rolled out, the webhook applied.
+    async fn route_pods(&self) {
+        self.fake.edit(NRS, |nrs| nrs["spec"]["podRouting"] = json!({"mode": "ExclusiveResources"}));
+        self.reconcile().await.unwrap();
+        self.fake.roll_out();
+        assert_eq!(self.reconcile().await.unwrap(), Action::requeue(RESYNC));
+    }
+
+    fn routing(&self) -> MutatingWebhookConfiguration {
+        self.fake.typed(ROUTING)
     }
 }
 
@@ -259,4 +283,127 @@ async fn the_running_controller_reconciles_and_reports_its_cache_synced() {
     h.ctx.readiness.api_reachable();
     h.ctx.readiness.leading();
     assert_eq!(h.ctx.readiness.check(), Err("leading; 1 of 3 controllers have synced their caches".into()));
+}
+
+#[tokio::test]
+async fn the_first_pass_adds_the_finalizer_and_nothing_else() {
+    let h = Harness::new(1);
+    h.fake.edit(NRS, |nrs| {
+        nrs["metadata"].as_object_mut().unwrap().remove("finalizers");
+    });
+    assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
+    let finalizers = h.fake.typed::<NUMAResourcesScheduler>(NRS).metadata.finalizers;
+    assert_eq!(finalizers, Some(vec![FINALIZER_POD_ROUTING.to_owned()]));
+    assert!(h.fake.get(DEPLOYMENT).is_none(), "the next pass (the finalizer's change wakes it) applies");
+}
+
+#[tokio::test]
+async fn routing_applies_the_pod_webhook_once_the_scheduler_runs_and_disabling_removes_it() {
+    let h = Harness::new(1);
+    h.fake.edit(NRS, |nrs| nrs["spec"]["podRouting"] = json!({"mode": "ExclusiveResources"}));
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(ROUTING).is_none(), "no pod is routed to a scheduler that is not running yet");
+    h.fake.roll_out();
+    h.reconcile().await.unwrap();
+    let routing = h.routing();
+    let owner = &routing.metadata.owner_references.clone().unwrap()[0];
+    let nrs = h.fake.typed::<NUMAResourcesScheduler>(NRS);
+    assert_eq!((owner.kind.as_str(), owner.controller), ("NUMAResourcesScheduler", Some(true)));
+    assert_eq!(Some(&owner.uid), nrs.metadata.uid.as_ref());
+    let webhook = &routing.webhooks.unwrap()[0];
+    assert_eq!(webhook.name, "pods.nodetopology.openshift.io");
+    assert_eq!(webhook.failure_policy.as_deref(), Some("Ignore"));
+
+    h.fake.edit(NRS, |nrs| nrs["spec"]["podRouting"] = json!({"mode": "Disabled"}));
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(ROUTING).is_none(), "Disabled: the webhook is gone");
+    assert!(h.fake.get(DEPLOYMENT).is_some(), "the scheduler itself stays");
+}
+
+#[tokio::test]
+async fn self_managed_routing_carries_the_ca_bundle_and_the_certificate_loop_keeps_it() {
+    let h = Harness::new(1);
+    h.route_pods().await;
+    let held = |h: &Harness| h.routing().webhooks.unwrap()[0].client_config.ca_bundle.clone();
+    let ca: k8s_openapi::api::core::v1::Secret = h.fake.typed(CA);
+    let bundle = ca.data.unwrap()["ca-bundle.crt"].clone();
+    assert_eq!(held(&h), Some(bundle.clone()), "applied with the bundle trusted now");
+
+    // Re-created by someone without caBundle: the certificate loop fills it in again.
+    h.fake.edit(ROUTING, |routing| {
+        routing["webhooks"][0]["clientConfig"].as_object_mut().unwrap().remove("caBundle");
+    });
+    let policy = numaresources_certs::rotation::RotationPolicy::default();
+    let pass = crate::certificates::reconcile(&h.ctx, &policy, std::time::SystemTime::now()).await.unwrap();
+    assert!(pass.failed_consumers.is_empty(), "{:?}", pass.failed_consumers);
+    assert_eq!(held(&h), Some(bundle), "the pod routing configuration is one of the loop's consumers");
+}
+
+#[tokio::test]
+async fn injectors_are_asked_by_annotation_and_olm_gets_no_configuration_of_ours() {
+    let h = Harness::with_mode(1, CertificateMode::CertManager);
+    h.route_pods().await;
+    let routing = h.routing();
+    assert_eq!(
+        routing.metadata.annotations.unwrap()["cert-manager.io/inject-ca-from"],
+        "numaresources/numaresources-webhook"
+    );
+    assert!(routing.webhooks.unwrap()[0].client_config.ca_bundle.is_none(), "cainjector's to fill");
+    assert!(h.fake.get(CA).is_none(), "no CA of ours");
+
+    let h = Harness::with_mode(1, CertificateMode::Olm);
+    h.route_pods().await;
+    assert!(h.fake.get(ROUTING).is_none(), "the CSV declares the pod webhook; OLM owns it");
+    h.fake.edit(NRS, |nrs| nrs["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"));
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(NRS).is_none(), "nothing of ours to wait for: the finalizer goes at once");
+}
+
+#[tokio::test]
+async fn deletion_removes_the_pod_webhook_first_and_holds_the_finalizer_until_it_is_gone() {
+    let h = Harness::new(1);
+    h.route_pods().await;
+    // Someone else's finalizer keeps the configuration around for a while after the DELETE.
+    h.fake.edit(ROUTING, |routing| routing["metadata"]["finalizers"] = json!(["example.com/hold"]));
+    h.fake.edit(NRS, |nrs| nrs["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"));
+    h.fake.take_calls();
+    let error = h.reconcile().await.unwrap_err();
+    assert!(matches!(error, Error::NotYet(_)), "{error}");
+    let calls = h.fake.take_calls();
+    let deleted: Vec<&str> = calls.iter().filter(|c| c.method == Method::DELETE).map(|c| c.path.as_str()).collect();
+    assert_eq!(deleted, [ROUTING], "only the pod webhook; the garbage collector does the rest");
+    assert!(h.routing().metadata.deletion_timestamp.is_some());
+    let nrs = h.fake.typed::<NUMAResourcesScheduler>(NRS);
+    assert_eq!(nrs.metadata.finalizers, Some(vec![FINALIZER_POD_ROUTING.to_owned()]), "held while it exists");
+    assert!(h.fake.get(DEPLOYMENT).is_some());
+
+    h.fake.remove(ROUTING);
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(NRS).is_none(), "gone (GET 404): finalizer released, object deleted");
+}
+
+#[tokio::test]
+async fn a_malformed_object_being_deleted_still_removes_the_pod_webhook_and_goes() {
+    let h = Harness::new(1);
+    h.route_pods().await;
+    h.fake.edit(NRS, |nrs| {
+        nrs["spec"]["cacheResyncPeriod"] = json!("5 seconds");
+        nrs["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    });
+    assert_eq!(h.reconcile().await.unwrap(), Action::await_change());
+    assert!(h.fake.get(ROUTING).is_none());
+    assert!(h.fake.get(NRS).is_none(), "finalizer released through the raw object");
+}
+
+#[tokio::test]
+async fn a_pod_webhook_configuration_of_someone_else_is_never_deleted() {
+    let h = Harness::new(1);
+    let mut foreign = serde_json::to_value(crate::render::pod_routing::configuration(NS, None).unwrap()).unwrap();
+    foreign["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "someone", "controller": true}]);
+    h.fake.insert(ROUTING, foreign);
+    h.fake.edit(NRS, |nrs| nrs["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"));
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(ROUTING).is_some());
+    assert!(h.fake.get(NRS).is_none());
 }
