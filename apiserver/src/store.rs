@@ -38,7 +38,7 @@ use bytes::Bytes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use numaresources_api::nrt::NodeResourceTopology;
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 
 use crate::table::RowParts;
 
@@ -55,8 +55,6 @@ pub const DEFAULT_HISTORY: usize = 10_000;
 pub const DEFAULT_HISTORY_BYTES: usize = 8 * 1024 * 1024;
 /// What one history entry costs beside the JSON it holds (the event and the slim version).
 const ENTRY_OVERHEAD: usize = std::mem::size_of::<Event>() + std::mem::size_of::<Stored>() + 64;
-/// How many events a slow watcher may fall behind before it is told to relist.
-const WATCH_BUFFER: usize = 4_096;
 
 /// One stored version of an object with its pre-serialized JSON.
 #[derive(Debug)]
@@ -254,14 +252,19 @@ pub enum StoreError {
 }
 
 /// A point from which a watch starts.
+///
+/// Watchers read changes from the history ([`Store::events_after`]) rather than from a channel
+/// of their own: a watcher that stops reading holds no versions, so what the history holds,
+/// which its bounds cover, is all that changes keep alive. One that falls behind the history
+/// is told to relist.
 #[derive(Debug)]
 pub struct WatchStart {
-    /// Events after the requested revision that the history still holds.
+    /// Synthetic `ADDED` events for the current state, when the watch starts with it.
     pub backlog: Vec<Arc<Event>>,
-    /// Every later event.
-    pub receiver: broadcast::Receiver<Arc<Event>>,
-    /// The store's revision when the watch started.
+    /// Where the watch stands once the backlog is sent: the changes after this revision follow.
     pub revision: u64,
+    /// Tells of every new revision.
+    pub changes: watch::Receiver<u64>,
 }
 
 /// A consistent view of all objects.
@@ -277,7 +280,8 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct Store {
     state: RwLock<State>,
-    events: broadcast::Sender<Arc<Event>>,
+    /// The last revision written, for watchers waiting for changes.
+    revisions: watch::Sender<u64>,
     history_limit: usize,
     history_bytes_limit: usize,
     uid_seed: std::collections::hash_map::RandomState,
@@ -319,7 +323,7 @@ impl Store {
 
     /// An empty store whose first write gets revision `start + 1`.
     pub fn starting_at(start: u64, history_limit: usize) -> Self {
-        let (events, _) = broadcast::channel(WATCH_BUFFER);
+        let revisions = watch::Sender::new(start);
         Self {
             state: RwLock::new(State {
                 objects: HashMap::new(),
@@ -328,7 +332,7 @@ impl Store {
                 revision: start,
                 oldest_resumable: start,
             }),
-            events,
+            revisions,
             history_limit: history_limit.max(1),
             history_bytes_limit: DEFAULT_HISTORY_BYTES,
             uid_seed: std::collections::hash_map::RandomState::new(),
@@ -402,27 +406,32 @@ impl Store {
     /// store's revision.
     pub fn watch(&self, from: Option<u64>) -> Result<WatchStart, WatchRefusal> {
         let state = self.read();
-        // Subscribing under the read lock: writers publish under the write lock, so no event
-        // falls between the backlog and the receiver.
-        let receiver = self.events.subscribe();
-        let backlog = match from {
-            None => Vec::new(),
+        let revision = match from {
+            None => state.revision,
             Some(from) if from < state.oldest_resumable => {
                 return Err(WatchRefusal::TooOld { oldest: state.oldest_resumable });
             }
             Some(from) if from > state.revision => return Err(WatchRefusal::TooLarge { current: state.revision }),
-            // The history is in revision order: find the first later event by bisection.
-            Some(from) => {
-                state.history.range(state.history.partition_point(|e| e.revision <= from)..).cloned().collect()
-            }
+            Some(from) => from,
         };
-        Ok(WatchStart { backlog, receiver, revision: state.revision })
+        Ok(WatchStart { backlog: Vec::new(), revision, changes: self.revisions.subscribe() })
+    }
+
+    /// Up to `max` events after revision `after`, oldest first. Refused when the history no
+    /// longer reaches back that far: the watcher fell behind and must relist.
+    pub fn events_after(&self, after: u64, max: usize) -> Result<Vec<Arc<Event>>, WatchRefusal> {
+        let state = self.read();
+        if after < state.oldest_resumable {
+            return Err(WatchRefusal::TooOld { oldest: state.oldest_resumable });
+        }
+        // The history is in revision order: find the first later event by bisection.
+        let first = state.history.partition_point(|e| e.revision <= after);
+        Ok(state.history.range(first..).take(max).cloned().collect())
     }
 
     /// Starts a watch with every current object as a synthetic `ADDED` event, then every change.
     pub fn watch_with_snapshot(&self) -> WatchStart {
         let state = self.read();
-        let receiver = self.events.subscribe();
         let mut objects: Vec<&Arc<Stored>> = state.objects.values().collect();
         objects.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         let backlog = objects
@@ -436,7 +445,7 @@ impl Store {
                 })
             })
             .collect();
-        WatchStart { backlog, receiver, revision: state.revision }
+        WatchStart { backlog, revision: state.revision, changes: self.revisions.subscribe() }
     }
 
     /// Creates `object`. Server-owned metadata is set here; `dry_run` validates without storing.
@@ -611,8 +620,8 @@ impl Store {
                 state.oldest_resumable = dropped.revision;
             }
         }
-        // No receivers is fine: nobody is watching.
-        let _ = self.events.send(event);
+        // Watchers read the event from the history; this only wakes them.
+        self.revisions.send_replace(event.revision);
     }
 
     /// A random version-4-shaped UUID (no extra dependency: the std hasher is seeded randomly
@@ -779,26 +788,26 @@ mod tests {
     fn unchanged_writes_keep_the_revision_and_emit_nothing() {
         let store = Store::starting_at(0, 10);
         store.create(nrt("n", 4), false).unwrap();
-        let start = store.watch(Some(1)).unwrap();
         let mut reordered = nrt("n", 4);
         reordered.zones[0].resources[0].capacity = Quantity::parse("4").unwrap();
         let (stored, changed) = store.update(reordered, &Preconditions::default(), false).unwrap();
         assert!(!changed);
         assert_eq!(stored.revision, 1);
         assert_eq!(store.revision(), 1);
-        assert!(start.receiver.is_empty());
+        assert!(store.events_after(1, usize::MAX).unwrap().is_empty());
     }
 
     #[test]
     fn real_changes_bump_revision_and_generation_and_are_watched() {
         let store = Store::starting_at(0, 10);
         store.create(nrt("n", 4), false).unwrap();
-        let mut start = store.watch(Some(1)).unwrap();
+        let start = store.watch(Some(1)).unwrap();
         let (stored, changed) = store.update(nrt("n", 3), &Preconditions::default(), false).unwrap();
+        assert!(start.changes.has_changed().unwrap());
         assert!(changed);
         assert_eq!(stored.revision, 2);
         assert_eq!(stored.object().unwrap().metadata.generation, Some(2));
-        let event = start.receiver.try_recv().unwrap();
+        let event = store.events_after(start.revision, 1).unwrap().remove(0);
         assert_eq!((event.kind, event.revision), (EventType::Modified, 2));
         assert_eq!(event.previous.as_ref().unwrap().revision, 1);
 
@@ -892,15 +901,15 @@ mod tests {
         let (marked, gone) = store.delete("n", &Preconditions::default(), false).unwrap();
         assert!(!gone);
         assert!(marked.object().unwrap().metadata.deletion_timestamp.is_some());
-        let mut watch = store.watch(Some(1)).unwrap();
-        assert_eq!(watch.receiver.try_recv().unwrap_err(), broadcast::error::TryRecvError::Empty);
-        assert_eq!(watch.backlog.pop().map(|e| (e.kind, e.revision)), Some((EventType::Modified, 2)));
+        let mut events = store.events_after(1, usize::MAX).unwrap();
+        assert_eq!(events.pop().map(|e| (e.kind, e.revision)), Some((EventType::Modified, 2)));
+        assert!(events.is_empty());
         let mut released = marked.object().unwrap().into_owned();
         released.metadata.finalizers = None;
-        let mut watch = store.watch(Some(store.revision())).unwrap();
+        let watch = store.watch(Some(store.revision())).unwrap();
         store.update(released, &Preconditions::default(), false).unwrap();
         assert!(store.get("n").is_none());
-        assert_eq!(watch.receiver.try_recv().unwrap().kind, EventType::Deleted);
+        assert_eq!(store.events_after(watch.revision, usize::MAX).unwrap()[0].kind, EventType::Deleted);
     }
 
     #[test]
@@ -1010,6 +1019,23 @@ mod tests {
     }
 
     #[test]
+    fn a_watcher_that_stops_reading_keeps_no_replaced_version_alive() {
+        let store = Store::starting_at(0, 10);
+        store.create(nrt("n", 1), false).unwrap();
+        let paused = store.watch(Some(1)).unwrap();
+        let written = Arc::downgrade(&store.update(nrt("n", 2), &Preconditions::default(), false).unwrap().0);
+        for cpus in 3..5 {
+            store.update(nrt("n", cpus), &Preconditions::default(), false).unwrap();
+        }
+        // The typed versions a write replaced are gone, though the watcher has not read them;
+        // the history keeps slim copies.
+        assert!(written.upgrade().is_none());
+        assert!(paused.changes.has_changed().unwrap());
+        let kinds: Vec<EventType> = store.events_after(paused.revision, 10).unwrap().iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [EventType::Modified; 3]);
+    }
+
+    #[test]
     fn the_history_is_bounded_by_bytes_oldest_first() {
         let size = |store: &Store| store.read().history.iter().map(|e| e.charge()).sum::<usize>();
         let one = {
@@ -1026,7 +1052,7 @@ mod tests {
         assert_eq!(retained, [3, 4, 5]);
         assert_eq!(store.read().history_bytes, size(&store));
         assert!(size(&store) <= 3 * one + one / 2);
-        assert_eq!(store.watch(Some(2)).unwrap().backlog.len(), 3);
+        assert_eq!(store.events_after(2, usize::MAX).unwrap().len(), 3);
         assert_eq!(store.watch(Some(1)).unwrap_err(), WatchRefusal::TooOld { oldest: 2 });
         // A modification holds two versions, so it costs about twice as much: older events go.
         store.update(nrt("n4", 2), &Preconditions::default(), false).unwrap(); // 6
@@ -1037,7 +1063,7 @@ mod tests {
         let tiny = Store::starting_at(0, 100).with_history_bytes(1);
         tiny.create(nrt("a", 1), false).unwrap();
         tiny.create(nrt("b", 1), false).unwrap();
-        assert_eq!(tiny.watch(Some(1)).unwrap().backlog.len(), 1);
+        assert_eq!(tiny.events_after(1, usize::MAX).unwrap().len(), 1);
     }
 
     #[test]
@@ -1048,8 +1074,13 @@ mod tests {
         }
         // Revisions 1..=5; the history keeps 3..=5, so resuming after 2 still works.
         let start = store.watch(Some(2)).unwrap();
-        let revisions: Vec<u64> = start.backlog.iter().map(|e| e.revision).collect();
+        let revisions: Vec<u64> =
+            store.events_after(start.revision, usize::MAX).unwrap().iter().map(|e| e.revision).collect();
         assert_eq!(revisions, [3, 4, 5]);
+        let first_two: Vec<u64> = store.events_after(2, 2).unwrap().iter().map(|e| e.revision).collect();
+        assert_eq!(first_two, [3, 4]);
+        // A watcher that fell behind what the history keeps is told to relist.
+        assert_eq!(store.events_after(1, 1).unwrap_err(), WatchRefusal::TooOld { oldest: 2 });
         assert_eq!(store.watch(Some(1)).unwrap_err(), WatchRefusal::TooOld { oldest: 2 });
         // A revision from the future is too large, not too old: the client may retry.
         assert_eq!(store.watch(Some(99)).unwrap_err(), WatchRefusal::TooLarge { current: 5 });

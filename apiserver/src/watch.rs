@@ -19,7 +19,7 @@ use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use numaresources_api::nrt::KIND;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -31,6 +31,9 @@ use crate::store::{Event, EventType, WatchRefusal, WatchStart};
 use crate::table::{self, Columns};
 
 const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
+/// How many events a watcher takes from the history at a time: what a watcher whose client
+/// stopped reading holds besides the history.
+const READ_AT_ONCE: usize = 64;
 /// The annotation that marks the end of the initial events of a streaming list.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
@@ -62,6 +65,7 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
     let timeout = options.timeout_seconds.map_or_else(default_timeout, Duration::from_secs);
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
     let stream = Watch {
+        store: state.store.clone(),
         _open: state.metrics.watch_opened(),
         stopping: state.stopping.clone(),
         options,
@@ -94,6 +98,7 @@ fn default_timeout() -> Duration {
 }
 
 struct Watch {
+    store: Arc<crate::store::Store>,
     _open: crate::metrics::WatchGuard,
     stopping: tokio_util::sync::CancellationToken,
     options: Options,
@@ -106,8 +111,7 @@ struct Watch {
 
 impl Watch {
     async fn run(mut self, start: WatchStart) {
-        let WatchStart { backlog, mut receiver, revision } = start;
-        let mut last_revision = revision;
+        let WatchStart { backlog, revision, mut changes } = start;
         for event in backlog {
             if !self.send_event(&event).await {
                 return;
@@ -116,38 +120,54 @@ impl Watch {
         if self.options.send_initial_events && !self.send(self.bookmark(revision, true)).await {
             return;
         }
+        // The revision of the last event handled: the changes after it are next.
+        let mut position = revision;
+        let mut ready: Vec<Arc<Event>> = Vec::new();
         let mut bookmarks = tokio::time::interval_at(Instant::now() + self.bookmark_every, self.bookmark_every);
         loop {
+            if ready.is_empty() {
+                // Marked seen before reading, so a write after the read wakes the wait below.
+                changes.borrow_and_update();
+                match self.store.events_after(position, READ_AT_ONCE) {
+                    Ok(events) => ready = events,
+                    Err(_) => {
+                        tracing::warn!(position, "a watcher fell behind the history; telling it to relist");
+                        self.expired(format!("the watch fell behind the history at {position}; relist")).await;
+                        return;
+                    }
+                }
+            }
+            // Biased: the deadline and stopping come first even while events keep coming.
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep_until(self.deadline) => return,
                 () = self.stopping.cancelled() => {
                     // A last bookmark lets the client resume from here against another replica
                     // (or this one after a restart, which answers 410 and it relists).
                     if self.options.allow_bookmarks {
-                        self.send(self.bookmark(last_revision, false)).await;
+                        self.send(self.bookmark(position, false)).await;
                     }
                     return;
                 }
                 _ = self.sender.closed() => return,
                 _ = bookmarks.tick(), if self.options.allow_bookmarks => {
-                    if !self.send(self.bookmark(last_revision, false)).await {
+                    if !self.send(self.bookmark(position, false)).await {
                         return;
                     }
                 }
-                received = receiver.recv() => match received {
-                    Ok(event) => {
-                        last_revision = event.revision;
+                () = std::future::ready(()), if !ready.is_empty() => {
+                    for event in std::mem::take(&mut ready) {
+                        position = event.revision;
                         if !self.send_event(&event).await {
                             return;
                         }
                     }
-                    Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, "a watcher fell behind; telling it to relist");
-                        self.expired(format!("the watch fell {missed} events behind; relist")).await;
+                }
+                changed = changes.changed(), if ready.is_empty() => {
+                    if changed.is_err() {
                         return;
                     }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
+                }
             }
         }
     }
