@@ -75,11 +75,11 @@ mod tests {
         let names: Vec<&str> = snapshot.items.iter().map(|s| s.name()).collect();
         assert!(names.contains(&"sim-intel-2numa-00000") && names.contains(&"sim-amd64-offline-00005"));
         let intel = store.get("sim-intel-2numa-00000").unwrap();
-        assert_eq!(intel.object().zones.len(), 2);
+        assert_eq!(intel.object().unwrap().zones.len(), 2);
         let availables: std::collections::BTreeSet<i64> = snapshot
             .items
             .iter()
-            .flat_map(|s| s.object().into_owned().zones.into_iter().flat_map(|z| z.resources))
+            .flat_map(|s| s.object().unwrap().into_owned().zones.into_iter().flat_map(|z| z.resources))
             .filter(|r| r.name == "cpu")
             .filter_map(|r| r.available.as_i64())
             .collect();
