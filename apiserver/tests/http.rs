@@ -555,6 +555,41 @@ async fn watches_resume_from_a_resource_version_or_expire() {
 }
 
 #[tokio::test]
+async fn a_watcher_that_falls_behind_the_history_is_told_to_relist() {
+    // The test runtime has one thread: the watch's task first runs when the test awaits its
+    // body, after the writes below have pushed its position out of a three-event history.
+    let (app, state) = app_with_history(3);
+    create(&app, nrt("worker-0", 1)).await; // 1001
+    let behind = watch(&app, "resourceVersion=1001", "application/json").await;
+    for available in 2..7 {
+        let object: numaresources_api::nrt::NodeResourceTopology =
+            serde_json::from_value(nrt("worker-0", available)).unwrap();
+        state.store.update(object, &Default::default(), false).unwrap();
+    }
+    let seen = events(behind, 1).await;
+    assert_eq!(seen[0]["type"], "ERROR");
+    assert_eq!(seen[0]["object"]["code"], 410);
+    assert_eq!(seen[0]["object"]["reason"], "Expired");
+}
+
+#[tokio::test]
+async fn metadata_watchers_see_a_deletion_with_its_full_metadata() {
+    let (app, _) = app();
+    let created = create(&app, nrt("worker-0", 1)).await; // 1001
+    let metadata = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let body = watch(&app, "resourceVersion=1001", metadata).await;
+    let deleted = call(&app, Method::DELETE, &format!("{BASE}/worker-0"), &[], None).await;
+    assert_eq!(deleted.status, StatusCode::OK);
+    let seen = events(body, 1).await;
+    assert_eq!(seen[0]["type"], "DELETED");
+    assert_eq!(seen[0]["object"]["kind"], "PartialObjectMetadata");
+    let meta = &seen[0]["object"]["metadata"];
+    assert_eq!(meta["uid"], created.body["metadata"]["uid"]);
+    assert_eq!(meta["resourceVersion"], "1002");
+    assert_eq!(meta["labels"]["pool"], "cnf");
+}
+
+#[tokio::test]
 async fn streaming_lists_end_their_initial_events_with_a_bookmark() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await;
