@@ -176,7 +176,7 @@ impl Watch {
     async fn expired(self, message: String) {
         let status = ApiError::expired(message).to_status();
         let line = line("ERROR", &Bytes::from(serde_json::to_vec(&status).unwrap_or_default()));
-        let _ = self.sender.send(line).await;
+        self.send(line).await;
     }
 
     /// Encodes and sends an event if the selectors let it through. False when the client left,
@@ -233,8 +233,16 @@ impl Watch {
         line("BOOKMARK", &to_bytes(&object))
     }
 
+    /// Queues `line` for the client. False when the client left, or when the deadline passes or
+    /// the server stops while a client that stopped reading keeps the queue full: a stalled
+    /// client never holds a watch open past its timeout or a shutdown.
     async fn send(&self, line: Bytes) -> bool {
-        self.sender.send(line).await.is_ok()
+        tokio::select! {
+            biased;
+            sent = self.sender.send(line) => sent.is_ok(),
+            _ = tokio::time::sleep_until(self.deadline) => false,
+            () = self.stopping.cancelled() => false,
+        }
     }
 }
 

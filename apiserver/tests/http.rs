@@ -572,6 +572,48 @@ async fn a_watcher_that_falls_behind_the_history_is_told_to_relist() {
     assert_eq!(seen[0]["object"]["reason"], "Expired");
 }
 
+/// Every line a watch stream carries until it ends (bounded: a stream that never ends fails).
+async fn all_events(body: Body) -> Vec<Value> {
+    let bytes = tokio::time::timeout(Duration::from_secs(3600), body.collect())
+        .await
+        .expect("the watch stream never ended")
+        .unwrap()
+        .to_bytes();
+    bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect()
+}
+
+/// A watch whose client stops reading while 300 changes queue up, then (once `end` has run)
+/// reads what is left: the watch must have ended at `end`, not after sending everything.
+async fn a_stalled_watch_ends(end: impl AsyncFnOnce(&AppState)) -> usize {
+    let (app, state) = app_with_history(1000);
+    let created = create(&app, nrt("worker-0", 0)).await;
+    let from = created.body["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let stalled = watch(&app, &format!("resourceVersion={from}&timeoutSeconds=60"), "application/json").await;
+    for available in 1..=300 {
+        let object: numaresources_api::nrt::NodeResourceTopology =
+            serde_json::from_value(nrt("worker-0", available)).unwrap();
+        state.store.update(object, &Default::default(), false).unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await; // the watch fills its queue and waits
+    end(&state).await;
+    let seen = all_events(stalled).await;
+    assert!(!seen.is_empty());
+    seen.len()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_never_holds_a_watch_past_its_timeout_or_a_shutdown() {
+    // At most the queue (64) plus the event in hand: the rest of the 300 changes never went out.
+    let timed_out = a_stalled_watch_ends(async |_| tokio::time::sleep(Duration::from_secs(120)).await).await;
+    assert!(timed_out <= 65, "{timed_out} events: the watch outlived its timeoutSeconds");
+    let stopped = a_stalled_watch_ends(async |state| {
+        state.stopping.cancel();
+        tokio::time::sleep(Duration::from_secs(1)).await; // still not reading while the server stops
+    })
+    .await;
+    assert!(stopped <= 65, "{stopped} events: the watch outlived the shutdown");
+}
+
 #[tokio::test]
 async fn metadata_watchers_see_a_deletion_with_its_full_metadata() {
     let (app, _) = app();
