@@ -237,6 +237,12 @@ impl Watch {
     /// the server stops while a client that stopped reading keeps the queue full: a stalled
     /// client never holds a watch open past its timeout or a shutdown.
     async fn send(&self, line: Bytes) -> bool {
+        // The common case costs no timer: the queue has room.
+        let line = match self.sender.try_send(line) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(line)) => line,
+        };
         tokio::select! {
             biased;
             sent = self.sender.send(line) => sent.is_ok(),
