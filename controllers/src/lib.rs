@@ -19,6 +19,7 @@
 
 pub mod apply;
 pub mod certificates;
+pub mod cluster_nodes;
 pub mod conditions;
 pub mod context;
 #[cfg(test)]

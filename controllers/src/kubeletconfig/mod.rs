@@ -31,9 +31,10 @@ use numaresources_api::operator::{NUMAResourcesOperator, OPERATOR_SINGLETON_NAME
 use numaresources_api::selector;
 
 use crate::apply::{Applier, controlled_by, delete};
+use crate::cluster_nodes;
 use crate::context::{Context, Error, Result, error_policy_for};
 use crate::names::{self, ANNOTATION_PAUSE};
-use crate::nodegroups::{self, NodeInfo, PoolInfo};
+use crate::nodegroups;
 use crate::render::kubeletconfig::{self as render, TopologyManager};
 
 /// How often the kubelets are asked again.
@@ -103,15 +104,10 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
         return Ok(Action::await_change());
     }
     let spec = nro.spec.normalized();
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let node_list = nodes.list(&ListParams::default()).await.map_err(|e| Error::kube("list nodes", e))?;
-    let node_infos: Vec<NodeInfo> =
-        node_list.items.iter().map(|n| NodeInfo { name: n.name_any(), labels: n.labels().clone() }).collect();
-    let needs_pools = spec.node_groups.iter().any(|g| g.node_selector.is_none());
-    let pools = if needs_pools && ctx.settings.machine_config_pools { Some(list_pools(&ctx).await?) } else { None };
+    let (node_infos, pools) = cluster_nodes::observe(&ctx, &spec.node_groups).await?;
     let Ok(resolution) = nodegroups::resolve(&spec.node_groups, &node_infos, pools.as_deref(), true) else {
         // The operator controller reports why; the cluster may catch up (a pool gets created).
-        return Ok(Action::requeue(crate::operator::RESOLVE_RETRY));
+        return Ok(Action::requeue(cluster_nodes::RESOLVE_RETRY));
     };
     let kubelet_configs = if ctx.settings.kubelet_configs { Some(list_kubelet_configs(&ctx).await?) } else { None };
 
@@ -190,20 +186,6 @@ fn from_kubelet_configs(configs: &[DynamicObject], pool_labels: &BTreeMap<String
         .and_then(|kc| kc.data.pointer("/spec/kubeletConfig"))
         .map(|config| topology_manager_of(config, false))
         .unwrap_or_default()
-}
-
-async fn list_pools(ctx: &Context) -> Result<Vec<PoolInfo>> {
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &crate::operator::machine_config_pool_resource());
-    let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list MachineConfigPools", e))?;
-    Ok(list
-        .items
-        .into_iter()
-        .map(|pool| PoolInfo {
-            name: pool.name_any(),
-            labels: pool.labels().clone(),
-            node_selector: pool.data.pointer("/spec/nodeSelector").and_then(|s| serde_json::from_value(s.clone()).ok()),
-        })
-        .collect())
 }
 
 async fn list_kubelet_configs(ctx: &Context) -> Result<Vec<DynamicObject>> {

@@ -163,7 +163,7 @@ async fn a_malformed_object_is_skipped_and_an_unresolvable_one_retried() {
     assert!(fake.get(WORKER_CM).is_none());
 
     fake.edit(NRO, |nro| nro["spec"]["nodeGroups"] = json!([{"poolName": "worker"}]));
-    assert_eq!(run_once(&fake, &ctx).await, Action::requeue(crate::operator::RESOLVE_RETRY));
+    assert_eq!(run_once(&fake, &ctx).await, Action::requeue(cluster_nodes::RESOLVE_RETRY));
 }
 
 #[tokio::test]

@@ -27,7 +27,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -43,12 +43,13 @@ use numaresources_api::operator::{
 use serde_json::json;
 
 use crate::apply::{Applier, controlled_by, delete, get_opt};
+use crate::cluster_nodes::{self, RESOLVE_RETRY};
 use crate::conditions::{self as cond, Extra, State};
 use crate::context::{Context, Error, Result, error_policy_for};
 use crate::guarded;
 use crate::hash::config_hash;
 use crate::names::{self, ANNOTATION_PAUSE, FIELD_MANAGER, FINALIZER_APISERVICE};
-use crate::nodegroups::{self, NodeInfo, PoolInfo, ResolvedPool};
+use crate::nodegroups::{self, ResolvedPool};
 use crate::render::rte::{self, RteSettings};
 use nrt_api::ApiState;
 
@@ -58,9 +59,6 @@ const PROGRESS_REQUEUE: Duration = Duration::from_secs(5);
 const BLOCKED_REQUEUE: Duration = Duration::from_secs(60);
 /// Re-check node membership (overlaps) this often when all is well.
 const RESYNC: Duration = Duration::from_secs(300);
-/// Retry a node-group resolution that failed on cluster state (a MachineConfigPool not created
-/// yet): we watch node labels but not every pool change, so poll as upstream does for MCPs.
-pub const RESOLVE_RETRY: Duration = Duration::from_secs(60);
 
 /// The outcome a pass reports in status.
 #[derive(Debug, Clone, Default)]
@@ -175,9 +173,7 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
         write_status(nro, ctx, Outcome::degraded(cond::REASON_VALIDATION, errors.to_string())).await?;
         return Ok(Action::await_change());
     }
-    let nodes = list_nodes(ctx).await?;
-    let needs_pools = spec.node_groups.iter().any(|g| g.node_selector.is_none());
-    let pools = if needs_pools && ctx.settings.machine_config_pools { Some(list_pools(ctx).await?) } else { None };
+    let (nodes, pools) = cluster_nodes::observe(ctx, &spec.node_groups).await?;
     let multiple_pools = nro.annotations().get(names::ANNOTATION_MULTIPLE_POOLS).is_some_and(|v| v == "enabled");
     let resolution = match nodegroups::resolve(&spec.node_groups, &nodes, pools.as_deref(), multiple_pools) {
         Ok(resolution) => resolution,
@@ -360,32 +356,6 @@ async fn cleanup(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     } else {
         Err(Error::NotYet(format!("APIService {} is still being deleted", names::APISERVICE)))
     }
-}
-
-async fn list_nodes(ctx: &Context) -> Result<Vec<NodeInfo>> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let list = nodes.list(&ListParams::default()).await.map_err(|e| Error::kube("list nodes", e))?;
-    Ok(list.items.into_iter().map(|n| NodeInfo { name: n.name_any(), labels: n.labels().clone() }).collect())
-}
-
-/// The MachineConfigPool API, read dynamically (OpenShift only).
-pub fn machine_config_pool_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", "MachineConfigPool"))
-}
-
-async fn list_pools(ctx: &Context) -> Result<Vec<PoolInfo>> {
-    let resource = machine_config_pool_resource();
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
-    let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list MachineConfigPools", e))?;
-    Ok(list
-        .items
-        .into_iter()
-        .map(|pool| PoolInfo {
-            name: pool.name_any(),
-            labels: pool.labels().clone(),
-            node_selector: pool.data.pointer("/spec/nodeSelector").and_then(|s| serde_json::from_value(s.clone()).ok()),
-        })
-        .collect())
 }
 
 fn reference(group: &str, resource: &str, namespace: &str, name: &str) -> ObjectReference {
