@@ -170,11 +170,8 @@ async fn embedded_agent(
             "no kubelet here: allocatable = capacity, nothing allocated (--podresources-socket {NO_KUBELET})"
         );
     }
-    let loaded =
-        kube::config::Kubeconfig::read_from(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?;
-    let client_config =
-        kube::Config::from_custom_kubeconfig(loaded, &kube::config::KubeConfigOptions::default()).await?;
-    let client = kube::Client::try_from(client_config).context("building the exporter's API client")?;
+    let client =
+        crate::kube_client::kube_client(Some(kubeconfig)).await.context("building the exporter's API client")?;
     let publisher = MarkReady { inner: KubePublisher::new(client, false), readiness };
     Ok(Agent::new(config, source, publisher))
 }
