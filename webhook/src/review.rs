@@ -8,7 +8,6 @@
 
 use base64::Engine;
 use kube::core::admission::{AdmissionRequest, Operation};
-use kube::core::response::StatusSummary;
 use kube::core::{Resource, Status};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -217,11 +216,6 @@ impl Answer {
     }
 }
 
-/// A `Failure` status with a code and reason, as kube-apiserver builds them.
-pub(crate) fn failure(code: u16, reason: &str, message: String) -> Status {
-    Status { status: Some(StatusSummary::Failure), code, message, reason: reason.to_owned(), ..Status::default() }
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;
@@ -294,7 +288,7 @@ mod tests {
 
         let invalid = Answer::invalid(None, "nope");
         assert_eq!(invalid.verdict(), Verdict::Invalid);
-        let denied = Answer::deny("u-3", failure(422, "Invalid", "bad".into()));
+        let denied = Answer::deny("u-3", Status::failure("bad", "Invalid").with_code(422));
         assert_eq!(denied.verdict(), Verdict::Denied);
         let body: Value = serde_json::from_slice(&denied.to_json()).unwrap();
         assert_eq!(body["response"]["status"]["code"], 422);

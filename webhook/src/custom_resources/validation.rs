@@ -9,8 +9,6 @@ use numaresources_api::{FieldError, FieldErrors, FieldPath};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::review::failure;
-
 /// `Kind.group "name" is invalid: <problems>` with code 422 and reason `Invalid`.
 pub(super) fn invalid(kind: &str, name: &str, errors: &FieldErrors) -> Status {
     let message = format!("{kind}.{GROUP} {name:?} is invalid: {errors}");
@@ -34,7 +32,7 @@ pub(super) fn invalid(kind: &str, name: &str, errors: &FieldErrors) -> Status {
         causes,
         retry_after_seconds: 0,
     };
-    Status { details: Some(details), ..failure(422, "Invalid", message) }
+    Status::failure(&message, "Invalid").with_code(422).with_details(details)
 }
 
 /// The object as its Rust type, or the field that does not fit it (a value the CRD schema lets
