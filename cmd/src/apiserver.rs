@@ -12,9 +12,7 @@ use anyhow::Context;
 use numaresources_api::GoDuration;
 use numaresources_apiserver::auth::{Auth, Delegated, RequestHeaderConfig, Standalone};
 use numaresources_apiserver::{AppState, Store, router};
-use numaresources_certs::{
-    CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions, load_self_signed, serve,
-};
+use numaresources_certs::{CaBundle, ClientCaVerifier, ServerConfigBuilder, WatchOptions, serve};
 
 use crate::kube_client::kube_client;
 
@@ -139,7 +137,13 @@ pub fn run(args: ApiserverArgs) -> anyhow::Result<()> {
 }
 
 async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
-    let certificate = serving_certificate(&args)?;
+    let certificate = crate::tls::serving_certificate(
+        &args.tls_cert_file,
+        &args.tls_private_key_file,
+        &args.cert_dir,
+        &args.tls_sni_names,
+        "kube-apiserver reaches us only with insecureSkipTLSVerify until the mounted certificate appears",
+    )?;
     let _watcher = certificate.watch(WatchOptions::default())?;
     let standalone = standalone(&args)?;
     let client_cas = Arc::new(ClientCaVerifier::new(&standalone.as_ref().map(|s| s.client_cas()).unwrap_or_default())?);
@@ -253,20 +257,6 @@ fn standalone(args: &ApiserverArgs) -> anyhow::Result<Option<Standalone>> {
 fn read_ca(path: &Path) -> anyhow::Result<CaBundle> {
     let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     CaBundle::from_pem(&pem).with_context(|| path.display().to_string())
-}
-
-/// The configured certificate files, followed as they change; until they exist (an optional
-/// Secret volume whose Secret is not written yet), a self-signed pair generated in `--cert-dir`.
-fn serving_certificate(args: &ApiserverArgs) -> anyhow::Result<ReloadingCertificate> {
-    let fallback = || {
-        tracing::warn!(
-            "generating a self-signed serving certificate in {} (kube-apiserver reaches us only with \
-             insecureSkipTLSVerify until the mounted certificate appears)",
-            args.cert_dir.display()
-        );
-        load_self_signed(&args.cert_dir, &args.tls_sni_names)
-    };
-    Ok(ReloadingCertificate::load_or_fallback(&args.tls_cert_file, &args.tls_private_key_file, fallback)?)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use numaresources_certs::{ReloadingCertificate, ServerConfigBuilder, WatchOptions, load_self_signed, serve};
+use numaresources_certs::{ServerConfigBuilder, WatchOptions, serve};
 use numaresources_webhook::{ClusterCache, Webhook, follow_cluster, health_router, router};
 
 /// Options of `numaresources webhook` (named as the apiserver subcommand names them).
@@ -60,7 +60,13 @@ pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
 }
 
 async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
-    let certificate = serving_certificate(&args)?;
+    let certificate = crate::tls::serving_certificate(
+        &args.tls_cert_file,
+        &args.tls_private_key_file,
+        &args.cert_dir,
+        &args.tls_sni_names,
+        "kube-apiserver calls us only once the webhook configurations' caBundle trusts what we serve",
+    )?;
     let _watcher = certificate.watch(WatchOptions::default())?;
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).build()?;
 
@@ -82,18 +88,4 @@ async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     follower.abort();
     health.abort();
     served.context("serving")
-}
-
-/// The configured certificate files, followed as they change; until they exist (an optional
-/// Secret volume whose Secret is not written yet), a self-signed pair generated in `--cert-dir`.
-fn serving_certificate(args: &WebhookArgs) -> anyhow::Result<ReloadingCertificate> {
-    let fallback = || {
-        tracing::warn!(
-            "generating a self-signed serving certificate in {} (kube-apiserver calls us only once the webhook \
-             configurations' caBundle trusts what we serve)",
-            args.cert_dir.display()
-        );
-        load_self_signed(&args.cert_dir, &args.tls_sni_names)
-    };
-    Ok(ReloadingCertificate::load_or_fallback(&args.tls_cert_file, &args.tls_private_key_file, fallback)?)
 }
