@@ -90,9 +90,14 @@ pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     }
 }
 
-/// [`error_policy`] for the raw object.
+/// Retries a failed reconcile with a per-object backoff.
 pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
-    error_policy_for(&format!("kubeletconfig/{}", obj.name_any()), error, &ctx)
+    error_policy_for(&key(&obj.name_any()), error, &ctx)
+}
+
+/// The backoff key: `kubeletconfig/<name>`.
+fn key(name: &str) -> String {
+    format!("kubeletconfig/{name}")
 }
 
 /// Reconciles the exporter ConfigMaps of one `NUMAResourcesOperator`.
@@ -141,13 +146,8 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
             delete(&config_maps, &cm.name_any()).await?;
         }
     }
-    ctx.reset_backoff(&format!("kubeletconfig/{}", nro.name_any()));
+    ctx.reset_backoff(&key(&nro.name_any()));
     Ok(Action::requeue(RESYNC))
-}
-
-/// Retries a failed reconcile with a per-object backoff.
-pub fn error_policy(nro: Arc<NUMAResourcesOperator>, error: &Error, ctx: Arc<Context>) -> Action {
-    error_policy_for(&format!("kubeletconfig/{}", nro.name_any()), error, &ctx)
 }
 
 /// Each reachable node's live topology manager settings.

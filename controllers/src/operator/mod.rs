@@ -102,7 +102,7 @@ pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
 
 /// [`error_policy`] for the raw object.
 pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
-    error_policy_for(&format!("operator/{}", obj.name_any()), error, &ctx)
+    error_policy_for(&key(&obj.name_any()), error, &ctx)
 }
 
 /// Reconciles one `NUMAResourcesOperator`.
@@ -132,7 +132,7 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
     .map_err(Error::from);
     match result {
         Ok(action) => {
-            ctx.reset_backoff(&key(&nro));
+            ctx.reset_backoff(&key(&nro.name_any()));
             Ok(action)
         }
         Err(error) => {
@@ -149,12 +149,12 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
 
 /// Retries a failed reconcile with a per-object backoff.
 pub fn error_policy(nro: Arc<NUMAResourcesOperator>, error: &Error, ctx: Arc<Context>) -> Action {
-    error_policy_for(&key(&nro), error, &ctx)
+    error_policy_for(&key(&nro.name_any()), error, &ctx)
 }
 
 /// The backoff and metrics key: `operator/<name>`.
-fn key(nro: &NUMAResourcesOperator) -> String {
-    format!("operator/{}", nro.name_any())
+fn key(name: &str) -> String {
+    format!("operator/{name}")
 }
 
 async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {

@@ -78,7 +78,7 @@ pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
 
 /// [`error_policy`] for the raw object.
 pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
-    error_policy_for(&format!("scheduler/{}", obj.name_any()), error, &ctx)
+    error_policy_for(&key(&obj.name_any()), error, &ctx)
 }
 
 /// Reconciles one `NUMAResourcesScheduler`.
@@ -108,7 +108,7 @@ pub async fn reconcile(nrs: Arc<NUMAResourcesScheduler>, ctx: Arc<Context>) -> R
     .map_err(Error::from);
     match result {
         Ok(action) => {
-            ctx.reset_backoff(&key(&nrs));
+            ctx.reset_backoff(&key(&nrs.name_any()));
             Ok(action)
         }
         Err(error) => {
@@ -123,13 +123,14 @@ pub async fn reconcile(nrs: Arc<NUMAResourcesScheduler>, ctx: Arc<Context>) -> R
     }
 }
 
-fn key(nrs: &NUMAResourcesScheduler) -> String {
-    format!("scheduler/{}", nrs.name_any())
+/// The backoff and metrics key: `scheduler/<name>`.
+fn key(name: &str) -> String {
+    format!("scheduler/{name}")
 }
 
 /// Retries a failed reconcile with a per-object backoff.
 pub fn error_policy(nrs: Arc<NUMAResourcesScheduler>, error: &Error, ctx: Arc<Context>) -> Action {
-    error_policy_for(&key(&nrs), error, &ctx)
+    error_policy_for(&key(&nrs.name_any()), error, &ctx)
 }
 
 /// What status reports besides the conditions.
