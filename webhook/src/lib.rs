@@ -69,11 +69,6 @@ impl Webhook {
     pub fn new(namespace: impl Into<String>, cluster: ClusterCache) -> Self {
         Self { system: pods::SystemNamespaces::new(namespace), cluster, metrics: Metrics::default() }
     }
-
-    /// True once every cache has completed its first list: routing decisions are then correct.
-    pub fn ready(&self) -> bool {
-        self.cluster.synced()
-    }
 }
 
 /// The HTTPS surface kube-apiserver calls: the three webhooks, plus `/healthz`, `/livez` and
