@@ -19,10 +19,8 @@ use serde_json::Value;
 
 use numaresources_controllers::names::POD_ROUTING_CONFIGURATION;
 
+use super::MANIFEST_NAMESPACE;
 use super::source::{Manifests, named};
-
-/// The namespace the manifests are written for (OLM installs into the OperatorGroup's).
-const MANIFEST_NAMESPACE: &str = "numaresources";
 
 /// Built-in roles the manifests bind the API server to, which OLM binds itself for a
 /// deployment that owns an APIService (`<service>-system:auth-delegator` and

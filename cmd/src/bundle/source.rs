@@ -27,10 +27,6 @@ const FILES: &[(&str, &str)] = &[
     ("samples/numaresourcesscheduler.yaml", include_str!("../../../manifests/samples/numaresourcesscheduler.yaml")),
 ];
 
-/// The namespace the pod routing webhook is rendered for: only its Service name, path and port
-/// reach the CSV, never the namespace.
-const POD_ROUTING_NAMESPACE: &str = "numaresources";
-
 /// The manifests, by kind.
 #[derive(Debug, Default)]
 pub struct Manifests {
@@ -87,8 +83,9 @@ impl Manifests {
         // The pod webhook is the controllers' to apply outside OLM, so no manifest holds it; the
         // CSV declares it from the same rendering (OLM generates the namespaceSelector and the
         // Service, see `webhook_definitions`), first as it always was.
-        let pod_routing = numaresources_controllers::render::pod_routing::configuration(POD_ROUTING_NAMESPACE, None)
-            .context("render the pod routing webhook")?;
+        let pod_routing =
+            numaresources_controllers::render::pod_routing::configuration(super::MANIFEST_NAMESPACE, None)
+                .context("render the pod routing webhook")?;
         manifests.webhook_configurations.insert(0, serde_json::to_value(pod_routing)?);
         for mut budget in budgets {
             // OLM creates it in the namespace the operator is installed into.
