@@ -57,13 +57,6 @@ fn the_kustomization_lists_every_manifest_of_the_directory() {
     );
 }
 
-/// Every rule a ServiceAccount gets through ClusterRoleBindings to the ClusterRoles shipped here.
-fn cluster_rules_of(m: &Install, namespace: &str, name: &str) -> Vec<PolicyRule> {
-    let to_cluster_roles = m.cluster_role_bindings.iter().filter(|b| b.role_ref.kind == "ClusterRole");
-    let bindings = to_cluster_roles.filter(|b| binds(b.subjects.as_deref(), namespace, name));
-    bindings.flat_map(|b| m.cluster_role_rules(&b.role_ref.name)).collect()
-}
-
 /// Whether `rules` allow `verb` on `resource` of `group` (wildcards included).
 fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
     let has = support::lists_or_wildcard;
@@ -410,7 +403,7 @@ fn the_service_account_is_bound_to_what_the_server_needs() {
             && binds(b.subjects.as_deref(), NAMESPACE, account)),
         "no RoleBinding in kube-system of {account} to extension-apiserver-authentication-reader"
     );
-    let rules = cluster_rules_of(&m, NAMESPACE, account);
+    let rules = m.cluster_rules_of(NAMESPACE, account);
     for verb in ["get", "list", "watch"] {
         assert!(allows(&rules, "", "nodes", verb), "the server cannot {verb} nodes");
     }
@@ -450,14 +443,14 @@ fn callers_get_the_access_they_need_on_noderesourcetopologies() {
         }
     }
 
-    let rte = cluster_rules_of(&m, NAMESPACE, "numaresources-rte");
+    let rte = m.cluster_rules_of(NAMESPACE, "numaresources-rte");
     for verb in ["create", "get", "update", "patch"] {
         assert!(allows(&rte, GROUP, PLURAL, verb), "the node agent cannot {verb}");
     }
     assert!(allows(&rte, "", "nodes", "get"), "the node agent cannot get its Node");
     assert!(!allows(&rte, GROUP, PLURAL, "delete"), "the node agent never deletes");
 
-    let scheduler = cluster_rules_of(&m, NAMESPACE, "numaresources-scheduler");
+    let scheduler = m.cluster_rules_of(NAMESPACE, "numaresources-scheduler");
     for verb in ["get", "list", "watch"] {
         assert!(allows(&scheduler, GROUP, PLURAL, verb), "the scheduler cannot {verb}");
     }

@@ -479,17 +479,3 @@ pub fn subcommands() -> Vec<String> {
     }
     variants
 }
-
-/// Whether `numaresources <subcommand>` declares `--<flag>`: a field of that name in
-/// `cmd/src/<subcommand>.rs`, an explicit `long = "<flag>"` there, or a global option of
-/// `cmd/src/cli.rs`. (The manifest tests of each directory check the flags thoroughly; this
-/// catches an install-level argument the binary does not have.)
-pub fn declares_flag(subcommand: &str, flag: &str) -> bool {
-    let cmd = workspace_root().join("cmd/src");
-    let own = std::fs::read_to_string(cmd.join(format!("{subcommand}.rs"))).unwrap_or_default();
-    let cli = std::fs::read_to_string(cmd.join("cli.rs")).unwrap();
-    let field = format!(" {}:", flag.replace('-', "_"));
-    let long = format!("long = \"{flag}\"");
-    own.lines().any(|l| l.starts_with("    ") && (l.contains(&field) || l.contains(&long)))
-        || (cli.contains(&field) && cli.contains("global = true"))
-}
