@@ -88,8 +88,6 @@ pub const CA_SECRET: &str = "numaresources-ca";
 pub const COMPONENT_CERTIFICATES: &str = "certificates";
 /// The APIService that routes `topology.node.k8s.io/v1alpha2` to it.
 pub const APISERVICE: &str = "v1alpha2.topology.node.k8s.io";
-/// The NRT group.
-pub const NRT_GROUP: &str = "topology.node.k8s.io";
 /// The NRT version we serve.
 pub const NRT_VERSION: &str = "v1alpha2";
 /// The upstream NRT CRD, which must not coexist with our APIService.

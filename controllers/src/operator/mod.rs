@@ -35,6 +35,7 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
+use numaresources_api::nrt;
 use numaresources_api::operator::validation::validate_operator;
 use numaresources_api::operator::{
     MachineConfigPool, NUMAResourcesOperator, NUMAResourcesOperatorStatus, NamespacedName, NodeGroupStatus,
@@ -204,7 +205,7 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     let mut outcome = Outcome::default();
     let namespace = &ctx.settings.namespace;
     outcome.related.push(reference("", "namespaces", "", namespace));
-    outcome.related.push(reference(names::NRT_GROUP, "noderesourcetopologies", "", ""));
+    outcome.related.push(reference(nrt::GROUP, nrt::PLURAL, "", ""));
     if matches!(api_state, ApiState::Ready | ApiState::Progressing(_)) {
         outcome.related.push(reference("apps", "deployments", namespace, names::APISERVER));
         outcome.related.push(reference("apiregistration.k8s.io", "apiservices", "", names::APISERVICE));

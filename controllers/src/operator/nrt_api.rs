@@ -20,12 +20,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::{Api, ResourceExt};
+use numaresources_api::nrt;
 use numaresources_api::operator::NUMAResourcesOperator;
 
 use crate::apply::{Applier, delete_controlled, get_opt};
 use crate::certificates::{self, ApiserverDeployment};
 use crate::context::{Context, Result};
-use crate::names::{self, ANNOTATION_NRT_API, APISERVER, APISERVICE, NRT_CRD, NRT_VERSION};
+use crate::names::{ANNOTATION_NRT_API, APISERVER, APISERVICE, NRT_CRD, NRT_VERSION};
 use crate::render::apiserver as render;
 
 /// Where the NRT API stands.
@@ -64,7 +65,7 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
             "the CustomResourceDefinition {NRT_CRD} already serves {}/{NRT_VERSION}, so the NodeResourceTopology API \
              server cannot be registered; either delete that CRD (its objects are republished by the exporters) or \
              annotate the NUMAResourcesOperator with {ANNOTATION_NRT_API}=cluster to keep using it",
-            names::NRT_GROUP
+            nrt::GROUP
         )));
     }
 

@@ -77,7 +77,7 @@ async fn an_installed_api_server_is_only_read() {
 #[tokio::test]
 async fn switching_an_installed_api_server_to_the_cluster_api_touches_none_of_its_objects() {
     let mut step = Step::new(CertificateMode::Olm, ApiserverDeployment::Installed);
-    step.nro.metadata.annotations = Some([(names::ANNOTATION_NRT_API.to_owned(), "cluster".to_owned())].into());
+    step.nro.metadata.annotations = Some([(ANNOTATION_NRT_API.to_owned(), "cluster".to_owned())].into());
     assert_eq!(step.run().await, ApiState::External);
     let calls = step.fake.take_calls();
     assert!(calls.is_empty(), "not even read (OLM grants no access to the API server's binding): {calls:#?}");

@@ -16,6 +16,7 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use numaresources_api::nrt;
 use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
 use serde_json::{Value, json};
 
@@ -312,7 +313,7 @@ pub fn cluster_role() -> Result<ClusterRole, RenderError> {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": RTE_CLUSTER_ROLE, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
             "rules": [
-                {"apiGroups": [names::NRT_GROUP], "resources": ["noderesourcetopologies"], "verbs": ["create", "get", "update", "patch"]},
+                {"apiGroups": [nrt::GROUP], "resources": [nrt::PLURAL], "verbs": ["create", "get", "update", "patch"]},
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
             ],
         }),

@@ -13,7 +13,7 @@ use numaresources_api::operator::{
     CacheResyncDebugMode, CacheResyncDetectionMode, LogLevel, NUMAResourcesSchedulerSpec, PreemptionMode,
     SchedulerInformerMode, ScoringStrategyType,
 };
-use numaresources_api::{GoDuration, StringEnum};
+use numaresources_api::{GoDuration, StringEnum, nrt};
 use serde_json::{Value, json};
 
 use super::{RenderError, typed};
@@ -264,7 +264,7 @@ pub fn cluster_role() -> Result<ClusterRole, RenderError> {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": SCHEDULER_CLUSTER_ROLE, "labels": names::labels(SCHEDULER, COMPONENT_SCHEDULER)},
-            "rules": [{"apiGroups": [names::NRT_GROUP], "resources": ["noderesourcetopologies"], "verbs": ["get", "list", "watch"]}],
+            "rules": [{"apiGroups": [nrt::GROUP], "resources": [nrt::PLURAL], "verbs": ["get", "list", "watch"]}],
         }),
     )
 }
