@@ -62,11 +62,9 @@ fn render(image: &str) -> anyhow::Result<Vec<(String, String)>> {
         format!("manifests/{}.clusterserviceversion.yaml", csv::PACKAGE),
         yaml(&csv::cluster_service_version(&manifests, image)?)?,
     )];
+    // The bundle's own header rather than the one `numaresources crds` writes.
     for crd in numaresources_api::crds::all() {
-        let text = numaresources_api::crds::to_yaml(&crd)?;
-        // The CRD generator's own header names `numaresources crds`; the bundle copy is ours.
-        let body = text.lines().skip_while(|line| line.starts_with('#')).collect::<Vec<_>>().join("\n");
-        files.push((format!("manifests/{}", numaresources_api::crds::file_name(&crd)), format!("{HEADER}{body}\n")));
+        files.push((format!("manifests/{}", numaresources_api::crds::file_name(&crd)), yaml(&crd)?));
     }
     for object in &manifests.bundled_objects {
         files.push((format!("manifests/{}", object_file_name(object)), yaml(object)?));
@@ -84,7 +82,7 @@ fn object_file_name(object: &Value) -> String {
     format!("{name}_{api_version}_{kind}.yaml")
 }
 
-fn yaml(value: &Value) -> anyhow::Result<String> {
+fn yaml(value: &impl serde::Serialize) -> anyhow::Result<String> {
     Ok(format!("{HEADER}{}", serde_norway::to_string(value)?))
 }
 
