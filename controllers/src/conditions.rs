@@ -5,6 +5,10 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
+use numaresources_api::operator::ObjectReference;
+
+use crate::context::Context;
 
 /// `Available`.
 pub const AVAILABLE: &str = "Available";
@@ -146,6 +150,40 @@ pub fn same(a: &[Condition], b: &[Condition]) -> bool {
 /// The condition of `type_`, if present.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Publishes an Event about `regarding` when its state changed from `previous`: a Warning when it
+/// turns Degraded (or is Degraded for another reason), a Normal one with `available_note` when it
+/// becomes Available.
+pub async fn announce(
+    ctx: &Context,
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    previous: &[Condition],
+    state: &State,
+    available_note: impl FnOnce() -> String,
+) {
+    let was = |type_: &str, reason: &str| {
+        find(previous, type_).is_some_and(|c| c.status == "True" && (reason.is_empty() || c.reason == reason))
+    };
+    match state {
+        State::Degraded { reason, message } if !was(DEGRADED, reason) => {
+            ctx.event(regarding, EventType::Warning, reason, "Reconcile", message.clone()).await;
+        }
+        State::Available if !was(AVAILABLE, "") => {
+            ctx.event(regarding, EventType::Normal, "Available", "Reconcile", available_note()).await;
+        }
+        _ => {}
+    }
+}
+
+/// A `relatedObjects` entry (an empty namespace or name: cluster-scoped, or every object).
+pub fn related(group: &str, resource: &str, namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        group: group.to_owned(),
+        resource: resource.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    }
 }
 
 #[cfg(test)]

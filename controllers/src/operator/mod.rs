@@ -204,11 +204,11 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
 
     let mut outcome = Outcome::default();
     let namespace = &ctx.settings.namespace;
-    outcome.related.push(reference("", "namespaces", "", namespace));
-    outcome.related.push(reference(nrt::GROUP, nrt::PLURAL, "", ""));
+    outcome.related.push(cond::related("", "namespaces", "", namespace));
+    outcome.related.push(cond::related(nrt::GROUP, nrt::PLURAL, "", ""));
     if matches!(api_state, ApiState::Ready | ApiState::Progressing(_)) {
-        outcome.related.push(reference("apps", "deployments", namespace, names::APISERVER));
-        outcome.related.push(reference("apiregistration.k8s.io", "apiservices", "", names::APISERVICE));
+        outcome.related.push(cond::related("apps", "deployments", namespace, names::APISERVER));
+        outcome.related.push(cond::related("apiregistration.k8s.io", "apiservices", "", names::APISERVICE));
     }
     let mut waiting = Vec::new();
     let mut disagreements = Vec::new();
@@ -227,7 +227,7 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
             });
         }
         if exporter.ready {
-            outcome.related.push(reference("apps", "daemonsets", namespace, &exporter.name));
+            outcome.related.push(cond::related("apps", "daemonsets", namespace, &exporter.name));
             outcome.daemon_sets.push(ds);
         } else {
             waiting.push(exporter.name.clone());
@@ -359,15 +359,6 @@ async fn cleanup(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     }
 }
 
-fn reference(group: &str, resource: &str, namespace: &str, name: &str) -> ObjectReference {
-    ObjectReference {
-        group: group.to_owned(),
-        resource: resource.to_owned(),
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-    }
-}
-
 /// Writes status when it says something new (server-side apply of the whole status), and
 /// publishes an Event when the base state changes.
 async fn write_status(nro: &NUMAResourcesOperator, ctx: &Context, outcome: Outcome) -> Result<()> {
@@ -399,31 +390,9 @@ async fn write_status(nro: &NUMAResourcesOperator, ctx: &Context, outcome: Outco
     api.patch_status(&nro.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
         .map_err(|e| Error::kube(format!("update the status of NUMAResourcesOperator {}", nro.name_any()), e))?;
-    announce(nro, ctx, &previous.conditions, &state).await;
+    let note = || "the NodeResourceTopology API and every node group's exporter are ready".to_owned();
+    cond::announce(ctx, &nro.object_ref(&()), &previous.conditions, &state, note).await;
     Ok(())
-}
-
-/// An Event when the object turns Degraded (or changes why) or becomes Available.
-async fn announce(
-    obj: &NUMAResourcesOperator,
-    ctx: &Context,
-    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-    state: &State,
-) {
-    let was = |type_: &str, reason: &str| {
-        cond::find(previous, type_).is_some_and(|c| c.status == "True" && (reason.is_empty() || c.reason == reason))
-    };
-    let reference = obj.object_ref(&());
-    match state {
-        State::Degraded { reason, message } if !was(cond::DEGRADED, reason) => {
-            ctx.event(&reference, EventType::Warning, reason, "Reconcile", message.clone()).await;
-        }
-        State::Available if !was(cond::AVAILABLE, "") => {
-            let note = "the NodeResourceTopology API and every node group's exporter are ready".to_owned();
-            ctx.event(&reference, EventType::Normal, "Available", "Reconcile", note).await;
-        }
-        _ => {}
-    }
 }
 
 /// Runs the controller until `shutdown` completes.

@@ -31,7 +31,7 @@ use kube::{Api, Resource, ResourceExt};
 use numaresources_api::operator::defaults::Platform;
 use numaresources_api::operator::validation::validate_scheduler;
 use numaresources_api::operator::{
-    NUMAResourcesScheduler, NUMAResourcesSchedulerStatus, NamespacedName, ObjectReference, SCHEDULER_SINGLETON_NAME,
+    NUMAResourcesScheduler, NUMAResourcesSchedulerStatus, NamespacedName, SCHEDULER_SINGLETON_NAME,
     SchedulerInformerMode,
 };
 use serde_json::json;
@@ -253,18 +253,8 @@ async fn write_status(
         status.scheduler_name = running.scheduler_name.clone();
         status.cache_resync_period = Some(render::effective_resync_period(&running.spec));
         status.related_objects = vec![
-            ObjectReference {
-                group: String::new(),
-                resource: "namespaces".into(),
-                namespace: String::new(),
-                name: namespace.clone(),
-            },
-            ObjectReference {
-                group: "apps".into(),
-                resource: "deployments".into(),
-                namespace: namespace.clone(),
-                name: SCHEDULER.to_owned(),
-            },
+            cond::related("", "namespaces", "", namespace),
+            cond::related("apps", "deployments", namespace, SCHEDULER),
         ];
     }
     let unchanged = cond::same(&previous.conditions, &status.conditions)
@@ -282,20 +272,8 @@ async fn write_status(
     api.patch_status(&nrs.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
         .map_err(|e| Error::kube(format!("update the status of NUMAResourcesScheduler {}", nrs.name_any()), e))?;
-    let was_degraded = |reason: &str| {
-        cond::find(&previous.conditions, cond::DEGRADED).is_some_and(|c| c.status == "True" && c.reason == reason)
-    };
-    let reference = nrs.object_ref(&());
-    match state {
-        State::Degraded { reason, message } if !was_degraded(reason) => {
-            ctx.event(&reference, EventType::Warning, reason, "Reconcile", message.clone()).await;
-        }
-        State::Available if cond::find(&previous.conditions, cond::AVAILABLE).is_none_or(|c| c.status != "True") => {
-            let note = format!("scheduler {} is available", status.scheduler_name);
-            ctx.event(&reference, EventType::Normal, "Available", "Reconcile", note).await;
-        }
-        _ => {}
-    }
+    let note = || format!("scheduler {} is available", status.scheduler_name);
+    cond::announce(ctx, &nrs.object_ref(&()), &previous.conditions, state, note).await;
     Ok(())
 }
 
