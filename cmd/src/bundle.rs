@@ -10,8 +10,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use serde_json::Value;
+
+use crate::generated;
 
 /// The image the checked-in bundle names: the one the kustomize overlays set.
 const DEFAULT_IMAGE: &str = concat!("quay.io/numaresources/numaresources:", env!("CARGO_PKG_VERSION"));
@@ -44,14 +45,7 @@ pub fn run(args: &BundleArgs) -> anyhow::Result<ExitCode> {
     if args.check {
         return check(&args.output_dir, &files);
     }
-    for (relative, text) in &files {
-        let path = args.output_dir.join(relative);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        }
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        tracing::info!(path = %path.display(), "wrote");
-    }
+    generated::write(&args.output_dir, &files)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -87,15 +81,7 @@ fn yaml(value: &impl serde::Serialize) -> anyhow::Result<String> {
 }
 
 fn check(dir: &Path, files: &[(String, String)]) -> anyhow::Result<ExitCode> {
-    let mut stale = Vec::new();
-    for (relative, text) in files {
-        let path = dir.join(relative);
-        match std::fs::read_to_string(&path) {
-            Ok(existing) if existing == *text => {}
-            Ok(_) => stale.push(format!("{} differs from the generated bundle", path.display())),
-            Err(error) => stale.push(format!("{}: {error}", path.display())),
-        }
-    }
+    let mut stale = generated::stale(dir, files, "the generated bundle");
     let expected: BTreeSet<&str> = files.iter().map(|(relative, _)| relative.as_str()).collect();
     for sub in ["manifests", "metadata"] {
         let Ok(entries) = std::fs::read_dir(dir.join(sub)) else { continue };
@@ -106,13 +92,5 @@ fn check(dir: &Path, files: &[(String, String)]) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    if stale.is_empty() {
-        tracing::info!(dir = %dir.display(), "the bundle is up to date");
-        return Ok(ExitCode::SUCCESS);
-    }
-    for problem in &stale {
-        tracing::error!("{problem}");
-    }
-    tracing::error!("run `numaresources bundle --output-dir {}` and commit the result", dir.display());
-    Ok(ExitCode::FAILURE)
+    Ok(generated::verdict(dir, &stale, "the bundle is up to date", "numaresources bundle"))
 }

@@ -2,11 +2,12 @@
 //! against one.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use numaresources_api::crds;
+
+use crate::generated;
 
 /// Options of `numaresources crds`.
 #[derive(Debug, clap::Args)]
@@ -36,15 +37,13 @@ pub fn run(args: &CrdsArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         (Some(dir), false) => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            for (file, yaml) in with_kustomization(&rendered) {
-                let path = dir.join(file);
-                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
-                tracing::info!(path = %path.display(), "wrote");
-            }
+            generated::write(dir, &with_kustomization(&rendered))?;
             Ok(ExitCode::SUCCESS)
         }
-        (Some(dir), true) => check(dir, &with_kustomization(&rendered)),
+        (Some(dir), true) => {
+            let stale = generated::stale(dir, &with_kustomization(&rendered), "the generated CRD");
+            Ok(generated::verdict(dir, &stale, "CRDs are up to date", "numaresources crds"))
+        }
     }
 }
 
@@ -58,25 +57,4 @@ fn with_kustomization(rendered: &[(String, String)]) -> Vec<(String, String)> {
     let mut all = rendered.to_vec();
     all.push((crds::KUSTOMIZATION_FILE.to_owned(), crds::kustomization(&files)));
     all
-}
-
-fn check(dir: &Path, rendered: &[(String, String)]) -> anyhow::Result<ExitCode> {
-    let mut stale = Vec::new();
-    for (file, yaml) in rendered {
-        let path = dir.join(file);
-        match std::fs::read_to_string(&path) {
-            Ok(existing) if existing == *yaml => {}
-            Ok(_) => stale.push(format!("{} differs from the generated CRD", path.display())),
-            Err(error) => stale.push(format!("{}: {error}", path.display())),
-        }
-    }
-    if stale.is_empty() {
-        tracing::info!(dir = %dir.display(), "CRDs are up to date");
-        return Ok(ExitCode::SUCCESS);
-    }
-    for problem in &stale {
-        tracing::error!("{problem}");
-    }
-    tracing::error!("run `numaresources crds --output-dir {}` and commit the result", dir.display());
-    Ok(ExitCode::FAILURE)
 }

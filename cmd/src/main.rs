@@ -9,6 +9,7 @@ mod bundle;
 mod cli;
 mod controllers;
 mod crds;
+mod generated;
 mod kube_client;
 mod local;
 mod rte;
