@@ -253,6 +253,13 @@ where
     tokio::time::timeout(std::time::Duration::from_secs(30), running).await.expect("graceful shutdown").unwrap();
 }
 
+/// Runs one reconcile pass; the timeout only turns a deadlock into a failure instead of a hang.
+pub async fn one_pass<T>(pass: impl Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(10), pass)
+        .await
+        .expect("reconcile timed out: likely deadlocked")
+}
+
 /// Where a path points.
 enum Target {
     Collection,

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::context::Settings;
-use crate::fake::FakeApi;
+use crate::fake::{FakeApi, one_pass};
 
 const NS: &str = "numaresources";
 const NRO: &str = "/apis/nodetopology.openshift.io/v1/numaresourcesoperators/numaresourcesoperator";
@@ -98,10 +98,7 @@ fn harness(policies: &[(&str, &str)]) -> (FakeApi, Arc<Context>) {
 
 async fn run_once(fake: &FakeApi, ctx: &Arc<Context>) -> Action {
     let obj: DynamicObject = fake.typed(NRO);
-    tokio::time::timeout(Duration::from_secs(10), reconcile_raw(Arc::new(obj), ctx.clone()))
-        .await
-        .expect("likely deadlocked")
-        .unwrap()
+    one_pass(reconcile_raw(Arc::new(obj), ctx.clone())).await.unwrap()
 }
 
 fn config_of(fake: &FakeApi) -> (Value, String) {

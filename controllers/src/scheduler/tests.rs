@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::certificates::CertificateMode;
 use crate::context::Settings;
-use crate::fake::FakeApi;
+use crate::fake::{FakeApi, one_pass};
 
 const NS: &str = "numaresources";
 const NRS: &str = "/apis/nodetopology.openshift.io/v1/numaresourcesschedulers/numaresourcesscheduler";
@@ -70,9 +70,7 @@ impl Harness {
     /// One pass through the controller's entry point (the raw object of the guarded watch).
     async fn reconcile_path(&self, path: &str) -> Result<Action> {
         let obj: DynamicObject = self.fake.typed(path);
-        tokio::time::timeout(Duration::from_secs(10), reconcile_raw(Arc::new(obj), self.ctx.clone()))
-            .await
-            .expect("reconcile timed out: likely deadlocked")
+        one_pass(reconcile_raw(Arc::new(obj), self.ctx.clone())).await
     }
 
     async fn reconcile(&self) -> Result<Action> {
