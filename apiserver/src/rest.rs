@@ -46,11 +46,11 @@ fn list(state: &AppState, options: &Options, representation: Representation) -> 
         Some(text) => continued_snapshot(state, options, text)?,
         None => (fresh_snapshot(state, options)?, None),
     };
-    let mut matching = snapshot.items.into_iter().filter(|s| start.as_deref().is_none_or(|start| s.name() >= start));
+    let matching = snapshot.items.into_iter().filter(|s| start.as_deref().is_none_or(|start| s.name() >= start));
     let items: Vec<_> = if options.selects_everything() {
         matching.collect()
     } else {
-        matching.by_ref().filter(|s| options.selects(s.name(), s.labels())).collect()
+        matching.filter(|s| options.selects(s.name(), s.labels())).collect()
     };
     let (page, meta) = paginate(items, snapshot.revision, options);
     Ok(json_response(StatusCode::OK, render::list(&page, &meta, representation, options.include_object)?))
@@ -66,7 +66,7 @@ fn fresh_snapshot(state: &AppState, options: &Options) -> Result<Snapshot, ApiEr
     // Revisions only grow: one newer than the current one now was never handed out.
     let current = state.store.revision();
     if wanted > current {
-        return Err(ApiError::too_large_resource_version(wanted, current, 1));
+        return Err(ApiError::too_large_resource_version(wanted, current));
     }
     let exact = match options.resource_version_match {
         Some(VersionMatch::Exact) => true,

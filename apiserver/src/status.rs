@@ -151,8 +151,9 @@ impl ApiError {
 
     /// 504 for a resourceVersion newer than any this server has handed out, shaped as
     /// k8s.io/apiserver's `NewTooLargeResourceVersionError` so client-go's
-    /// `IsTooLargeResourceVersion` recognizes it (and reflectors retry after `retry_after_seconds`).
-    pub fn too_large_resource_version(wanted: u64, current: u64, retry_after_seconds: u32) -> Self {
+    /// `IsTooLargeResourceVersion` recognizes it (and reflectors retry after a second, as
+    /// kube-apiserver tells them to).
+    pub fn too_large_resource_version(wanted: u64, current: u64) -> Self {
         let mut error = Self::new(
             StatusCode::GATEWAY_TIMEOUT,
             "Timeout",
@@ -160,7 +161,7 @@ impl ApiError {
         );
         error.details =
             Some(json!({"causes": [{"type": "ResourceVersionTooLarge", "message": "Too large resource version"}]}));
-        error.retry_after = Some(retry_after_seconds);
+        error.retry_after = Some(1);
         error
     }
 

@@ -553,15 +553,7 @@ impl Store {
             return Ok((stored, true));
         }
         current.last_report.store(now_secs, Ordering::Relaxed);
-        state.revision = revision;
-        let previous = retire(&mut state, &current);
-        if finished {
-            state.objects.remove(name);
-            self.publish(&mut state, EventType::Deleted, &Arc::new(stored.replaced(true)), Some(previous));
-        } else {
-            state.objects.insert(name.to_owned(), stored.clone());
-            self.publish(&mut state, EventType::Modified, &stored, Some(previous));
-        }
+        self.commit(&mut state, name, &current, &stored, finished);
         Ok((stored, true))
     }
 
@@ -596,16 +588,22 @@ impl Store {
         if dry_run {
             return Ok((stored, gone));
         }
-        state.revision = revision;
-        let previous = retire(&mut state, &current);
+        self.commit(&mut state, name, &current, &stored, gone);
+        Ok((stored, gone))
+    }
+
+    /// Puts `stored` (the next revision of `current`) in place: removed and DELETED when `gone`,
+    /// else replaced and MODIFIED; the replaced version goes to the history.
+    fn commit(&self, state: &mut State, name: &str, current: &Arc<Stored>, stored: &Arc<Stored>, gone: bool) {
+        state.revision = stored.revision;
+        let previous = retire(state, current);
         if gone {
             state.objects.remove(name);
-            self.publish(&mut state, EventType::Deleted, &Arc::new(stored.replaced(true)), Some(previous));
+            self.publish(state, EventType::Deleted, &Arc::new(stored.replaced(true)), Some(previous));
         } else {
             state.objects.insert(name.to_owned(), stored.clone());
-            self.publish(&mut state, EventType::Modified, &stored, Some(previous));
+            self.publish(state, EventType::Modified, stored, Some(previous));
         }
-        Ok((stored, gone))
     }
 
     fn publish(&self, state: &mut State, kind: EventType, object: &Arc<Stored>, previous: Option<Arc<Stored>>) {

@@ -58,7 +58,7 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
             Err(WatchRefusal::TooOld { oldest }) => Err((from, oldest)),
             // As for a LIST: the client asked for a state this server has not reached.
             Err(WatchRefusal::TooLarge { current }) => {
-                return Err(ApiError::too_large_resource_version(from, current, 1));
+                return Err(ApiError::too_large_resource_version(from, current));
             }
         },
     };
