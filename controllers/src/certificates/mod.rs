@@ -310,22 +310,16 @@ impl Consumers {
         for (name, configuration) in &self.mutating {
             let webhooks = configuration.webhooks.iter().flatten();
             let webhooks = webhooks.map(|w| (&w.name, &w.client_config.ca_bundle, self.ours(&w.client_config)));
-            if let Some(patch) = webhook_patch(webhooks, &wanted) {
-                let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-                let result = api.patch(name, &params, &patch).await;
-                results.push(result.map(|_| ()).map_err(|e| (MutatingWebhookConfiguration::KIND, *name, e)));
-            }
+            let patch = webhook_patch(webhooks, &wanted);
+            results.extend(patch_configuration::<MutatingWebhookConfiguration>(client, name, &params, patch).await);
         }
         if let Some(configuration) = &self.validating {
             let webhooks = configuration.webhooks.iter().flatten();
             let webhooks = webhooks.map(|w| (&w.name, &w.client_config.ca_bundle, self.ours(&w.client_config)));
-            if let Some(patch) = webhook_patch(webhooks, &wanted) {
-                let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-                let result = api.patch(WEBHOOK_CONFIGURATION, &params, &patch).await;
-                results.push(
-                    result.map(|_| ()).map_err(|e| (ValidatingWebhookConfiguration::KIND, WEBHOOK_CONFIGURATION, e)),
-                );
-            }
+            let patch = webhook_patch(webhooks, &wanted);
+            let result =
+                patch_configuration::<ValidatingWebhookConfiguration>(client, WEBHOOK_CONFIGURATION, &params, patch);
+            results.extend(result.await);
         }
         let patched = results.iter().filter(|result| result.is_ok()).count();
         let failed = results
@@ -335,6 +329,21 @@ impl Consumers {
             .collect();
         (patched, failed)
     }
+}
+
+/// Applies `patch` (if any) to the webhook configuration `name`; the error names what failed.
+async fn patch_configuration<K>(
+    client: &kube::Client,
+    name: &'static str,
+    params: &PatchParams,
+    patch: Option<Patch<Value>>,
+) -> Option<std::result::Result<(), (&'static str, &'static str, kube::Error)>>
+where
+    K: k8s_openapi::Resource + kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = patch?;
+    let api: Api<K> = Api::all(client.clone());
+    Some(api.patch(name, params, &patch).await.map(|_| ()).map_err(|e| (K::KIND, name, e)))
 }
 
 /// The object read, or `None` with the error kept.
