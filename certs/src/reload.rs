@@ -156,9 +156,7 @@ impl ReloadingCertificate {
     /// Rereads both files now and swaps the pair in if they changed and load. On error the
     /// current pair stays in service.
     pub fn reload(&self) -> Result<Reloaded, Error> {
-        let files = crate::pem::read_file(&self.shared.cert_path)
-            .and_then(|cert_pem| Ok((cert_pem, crate::pem::read_file(&self.shared.key_path)?)));
-        let (cert_pem, key_pem) = match files {
+        let (cert_pem, key_pem) = match read_files(&self.shared.cert_path, &self.shared.key_path) {
             Ok(files) => files,
             // Still waiting for the files while the fallback serves: nothing to report.
             Err(Error::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && self.is_fallback() => {
@@ -246,10 +244,14 @@ impl ResolvesServerCert for ReloadingCertificate {
     }
 }
 
+/// The certificate file's bytes, then the key file's.
+fn read_files(cert_path: &Path, key_path: &Path) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    Ok((crate::pem::read_file(cert_path)?, crate::pem::read_file(key_path)?))
+}
+
 /// Reads and parses a pair, with the fingerprint of the bytes it came from.
 fn read_pair(cert_path: &Path, key_path: &Path) -> Result<(ServingCertificate, u64), Error> {
-    let cert_pem = crate::pem::read_file(cert_path)?;
-    let key_pem = crate::pem::read_file(key_path)?;
+    let (cert_pem, key_pem) = read_files(cert_path, key_path)?;
     let certificate = ServingCertificate::from_pem_with_origin(
         &cert_pem,
         &key_pem,
