@@ -5,8 +5,10 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
+#[path = "../../bench-support/median.rs"]
+mod median;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
 
 use numaresources_api::nrt::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
 use numaresources_api::quantity::Quantity;
@@ -45,18 +47,9 @@ fn worker(name: &str) -> NodeResourceTopology {
 }
 
 /// Runs `f` in rounds of `iterations` and reports the median time per iteration.
-fn bench(name: &str, iterations: u32, mut f: impl FnMut()) {
-    let mut rounds: Vec<Duration> = (0..7)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iterations {
-                f();
-            }
-            start.elapsed() / iterations
-        })
-        .collect();
-    rounds.sort();
-    println!("{name:<48} {:>10.0} ns/op", rounds[rounds.len() / 2].as_nanos() as f64);
+fn bench(name: &str, iterations: u32, f: impl FnMut()) {
+    let median = median::median_per_iteration(7, iterations, f);
+    println!("{name:<48} {:>10.0} ns/op", median.as_nanos() as f64);
 }
 
 fn main() {

@@ -6,9 +6,12 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
+#[path = "../../bench-support/median.rs"]
+mod median;
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use numaresources_api::operator::{NUMAResourcesSchedulerSpec, NodeGroup};
@@ -20,18 +23,9 @@ use numaresources_controllers::render::rte::{MetricsMode, RteSettings, daemon_se
 use numaresources_controllers::render::scheduler::{self, SchedulerSettings};
 
 /// Runs `f` in rounds of `iterations` and prints the median time per iteration.
-fn bench(name: &str, iterations: u32, mut f: impl FnMut()) {
-    let mut rounds: Vec<Duration> = (0..7)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iterations {
-                f();
-            }
-            start.elapsed() / iterations
-        })
-        .collect();
-    rounds.sort();
-    println!("{name:<70} {:>12.2?}", rounds[3]);
+fn bench(name: &str, iterations: u32, f: impl FnMut()) {
+    let median = median::median_per_iteration(7, iterations, f);
+    println!("{name:<70} {median:>12.2?}");
 }
 
 /// A fleet of `count` nodes in four pools (`pool-0` … `pool-3`), each with the labels a real

@@ -7,6 +7,9 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
+#[path = "../../bench-support/median.rs"]
+mod median;
+
 use std::future::Future;
 use std::hint::black_box;
 use std::path::Path;
@@ -21,18 +24,9 @@ use numaresources_rte::publish::{Outcome, PublishError, Publisher};
 use numaresources_rte::sysfs;
 
 /// Runs `f` in rounds of `iterations` and reports the median time per iteration.
-fn bench(name: &str, iterations: u32, mut f: impl FnMut()) {
-    let mut rounds: Vec<Duration> = (0..7)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iterations {
-                f();
-            }
-            start.elapsed() / iterations
-        })
-        .collect();
-    rounds.sort();
-    println!("{name:<64} {:>10.1} µs/op", rounds[rounds.len() / 2].as_nanos() as f64 / 1000.0);
+fn bench(name: &str, iterations: u32, f: impl FnMut()) {
+    let median = median::median_per_iteration(7, iterations, f);
+    println!("{name:<64} {:>10.1} µs/op", median.as_nanos() as f64 / 1000.0);
 }
 
 /// CPU time the whole process has used so far, user + system, every thread.

@@ -6,27 +6,20 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
+#[path = "../../bench-support/median.rs"]
+mod median;
+
 use std::hint::black_box;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use numaresources_rte::fingerprint::Fingerprint;
 use numaresources_rte::numaplacement::{self, Decoder, Metadata, Placement};
 use numaresources_rte::sysfs::{self, capacity_zones};
 
 /// Runs `f` in rounds of `iterations` and reports the median time per iteration.
-fn bench(name: &str, iterations: u32, mut f: impl FnMut()) {
-    let mut rounds: Vec<Duration> = (0..7)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iterations {
-                f();
-            }
-            start.elapsed() / iterations
-        })
-        .collect();
-    rounds.sort();
-    println!("{name:<56} {:>10.0} ns/op", rounds[rounds.len() / 2].as_nanos() as f64);
+fn bench(name: &str, iterations: u32, f: impl FnMut()) {
+    let median = median::median_per_iteration(7, iterations, f);
+    println!("{name:<56} {:>10.0} ns/op", median.as_nanos() as f64);
 }
 
 fn pods(count: usize) -> Vec<(String, String)> {
