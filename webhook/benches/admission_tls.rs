@@ -12,6 +12,9 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // a benchmark prints its figures
 
+#[path = "../tests/admission/tls_client.rs"]
+mod tls_client;
+
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,8 +30,8 @@ use numaresources_api::operator::{
 use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder, serve};
 use numaresources_webhook::{ClusterCache, MUTATE_PODS_PATH, Webhook, router};
 use rustls::ClientConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
+use tls_client::client;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tower::ServiceExt;
@@ -115,18 +118,6 @@ async fn start(webhook: Arc<Webhook>, dir: &std::path::Path) -> (SocketAddr, Cer
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve(listener, tls, router(webhook), std::future::pending()));
     (addr, ca)
-}
-
-fn client(ca: &CertificateAuthority, alpn: &[u8]) -> Arc<ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap()).unwrap();
-    let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    Arc::new(config)
 }
 
 #[derive(Clone)]

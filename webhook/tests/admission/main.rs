@@ -10,3 +10,4 @@ mod pods;
 mod properties;
 mod support;
 mod tls;
+mod tls_client;

@@ -26,6 +26,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use crate::support::{fixture, scheduler, webhook_with};
+use crate::tls_client::client;
 
 /// The bound on every wait; reaching it means something is stuck.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -97,18 +98,6 @@ fn kubelet_swap(dir: &Path, old: &str, new: &str, pair: &PemPair) {
     std::os::unix::fs::symlink(new, dir.join("..data_tmp")).unwrap();
     std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
     std::fs::remove_dir_all(dir.join(old)).unwrap();
-}
-
-fn client(ca: &CertificateAuthority, alpn: &[u8]) -> Arc<ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap()).unwrap();
-    let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    Arc::new(config)
 }
 
 async fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<TlsStream<TcpStream>> {
