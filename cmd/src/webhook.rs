@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use numaresources_certs::{ServerConfigBuilder, WatchOptions, serve};
-use numaresources_webhook::{ClusterCache, Webhook, follow_cluster, health_router, router};
+use numaresources_webhook::{ClusterCache, Webhook, follow_cluster, health_router, router, summarize_activity};
 
 /// Options of `numaresources webhook` (named as the apiserver subcommand names them).
 #[derive(Debug, clap::Args)]
@@ -74,6 +74,7 @@ async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     let (cluster, feeds) = ClusterCache::new();
     let webhook = Arc::new(Webhook::new(args.namespace.clone(), cluster));
     let follower = tokio::spawn(follow_cluster(client, feeds));
+    let summary = tokio::spawn(summarize_activity(webhook.clone()));
 
     let address = SocketAddr::new(args.bind_address, args.health_port);
     let health_listener =
@@ -86,6 +87,7 @@ async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
     let served = serve(listener, tls, router(webhook), crate::shutdown::signal()).await;
     follower.abort();
+    summary.abort();
     health.abort();
     served.context("serving")
 }

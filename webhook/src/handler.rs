@@ -21,8 +21,8 @@ use kube::core::GroupVersionKind;
 
 use crate::custom_resources::{self, Mode};
 use crate::metrics::Admission;
-use crate::pods::{self, Decision};
-use crate::review::{Answer, Verdict};
+use crate::pods::{self, Decision, SkipReason};
+use crate::review::{Answer, Unread, Verdict};
 use crate::{MAX_BODY_BYTES, Webhook};
 
 /// How long a client may take to send the body (kube-apiserver's own timeout is at most 30 s).
@@ -67,8 +67,17 @@ pub(crate) async fn mutate_pods(State(webhook): State<Arc<Webhook>>, request: Re
     // pods routed or skipped.
     match &decision {
         _ if reviewed.dry_run => {}
-        Some(Decision::Route { reason, .. }) => webhook.metrics.routed(reason.mode()),
-        Some(Decision::Leave(reason)) => webhook.metrics.skipped(reason.label()),
+        Some(Decision::Route { reason, .. }) => {
+            webhook.metrics.routed(reason.mode());
+            webhook.activity.routed();
+        }
+        Some(Decision::Leave(reason)) => {
+            webhook.metrics.skipped(reason.label());
+            match reason {
+                SkipReason::NotSynced => webhook.activity.not_synced(),
+                _ => webhook.activity.left(),
+            }
+        }
         None => {}
     }
     answer(&webhook, reviewed, start)
@@ -135,26 +144,25 @@ async fn read_body(request: Request) -> Result<Bytes, Refusal> {
 }
 
 fn refuse(webhook: &Webhook, refusal: Refusal, start: Instant) -> Response {
-    let (status, reason) = match &refusal {
-        Refusal::ContentType(given) => (
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("an AdmissionReview is sent as application/json, not {given:?}"),
-        ),
-        Refusal::TooLarge => {
-            (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than {MAX_BODY_BYTES} bytes"))
+    let (why, message) = match &refusal {
+        Refusal::ContentType(given) => {
+            (Unread::UnsupportedMediaType, format!("an AdmissionReview is sent as application/json, not {given:?}"))
         }
-        Refusal::TooSlow => (
-            StatusCode::REQUEST_TIMEOUT,
-            format!("the request body took longer than {}s to arrive", BODY_READ_TIMEOUT.as_secs()),
-        ),
-        Refusal::Unreadable(error) => (StatusCode::BAD_REQUEST, format!("reading the request body: {error}")),
+        Refusal::TooLarge => (Unread::TooLarge, format!("the request body is larger than {MAX_BODY_BYTES} bytes")),
+        Refusal::TooSlow => {
+            (Unread::Timeout, format!("the request body took longer than {}s to arrive", BODY_READ_TIMEOUT.as_secs()))
+        }
+        Refusal::Unreadable(error) => (Unread::BadRequest, format!("reading the request body: {error}")),
     };
-    tracing::warn!(status = status.as_u16(), "refusing an admission request: {reason}");
-    let reviewed = Reviewed::unreadable(Answer::invalid(None, &reason));
+    // Per request, so at debug: the activity summary counts refusals.
+    tracing::debug!(status = why.code(), "refusing an admission request: {message}");
+    webhook.activity.refused();
+    let reviewed = Reviewed::unreadable(Answer::unread(None, why, &message));
     let body = reviewed.answer.to_json();
     let admission =
         Admission { kind: reviewed.kind, operation: reviewed.operation, verdict: Verdict::Invalid, dry_run: false };
     webhook.metrics.admitted(admission, start.elapsed());
+    let status = StatusCode::from_u16(why.code()).unwrap_or(StatusCode::BAD_REQUEST);
     json(status, body)
 }
 

@@ -16,6 +16,7 @@
 //! configuration fails open), a problem with one of our objects is denied with every field at
 //! fault (fail closed).
 
+mod activity;
 mod cluster;
 mod custom_resources;
 mod handler;
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 
+pub use activity::{SUMMARY_INTERVAL, summarize_activity};
 pub use cluster::{ClusterCache, Feed, Feeds, follow_cluster};
 
 use crate::metrics::Metrics;
@@ -61,13 +63,19 @@ pub struct Webhook {
     system: pods::SystemNamespaces,
     cluster: ClusterCache,
     metrics: Metrics,
+    activity: activity::Activity,
 }
 
 impl Webhook {
     /// A webhook running in `namespace` (never routed, like the system namespaces), reading the
     /// cluster from `cluster`.
     pub fn new(namespace: impl Into<String>, cluster: ClusterCache) -> Self {
-        Self { system: pods::SystemNamespaces::new(namespace), cluster, metrics: Metrics::default() }
+        Self {
+            system: pods::SystemNamespaces::new(namespace),
+            cluster,
+            metrics: Metrics::default(),
+            activity: activity::Activity::default(),
+        }
     }
 }
 

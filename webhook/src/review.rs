@@ -135,6 +135,44 @@ impl Verdict {
 /// The `status.reason` of an answer to a request that could not be read.
 const BAD_REQUEST: &str = "BadRequest";
 
+/// Why a request body was never read, each with the HTTP status the answer is sent with and
+/// the `status.reason` metav1 gives that code; the review inside carries the same code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unread {
+    /// 400: the body could not be read off the connection.
+    BadRequest,
+    /// 408: the body took too long to arrive.
+    Timeout,
+    /// 413: the body is larger than the cap.
+    TooLarge,
+    /// 415: the body is not `application/json`.
+    UnsupportedMediaType,
+}
+
+impl Unread {
+    const ALL: [Self; 4] = [Self::BadRequest, Self::Timeout, Self::TooLarge, Self::UnsupportedMediaType];
+
+    /// The HTTP status code (also `status.code` in the review).
+    pub fn code(self) -> u16 {
+        match self {
+            Self::BadRequest => 400,
+            Self::Timeout => 408,
+            Self::TooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+        }
+    }
+
+    /// metav1's `StatusReason` for that code.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::BadRequest => BAD_REQUEST,
+            Self::Timeout => "Timeout",
+            Self::TooLarge => "RequestEntityTooLarge",
+            Self::UnsupportedMediaType => "UnsupportedMediaType",
+        }
+    }
+}
+
 impl Answer {
     /// Allows the request unchanged.
     pub fn allow(uid: &str) -> Self {
@@ -149,7 +187,13 @@ impl Answer {
     /// Refuses a request that could not be read (400, `BadRequest`). The uid is empty when the
     /// body did not hold one; kube-apiserver then treats the call as failed.
     pub fn invalid(uid: Option<&str>, reason: &str) -> Self {
-        let status = Status::failure(reason, BAD_REQUEST).with_code(400);
+        Self::unread(uid, Unread::BadRequest, reason)
+    }
+
+    /// Refuses a request whose body was never read: `status.code` and `status.reason` match the
+    /// HTTP status the answer is sent with.
+    pub fn unread(uid: Option<&str>, why: Unread, message: &str) -> Self {
+        let status = Status::failure(message, why.reason()).with_code(why.code());
         Self::deny(uid.unwrap_or_default(), status)
     }
 
@@ -191,7 +235,7 @@ impl Answer {
         match (&self.allowed, &self.patch, &self.status) {
             (true, Some(_), _) => Verdict::Patched,
             (true, None, _) => Verdict::Allowed,
-            (false, _, Some(status)) if status.reason == BAD_REQUEST => Verdict::Invalid,
+            (false, _, Some(status)) if Unread::ALL.iter().any(|why| why.reason() == status.reason) => Verdict::Invalid,
             (false, _, _) => Verdict::Denied,
         }
     }
@@ -288,6 +332,11 @@ mod tests {
 
         let invalid = Answer::invalid(None, "nope");
         assert_eq!(invalid.verdict(), Verdict::Invalid);
+        for why in Unread::ALL {
+            let unread = Answer::unread(None, why, "nope");
+            assert_eq!(unread.verdict(), Verdict::Invalid, "{why:?}");
+            assert_eq!(unread.status().map(|s| s.code), Some(why.code()), "{why:?}");
+        }
         let denied = Answer::deny("u-3", Status::failure("bad", "Invalid").with_code(422));
         assert_eq!(denied.verdict(), Verdict::Denied);
         let body: Value = serde_json::from_slice(&denied.to_json()).unwrap();

@@ -80,7 +80,8 @@ pub(crate) fn review(webhook: &Webhook, body: &[u8], mode: Mode) -> Reviewed {
             dry_run: request.dry_run,
         },
         Err(malformed) => {
-            tracing::warn!(uid = ?malformed.uid, "refusing a malformed review: {}", malformed.reason);
+            tracing::debug!(uid = ?malformed.uid, "refusing a malformed review: {}", malformed.reason);
+            webhook.activity.refused();
             Reviewed::unreadable(Answer::invalid(malformed.uid.as_deref(), &malformed.reason))
         }
     }

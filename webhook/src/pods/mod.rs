@@ -23,13 +23,15 @@ pub(crate) fn review(webhook: &Webhook, body: &[u8]) -> (Reviewed, Option<Decisi
         // The review is fine but the pod is not a pod we can read: fail open, as the webhook's
         // failurePolicy would.
         Err(Malformed { uid: Some(uid), envelope_ok: true, reason }) => {
-            tracing::warn!(%uid, "admitting a pod the webhook cannot read: {reason}");
+            tracing::debug!(%uid, "admitting a pod the webhook cannot read: {reason}");
+            webhook.activity.refused();
             let answer = Answer::allow(&uid)
                 .with_warnings(vec!["the NUMA resources webhook could not read this pod; it was not routed".into()]);
             (Reviewed::unreadable(answer), None)
         }
         Err(malformed) => {
-            tracing::warn!(uid = ?malformed.uid, "refusing a malformed pod review: {}", malformed.reason);
+            tracing::debug!(uid = ?malformed.uid, "refusing a malformed pod review: {}", malformed.reason);
+            webhook.activity.refused();
             (Reviewed::unreadable(Answer::invalid(malformed.uid.as_deref(), &malformed.reason)), None)
         }
     }
@@ -64,14 +66,11 @@ fn admit(webhook: &Webhook, request: &AdmissionRequest<Pod>) -> (Reviewed, Optio
     match &decision {
         Decision::Route { scheduler, reason } => {
             let why = reason.to_string();
-            tracing::info!(%namespace, pod = %name, %scheduler, dry_run = request.dry_run, "routing pod: {why}");
+            tracing::debug!(%namespace, pod = %name, %scheduler, dry_run = request.dry_run, "routing pod: {why}");
             match Answer::allow(&request.uid).with_patch(&routing_patch(pod, scheduler, &why)) {
                 Ok(answer) => reviewed.answer = answer,
                 Err(error) => tracing::error!(%namespace, pod = %name, "encoding the routing patch: {error}"),
             }
-        }
-        Decision::Leave(SkipReason::NotSynced) => {
-            tracing::info!(%namespace, pod = %name, "pod not routed: {}", SkipReason::NotSynced);
         }
         Decision::Leave(reason) => tracing::debug!(%namespace, pod = %name, "pod not routed: {reason}"),
     }
@@ -158,6 +157,36 @@ mod tests {
         let patched = apply(&existing);
         assert_eq!(patched["spec"]["schedulerName"], "numa");
         assert_eq!(patched["metadata"]["annotations"], serde_json::json!({"a/b": "c", ROUTING_ANNOTATION: "why"}));
+    }
+
+    #[test]
+    fn routing_a_pod_logs_nothing_at_info_and_is_counted_for_the_summary() {
+        use numaresources_api::operator::{
+            NUMAResourcesScheduler, NUMAResourcesSchedulerSpec, PodRouting, PodRoutingMode, SCHEDULER_SINGLETON_NAME,
+        };
+
+        use crate::activity::capture::InfoOrAbove;
+
+        const POD: &str = include_str!("../../tests/fixtures/admission/pod-create-guaranteed-integral.json");
+        let (cluster, mut feeds) = crate::ClusterCache::new();
+        let webhook = Webhook::new("numaresources", cluster);
+        let lines = InfoOrAbove::default();
+        // Before the caches sync (once logged at info per pod), then routed.
+        let unsynced = tracing::subscriber::with_default(lines.clone(), || review(&webhook, POD.as_bytes()).1);
+        assert_eq!(unsynced, Some(Decision::Leave(SkipReason::NotSynced)));
+        let spec = NUMAResourcesSchedulerSpec {
+            pod_routing: Some(PodRouting { mode: Some(PodRoutingMode::All), namespace_selector: None }),
+            ..NUMAResourcesSchedulerSpec::default()
+        };
+        feeds.set_scheduler(Some(NUMAResourcesScheduler::new(SCHEDULER_SINGLETON_NAME, spec)));
+        feeds.set_namespaces([("numa-workloads", Default::default())]);
+        feeds.set_nodes([]);
+        let routed = tracing::subscriber::with_default(lines.clone(), || review(&webhook, POD.as_bytes()).1);
+        assert!(matches!(routed, Some(Decision::Route { .. })), "{routed:?}");
+        let malformed = tracing::subscriber::with_default(lines.clone(), || review(&webhook, b"{").0);
+        assert_eq!(malformed.answer.verdict(), review::Verdict::Invalid);
+        assert_eq!(lines.count(), 0, "per-request lines belong at debug");
+        assert_eq!(webhook.activity.take().refused, 1);
     }
 
     #[test]

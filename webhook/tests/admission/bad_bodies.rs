@@ -101,6 +101,11 @@ async fn transport_problems_get_their_http_status_and_an_invalid_review() {
             let answer = post_raw(&app, path, *content_type, body.clone()).await;
             assert_eq!(answer.status, *status, "{path} {name}");
             assert_eq!(answer.review["kind"], "AdmissionReview", "{path} {name}");
+            // The review inside says the same as the HTTP status, with metav1's reason for it.
+            assert_eq!(answer.response()["status"]["code"], status.as_u16(), "{path} {name}");
+            let reason =
+                if *status == StatusCode::PAYLOAD_TOO_LARGE { "RequestEntityTooLarge" } else { "UnsupportedMediaType" };
+            assert_eq!(answer.response()["status"]["reason"], reason, "{path} {name}");
             assert!(!answer.allowed());
             assert!(answer.message().contains(needle), "{path} {name}: {}", answer.message());
         }
@@ -142,4 +147,8 @@ async fn a_body_that_never_arrives_times_out_instead_of_hanging() {
         .unwrap();
     let response = router(webhook).oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    let review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(review["response"]["status"]["code"], 408);
+    assert_eq!(review["response"]["status"]["reason"], "Timeout");
 }
