@@ -28,6 +28,11 @@ impl Readiness {
         self.checks.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.to_owned(), ok);
     }
 
+    /// The state of one check (None: never set, which counts as passing).
+    pub fn get(&self, name: &str) -> Option<bool> {
+        self.checks.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).copied()
+    }
+
     fn snapshot(&self) -> BTreeMap<String, bool> {
         self.checks.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }

@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod discovery;
+mod fallback;
 mod health;
 mod merge_patch;
 pub mod metrics;
@@ -21,6 +22,7 @@ pub mod openapi;
 pub mod paging;
 pub mod query;
 pub mod render;
+pub mod replication;
 mod rest;
 pub mod status;
 pub mod store;
@@ -44,11 +46,27 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// What one watch may queue for a client that reads slower than events come, in bytes
+    /// (at least one event goes out, however large).
+    pub watch_buffer_bytes: usize,
+    /// How long a watch may wait for room in that queue before it is ended (the client resumes
+    /// from the last event it read).
+    pub watch_blocked_timeout: Duration,
 }
+
+/// The default of [`Limits::watch_buffer_bytes`].
+pub const DEFAULT_WATCH_BUFFER_BYTES: usize = 256 * 1024;
+/// The default of [`Limits::watch_blocked_timeout`].
+pub const DEFAULT_WATCH_BLOCKED_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_body_bytes: 3 * 1024 * 1024, bookmark_interval: Duration::from_secs(60) }
+        Self {
+            max_body_bytes: 3 * 1024 * 1024,
+            bookmark_interval: Duration::from_secs(60),
+            watch_buffer_bytes: DEFAULT_WATCH_BUFFER_BYTES,
+            watch_blocked_timeout: DEFAULT_WATCH_BLOCKED_TIMEOUT,
+        }
     }
 }
 
@@ -69,6 +87,8 @@ pub struct AppState {
     pub auth: auth::Auth,
     /// Prometheus metrics.
     pub metrics: metrics::Metrics,
+    /// Replication across replicas (None: a single replica, as `local` and standalone tests run).
+    pub replication: Option<Arc<replication::Replication>>,
     /// Cancelled when the server begins to stop: watches end with a final bookmark so clients
     /// resume elsewhere without relisting.
     pub stopping: tokio_util::sync::CancellationToken,
@@ -85,13 +105,27 @@ impl AppState {
             readiness: Arc::new(Readiness::default()),
             auth: auth::Auth::Disabled,
             metrics: metrics::Metrics::default(),
+            replication: None,
             stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
 }
 
-/// Every route the server answers.
+/// Every route the server answers, behind metrics, authentication, error rendering and the
+/// replication middleware (which forwards writes to the leader and holds reads back on a cold
+/// store).
 pub fn router(state: Arc<AppState>) -> Router {
+    routes()
+        .layer(axum::middleware::from_fn_with_state(state.clone(), replication::route))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), fallback::errors_as_status))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::check))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .with_state(state)
+}
+
+/// The routes alone (the peer listener serves them to forwarded requests, without
+/// authentication: the follower that forwards did it).
+pub(crate) fn routes() -> Router<Arc<AppState>> {
     let group = numaresources_api::nrt::GROUP;
     let version = discovery::VERSION;
     let plural = numaresources_api::nrt::PLURAL;
@@ -129,7 +163,4 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/livez/{check}", get(health::check))
         .route("/readyz/{check}", get(health::check))
         .fallback(rest::not_found)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::check))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
-        .with_state(state)
 }

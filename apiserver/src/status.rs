@@ -188,6 +188,13 @@ impl ApiError {
         error
     }
 
+    /// 504: the request may or may not have taken effect (kube-apiserver's `Timeout`).
+    pub fn timeout(message: impl Into<String>, retry_after_seconds: u32) -> Self {
+        let mut error = Self::new(StatusCode::GATEWAY_TIMEOUT, "Timeout", message);
+        error.retry_after = Some(retry_after_seconds);
+        error
+    }
+
     /// The HTTP status.
     pub fn code(&self) -> StatusCode {
         self.code

@@ -251,6 +251,11 @@ pub enum StoreError {
     Serialize(#[from] serde_json::Error),
 }
 
+/// A replicated change that does not follow from a follower's state: it must resynchronize.
+#[derive(Debug, thiserror::Error)]
+#[error("replication: {0}")]
+pub struct ReplicaError(String);
+
 /// A point from which a watch starts.
 ///
 /// Watchers read changes from the history ([`Store::events_after`]) rather than from a channel
@@ -590,6 +595,93 @@ impl Store {
         }
         self.commit(&mut state, name, &current, &stored, gone);
         Ok((stored, gone))
+    }
+
+    /// Applies one change the leader made, at the leader's revision (`object`'s
+    /// resourceVersion), exactly as the leader stored it: followers keep the same objects, the
+    /// same resourceVersions and the same watch history as the leader. A change that does not
+    /// follow from this store's state (out of order, or about an object it does not hold) is
+    /// refused: the follower must resynchronize.
+    pub fn apply_replicated(&self, kind: EventType, object: NodeResourceTopology) -> Result<(), ReplicaError> {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let revision = object
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse::<u64>().ok())
+            .ok_or_else(|| ReplicaError(format!("{name}: the change carries no numeric resourceVersion")))?;
+        let mut state = self.write();
+        if revision <= state.revision {
+            return Err(ReplicaError(format!(
+                "{name}: revision {revision} is not after this replica's revision {}",
+                state.revision
+            )));
+        }
+        let current = state.objects.get(&name).cloned();
+        let last_report = Arc::new(AtomicU64::new(unix_seconds(now())));
+        let stored = Arc::new(stored(object, revision, last_report).map_err(|e| ReplicaError(e.to_string()))?);
+        match (kind, current) {
+            (EventType::Added, None) => {
+                state.revision = revision;
+                state.objects.insert(name, stored.clone());
+                self.publish(&mut state, EventType::Added, &stored, None);
+            }
+            (EventType::Modified, Some(current)) => self.commit(&mut state, &name, &current, &stored, false),
+            (EventType::Deleted, Some(current)) => self.commit(&mut state, &name, &current, &stored, true),
+            (kind, current) => {
+                return Err(ReplicaError(format!(
+                    "{name}: {} of an object this replica {}",
+                    kind.as_str(),
+                    if current.is_some() { "holds already" } else { "does not hold" }
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the revision forward without a change: a leader's bookmark on a follower, or a new
+    /// leader's jump past every revision any replica may have handed out.
+    pub fn advance_to(&self, revision: u64) {
+        let mut state = self.write();
+        if revision > state.revision {
+            state.revision = revision;
+            self.revisions.send_replace(revision);
+        }
+    }
+
+    /// Replaces every object with `items`, as the leader holds them at `revision`. The history
+    /// starts anew there: a watch from before gets `410 Expired` and relists.
+    pub fn reset(&self, items: Vec<NodeResourceTopology>, revision: u64) -> Result<(), StoreError> {
+        let report = unix_seconds(now());
+        let mut objects = HashMap::with_capacity(items.len());
+        for object in items {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let object_revision =
+                object.metadata.resource_version.as_deref().and_then(|rv| rv.parse().ok()).unwrap_or(revision);
+            objects.insert(name, Arc::new(stored(object, object_revision, Arc::new(AtomicU64::new(report)))?));
+        }
+        let mut state = self.write();
+        if revision < state.revision {
+            tracing::warn!(
+                from = state.revision,
+                to = revision,
+                "the store goes back to an earlier revision: it held changes the leader never acknowledged"
+            );
+        }
+        state.objects = objects;
+        state.history.clear();
+        state.history_bytes = 0;
+        state.revision = revision;
+        state.oldest_resumable = revision;
+        self.revisions.send_replace(revision);
+        Ok(())
+    }
+
+    /// Every object's name and resourceVersion, and the revision they reflect: what a follower
+    /// compares with the leader's state at that revision.
+    pub fn revisions_by_name(&self) -> (HashMap<String, u64>, u64) {
+        let state = self.read();
+        (state.objects.iter().map(|(name, stored)| (name.clone(), stored.revision)).collect(), state.revision)
     }
 
     /// Puts `stored` (the next revision of `current`) in place: removed and DELETED when `gone`,

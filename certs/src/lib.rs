@@ -38,6 +38,7 @@ mod client_auth;
 mod config;
 mod error;
 mod generate;
+pub mod leader;
 mod pem;
 mod policy;
 mod reload;

@@ -1,0 +1,318 @@
+//! Several replicas of the API server holding the same store, in memory, with the same
+//! resourceVersions.
+//!
+//! ```text
+//!            Lease (coordination.k8s.io): holder, peer address, in-sync followers
+//!                 ▲ renew                         ▲ read, take when eligible
+//!   ┌─────────────┴──────┐   stream (watch events, ┌─┴──────────────────┐
+//!   │ leader             │── leader's RVs) ───────►│ follower           │ serves reads,
+//!   │ applies writes,    │◄── ack (applied RV) ────│ applies the stream │ forwards writes
+//!   │ acks a write once  │◄── forwarded writes ────│ (mutual TLS)       │ with the caller's
+//!   │ in-sync followers  │                         └────────────────────┘ identity
+//!   │ have it            │
+//!   └────────────────────┘
+//! ```
+//!
+//! - **One leader**, elected on a Lease ([`numaresources_certs::leader`]): it alone assigns
+//!   resourceVersions. On promotion it moves its sequence past the current time in
+//!   microseconds, so no revision a former leader handed out (even one it never acknowledged)
+//!   is ever used again for something else.
+//! - **Followers** replicate the leader's store through the peer listener: after a (re)connect
+//!   they check their state against the leader's at their own revision (an exact LIST) and keep
+//!   it when it agrees, else take the leader's LIST whole; then they apply the leader's stream of
+//!   watch events, which carries its resourceVersions unchanged. A watch on any replica can thus
+//!   resume on any other from its last resourceVersion.
+//! - **Semi-synchronous acknowledgement**: the leader answers a write once every in-sync
+//!   follower has it. A follower that does not acknowledge within [`ACK_TIMEOUT`] leaves the
+//!   in-sync set, and the Lease says so before the write is answered: only in-sync followers
+//!   may take the Lease, so a new leader holds every acknowledged write. With no follower in
+//!   sync the leader acknowledges alone (a metric and `/readyz` detail say so).
+//! - **Writes on a follower** are forwarded to the leader with the caller's identity, which the
+//!   follower authenticated and authorized; the leader trusts forwarded identities only on its
+//!   peer listener, where every client presents a certificate of the peer CA.
+
+mod election;
+mod follower;
+mod leader;
+mod peer;
+mod route;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use numaresources_certs::leader::LeaderLease;
+use tokio::sync::watch;
+
+use crate::Store;
+use crate::health::Readiness;
+
+pub use election::run;
+pub use peer::router as peer_router;
+pub use route::route;
+
+/// How long the leader waits for in-sync followers to acknowledge a write before it drops the
+/// laggards from the in-sync set.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a consistent LIST on a follower waits to reach the leader's revision before it is
+/// forwarded to the leader instead (kube-apiserver's consistent reads from its cache wait 3 s).
+pub const CONSISTENT_READ_WAIT: Duration = Duration::from_secs(3);
+/// How long a forwarded write waits for the follower's own store to show it, so the caller
+/// reads its own write on the replica it wrote through.
+pub const READ_YOUR_WRITE_WAIT: Duration = Duration::from_secs(1);
+/// The leader's stream sends a bookmark at least this often, so followers know it is alive and
+/// how far it is.
+pub const STREAM_HEARTBEAT: Duration = Duration::from_millis(250);
+/// A follower that heard nothing from the leader for this long reconnects.
+pub const STREAM_SILENCE: Duration = Duration::from_secs(2);
+/// A follower that lost its leader keeps serving reads (and stays Ready) this long after it
+/// last heard from it: the data is as fresh as any replica's while an election runs.
+pub const FRESH_AFTER_LEADER_LOSS: Duration = Duration::from_secs(15);
+
+/// The Lease annotation with the leader's peer address (`https://IP:PORT`).
+pub const PEER_ADDRESS_ANNOTATION: &str = "nodetopology.openshift.io/peer-address";
+/// The Lease annotation listing the followers that hold every acknowledged write.
+pub const IN_SYNC_ANNOTATION: &str = "nodetopology.openshift.io/in-sync-replicas";
+
+/// The readiness check that store warm-up reports (see the binary's warm-up task).
+pub const STORE_WARM_CHECK: &str = "store-warm";
+/// The readiness check replication reports.
+pub const REPLICATION_CHECK: &str = "replication";
+
+/// Headers carrying a forwarded request's caller, trusted on the peer listener only.
+pub(crate) const FORWARDED_USER: &str = "x-numaresources-forwarded-user";
+pub(crate) const FORWARDED_UID: &str = "x-numaresources-forwarded-uid";
+pub(crate) const FORWARDED_GROUP: &str = "x-numaresources-forwarded-group";
+pub(crate) const FORWARDED_EXTRA_PREFIX: &str = "x-numaresources-forwarded-extra-";
+/// The leader's revision after a forwarded request, for the follower's read-your-write wait.
+pub(crate) const LEADER_REVISION: &str = "x-numaresources-leader-revision";
+
+/// How replicas reach and trust each other.
+#[derive(Debug, Clone)]
+pub struct PeerTls {
+    /// The CA that signs every replica's peer certificate.
+    pub ca_file: PathBuf,
+    /// This replica's peer certificate (serverAuth and clientAuth) and key.
+    pub cert_file: PathBuf,
+    /// The key of `cert_file`.
+    pub key_file: PathBuf,
+    /// The name peer certificates are issued for (checked when connecting to the leader).
+    pub server_name: String,
+}
+
+/// What a replica is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// No leader known: an election is under way. Writes are refused (503).
+    Candidate,
+    /// This replica leads.
+    Leader,
+    /// Another replica leads, at this peer address.
+    Follower {
+        /// `https://IP:PORT` of the leader's peer listener.
+        address: String,
+    },
+    /// Stopping (a leader hands the Lease over first). Writes are refused (503).
+    Stopping,
+}
+
+/// The replication state of one replica, shared by the election loop, the follower, the peer
+/// listener and the request middleware.
+#[derive(Debug)]
+pub struct Replication {
+    identity: String,
+    advertise: String,
+    tls: PeerTls,
+    store: Arc<Store>,
+    readiness: Arc<Readiness>,
+    role: watch::Sender<Role>,
+    lease: OnceLock<LeaderLease>,
+    /// A client of the leader's peer listener, with the address it is for.
+    peer_clients: Mutex<Option<PeerClient>>,
+    /// The follower's view.
+    following: Following,
+    /// The leader's view of its followers.
+    in_sync: leader::InSync,
+    metrics: Metrics,
+}
+
+/// A client of a leader's peer listener, with the address it is for.
+struct PeerClient {
+    address: String,
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for PeerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerClient").field("address", &self.address).finish_non_exhaustive()
+    }
+}
+
+/// What a follower knows of the leader it follows.
+#[derive(Debug, Default)]
+struct Following {
+    /// The store has been synchronized with a leader at least once (an empty new store has
+    /// not, and must never lead while a synchronized replica could).
+    synced: AtomicBool,
+    /// The current stream reached the leader's head at least once.
+    caught_up: AtomicBool,
+    /// The leader's revision, as last heard.
+    leader_revision: AtomicU64,
+    /// The leader's store is warm (answering reads).
+    leader_warm: AtomicBool,
+    /// When the follower last heard from a leader.
+    last_heard: Mutex<Option<Instant>>,
+}
+
+/// Replication's Prometheus metrics.
+#[derive(Debug, Default, Clone)]
+pub struct Metrics {
+    /// 1 on the leader.
+    pub is_leader: prometheus_client::metrics::gauge::Gauge,
+    /// Leadership changes this replica saw.
+    pub leader_changes: prometheus_client::metrics::counter::Counter,
+    /// Writes the leader acknowledged with no follower in sync.
+    pub acknowledged_alone: prometheus_client::metrics::counter::Counter,
+    /// Followers in sync (on the leader).
+    pub in_sync_followers: prometheus_client::metrics::gauge::Gauge,
+    /// Revisions the follower is behind the leader, as last heard.
+    pub lag_revisions: prometheus_client::metrics::gauge::Gauge,
+    /// Full resynchronizations (the follower's state did not match the leader's).
+    pub resyncs: prometheus_client::metrics::counter::Counter,
+}
+
+impl Metrics {
+    /// Registers the metrics under `numaresources_apiserver_replication_*`.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        let sub = registry.sub_registry_with_prefix("numaresources_apiserver_replication");
+        sub.register("is_leader", "1 when this replica leads", self.is_leader.clone());
+        sub.register("leader_changes", "Leadership changes this replica saw", self.leader_changes.clone());
+        sub.register(
+            "acknowledged_alone",
+            "Writes the leader acknowledged with no follower in sync",
+            self.acknowledged_alone.clone(),
+        );
+        sub.register("in_sync_followers", "Followers holding every acknowledged write", self.in_sync_followers.clone());
+        sub.register("lag_revisions", "Revisions this follower is behind the leader", self.lag_revisions.clone());
+        sub.register("resyncs", "Full resynchronizations from the leader", self.resyncs.clone());
+    }
+}
+
+impl Replication {
+    /// The replication state of replica `identity`, whose peer listener peers reach at
+    /// `advertise` (`https://IP:PORT`).
+    pub fn new(
+        identity: String,
+        advertise: String,
+        tls: PeerTls,
+        store: Arc<Store>,
+        readiness: Arc<Readiness>,
+    ) -> Self {
+        readiness.set(REPLICATION_CHECK, false);
+        Self {
+            identity,
+            advertise,
+            tls,
+            store,
+            readiness,
+            role: watch::Sender::new(Role::Candidate),
+            lease: OnceLock::new(),
+            peer_clients: Mutex::new(None),
+            following: Following::default(),
+            in_sync: leader::InSync::default(),
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// This replica's identity (the Lease holder name when it leads).
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The role now.
+    pub fn role(&self) -> Role {
+        self.role.borrow().clone()
+    }
+
+    /// Tells of every role change.
+    pub fn roles(&self) -> watch::Receiver<Role> {
+        self.role.subscribe()
+    }
+
+    /// The metrics, to register.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn set_role(&self, role: Role) {
+        let changed = self.role.send_if_modified(|current| {
+            if *current == role {
+                return false;
+            }
+            *current = role.clone();
+            true
+        });
+        if changed {
+            self.metrics.is_leader.set(i64::from(role == Role::Leader));
+            self.metrics.leader_changes.inc();
+            self.refresh_readiness();
+        }
+    }
+
+    /// True when this replica's own store is warm (or nothing decides warmth).
+    fn locally_warm(&self) -> bool {
+        self.readiness.get(STORE_WARM_CHECK).unwrap_or(true)
+    }
+
+    /// Whether this replica can answer reads correctly now: the leader once warm; a follower
+    /// that caught up with a warm leader and heard from it recently.
+    pub fn serves_reads(&self) -> bool {
+        match self.role() {
+            Role::Leader | Role::Stopping => self.locally_warm(),
+            Role::Follower { .. } | Role::Candidate => {
+                self.following.synced.load(Ordering::Acquire)
+                    && self.following.leader_warm.load(Ordering::Acquire)
+                    && self.heard_recently()
+            }
+        }
+    }
+
+    fn heard_recently(&self) -> bool {
+        let last = *self.following.last_heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.is_some_and(|at| at.elapsed() < FRESH_AFTER_LEADER_LOSS)
+    }
+
+    fn heard_from_leader(&self, revision: u64, warm: bool) {
+        self.following.leader_revision.fetch_max(revision, Ordering::AcqRel);
+        self.following.leader_warm.store(warm, Ordering::Release);
+        *self.following.last_heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+        let behind = revision.saturating_sub(self.store.revision());
+        self.metrics.lag_revisions.set(i64::try_from(behind).unwrap_or(i64::MAX));
+    }
+
+    /// Publishes [`REPLICATION_CHECK`] from the current state.
+    fn refresh_readiness(&self) {
+        let ready = match self.role() {
+            Role::Leader => true,
+            Role::Stopping => false,
+            Role::Follower { .. } | Role::Candidate => {
+                self.following.synced.load(Ordering::Acquire)
+                    && self.following.caught_up.load(Ordering::Acquire)
+                    && self.heard_recently()
+            }
+        };
+        self.readiness.set(REPLICATION_CHECK, ready);
+    }
+
+    /// Waits until this replica's store has reached `revision`, for at most `wait`. True when it
+    /// did.
+    async fn reached(&self, revision: u64, wait: Duration) -> bool {
+        let mut changes = match self.store.watch(None) {
+            Ok(start) => start.changes,
+            Err(_) => return false,
+        };
+        let reached = changes.wait_for(|current| *current >= revision);
+        tokio::time::timeout(wait, reached).await.is_ok_and(|r| r.is_ok()) || self.store.revision() >= revision
+    }
+}

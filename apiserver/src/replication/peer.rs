@@ -1,0 +1,301 @@
+//! The peer listener's routes: the leader's replication stream, followers' acknowledgements,
+//! a status probe, and forwarded API requests with the caller's identity.
+//!
+//! Only peers reach this router: the listener requires a client certificate of the peer CA
+//! (checked again here), so the identity headers of a forwarded request are trusted here and
+//! nowhere else.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use http::HeaderMap;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use numaresources_certs::PeerInfo;
+use serde::{Deserialize, Serialize};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{
+    FORWARDED_EXTRA_PREFIX, FORWARDED_GROUP, FORWARDED_UID, FORWARDED_USER, LEADER_REVISION, Role, STREAM_HEARTBEAT,
+};
+use crate::AppState;
+use crate::auth::{NodeScope, UserInfo};
+use crate::status::ApiError;
+use crate::store::{EventType, WatchRefusal};
+
+/// Events the stream sends per read of the history.
+const STREAM_CHUNK: usize = 256;
+/// Chunks the stream buffers for a follower that reads slowly before the sender waits.
+const STREAM_BUFFER: usize = 16;
+
+/// A forwarded request (the middleware must not forward it again).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Forwarded;
+
+/// The router of the peer listener.
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = crate::routes()
+        .layer(axum::middleware::from_fn_with_state(state.clone(), super::route))
+        .layer(axum::middleware::from_fn(forwarded_identity))
+        .with_state(state.clone());
+    Router::new()
+        .route("/replication/v1/stream", get(stream))
+        .route("/replication/v1/ack", post(ack))
+        .route("/replication/v1/status", get(status))
+        .with_state(state)
+        .fallback_service(api)
+        .layer(axum::middleware::from_fn(require_peer_certificate))
+}
+
+/// Refuses any connection without a verified peer certificate (the listener's verifier checked
+/// the chain against the peer CA; an absent one is refused here).
+async fn require_peer_certificate(request: Request, next: Next) -> Response {
+    let verified = request.extensions().get::<PeerInfo>().is_some_and(|peer| peer.client_certificate().is_some());
+    if !verified {
+        return ApiError::unauthorized("peer endpoints need a peer certificate").into_response();
+    }
+    next.run(request).await
+}
+
+/// Turns the forwarding headers back into the caller's identity, as the follower authenticated
+/// and authorized it.
+async fn forwarded_identity(mut request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Some(name) = header(headers, FORWARDED_USER) {
+        let user = UserInfo {
+            name,
+            uid: header(headers, FORWARDED_UID).unwrap_or_default(),
+            groups: headers
+                .get_all(FORWARDED_GROUP)
+                .iter()
+                .filter_map(|v| v.to_str().ok().map(str::to_owned))
+                .collect(),
+            extra: extras(headers),
+        };
+        if let Some(node) = user.node_name() {
+            request.extensions_mut().insert(NodeScope(node.to_owned()));
+        }
+        request.extensions_mut().insert(user);
+    }
+    request.extensions_mut().insert(Forwarded);
+    next.run(request).await
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+fn extras(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
+    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix(FORWARDED_EXTRA_PREFIX) else { continue };
+        let Ok(value) = value.to_str() else { continue };
+        // Keys are percent-encoded (they may hold `/`, which header names cannot).
+        extra.entry(percent_decode(key)).or_default().push(value.to_owned());
+    }
+    extra
+}
+
+/// Header-name-safe encoding of an extra's key: kube-apiserver's convention for
+/// `X-Remote-Extra-` headers (percent-encoding, lower case).
+pub(crate) fn percent_encode(key: &str) -> String {
+    key.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            b'A'..=b'Z' => ((b + 32) as char).to_string(),
+            _ => format!("%{b:02x}"),
+        })
+        .collect()
+}
+
+fn percent_decode(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(byte) = key.get(i + 1..i + 3).and_then(|hex| u8::from_str_radix(hex, 16).ok())
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamParams {
+    after: u64,
+    identity: String,
+}
+
+/// One line of the replication stream: a watch event.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct StreamEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub object: Box<serde_json::value::RawValue>,
+}
+
+/// A bookmark's object: the leader's revision and whether its store is warm.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Bookmark {
+    pub metadata: BookmarkMetadata,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct BookmarkMetadata {
+    pub resource_version: String,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The bookmark annotation saying the leader's store is warm.
+pub(super) const WARM_ANNOTATION: &str = "nodetopology.openshift.io/warm";
+
+/// The leader's changes after `after`, as newline-delimited watch events carrying its
+/// resourceVersions, with a bookmark whenever the stream has caught up and at least every
+/// [`STREAM_HEARTBEAT`].
+async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamParams>) -> Response {
+    let Some(replication) = state.replication.clone() else {
+        return ApiError::no_such_path("/replication/v1/stream").into_response();
+    };
+    if replication.role() != Role::Leader {
+        return ApiError::unavailable("this replica does not lead", 1).into_response();
+    }
+    let mut changes = match state.store.watch(None) {
+        Ok(start) => start.changes,
+        Err(_) => return ApiError::unavailable("the store is not ready", 1).into_response(),
+    };
+    if let Err(WatchRefusal::TooOld { oldest }) = state.store.events_after(params.after, 0) {
+        return ApiError::expired(format!("too old resource version: {} ({oldest})", params.after)).into_response();
+    }
+    tracing::info!(follower = %params.identity, after = params.after, "a follower is streaming");
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(STREAM_BUFFER);
+    let stopping = state.stopping.clone();
+    let identity = params.identity;
+    tokio::spawn(async move {
+        let mut after = params.after;
+        loop {
+            let events = match state.store.events_after(after, STREAM_CHUNK) {
+                Ok(events) => events,
+                Err(_) => break, // fell behind the history: the follower resynchronizes
+            };
+            let mut chunk = Vec::new();
+            for event in &events {
+                chunk.extend_from_slice(b"{\"type\":\"");
+                chunk.extend_from_slice(event.kind.as_str().as_bytes());
+                chunk.extend_from_slice(b"\",\"object\":");
+                chunk.extend_from_slice(&event.object.json);
+                chunk.extend_from_slice(b"}\n");
+                after = event.revision;
+            }
+            let caught_up = events.len() < STREAM_CHUNK;
+            if caught_up {
+                after = after.max(bookmark(&mut chunk, &state, &replication));
+            }
+            let leading = matches!(replication.role(), Role::Leader | Role::Stopping);
+            if sender.send(Ok(Bytes::from(chunk))).await.is_err() || !leading {
+                break;
+            }
+            if caught_up {
+                tokio::select! {
+                    _ = changes.changed() => {}
+                    () = tokio::time::sleep(STREAM_HEARTBEAT) => {}
+                    () = stopping.cancelled() => break,
+                }
+            }
+        }
+        replication.follower_gone(&identity).await;
+    });
+    let mut response = axum::body::Body::from_stream(ReceiverStream::new(receiver)).into_response();
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json;stream=watch"));
+    response
+}
+
+/// Appends a bookmark at the store's revision; returns that revision.
+fn bookmark(chunk: &mut Vec<u8>, state: &AppState, replication: &super::Replication) -> u64 {
+    let revision = state.store.revision();
+    let mut annotations = BTreeMap::new();
+    annotations.insert(WARM_ANNOTATION.to_owned(), replication.locally_warm().to_string());
+    let bookmark = Bookmark { metadata: BookmarkMetadata { resource_version: revision.to_string(), annotations } };
+    chunk.extend_from_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
+    // A struct of strings always serializes.
+    chunk.extend_from_slice(&serde_json::to_vec(&bookmark).unwrap_or_default());
+    chunk.extend_from_slice(b"}\n");
+    revision
+}
+
+/// A follower's acknowledgement.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Ack {
+    pub identity: String,
+    pub revision: u64,
+}
+
+/// The leader's answer to an acknowledgement, and the status probe's answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct PeerStatus {
+    pub identity: String,
+    pub leading: bool,
+    pub revision: u64,
+    pub warm: bool,
+}
+
+async fn ack(State(state): State<Arc<AppState>>, axum::Json(ack): axum::Json<Ack>) -> Response {
+    let Some(replication) = state.replication.clone() else {
+        return ApiError::no_such_path("/replication/v1/ack").into_response();
+    };
+    if !matches!(replication.role(), Role::Leader | Role::Stopping) {
+        return ApiError::unavailable("this replica does not lead", 1).into_response();
+    }
+    if replication.acknowledge(&ack.identity, ack.revision) {
+        let replication = replication.clone();
+        tokio::spawn(async move { replication.publish_in_sync().await });
+    }
+    axum::Json(peer_status(&state, &replication)).into_response()
+}
+
+async fn status(State(state): State<Arc<AppState>>) -> Response {
+    match state.replication.clone() {
+        Some(replication) => axum::Json(peer_status(&state, &replication)).into_response(),
+        None => ApiError::no_such_path("/replication/v1/status").into_response(),
+    }
+}
+
+fn peer_status(state: &AppState, replication: &super::Replication) -> PeerStatus {
+    PeerStatus {
+        identity: replication.identity.clone(),
+        leading: replication.role() == Role::Leader,
+        revision: state.store.revision(),
+        warm: replication.locally_warm(),
+    }
+}
+
+/// Adds the leader's revision to a forwarded request's answer.
+pub(super) fn with_leader_revision(mut response: Response, revision: u64) -> Response {
+    if let Ok(value) = HeaderValue::from_str(&revision.to_string()) {
+        response.headers_mut().insert(LEADER_REVISION, value);
+    }
+    response
+}
+
+/// A stream line's event type.
+pub(super) fn event_type(kind: &str) -> Option<EventType> {
+    match kind {
+        "ADDED" => Some(EventType::Added),
+        "MODIFIED" => Some(EventType::Modified),
+        "DELETED" => Some(EventType::Deleted),
+        _ => None,
+    }
+}

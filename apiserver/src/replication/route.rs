@@ -1,0 +1,207 @@
+//! The request middleware: where a request is served given this replica's role.
+//!
+//! | request                       | leader                           | follower                          | no leader (election) |
+//! |-------------------------------|----------------------------------|-----------------------------------|----------------------|
+//! | write                         | applied, answered once replicated | forwarded to the leader          | 503, Retry-After     |
+//! | LIST without resourceVersion  | served                           | served once caught up to the leader's revision (else forwarded) | served |
+//! | other reads, discovery        | served                           | served                            | served               |
+//!
+//! Before that, the cold-start rule: a replica that cannot answer reads correctly (its store is
+//! not warm, or it has not caught up with a warm leader) answers discovery and reads with 503,
+//! since kube-apiserver's availability check calls discovery, not `/readyz`. Writes still go
+//! through: they are how a cold store fills.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::header::{ACCEPT, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, WARNING};
+use http::{HeaderName, HeaderValue};
+use http_body_util::BodyExt;
+
+use super::peer::{Forwarded, percent_encode, with_leader_revision};
+use super::{
+    CONSISTENT_READ_WAIT, FORWARDED_EXTRA_PREFIX, FORWARDED_GROUP, FORWARDED_UID, FORWARDED_USER, LEADER_REVISION,
+    READ_YOUR_WRITE_WAIT, Replication, Role, STORE_WARM_CHECK,
+};
+use crate::AppState;
+use crate::auth::{Attributes, UserInfo};
+use crate::status::ApiError;
+
+/// What a request is, for routing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Write,
+    ConsistentList,
+    Read,
+    Discovery,
+    Other,
+}
+
+fn classify(request: &Request) -> Kind {
+    let path = request.uri().path();
+    match Attributes::of(request.method(), path, request.uri().query()) {
+        attributes if attributes.is_write() => Kind::Write,
+        Attributes::Resource { verb: "list", .. } if !has_resource_version(request.uri().query()) => {
+            Kind::ConsistentList
+        }
+        Attributes::Resource { .. } => Kind::Read,
+        Attributes::NonResource { .. } if is_discovery(path) => Kind::Discovery,
+        Attributes::NonResource { .. } => Kind::Other,
+    }
+}
+
+fn has_resource_version(query: Option<&str>) -> bool {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .any(|pair| pair.strip_prefix("resourceVersion=").is_some_and(|value| !value.is_empty()))
+}
+
+fn is_discovery(path: &str) -> bool {
+    let group = numaresources_api::nrt::GROUP;
+    let trimmed = path.trim_end_matches('/');
+    trimmed == "/apis"
+        || trimmed == format!("/apis/{group}")
+        || trimmed == format!("/apis/{group}/{}", crate::discovery::VERSION)
+}
+
+/// The middleware.
+pub async fn route(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let kind = classify(&request);
+    let forwarded = request.extensions().get::<Forwarded>().is_some();
+    let serves_reads = match &state.replication {
+        Some(replication) => replication.serves_reads(),
+        None => state.readiness.get(STORE_WARM_CHECK).unwrap_or(true),
+    };
+    if matches!(kind, Kind::Read | Kind::ConsistentList | Kind::Discovery) && !serves_reads && !forwarded {
+        return ApiError::unavailable(
+            "the NodeResourceTopology store is not warm yet: this replica cannot answer reads correctly",
+            1,
+        )
+        .into_response();
+    }
+    let Some(replication) = state.replication.clone() else { return next.run(request).await };
+    match (kind, replication.role()) {
+        (Kind::Write, Role::Leader) => {
+            let response = next.run(request).await;
+            if !response.status().is_success() {
+                return response;
+            }
+            let revision = state.store.revision();
+            match replication.replicated(revision).await {
+                Ok(()) => with_leader_revision(response, revision),
+                Err(error) => error.into_response(),
+            }
+        }
+        (Kind::Write, Role::Follower { address }) if !forwarded => {
+            replication.forward(&address, request, state.limits.max_body_bytes).await
+        }
+        (Kind::Write, _) => ApiError::unavailable(
+            "no replica leads the NodeResourceTopology store right now (an election is under way); retry",
+            1,
+        )
+        .into_response(),
+        (Kind::ConsistentList, Role::Follower { address }) if !forwarded => {
+            match replication.leader_status(&address).await {
+                Ok(leader) if replication.reached(leader.revision, CONSISTENT_READ_WAIT).await => {
+                    next.run(request).await
+                }
+                Ok(_) => replication.forward(&address, request, state.limits.max_body_bytes).await,
+                Err(error) => {
+                    // The leader is unreachable: nothing newer can be acknowledged without it
+                    // noticing us gone, so this replica's data is the freshest to be had.
+                    tracing::debug!(%error, "consistent read: the leader is unreachable; serving from this replica");
+                    next.run(request).await
+                }
+            }
+        }
+        _ => next.run(request).await,
+    }
+}
+
+impl Replication {
+    /// Sends `request` to the leader at `address` with the caller's identity, and answers with
+    /// the leader's answer once this replica's store shows the change.
+    pub(super) async fn forward(&self, address: &str, request: Request, max_body: usize) -> Response {
+        let client = match self.peer_client(address) {
+            Ok(client) => client,
+            Err(error) => return ApiError::internal("building the client for the leader", &error).into_response(),
+        };
+        let (parts, body) = request.into_parts();
+        let body = match axum::body::to_bytes(body, max_body).await {
+            Ok(body) => body,
+            Err(_) => return ApiError::too_large(max_body).into_response(),
+        };
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut forwarded = http::Request::builder().method(parts.method.clone()).uri(path);
+        for name in [CONTENT_TYPE, ACCEPT, CONTENT_ENCODING] {
+            if let Some(value) = parts.headers.get(&name) {
+                forwarded = forwarded.header(name, value.clone());
+            }
+        }
+        if let Some(user) = parts.extensions.get::<UserInfo>() {
+            forwarded = with_identity(forwarded, user);
+        }
+        let forwarded = match forwarded.body(kube::client::Body::from(body.to_vec())) {
+            Ok(request) => request,
+            Err(error) => return ApiError::internal("forwarding the request", &error).into_response(),
+        };
+        let answer = match client.send(forwarded).await {
+            Ok(answer) => answer,
+            Err(error) => {
+                tracing::debug!(%error, leader = address, "forwarding to the leader failed");
+                return ApiError::unavailable(
+                    "the leader of the NodeResourceTopology store cannot be reached; retry",
+                    1,
+                )
+                .into_response();
+            }
+        };
+        let (parts, body) = answer.into_parts();
+        let body = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) => {
+                return ApiError::timeout(format!("the leader's answer was cut off ({error}); retry"), 1)
+                    .into_response();
+            }
+        };
+        let revision = parts.headers.get(LEADER_REVISION).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        if let Some(revision) = revision {
+            self.reached(revision, READ_YOUR_WRITE_WAIT).await;
+        }
+        let mut response = (parts.status, body).into_response();
+        for name in [CONTENT_TYPE, RETRY_AFTER, WARNING] {
+            for value in parts.headers.get_all(&name) {
+                response.headers_mut().append(name.clone(), value.clone());
+            }
+        }
+        response
+    }
+}
+
+fn with_identity(mut request: http::request::Builder, user: &UserInfo) -> http::request::Builder {
+    let value = |text: &str| HeaderValue::from_str(text).ok();
+    if let Some(name) = value(&user.name) {
+        request = request.header(FORWARDED_USER, name);
+    }
+    if let Some(uid) = value(&user.uid) {
+        request = request.header(FORWARDED_UID, uid);
+    }
+    for group in &user.groups {
+        if let Some(group) = value(group) {
+            request = request.header(FORWARDED_GROUP, group);
+        }
+    }
+    for (key, values) in &user.extra {
+        let Ok(name) = HeaderName::from_bytes(format!("{FORWARDED_EXTRA_PREFIX}{}", percent_encode(key)).as_bytes())
+        else {
+            continue;
+        };
+        for extra in values.iter().filter_map(|v| value(v)) {
+            request = request.header(name.clone(), extra);
+        }
+    }
+    request
+}
