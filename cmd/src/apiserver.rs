@@ -120,7 +120,13 @@ pub struct ApiserverArgs {
     /// (a watch from before them gets 410 and relists).
     #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY_BYTES", default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY_BYTES)]
     watch_history_bytes: usize,
+    /// Replication across replicas.
+    #[command(flatten)]
+    replication: crate::apiserver_replication::ReplicationArgs,
 }
+
+/// How long a stopping leader may take to hand the Lease over (well inside the pod's grace).
+const HAND_OVER_GRACE: Duration = Duration::from_secs(5);
 
 fn parse_period(text: &str) -> Result<GoDuration, String> {
     let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
@@ -211,14 +217,37 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
             }));
         }
     }
+    let replicas = args.replication.replicas(args.bind_address, args.kubeconfig.as_deref(), &state).await?;
+    if let Some(replicas) = &replicas {
+        state.replication = Some(replicas.replication());
+    }
     let state = Arc::new(state);
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.bind_address, args.secure_port))
         .await
         .with_context(|| format!("listening on {}:{}", args.bind_address, args.secure_port))?;
+    let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
+    let election = match replicas {
+        Some(replicas) => Some(
+            replicas
+                .start(state.clone(), async move {
+                    let _ = election_stopped.await;
+                })
+                .await?,
+        ),
+        None => None,
+    };
     let stopping = state.stopping.clone();
     let shutdown = async move {
         crate::shutdown::signal().await;
+        // A leader hands the Lease over while both listeners still serve (followers forward to
+        // it and stream from it until then).
+        let _ = stop_election.send(());
+        if let Some(election) = election
+            && tokio::time::timeout(HAND_OVER_GRACE, election).await.is_err()
+        {
+            tracing::warn!(grace = ?HAND_OVER_GRACE, "the Lease hand-over did not finish in time");
+        }
         stopping.cancel();
     };
     let served = serve(listener, tls, router(state), shutdown).await;

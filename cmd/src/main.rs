@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod apiserver;
+mod apiserver_replication;
 mod bundle;
 mod cli;
 mod controllers;

@@ -1,0 +1,198 @@
+//! The replication flags of `numaresources apiserver` (leader election named as kube-scheduler
+//! names it, peers as kube-apiserver names its peer-proxy flags) and the wiring they select: the
+//! election loop and the peer listener.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use numaresources_api::GoDuration;
+use numaresources_apiserver::AppState;
+use numaresources_apiserver::replication::{PeerTls, Replication};
+use numaresources_certs::leader::{LeaderLease, LeaseTimings};
+use numaresources_certs::{CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions};
+
+/// Replication options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplicationArgs {
+    /// Run as one of several replicas: elect a leader on a Lease, replicate its store, forward
+    /// writes to it. Needs a kube-apiserver for the Lease (`--kubeconfig` or in-cluster), also in
+    /// standalone mode, and the `--peer-*` flags.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// The leader-election Lease's name.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT_RESOURCE_NAME", default_value = "numaresources-apiserver")]
+    leader_elect_resource_name: String,
+    /// The leader-election Lease's namespace.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT_RESOURCE_NAMESPACE", default_value = "numaresources")]
+    leader_elect_resource_namespace: String,
+    /// A leader that has not renewed the Lease for this long has lost it: the longest a failover
+    /// takes (plus one retry period).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT_LEASE_DURATION", default_value = "4s", value_parser = parse_short)]
+    leader_elect_lease_duration: GoDuration,
+    /// The leader stops leading when it could not renew for this long (less than the duration).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT_RENEW_DEADLINE", default_value = "3s", value_parser = parse_short)]
+    leader_elect_renew_deadline: GoDuration,
+    /// How often the leader renews and the others look at the Lease.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT_RETRY_PERIOD", default_value = "500ms", value_parser = parse_short)]
+    leader_elect_retry_period: GoDuration,
+    /// The address peers reach this replica's peer listener at (the pod IP).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_PEER_ADVERTISE_IP")]
+    peer_advertise_ip: Option<IpAddr>,
+    /// The port of the peer listener (mutual TLS with the peer CA), on `--bind-address`.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_PEER_ADVERTISE_PORT", default_value_t = 6444)]
+    peer_advertise_port: u16,
+    /// The CA that signs every replica's peer certificate.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_PEER_CA_FILE", default_value = "/etc/numaresources/peer/ca.crt")]
+    peer_ca_file: PathBuf,
+    /// This replica's peer certificate (serverAuth and clientAuth).
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_PEER_CLIENT_CERT_FILE",
+        default_value = "/etc/numaresources/peer/tls.crt"
+    )]
+    peer_client_cert_file: PathBuf,
+    /// The key of the peer certificate.
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_PEER_CLIENT_KEY_FILE",
+        default_value = "/etc/numaresources/peer/tls.key"
+    )]
+    peer_client_key_file: PathBuf,
+    /// The name peer certificates are issued for.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_PEER_SERVER_NAME", default_value = "numaresources-apiserver-peer")]
+    peer_server_name: String,
+}
+
+fn parse_short(text: &str) -> Result<GoDuration, String> {
+    let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
+    if duration.as_nanos() < 100_000_000 {
+        return Err("must be at least 100ms".into());
+    }
+    Ok(duration)
+}
+
+fn std_duration(duration: &GoDuration) -> Duration {
+    duration.to_std().unwrap_or(Duration::from_secs(1))
+}
+
+/// What `--leader-elect` starts.
+pub struct Replicas {
+    replication: Arc<Replication>,
+    lease: LeaderLease,
+    peer_addr: SocketAddr,
+    peer_tls: Arc<rustls::ServerConfig>,
+    _certificate_watcher: numaresources_certs::CertificateWatcher,
+}
+
+impl ReplicationArgs {
+    /// The replication of this replica, when `--leader-elect` is on.
+    pub async fn replicas(
+        &self,
+        bind: IpAddr,
+        kubeconfig: Option<&std::path::Path>,
+        state: &AppState,
+    ) -> anyhow::Result<Option<Replicas>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let timings = LeaseTimings {
+            duration: std_duration(&self.leader_elect_lease_duration),
+            renew_deadline: std_duration(&self.leader_elect_renew_deadline),
+            retry: std_duration(&self.leader_elect_retry_period),
+        };
+        anyhow::ensure!(
+            timings.retry < timings.renew_deadline && timings.renew_deadline < timings.duration,
+            "--leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration must hold"
+        );
+        let ip = self.peer_advertise_ip.context("--leader-elect needs --peer-advertise-ip (the pod IP)")?;
+        let port = self.peer_advertise_port;
+        let advertise = format!("https://{}", SocketAddr::new(ip, port));
+        let identity = format!("{}_{}_{}", host_name(), SocketAddr::new(ip, port), random_suffix());
+        let tls = PeerTls {
+            ca_file: self.peer_ca_file.clone(),
+            cert_file: self.peer_client_cert_file.clone(),
+            key_file: self.peer_client_key_file.clone(),
+            server_name: self.peer_server_name.clone(),
+        };
+        let ca = std::fs::read(&tls.ca_file).with_context(|| format!("reading {}", tls.ca_file.display()))?;
+        let ca = CaBundle::from_pem(&ca).with_context(|| tls.ca_file.display().to_string())?;
+        let certificate = ReloadingCertificate::load(&tls.cert_file, &tls.key_file)
+            .with_context(|| format!("loading the peer certificate {}", tls.cert_file.display()))?;
+        let watcher = certificate.watch(WatchOptions::default())?;
+        let peer_tls = ServerConfigBuilder::new(Arc::new(certificate))
+            .client_cas(Arc::new(ClientCaVerifier::new(&[ca])?))
+            .build()?;
+        let client = crate::kube_client::kube_client(kubeconfig).await?;
+        let lease = LeaderLease::new(
+            client,
+            &self.leader_elect_resource_namespace,
+            &self.leader_elect_resource_name,
+            &identity,
+            timings,
+        );
+        tracing::info!(%identity, %advertise, lease = %self.leader_elect_resource_name, "replicated: electing a leader");
+        let replication =
+            Arc::new(Replication::new(identity, advertise, tls, state.store.clone(), state.readiness.clone()));
+        Ok(Some(Replicas {
+            replication,
+            lease,
+            peer_addr: SocketAddr::new(bind, port),
+            peer_tls,
+            _certificate_watcher: watcher,
+        }))
+    }
+}
+
+impl Replicas {
+    /// The replication state, for the server's state.
+    pub fn replication(&self) -> Arc<Replication> {
+        self.replication.clone()
+    }
+
+    /// Starts the peer listener (until `state.stopping`) and the election (until `shutdown`; a
+    /// leader hands the Lease over first). The handle completes when the election has ended.
+    pub async fn start(
+        self,
+        state: Arc<AppState>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let listener = tokio::net::TcpListener::bind(self.peer_addr)
+            .await
+            .with_context(|| format!("listening for peers on {}", self.peer_addr))?;
+        tracing::info!(address = %self.peer_addr, "serving peers");
+        let stopping = state.stopping.clone();
+        let peer_tls = self.peer_tls;
+        tokio::spawn(async move {
+            let router = numaresources_apiserver::replication::peer_router(state);
+            let stopped = async move { stopping.cancelled().await };
+            if let Err(error) = numaresources_certs::serve(listener, peer_tls, router, stopped).await {
+                tracing::error!(%error, "the peer listener failed");
+            }
+        });
+        let (replication, lease, watcher) = (self.replication, self.lease, self._certificate_watcher);
+        Ok(tokio::spawn(async move {
+            numaresources_apiserver::replication::run(replication, lease, shutdown).await;
+            drop(watcher);
+        }))
+    }
+}
+
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_owned()))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "apiserver".to_owned())
+}
+
+/// A per-process suffix, so a restarted replica is a new identity (it holds nothing yet).
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    format!("{:08x}", hasher.finish() as u32)
+}
