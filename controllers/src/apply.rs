@@ -96,18 +96,36 @@ where
     }
 }
 
-/// Deletes `name` if `owner_uid` controls it (never someone else's); returns whether it is gone:
-/// absent, not ours, or answering 404 to a GET after the DELETE (finalizers may hold it).
-pub async fn delete_controlled<K>(api: &Api<K>, name: &str, owner_uid: &str) -> Result<bool>
+/// What [`delete_controlled`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// Nothing of ours was there (absent, or someone else's): nothing was deleted.
+    NothingOurs,
+    /// Ours, deleted, and a GET answers 404 now.
+    Deleted,
+    /// Ours and deleted, but still there (finalizers hold it).
+    Pending,
+}
+
+impl Removal {
+    /// Whether nothing of ours is left.
+    pub fn is_gone(self) -> bool {
+        self != Self::Pending
+    }
+}
+
+/// Deletes `name` if `owner_uid` controls it (never someone else's) and says what happened, so
+/// a caller announces a deletion only when there was one.
+pub async fn delete_controlled<K>(api: &Api<K>, name: &str, owner_uid: &str) -> Result<Removal>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug,
 {
     match get_opt(api, name).await? {
-        None => Ok(true),
-        Some(existing) if !controlled_by(&existing, owner_uid) => Ok(true),
+        None => Ok(Removal::NothingOurs),
+        Some(existing) if !controlled_by(&existing, owner_uid) => Ok(Removal::NothingOurs),
         Some(_) => {
             delete(api, name).await?;
-            Ok(get_opt(api, name).await?.is_none())
+            Ok(if get_opt(api, name).await?.is_none() { Removal::Deleted } else { Removal::Pending })
         }
     }
 }

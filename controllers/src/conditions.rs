@@ -44,6 +44,8 @@ pub const REASON_SCHEDULER_INVALID: &str = "InvalidSchedulerSpec";
 pub const REASON_MALFORMED: &str = "MalformedObject";
 /// Degraded: a NodeResourceTopology CRD already serves the API we would serve.
 pub const REASON_NRT_CRD_PRESENT: &str = "NodeResourceTopologyCRDPresent";
+/// Degraded: kube-apiserver is older than the minimum supported version.
+pub const REASON_UNSUPPORTED_KUBERNETES: &str = "UnsupportedKubernetesVersion";
 
 /// Extra NRO condition: whether the kubelets of each node group agree on the topology manager.
 pub const KUBELET_CONFIG_CONSISTENT: &str = "KubeletConfigConsistent";

@@ -36,6 +36,8 @@ pub struct Settings {
     pub certificate_mode: CertificateMode,
     /// Who deploys the NRT API server (`--apiserver-deployment`).
     pub apiserver_deployment: ApiserverDeployment,
+    /// kube-apiserver's version as read at start (`None`: unknown, nothing is refused).
+    pub kubernetes_version: Option<crate::server_version::KubeVersion>,
 }
 
 impl Settings {
@@ -51,6 +53,7 @@ impl Settings {
             kubelet_configs: false,
             certificate_mode: CertificateMode::SelfManaged,
             apiserver_deployment: ApiserverDeployment::Operator,
+            kubernetes_version: None,
         }
     }
 
@@ -76,6 +79,8 @@ pub struct Context {
     /// certificate lifecycle, the operator's APIService), so one never writes a stale bundle
     /// over the other's.
     pub certificates: tokio::sync::Mutex<()>,
+    /// The kubelets the kubeletconfig controller could not ask, so each is reported once.
+    pub unreachable_kubelets: crate::kubeletconfig::unreachable::UnreachableKubelets,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -100,6 +105,7 @@ impl Context {
             metrics: crate::metrics::Metrics::default(),
             readiness: crate::health::Readiness::default(),
             certificates: tokio::sync::Mutex::new(()),
+            unreachable_kubelets: Default::default(),
             failures: Mutex::new(HashMap::new()),
         }
     }

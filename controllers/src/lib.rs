@@ -36,6 +36,7 @@ pub mod operator;
 pub mod render;
 pub mod run;
 pub mod scheduler;
+pub mod server_version;
 
 pub use context::{Context, Error, Result, Settings};
 pub use run::{LeaderElection, run};

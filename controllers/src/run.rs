@@ -87,6 +87,7 @@ pub async fn run(
     settings.platform = discovered.platform;
     settings.machine_config_pools = discovered.machine_config_pools;
     settings.kubelet_configs = discovered.kubelet_configs;
+    settings.kubernetes_version = crate::server_version::detect(&client).await;
     if settings.is_openshift() {
         // The service-ca operator issues the exporters' metrics certificate (nro.md §3.1); the
         // TLS profile's values are left to the exporter's defaults (TLS 1.2+).
@@ -94,6 +95,7 @@ pub async fn run(
     }
     tracing::info!(
         platform = ?settings.platform,
+        kubernetes = ?settings.kubernetes_version,
         namespace = %settings.namespace,
         image = %settings.image,
         certificate_mode = %settings.certificate_mode,

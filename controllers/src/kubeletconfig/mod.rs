@@ -13,8 +13,10 @@
 //!
 //! Nodes of one group that disagree are not averaged: the keys are left out and the ConfigMap's
 //! annotation names the nodes and what each runs; the operator controller turns that into the
-//! `KubeletConfigConsistent=False` condition. Nodes that cannot be asked (kubelet down) are
-//! skipped. configz has no watch, so the pass repeats every [`RESYNC`].
+//! `KubeletConfigConsistent=False` condition. Nodes that cannot be asked (kubelet down, a node
+//! with no address: `no preferred addresses`) are skipped and reported once per node, as a
+//! Warning Event and log line when that starts and an info line when it ends ([`unreachable`]).
+//! configz has no watch, so the pass repeats every [`RESYNC`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -119,13 +121,20 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
     let applier = Applier::new(ctx.client.clone(), nro.controller_owner_ref(&()));
     let namespace = &ctx.settings.namespace;
     let mut wanted = BTreeSet::new();
+    let mut asked = Vec::new();
+    let mut unanswered = BTreeMap::new();
     for pool in &resolution.pools {
         let (topology_manager, disagreement) = match (&kubelet_configs, &pools) {
             (Some(configs), Some(pools)) => {
                 let labels = pools.iter().find(|p| p.name == pool.pool).map(|p| p.labels.clone()).unwrap_or_default();
                 (from_kubelet_configs(configs, &labels), None)
             }
-            _ => distill(&ask_kubelets(&ctx, &pool.nodes).await),
+            _ => {
+                let (answers, failures) = ask_kubelets(&ctx, &pool.nodes).await;
+                asked.extend(pool.nodes.iter().cloned());
+                unanswered.extend(failures);
+                distill(&answers)
+            }
         };
         let yaml = render::config_yaml(&topology_manager, &spec.pod_excludes);
         let config_map = render::config_map(namespace, &nro.name_any(), &pool.pool, yaml, disagreement.as_deref())?;
@@ -146,31 +155,45 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
             delete(&config_maps, &cm.name_any()).await?;
         }
     }
+    unreachable::report(&ctx, &asked, unanswered).await;
     ctx.reset_backoff(&key(&nro.name_any()));
     Ok(Action::requeue(RESYNC))
 }
 
-/// Each reachable node's live topology manager settings.
-async fn ask_kubelets(ctx: &Context, nodes: &[String]) -> BTreeMap<String, TopologyManager> {
-    futures_util::stream::iter(nodes.iter().cloned())
+/// Each reachable node's live topology manager settings, and why the others did not answer.
+async fn ask_kubelets(
+    ctx: &Context,
+    nodes: &[String],
+) -> (BTreeMap<String, TopologyManager>, BTreeMap<String, String>) {
+    let answers: Vec<(String, Result<TopologyManager, String>)> = futures_util::stream::iter(nodes.iter().cloned())
         .map(|node| async move {
             let path = format!("/api/v1/nodes/{node}/proxy/configz");
-            let request = match http::Request::get(&path).body(Vec::new()) {
-                Ok(request) => request,
-                Err(_) => return None,
+            let answer = match http::Request::get(&path).body(Vec::new()) {
+                Ok(request) => match ctx.client.request::<serde_json::Value>(request).await {
+                    Ok(configz) => Ok(topology_manager_of(&configz["kubeletconfig"], true)),
+                    Err(kube::Error::Api(status)) => Err(status.message),
+                    Err(error) => Err(error.to_string()),
+                },
+                Err(error) => Err(error.to_string()),
             };
-            match ctx.client.request::<serde_json::Value>(request).await {
-                Ok(configz) => Some((node, topology_manager_of(&configz["kubeletconfig"], true))),
-                Err(error) => {
-                    tracing::warn!(%node, %error, "cannot read the kubelet's configuration; node skipped");
-                    None
-                }
-            }
+            (node, answer)
         })
         .buffer_unordered(CONCURRENCY)
-        .filter_map(|result| async move { result })
         .collect()
-        .await
+        .await;
+    let mut settings = BTreeMap::new();
+    let mut failures = BTreeMap::new();
+    for (node, answer) in answers {
+        match answer {
+            Ok(topology_manager) => {
+                settings.insert(node, topology_manager);
+            }
+            Err(reason) => {
+                failures.insert(node, reason);
+            }
+        }
+    }
+    (settings, failures)
 }
 
 /// The settings of the first KubeletConfig selecting a pool with these labels.
@@ -223,3 +246,4 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
 
 #[cfg(test)]
 mod tests;
+pub mod unreachable;

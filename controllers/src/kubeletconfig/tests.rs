@@ -194,3 +194,31 @@ async fn on_openshift_the_kubelet_config_selecting_the_pool_is_used() {
     let (yaml, _) = config_of(&fake);
     assert_eq!(yaml["kubelet"], json!({"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"}));
 }
+
+#[tokio::test]
+async fn a_node_without_an_address_is_reported_once_and_the_others_still_configured() {
+    let (fake, plain) = harness(&[("worker-a", "single-numa-node"), ("worker-b", "single-numa-node")]);
+    let recorder = kube::runtime::events::Recorder::new(plain.client.clone(), "numaresources-controllers".into());
+    let ctx = Arc::new(Context::new(plain.client.clone(), plain.settings.clone(), Some(recorder)));
+    // What kube-apiserver answers when it proxies to a node that has no address.
+    let no_address = "/api/v1/nodes/worker-b/proxy/configz";
+    let unreachable_events = || {
+        fake.paths()
+            .into_iter()
+            .filter(|p| p.contains("/events/"))
+            .filter_map(|p| fake.get(&p))
+            .filter(|e| e["reason"] == unreachable::REASON)
+            .collect::<Vec<_>>()
+    };
+    fake.remove(no_address);
+    for _ in 0..3 {
+        assert_eq!(run_once(&fake, &ctx).await, Action::requeue(RESYNC), "moves on");
+    }
+    let (yaml, _) = config_of(&fake);
+    assert_eq!(yaml["kubelet"]["topologyManagerPolicy"], "single-numa-node", "from the node that answers");
+    let events = unreachable_events();
+    assert_eq!(events.len(), 1, "once per node, not per pass: {events:?}");
+    assert_eq!(events[0]["type"], "Warning");
+    assert_eq!(events[0]["regarding"]["kind"], "Node");
+    assert_eq!(events[0]["regarding"]["name"], "worker-b");
+}

@@ -43,7 +43,7 @@ use numaresources_api::operator::{
 };
 use serde_json::json;
 
-use crate::apply::{Applier, controlled_by, delete, get_opt};
+use crate::apply::{Applier, Removal, controlled_by, delete, get_opt};
 use crate::cluster_nodes::{self, RESOLVE_RETRY};
 use crate::conditions::{self as cond, Extra, State};
 use crate::context::{Context, Error, Result, error_policy_for};
@@ -52,6 +52,7 @@ use crate::hash::config_hash;
 use crate::names::{self, ANNOTATION_PAUSE, FIELD_MANAGER, FINALIZER_APISERVICE};
 use crate::nodegroups::{self, ResolvedPool};
 use crate::render::rte::{self, RteSettings};
+use crate::server_version;
 use nrt_api::ApiState;
 
 /// Requeue while something rolls out (upstream's 5 s).
@@ -159,6 +160,10 @@ fn key(name: &str) -> String {
 }
 
 async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
+    if let Some(message) = server_version::refusal(&ctx.client, ctx.settings.kubernetes_version).await {
+        write_status(nro, ctx, Outcome::degraded(cond::REASON_UNSUPPORTED_KUBERNETES, message)).await?;
+        return Ok(Action::requeue(server_version::RECHECK));
+    }
     let spec = nro.spec.normalized();
     let image = if nro.spec.exporter_image.is_empty() {
         ctx.settings.image.clone()
@@ -349,13 +354,16 @@ pub fn daemon_set_ready(ds: &DaemonSet) -> bool {
 
 async fn cleanup(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     // The APIService first: with it gone nothing routes to the Service the garbage collector
-    // is about to delete. The finalizer is removed only once it is really gone.
-    if nrt_api::unregister(nro, ctx).await? {
-        let note = format!("unregistered APIService {}", names::APISERVICE);
-        ctx.event(&nro.object_ref(&()), EventType::Normal, "APIServiceDeleted", "Delete", note).await;
-        Ok(Action::await_change())
-    } else {
-        Err(Error::NotYet(format!("APIService {} is still being deleted", names::APISERVICE)))
+    // is about to delete. The finalizer is removed only once it is really gone; the Event says
+    // so only when there was one of ours to delete.
+    match nrt_api::unregister(nro, ctx).await? {
+        Removal::Deleted => {
+            let note = format!("unregistered APIService {}", names::APISERVICE);
+            ctx.event(&nro.object_ref(&()), EventType::Normal, "APIServiceDeleted", "Delete", note).await;
+            Ok(Action::await_change())
+        }
+        Removal::NothingOurs => Ok(Action::await_change()),
+        Removal::Pending => Err(Error::NotYet(format!("APIService {} is still being deleted", names::APISERVICE))),
     }
 }
 

@@ -23,7 +23,7 @@ use kube::{Api, ResourceExt};
 use numaresources_api::nrt;
 use numaresources_api::operator::NUMAResourcesOperator;
 
-use crate::apply::{Applier, delete_controlled, get_opt};
+use crate::apply::{Applier, Removal, delete_controlled, get_opt};
 use crate::certificates::{self, ApiserverDeployment};
 use crate::context::{Context, Result};
 use crate::names::{ANNOTATION_NRT_API, APISERVER, APISERVICE, NRT_CRD, NRT_VERSION};
@@ -127,8 +127,8 @@ async fn installed_state(ctx: &Context) -> Result<ApiState> {
     })
 }
 
-/// Deletes our APIService (the finalizer's job). Returns whether it is gone.
-pub async fn unregister(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<bool> {
+/// Deletes our APIService (the finalizer's job), if there is one.
+pub async fn unregister(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Removal> {
     // Someone else's registration is never ours to remove.
     let api_services: Api<APIService> = Api::all(ctx.client.clone());
     delete_controlled(&api_services, APISERVICE, &nro.uid().unwrap_or_default()).await

@@ -407,6 +407,58 @@ async fn deletion_unregisters_the_apiservice_first() {
 }
 
 #[tokio::test]
+async fn an_apiserver_older_than_the_minimum_is_reported_by_name_and_nothing_is_deployed() {
+    let mut settings = Settings::kubernetes(NS, "quay.io/numaresources/numaresources:v1");
+    settings.kubernetes_version = Some(crate::server_version::KubeVersion { major: 1, minor: 28 });
+    let h = Harness::with_settings(vec![worker_group()], settings);
+    h.fake.insert("/version", json!({"major": "1", "minor": "28", "gitVersion": "v1.28.0", "metadata": {}}));
+    h.reconcile().await.unwrap();
+    assert_eq!(h.reconcile().await.unwrap(), Action::requeue(crate::server_version::RECHECK));
+    let (reason, message) = h.degraded();
+    assert_eq!(reason, cond::REASON_UNSUPPORTED_KUBERNETES);
+    assert!(message.contains("v1.28") && message.contains("v1.30"), "names both versions: {message}");
+    assert!(h.daemon_sets().is_empty() && h.fake.get(APISERVER_DEPLOYMENT).is_none(), "nothing deployed");
+
+    // The cluster is upgraded while we run: the next pass reads /version again and goes on.
+    h.fake.edit("/version", |v| *v = json!({"major": "1", "minor": "30", "gitVersion": "v1.30.1"}));
+    h.converge().await;
+    assert_eq!(h.condition(cond::AVAILABLE).0, "True");
+}
+
+/// The Events with `reason` the fake holds.
+fn events_with_reason(fake: &FakeApi, reason: &str) -> usize {
+    fake.paths()
+        .into_iter()
+        .filter(|p| p.contains("/events/"))
+        .filter(|p| fake.get(p).unwrap()["reason"] == reason)
+        .count()
+}
+
+#[tokio::test]
+async fn apiservice_deleted_is_announced_only_when_one_was_deleted() {
+    for registered in [false, true] {
+        let h = Harness::new(vec![worker_group()]);
+        let recorder = kube::runtime::events::Recorder::new(h.ctx.client.clone(), "numaresources-controllers".into());
+        let h =
+            Harness { ctx: Arc::new(Context::new(h.ctx.client.clone(), h.ctx.settings.clone(), Some(recorder))), ..h };
+        if registered {
+            h.converge().await;
+            assert!(h.fake.get(APISERVICE_PATH).is_some());
+        } else {
+            // The finalizer is there, the API server never became available: no APIService.
+            h.reconcile().await.unwrap();
+            h.reconcile().await.unwrap();
+            assert!(h.fake.get(APISERVICE_PATH).is_none());
+        }
+        h.fake.edit(NRO, |nro| nro["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"));
+        h.reconcile().await.unwrap();
+        assert!(h.fake.get(NRO).is_none(), "finalizer removed, object gone");
+        let announced = events_with_reason(&h.fake, "APIServiceDeleted");
+        assert_eq!(announced, usize::from(registered), "registered: {registered}");
+    }
+}
+
+#[tokio::test]
 async fn kubelet_disagreement_in_the_config_map_shows_in_status() {
     let h = Harness::new(vec![worker_group()]);
     h.fake.insert(

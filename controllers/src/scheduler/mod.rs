@@ -36,7 +36,7 @@ use numaresources_api::operator::{
 };
 use serde_json::json;
 
-use crate::apply::Applier;
+use crate::apply::{Applier, Removal};
 use crate::conditions::{self as cond, Extra, State};
 use crate::context::{Context, Error, Result, error_policy_for};
 use crate::guarded;
@@ -47,6 +47,7 @@ use crate::names::{
 };
 use crate::operator::nrt_api::deployment_available;
 use crate::render::scheduler::{self as render, SchedulerSettings};
+use crate::server_version;
 
 /// Requeue while the Deployment rolls out.
 const PROGRESS_REQUEUE: Duration = Duration::from_secs(5);
@@ -141,6 +142,11 @@ struct Running {
 }
 
 async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
+    if let Some(message) = server_version::refusal(&ctx.client, ctx.settings.kubernetes_version).await {
+        let state = State::degraded(cond::REASON_UNSUPPORTED_KUBERNETES, message);
+        write_status(nrs, ctx, &state, None).await?;
+        return Ok(Action::requeue(server_version::RECHECK));
+    }
     let errors = validate_scheduler(nrs);
     if !errors.is_empty() {
         // Upstream's reason for a bad image; ours for the other fields (upstream has none).
@@ -196,12 +202,16 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
 /// The pod routing webhook first: with it gone no pod is sent to the scheduler the garbage
 /// collector is about to delete. The finalizer is released only once a GET answers 404.
 async fn cleanup(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
-    if pod_routing::remove(nrs, ctx).await? {
-        let note = format!("the pod routing webhook {POD_ROUTING_CONFIGURATION} is gone");
-        ctx.event(&nrs.object_ref(&()), EventType::Normal, "PodRoutingRemoved", "Delete", note).await;
-        Ok(Action::await_change())
-    } else {
-        Err(Error::NotYet(format!("MutatingWebhookConfiguration {POD_ROUTING_CONFIGURATION} is still being deleted")))
+    match pod_routing::remove(nrs, ctx).await? {
+        Removal::Deleted => {
+            let note = format!("the pod routing webhook {POD_ROUTING_CONFIGURATION} is gone");
+            ctx.event(&nrs.object_ref(&()), EventType::Normal, "PodRoutingRemoved", "Delete", note).await;
+            Ok(Action::await_change())
+        }
+        Removal::NothingOurs => Ok(Action::await_change()),
+        Removal::Pending => Err(Error::NotYet(format!(
+            "MutatingWebhookConfiguration {POD_ROUTING_CONFIGURATION} is still being deleted"
+        ))),
     }
 }
 

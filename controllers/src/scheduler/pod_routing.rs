@@ -13,7 +13,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::{Api, ResourceExt};
 use numaresources_api::operator::{NUMAResourcesScheduler, PodRoutingMode};
 
-use crate::apply::{Applier, delete_controlled};
+use crate::apply::{Applier, Removal, delete_controlled};
 use crate::certificates::{self, CertificateMode};
 use crate::context::{Context, Result};
 use crate::names::POD_ROUTING_CONFIGURATION;
@@ -48,11 +48,10 @@ pub async fn reconcile(nrs: &NUMAResourcesScheduler, ctx: &Context, applier: &Ap
     Ok(())
 }
 
-/// Deletes the configuration if `nrs` controls it (never someone else's). Returns whether it is
-/// gone (a GET answers 404, or what is there is not ours).
-pub async fn remove(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<bool> {
+/// Deletes the configuration if `nrs` controls it (never someone else's).
+pub async fn remove(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Removal> {
     if !ours_to_manage(ctx) {
-        return Ok(true);
+        return Ok(Removal::NothingOurs);
     }
     let api: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
     delete_controlled(&api, POD_ROUTING_CONFIGURATION, &nrs.uid().unwrap_or_default()).await
