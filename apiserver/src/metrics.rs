@@ -1,6 +1,11 @@
-//! Prometheus metrics on `/metrics`: requests by verb and code with their latency, open
-//! watches, the number of objects, and how long ago each node's exporter last reported
+//! Prometheus metrics on `/metrics`: requests by verb, resource and code with their latency,
+//! open watches, the number of objects, and how long ago each node's exporter last reported
 //! (a live node's object is never deleted for being late; this is how staleness shows).
+//!
+//! Requests are counted before authentication, so every request label takes its value from a
+//! fixed set (as kube-apiserver's `apiserver_request_total` does): an unknown HTTP method is
+//! counted as `other`, and paths are folded into the resource (`noderesourcetopologies`, or
+//! empty for every other path). Whatever a client sends, the request series stay bounded.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
@@ -22,13 +27,32 @@ use crate::auth::Attributes;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    verb: String,
+    verb: &'static str,
+    resource: &'static str,
     code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerbLabels {
-    verb: String,
+    verb: &'static str,
+    resource: &'static str,
+}
+
+/// The `verb` of a request on any path other than the resource's, when its method is a standard
+/// one (lower-case, as the resource verbs are spelled).
+const NON_RESOURCE_VERBS: &[&str] = &["get", "head", "post", "put", "patch", "delete", "options"];
+/// The `verb` of a request whose method is none of the above.
+const OTHER_VERB: &str = "other";
+
+/// The bounded `verb` and `resource` labels of a request.
+fn request_labels(request: &Request) -> VerbLabels {
+    match Attributes::of(request.method(), request.uri().path(), request.uri().query()) {
+        Attributes::Resource { verb, .. } => VerbLabels { verb, resource: numaresources_api::nrt::PLURAL },
+        Attributes::NonResource { verb, .. } => VerbLabels {
+            verb: NON_RESOURCE_VERBS.iter().find(|known| **known == verb).copied().unwrap_or(OTHER_VERB),
+            resource: "",
+        },
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,6 +66,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<VerbLabels, Histogram>,
     watches: Gauge<i64, AtomicI64>,
+    terminated_watches: Counter,
     objects: Gauge<i64, AtomicI64>,
     report_age: Family<NodeLabels, Gauge<i64, AtomicI64>>,
 }
@@ -49,6 +74,14 @@ pub struct Metrics {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// The registry, to register other parts' metrics under this server's prefix before the
+    /// state is shared.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
     }
 }
 
@@ -60,32 +93,48 @@ impl Default for Metrics {
             (|| Histogram::new(exponential_buckets(0.000_05, 2.0, 16))) as fn() -> Histogram,
         );
         let watches = Gauge::<i64, AtomicI64>::default();
+        let terminated_watches = Counter::default();
         let objects = Gauge::<i64, AtomicI64>::default();
         let report_age = Family::<NodeLabels, Gauge<i64, AtomicI64>>::default();
-        registry.register("requests", "Requests by verb and HTTP code", requests.clone());
+        registry.register("requests", "Requests by verb, resource and HTTP code", requests.clone());
         registry.register(
             "request_duration_seconds",
-            "Request latency by verb (watches: time to first byte)",
+            "Request latency by verb and resource (watches: time to first byte)",
             latency.clone(),
         );
         registry.register("watches", "Open watch streams", watches.clone());
+        registry.register(
+            "terminated_watches",
+            "Watches ended because their client stopped reading (the client resumes from its last event)",
+            terminated_watches.clone(),
+        );
         registry.register("objects", "NodeResourceTopology objects in the store", objects.clone());
         registry.register(
             "node_report_age_seconds",
             "Seconds since each node's exporter last reported, changed or not",
             report_age.clone(),
         );
-        Self { registry, requests, latency, watches, objects, report_age }
+        Self { registry, requests, latency, watches, terminated_watches, objects, report_age }
     }
 }
 
 /// Counts an open watch while alive.
 #[derive(Debug)]
-pub struct WatchGuard(Gauge<i64, AtomicI64>);
+pub struct WatchGuard {
+    open: Gauge<i64, AtomicI64>,
+    terminated: Counter,
+}
+
+impl WatchGuard {
+    /// Counts this watch as ended because its client stopped reading.
+    pub fn terminated(&self) {
+        self.terminated.inc();
+    }
+}
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
-        self.0.dec();
+        self.open.dec();
     }
 }
 
@@ -93,21 +142,19 @@ impl Metrics {
     /// Marks a watch as open until the guard drops.
     pub fn watch_opened(&self) -> WatchGuard {
         self.watches.inc();
-        WatchGuard(self.watches.clone())
+        WatchGuard { open: self.watches.clone(), terminated: self.terminated_watches.clone() }
     }
 }
 
 /// The middleware recording every request.
 pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let verb = match Attributes::of(request.method(), request.uri().path(), request.uri().query()) {
-        Attributes::Resource { verb, .. } => verb.to_owned(),
-        Attributes::NonResource { verb, .. } => verb,
-    };
+    let labels = request_labels(&request);
     let start = Instant::now();
     let response = next.run(request).await;
     let metrics = &state.metrics;
-    metrics.latency.get_or_create(&VerbLabels { verb: verb.clone() }).observe(start.elapsed().as_secs_f64());
-    metrics.requests.get_or_create(&RequestLabels { verb, code: response.status().as_u16() }).inc();
+    metrics.latency.get_or_create(&labels).observe(start.elapsed().as_secs_f64());
+    let VerbLabels { verb, resource } = labels;
+    metrics.requests.get_or_create(&RequestLabels { verb, resource, code: response.status().as_u16() }).inc();
     response
 }
 

@@ -4,13 +4,23 @@
 //! opaque to clients; it has kube-apiserver's shape (URL-safe base64 of
 //! `{"v":"meta.k8s.io/v1","rv":<revision>,"start":"<name>\u0000"}`).
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, URL_SAFE_NO_PAD};
+use base64::{DecodeError, Engine};
 use serde::{Deserialize, Serialize};
 
 use crate::status::ApiError;
 
 const TOKEN_VERSION: &str = "meta.k8s.io/v1";
+
+/// Reads tokens as Go's `base64.RawURLEncoding` does (kube-apiserver's decoder): unpadded
+/// URL-safe base64, with any trailing bits in the last character ignored. Padding is tolerated.
+const TOKEN_DECODER: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 /// What a continue token says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,13 +47,12 @@ impl ContinueToken {
         URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).unwrap_or_default())
     }
 
-    /// Reads a token; a malformed one is a 400, worded as kube-apiserver words it.
+    /// Reads a token; a malformed one is a 400, worded as kube-apiserver words it
+    /// (`continue key is not valid: <what the decoder said>`).
     pub fn decode(text: &str) -> Result<Self, ApiError> {
         let invalid = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
-        let bytes = URL_SAFE_NO_PAD
-            .decode(text.trim_end_matches('='))
-            .map_err(|_| invalid("the token is not base64-encoded"))?;
-        let token: Self = serde_json::from_slice(&bytes).map_err(|_| invalid("the token is not a list position"))?;
+        let bytes = TOKEN_DECODER.decode(text).map_err(|error| invalid(&base64_error(&error, text)))?;
+        let token: Self = serde_json::from_slice(&bytes).map_err(|error| invalid(&error.to_string()))?;
         if token.version != TOKEN_VERSION {
             return Err(invalid(&format!("incorrect encoded version {:?}", token.version)));
         }
@@ -57,6 +66,15 @@ impl ContinueToken {
     pub fn snapshot_revision(&self) -> Option<u64> {
         u64::try_from(self.revision).ok()
     }
+}
+
+/// Go's wording of a base64 error (`illegal base64 data at input byte N`).
+fn base64_error(error: &DecodeError, text: &str) -> String {
+    let at = match error {
+        DecodeError::InvalidByte(at, _) | DecodeError::InvalidLastSymbol(at, _) => *at,
+        DecodeError::InvalidLength(_) | DecodeError::InvalidPadding => text.trim_end_matches('=').len(),
+    };
+    format!("illegal base64 data at input byte {at}")
 }
 
 /// The `410 Expired` answer for a token whose snapshot the history no longer reaches, carrying an
@@ -110,9 +128,24 @@ mod tests {
         ] {
             let error = ContinueToken::decode(&text).unwrap_err();
             assert_eq!(error.code(), http::StatusCode::BAD_REQUEST, "{text}");
+            let message = error.to_status()["message"].as_str().unwrap().to_owned();
+            assert!(message.starts_with("continue key is not valid: "), "{message}");
         }
         let latest = ContinueToken { revision: -1, ..ContinueToken::after("a", 1) };
         assert_eq!(ContinueToken::decode(&latest.encode()).unwrap().snapshot_revision(), None);
+    }
+
+    #[test]
+    fn only_what_is_not_base64_is_called_so() {
+        let message =
+            |text: &str| ContinueToken::decode(text).unwrap_err().to_status()["message"].as_str().unwrap().to_owned();
+        // Valid base64 that is not a token of ours: the JSON decoder's complaint.
+        let foreign = message(&URL_SAFE_NO_PAD.encode("hello world"));
+        assert!(foreign.starts_with("continue key is not valid: expected value"), "{foreign}");
+        // Trailing bits Go's decoder ignores are ignored here too ("aGk" and "aGl" are both "hi").
+        assert!(message("aGl").starts_with("continue key is not valid: expected value"));
+        assert_eq!(message("ab!d"), "continue key is not valid: illegal base64 data at input byte 2");
+        assert_eq!(message("a+b/"), "continue key is not valid: illegal base64 data at input byte 1");
     }
 
     #[test]

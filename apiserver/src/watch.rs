@@ -19,9 +19,7 @@ use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use numaresources_api::nrt::KIND;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::AppState;
 use crate::negotiate::Representation;
@@ -30,9 +28,11 @@ use crate::status::ApiError;
 use crate::store::{Event, EventType, WatchRefusal, WatchStart};
 use crate::table::{self, Columns};
 
+mod buffer;
+
 const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
-/// How many events a watcher takes from the history at a time: what a watcher whose client
-/// stopped reading holds besides the history.
+/// How many events a watcher takes from the history at a time (and fewer when they weigh more
+/// than its buffer): what a watcher whose client stopped reading holds besides the history.
 const READ_AT_ONCE: usize = 64;
 /// The annotation that marks the end of the initial events of a streaming list.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -63,14 +63,16 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
         },
     };
     let timeout = options.timeout_seconds.map_or_else(default_timeout, Duration::from_secs);
-    let (sender, receiver) = mpsc::channel::<Bytes>(64);
+    let (sender, lines) = buffer::channel(state.limits.watch_buffer_bytes);
     let stream = Watch {
         store: state.store.clone(),
-        _open: state.metrics.watch_opened(),
+        open: state.metrics.watch_opened(),
         stopping: state.stopping.clone(),
         options,
         representation,
         sender,
+        buffer_bytes: state.limits.watch_buffer_bytes,
+        blocked_limit: state.limits.watch_blocked_timeout,
         bookmark_every: state.limits.bookmark_interval,
         deadline: Instant::now() + timeout,
         headers_sent: false,
@@ -83,7 +85,7 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
             tokio::spawn(stream.expired(format!("too old resource version: {from} ({oldest})")));
         }
     }
-    let lines = futures_util::StreamExt::map(ReceiverStream::new(receiver), Ok::<Bytes, std::convert::Infallible>);
+    let lines = futures_util::StreamExt::map(lines, Ok::<Bytes, std::convert::Infallible>);
     let mut response = Response::new(Body::from_stream(lines));
     *response.status_mut() = StatusCode::OK;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -99,11 +101,15 @@ fn default_timeout() -> Duration {
 
 struct Watch {
     store: Arc<crate::store::Store>,
-    _open: crate::metrics::WatchGuard,
+    open: crate::metrics::WatchGuard,
     stopping: tokio_util::sync::CancellationToken,
     options: Options,
     representation: Representation,
-    sender: mpsc::Sender<Bytes>,
+    sender: buffer::Sender,
+    /// What the watcher may queue for its client, in bytes (see [`buffer`]).
+    buffer_bytes: usize,
+    /// How long the watcher may wait for a client that does not read before it ends the watch.
+    blocked_limit: Duration,
     bookmark_every: Duration,
     deadline: Instant,
     headers_sent: bool,
@@ -129,7 +135,7 @@ impl Watch {
                 // Marked seen before reading, so a write after the read wakes the wait below.
                 changes.borrow_and_update();
                 match self.store.events_after(position, READ_AT_ONCE) {
-                    Ok(events) => ready = events,
+                    Ok(events) => ready = within(events, self.buffer_bytes),
                     Err(_) => {
                         tracing::warn!(position, "a watcher fell behind the history; telling it to relist");
                         self.expired(format!("the watch fell behind the history at {position}; relist")).await;
@@ -235,21 +241,46 @@ impl Watch {
 
     /// Queues `line` for the client. False when the client left, or when the deadline passes or
     /// the server stops while a client that stopped reading keeps the queue full: a stalled
-    /// client never holds a watch open past its timeout or a shutdown.
+    /// client never holds a watch open past its timeout or a shutdown. A client that leaves the
+    /// queue full for longer than the blocked limit has its watch ended, as kube-apiserver ends
+    /// an unresponsive watcher: it resumes from the last event it read, and until then holds
+    /// nothing but what is queued.
     async fn send(&self, line: Bytes) -> bool {
         // The common case costs no timer: the queue has room.
         let line = match self.sender.try_send(line) {
             Ok(()) => return true,
-            Err(mpsc::error::TrySendError::Closed(_)) => return false,
-            Err(mpsc::error::TrySendError::Full(line)) => line,
+            Err(buffer::TrySendError::Closed) => return false,
+            Err(buffer::TrySendError::Full(line)) => line,
         };
+        let blocked_until = Instant::now() + self.blocked_limit;
         tokio::select! {
             biased;
-            sent = self.sender.send(line) => sent.is_ok(),
+            sent = self.sender.send(line) => sent,
             _ = tokio::time::sleep_until(self.deadline) => false,
             () = self.stopping.cancelled() => false,
+            _ = tokio::time::sleep_until(blocked_until) => {
+                tracing::debug!(limit = ?self.blocked_limit, "ending the watch of a client that stopped reading");
+                self.open.terminated();
+                false
+            }
         }
     }
+}
+
+/// The first of `events` that fit in `budget` bytes (at least one): a watcher whose client
+/// stopped reading keeps no more replaced versions alive than its buffer would hold.
+fn within(mut events: Vec<Arc<Event>>, budget: usize) -> Vec<Arc<Event>> {
+    let weight = |event: &Event| event.object.json.len() + event.previous.as_ref().map_or(0, |p| p.json.len());
+    let mut total = 0usize;
+    let fitting = events
+        .iter()
+        .position(|event| {
+            total = total.saturating_add(weight(event));
+            total > budget
+        })
+        .map_or(events.len(), |over| over.max(1));
+    events.truncate(fitting);
+    events
 }
 
 fn line(kind: &str, object: &Bytes) -> Bytes {

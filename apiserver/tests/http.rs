@@ -27,7 +27,8 @@ fn app() -> (Router, Arc<AppState>) {
 /// A server whose watch history keeps `history` changes.
 fn app_with_history(history: usize) -> (Router, Arc<AppState>) {
     let mut state = AppState::new(Arc::new(Store::starting_at(1000, history)), "0.1.0", "test");
-    state.limits = Limits { max_body_bytes: 64 * 1024, bookmark_interval: Duration::from_millis(200) };
+    state.limits =
+        Limits { max_body_bytes: 64 * 1024, bookmark_interval: Duration::from_millis(200), ..Limits::default() };
     let state = Arc::new(state);
     (router(state.clone()), state)
 }
@@ -590,8 +591,10 @@ async fn a_stalled_watch_ends(end: impl AsyncFnOnce(&AppState)) -> usize {
     let from = created.body["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
     let stalled = watch(&app, &format!("resourceVersion={from}&timeoutSeconds=60"), "application/json").await;
     for available in 1..=300 {
-        let object: numaresources_api::nrt::NodeResourceTopology =
+        let mut object: numaresources_api::nrt::NodeResourceTopology =
             serde_json::from_value(nrt("worker-0", available)).unwrap();
+        // 8 KiB events: 300 of them are far more than a watch may queue.
+        object.attributes = vec![numaresources_api::nrt::AttributeInfo::new("filler", "x".repeat(8 * 1024))];
         state.store.update(object, &Default::default(), false).unwrap();
     }
     tokio::time::sleep(Duration::from_secs(1)).await; // the watch fills its queue and waits
@@ -603,7 +606,8 @@ async fn a_stalled_watch_ends(end: impl AsyncFnOnce(&AppState)) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn a_client_that_stops_reading_never_holds_a_watch_past_its_timeout_or_a_shutdown() {
-    // At most the queue (64) plus the event in hand: the rest of the 300 changes never went out.
+    // At most the queue (256 KiB: 32 events) plus the events in hand: the rest of the 300
+    // changes never went out.
     let timed_out = a_stalled_watch_ends(async |_| tokio::time::sleep(Duration::from_secs(120)).await).await;
     assert!(timed_out <= 65, "{timed_out} events: the watch outlived its timeoutSeconds");
     let stopped = a_stalled_watch_ends(async |state| {
@@ -761,8 +765,18 @@ async fn metrics_count_requests_watches_and_report_ages() {
     let metrics = call(&app, Method::GET, "/metrics", &[], None).await;
     assert_eq!(metrics.status, StatusCode::OK);
     let text = metrics.body.as_str().unwrap();
-    assert!(text.contains("numaresources_apiserver_requests_total{verb=\"create\",code=\"201\"} 1"), "{text}");
-    assert!(text.contains("numaresources_apiserver_requests_total{verb=\"get\",code=\"404\"} 1"), "{text}");
+    assert!(
+        text.contains(
+            "numaresources_apiserver_requests_total{verb=\"create\",resource=\"noderesourcetopologies\",code=\"201\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "numaresources_apiserver_requests_total{verb=\"get\",resource=\"noderesourcetopologies\",code=\"404\"} 1"
+        ),
+        "{text}"
+    );
     assert!(text.contains("numaresources_apiserver_watches 1"), "{text}");
     assert!(text.contains("numaresources_apiserver_objects 1"), "{text}");
     assert!(text.contains("numaresources_apiserver_node_report_age_seconds{node=\"worker-0\"}"), "{text}");

@@ -1,0 +1,231 @@
+//! What hostile or broken clients send, over a real socket (the router served by hyper on
+//! loopback, HTTP/1.1 written by hand so nothing in a client library smooths it over): request
+//! metrics stay bounded whatever the method and path, every error answer is a Status, and a
+//! watch whose client stops reading is ended rather than buffered without bound.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use numaresources_apiserver::{AppState, Limits, Store, router};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+/// How long a test waits for what must happen before calling it a failure (a hang guard, not a
+/// figure: everything here happens within a second).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+async fn server(limits: Limits) -> SocketAddr {
+    let mut state = AppState::new(Arc::new(Store::starting_at(1000, 100)), "0.1.0", "test");
+    state.limits = limits;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router(Arc::new(state))).await });
+    address
+}
+
+/// An answer read off the socket.
+struct Answer {
+    code: u16,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+/// Sends one request on a fresh connection and reads the answer to the end.
+async fn request(address: SocketAddr, method: &str, path: &str, headers: &str, body: &[u8]) -> Answer {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: {}\r\n{headers}\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut raw)).await.unwrap().unwrap();
+    parse(&raw)
+}
+
+fn parse(raw: &[u8]) -> Answer {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
+            l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned())
+        })
+    };
+    let mut body = raw[split + 4..].to_vec();
+    if header("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+        body = dechunk(&body);
+    }
+    Answer { code, content_type: header("content-type").unwrap_or_default(), body }
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&raw[..end]).unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&raw[end + 2..end + 2 + size]);
+        raw = &raw[end + 4 + size..];
+    }
+    out
+}
+
+async fn metrics(address: SocketAddr) -> String {
+    let answer = request(address, "GET", "/metrics", "", b"").await;
+    assert_eq!(answer.code, 200);
+    String::from_utf8(answer.body).unwrap()
+}
+
+fn nrt(name: &str) -> Value {
+    json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": name},
+        "zones": [{"name": "node-0", "type": "Node",
+                   "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": 30}]}]
+    })
+}
+
+async fn create(address: SocketAddr, name: &str) {
+    let body = serde_json::to_vec(&nrt(name)).unwrap();
+    let answer = request(address, "POST", BASE, "content-type: application/json\r\n", &body).await;
+    assert_eq!(answer.code, 201, "{:?}", String::from_utf8_lossy(&answer.body));
+}
+
+#[tokio::test]
+async fn request_series_stay_bounded_whatever_the_method_and_path() {
+    let address = server(Limits::default()).await;
+    // 500 pipelined requests, each with its own made-up method and path, on one connection.
+    let mut pipelined = String::new();
+    for i in 0..500 {
+        pipelined.push_str(&format!("M{i:04}X /x/{i} HTTP/1.1\r\nhost: localhost\r\n\r\n"));
+    }
+    pipelined.push_str("GET /version HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(pipelined.as_bytes()).await.unwrap();
+    let mut answers = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answers)).await.unwrap().unwrap();
+    request(address, "BREW", &format!("{BASE}/worker-0"), "", b"").await;
+
+    let text = metrics(address).await;
+    let series: Vec<&str> = text.lines().filter(|l| l.starts_with("numaresources_apiserver_requests_total{")).collect();
+    assert!(series.len() <= 4, "one series per verb, resource and code: {series:#?}");
+    assert!(
+        text.contains(r#"numaresources_apiserver_requests_total{verb="other",resource="",code="404"} 500"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"numaresources_apiserver_requests_total{verb="other",resource="",code="405"} 1"#),
+        "an unknown method on the resource counts as other too: {text}"
+    );
+    assert!(!text.contains("M0001X"), "{text}");
+    let buckets =
+        text.lines().filter(|l| l.starts_with("numaresources_apiserver_request_duration_seconds_count{")).count();
+    assert!(buckets <= 3, "{text}");
+}
+
+#[tokio::test]
+async fn every_error_answer_is_a_status() {
+    let address = server(Limits::default()).await;
+    create(address, "worker-0").await;
+    for (method, path, code, reason) in [
+        ("GET", format!("{BASE}?limit=1&limit=2"), 400, "BadRequest"),
+        ("GET", format!("{BASE}?watch=maybe&watch=true"), 400, "BadRequest"),
+        ("POST", "/version".to_owned(), 405, "MethodNotAllowed"),
+        ("PUT", "/metrics".to_owned(), 405, "MethodNotAllowed"),
+        (
+            "DELETE",
+            "/apis/topology.node.k8s.io/v1alpha2/watch/noderesourcetopologies".to_owned(),
+            405,
+            "MethodNotAllowed",
+        ),
+        ("GET", format!("{BASE}/worker-0/status/extra"), 404, "NotFound"),
+        ("GET", "/openapi/v3/apis/other/v1".to_owned(), 404, "NotFound"),
+    ] {
+        let answer = request(address, method, &path, "", b"").await;
+        assert_eq!(answer.code, code, "{method} {path}");
+        assert!(answer.content_type.starts_with("application/json"), "{method} {path}: {}", answer.content_type);
+        let status = answer.json();
+        assert_eq!(status["kind"], "Status", "{method} {path}: {status}");
+        assert_eq!(status["code"], code, "{method} {path}: {status}");
+        assert_eq!(status["reason"], reason, "{method} {path}: {status}");
+        assert!(!status["message"].as_str().unwrap().is_empty(), "{method} {path}: {status}");
+    }
+}
+
+#[tokio::test]
+async fn a_foreign_continue_token_is_not_called_malformed_base64() {
+    let address = server(Limits::default()).await;
+    // Valid base64 of something that is not a list position (and with trailing bits set, which
+    // kube-apiserver's decoder ignores).
+    let answer = request(address, "GET", &format!("{BASE}?limit=1&continue=aGVsbG8gd29ybGR"), "", b"").await;
+    assert_eq!(answer.code, 400);
+    let message = answer.json()["message"].as_str().unwrap().to_owned();
+    assert!(message.starts_with("continue key is not valid: "), "{message}");
+    assert!(!message.contains("base64"), "{message}");
+}
+
+#[tokio::test]
+async fn a_watch_whose_client_stops_reading_is_ended() {
+    let limits = Limits {
+        watch_buffer_bytes: 64 * 1024,
+        watch_blocked_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let address = server(limits).await;
+    create(address, "worker-0").await;
+
+    // A watch whose client never reads a byte of the answer.
+    let mut stalled = TcpStream::connect(address).await.unwrap();
+    stalled.write_all(format!("GET {BASE}?watch=true HTTP/1.1\r\nhost: localhost\r\n\r\n").as_bytes()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !metrics(address).await.contains("numaresources_apiserver_watches 1") {
+        assert!(tokio::time::Instant::now() < deadline, "the watch never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Changes far larger than the socket buffers can absorb: 200 KB each, 200 of them.
+    let filler = "x".repeat(200 * 1024);
+    for i in 0..200 {
+        let patch = json!({"attributes": [{"name": "filler", "value": format!("{i}{filler}")}]});
+        let answer = request(
+            address,
+            "PATCH",
+            &format!("{BASE}/worker-0"),
+            "content-type: application/merge-patch+json\r\n",
+            &serde_json::to_vec(&patch).unwrap(),
+        )
+        .await;
+        assert_eq!(answer.code, 200);
+        let text = metrics(address).await;
+        if text.contains("numaresources_apiserver_terminated_watches_total 1") {
+            break;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let text = metrics(address).await;
+        if text.contains("numaresources_apiserver_watches 0") {
+            assert!(text.contains("numaresources_apiserver_terminated_watches_total 1"), "{text}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the stalled watch is still open: {text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(stalled);
+}
