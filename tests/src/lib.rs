@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod lease_double;
+
 /// The workspace root.
 pub fn workspace_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new("."))
