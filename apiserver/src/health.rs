@@ -67,20 +67,22 @@ pub async fn core(State(state): State<Arc<AppState>>) -> Response {
     json_response(StatusCode::OK, state.discovery.core.clone())
 }
 
-pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    with_etag(&headers, state.openapi.v2.clone(), &state.openapi.v2_etag, "application/json")
+pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    crate::negotiate::openapi_json(headers.get(ACCEPT).and_then(|v| v.to_str().ok()))?;
+    Ok(with_etag(&headers, state.openapi.v2.clone(), &state.openapi.v2_etag, "application/json"))
 }
 
 pub async fn openapi_v3_index(State(state): State<Arc<AppState>>) -> Response {
     json_response(StatusCode::OK, state.openapi.v3_index.clone())
 }
 
-pub async fn openapi_v3(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn openapi_v3(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    crate::negotiate::openapi_json(headers.get(ACCEPT).and_then(|v| v.to_str().ok()))?;
     let mut response =
         with_etag(&headers, state.openapi.v3_group_version.clone(), &state.openapi.v3_etag, "application/json");
     // The hash in the URL pins the content, so clients may cache it for good.
     response.headers_mut().insert("cache-control", HeaderValue::from_static("public, immutable"));
-    response
+    Ok(response)
 }
 
 /// The legacy `/watch/<plural>` prefix: a watch on the collection.

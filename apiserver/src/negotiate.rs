@@ -44,7 +44,36 @@ pub fn negotiate(accept: Option<&str>) -> Result<Representation, ApiError> {
         return Ok(Representation::Json);
     };
     let mut ranges: Vec<(f32, usize, Representation)> = Vec::new();
-    for (position, range) in accept.split(',').enumerate() {
+    for (position, (media, params)) in media_ranges(accept).enumerate() {
+        if !is_json(&media) {
+            continue; // protobuf, CBOR, YAML: not produced here; the client offers JSON too.
+        }
+        if let Some(representation) = params.representation() {
+            ranges.push((params.quality, position, representation));
+        }
+    }
+    ranges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    ranges.first().map(|r| r.2).ok_or_else(|| ApiError::not_acceptable(accept))
+}
+
+/// The OpenAPI documents exist as JSON only: Ok when `accept` takes JSON (or is absent), else
+/// 406, as kube-apiserver answers a media type it does not serve. Answering JSON to a client
+/// that asked only for the protobuf form would have it decode JSON as protobuf.
+pub fn openapi_json(accept: Option<&str>) -> Result<(), ApiError> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Ok(());
+    };
+    if media_ranges(accept).any(|(media, params)| is_json(&media) && params.as_.is_none()) {
+        Ok(())
+    } else {
+        Err(ApiError::not_acceptable_of(accept, &["application/json"]))
+    }
+}
+
+/// The media ranges of an `Accept` header with their parameters, in the client's order, without
+/// the ones it refuses (`q=0`).
+fn media_ranges(accept: &str) -> impl Iterator<Item = (String, MediaParams)> + '_ {
+    accept.split(',').filter_map(|range| {
         let mut parts = range.split(';').map(str::trim);
         let media = parts.next().unwrap_or_default().to_ascii_lowercase();
         let mut params = MediaParams::default();
@@ -60,18 +89,12 @@ pub fn negotiate(accept: Option<&str>) -> Result<Representation, ApiError> {
                 }
             }
         }
-        if params.quality <= 0.0 {
-            continue;
-        }
-        if !matches!(media.as_str(), "application/json" | "application/*" | "*/*") {
-            continue; // protobuf, CBOR, YAML: not produced here; the client offers JSON too.
-        }
-        if let Some(representation) = params.representation() {
-            ranges.push((params.quality, position, representation));
-        }
-    }
-    ranges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    ranges.first().map(|r| r.2).ok_or_else(|| ApiError::not_acceptable(accept))
+        (params.quality > 0.0).then_some((media, params))
+    })
+}
+
+fn is_json(media: &str) -> bool {
+    matches!(media, "application/json" | "application/*" | "*/*")
 }
 
 #[derive(Debug)]
@@ -140,6 +163,24 @@ mod tests {
         ];
         for (accept, want) in rows {
             assert_eq!(negotiate(accept).unwrap(), want, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn openapi_documents_are_json_or_406() {
+        let json = [None, Some(""), Some("application/json"), Some("*/*"), Some("application/*;q=0.5, text/html")];
+        for accept in json {
+            assert!(openapi_json(accept).is_ok(), "{accept:?}");
+        }
+        let protobuf = [
+            "application/com.github.proto-openapi.spec.v3@v1.0+protobuf",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+            "application/json;q=0, application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        ];
+        for accept in protobuf {
+            let error = openapi_json(Some(accept)).unwrap_err();
+            assert_eq!(error.code(), http::StatusCode::NOT_ACCEPTABLE, "{accept}");
         }
     }
 

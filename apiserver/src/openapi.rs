@@ -11,9 +11,6 @@ use serde_json::{Map, Value, json};
 
 use crate::discovery::VERSION;
 
-/// Definition name prefix, reverse-DNS like Kubernetes' own (`io.k8s.…`).
-const PREFIX: &str = "io.k8s.topology.node.v1alpha2";
-
 /// Rendered documents.
 #[derive(Debug, Clone)]
 pub struct OpenApi {
@@ -38,25 +35,22 @@ impl Default for OpenApi {
 impl OpenApi {
     /// Renders both documents.
     pub fn new() -> Self {
-        let v3_schemas = schemas("#/components/schemas/");
         let v3 = json!({
             "openapi": "3.0.0",
             "info": {"title": "numaresources NodeResourceTopology API", "version": VERSION},
-            "paths": paths("#/components/schemas/"),
-            "components": {"schemas": v3_schemas},
+            "paths": paths(Spec::V3),
+            "components": {"schemas": definitions(Spec::V3)},
         });
         let v3_bytes = bytes(&v3);
         let v3_hash = hash(&v3_bytes);
         let index = json!({"paths": {
             format!("apis/{GROUP}/{VERSION}"): {"serverRelativeURL": format!("/openapi/v3/apis/{GROUP}/{VERSION}?hash={v3_hash}")}
         }});
-        let mut definitions = schemas_v2(schemas("#/definitions/"));
-        definitions.sort_keys();
         let v2 = json!({
             "swagger": "2.0",
             "info": {"title": "numaresources NodeResourceTopology API", "version": VERSION},
-            "paths": paths("#/definitions/"),
-            "definitions": definitions,
+            "paths": paths(Spec::V2),
+            "definitions": definitions(Spec::V2),
         });
         let v2_bytes = bytes(&v2);
         Self {
@@ -67,6 +61,17 @@ impl OpenApi {
             v3_etag: format!("\"{v3_hash}\""),
         }
     }
+}
+
+/// Every schema a document of this version holds, keyed by definition name, sorted.
+fn definitions(spec: Spec) -> Map<String, Value> {
+    let mut out = schemas(spec.reference_prefix());
+    out.extend(request_definitions().map(|(name, schema)| (name.to_owned(), schema)));
+    if spec == Spec::V2 {
+        out = schemas_v2(out);
+    }
+    out.sort_keys();
+    out
 }
 
 /// Schemas of our kind, its list, and everything they reference, keyed by definition name.
@@ -92,9 +97,9 @@ fn schemas(reference_prefix: &'static str) -> Map<String, Value> {
         out.insert(name, schema);
     }
     drop(defs);
-    out.insert(format!("{PREFIX}.{KIND}"), root);
+    out.insert(OBJECT.to_owned(), root);
     out.insert(
-        format!("{PREFIX}.{LIST_KIND}"),
+        LIST.to_owned(),
         json!({
             "description": "A list of NodeResourceTopology objects.",
             "type": "object",
@@ -103,7 +108,7 @@ fn schemas(reference_prefix: &'static str) -> Map<String, Value> {
                 "apiVersion": {"type": "string"},
                 "kind": {"type": "string"},
                 "metadata": {"$ref": format!("{reference_prefix}io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")},
-                "items": {"type": "array", "items": {"$ref": format!("{reference_prefix}{PREFIX}.{KIND}")}},
+                "items": {"type": "array", "items": {"$ref": format!("{reference_prefix}{OBJECT}")}},
             },
             "x-kubernetes-group-version-kind": [{"group": GROUP, "version": VERSION, "kind": LIST_KIND}],
         }),
@@ -136,44 +141,300 @@ fn schemas_v2(mut schemas: Map<String, Value>) -> Map<String, Value> {
     schemas
 }
 
-fn paths(reference_prefix: &str) -> Value {
-    let object = json!({"$ref": format!("{reference_prefix}{PREFIX}.{KIND}")});
-    let list = json!({"$ref": format!("{reference_prefix}{PREFIX}.{LIST_KIND}")});
-    let gvk = json!({"group": GROUP, "version": VERSION, "kind": KIND});
-    // Writes declare the query parameters we implement; kubectl looks for `fieldValidation` on
-    // PATCH to decide that it may leave validation to the server.
-    let write_parameters = json!([
-        {"name": "dryRun", "in": "query", "type": "string", "schema": {"type": "string"},
-         "description": "When present, indicates that modifications should not be persisted. The only valid value is All."},
-        {"name": "fieldValidation", "in": "query", "type": "string", "schema": {"type": "string"},
-         "description": "How the server treats unknown fields: Ignore, Warn (the default) or Strict."},
-    ]);
-    let operation = |id: &str, action: &str, schema: &Value| {
+/// Which OpenAPI version a document is built for: parameters, request bodies and responses are
+/// spelled differently in each, and kube-apiserver's strict parser refuses a document that mixes
+/// them (one bad parameter makes its whole merged `/openapi/v2` fail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spec {
+    /// Swagger 2.0: `type` on parameters, a `body` parameter, `schema` on responses.
+    V2,
+    /// OpenAPI 3.0: `schema` on parameters, `requestBody`, `content` on responses.
+    V3,
+}
+
+impl Spec {
+    fn reference_prefix(self) -> &'static str {
+        match self {
+            Self::V2 => "#/definitions/",
+            Self::V3 => "#/components/schemas/",
+        }
+    }
+
+    fn reference(self, definition: &str) -> Value {
+        json!({"$ref": format!("{}{definition}", self.reference_prefix())})
+    }
+
+    /// A query or path parameter (string, integer or boolean).
+    fn parameter(self, parameter: &Parameter) -> Value {
+        let Parameter { name, location, kind, description } = *parameter;
+        let mut out = match self {
+            Self::V2 => json!({"name": name, "in": location, "description": description, "type": kind,
+                               "uniqueItems": true}),
+            Self::V3 => json!({"name": name, "in": location, "description": description,
+                               "schema": {"type": kind, "uniqueItems": true}}),
+        };
+        if location == "path" {
+            out["required"] = json!(true);
+        }
+        out
+    }
+
+    /// The operation's request body and its parameters, placed where this version wants them.
+    fn operation(self, action: &Action, parameters: &[Parameter]) -> Value {
         let mut operation = json!({
-            "operationId": id,
-            "x-kubernetes-action": action,
-            "x-kubernetes-group-version-kind": gvk,
-            "responses": {"200": {"description": "OK", "schema": schema,
-                                  "content": {"application/json": {"schema": schema}}}},
+            "operationId": action.id,
+            "description": action.description,
+            "x-kubernetes-action": action.verb,
+            "x-kubernetes-group-version-kind": {"group": GROUP, "version": VERSION, "kind": KIND},
         });
-        if matches!(action, "post" | "put" | "patch") {
-            operation["parameters"] = write_parameters.clone();
+        let mut rendered: Vec<Value> = parameters.iter().map(|p| self.parameter(p)).collect();
+        if let Some(body) = action.body {
+            match self {
+                Self::V2 => {
+                    rendered.insert(
+                        0,
+                        json!({"name": "body", "in": "body", "required": true, "schema": self.reference(body)}),
+                    );
+                    operation["consumes"] = json!(action.consumes);
+                }
+                Self::V3 => {
+                    let content: Map<String, Value> = action
+                        .consumes
+                        .iter()
+                        .map(|media| ((*media).to_owned(), json!({"schema": self.reference(body)})))
+                        .collect();
+                    operation["requestBody"] = json!({"required": true, "content": content});
+                }
+            }
+        }
+        if !rendered.is_empty() {
+            operation["parameters"] = Value::Array(rendered);
+        }
+        let response = |description: &str| match self {
+            Self::V2 => json!({"description": description, "schema": self.reference(action.answer)}),
+            Self::V3 => json!({"description": description,
+                               "content": {"application/json": {"schema": self.reference(action.answer)}}}),
+        };
+        let mut responses = Map::new();
+        for (code, description) in action.codes {
+            responses.insert((*code).to_owned(), response(description));
+        }
+        responses.insert("401".into(), json!({"description": "Unauthorized"}));
+        operation["responses"] = Value::Object(responses);
+        if self == Self::V2 {
+            operation["produces"] = json!(["application/json"]);
+            operation["schemes"] = json!(["https"]);
         }
         operation
+    }
+}
+
+/// One query or path parameter we implement.
+#[derive(Debug, Clone, Copy)]
+struct Parameter {
+    name: &'static str,
+    location: &'static str,
+    kind: &'static str,
+    description: &'static str,
+}
+
+const fn query(name: &'static str, kind: &'static str, description: &'static str) -> Parameter {
+    Parameter { name, location: "query", kind, description }
+}
+
+const NAME: Parameter =
+    Parameter { name: "name", location: "path", kind: "string", description: "name of the NodeResourceTopology" };
+const DRY_RUN: Parameter = query(
+    "dryRun",
+    "string",
+    "When present, indicates that modifications should not be persisted. The only valid value is All.",
+);
+// kubectl looks for `fieldValidation` on PATCH to decide that it may leave validation to us.
+const FIELD_VALIDATION: Parameter =
+    query("fieldValidation", "string", "How the server treats unknown fields: Ignore, Warn (the default) or Strict.");
+const LIST_PARAMETERS: &[Parameter] = &[
+    query("allowWatchBookmarks", "boolean", "Asks a watch for BOOKMARK events."),
+    query("continue", "string", "The continue token of the previous page."),
+    query("fieldSelector", "string", "Selects objects by metadata.name (and the empty metadata.namespace)."),
+    query("labelSelector", "string", "Selects objects by their labels."),
+    query("limit", "integer", "The most objects a page holds."),
+    query("resourceVersion", "string", "The state the list or watch starts from."),
+    query("resourceVersionMatch", "string", "How resourceVersion applies to a list: Exact or NotOlderThan."),
+    query("sendInitialEvents", "boolean", "Starts a watch with the current state, then a BOOKMARK."),
+    query("timeoutSeconds", "integer", "How long a watch lasts (0 or absent: the server's default)."),
+    query("watch", "boolean", "Streams changes instead of a list."),
+];
+const WRITE_PARAMETERS: &[Parameter] = &[DRY_RUN, FIELD_VALIDATION];
+const DELETE_PARAMETERS: &[Parameter] = &[
+    DRY_RUN,
+    query("gracePeriodSeconds", "integer", "Accepted and ignored: NodeResourceTopology has no graceful deletion."),
+    query("orphanDependents", "boolean", "Deprecated: use propagationPolicy."),
+    query("propagationPolicy", "string", "How dependents are garbage collected: Orphan, Background or Foreground."),
+];
+
+/// One operation on a path.
+#[derive(Debug)]
+struct Action {
+    id: &'static str,
+    verb: &'static str,
+    description: &'static str,
+    /// The request body's definition and media types.
+    body: Option<&'static str>,
+    consumes: &'static [&'static str],
+    /// The answer's definition and codes.
+    answer: &'static str,
+    codes: &'static [(&'static str, &'static str)],
+}
+
+/// Definition names, reverse-DNS like Kubernetes' own (`io.k8s.…`).
+const OBJECT: &str = "io.k8s.topology.node.v1alpha2.NodeResourceTopology";
+const LIST: &str = "io.k8s.topology.node.v1alpha2.NodeResourceTopologyList";
+const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
+const JSON: &[&str] = &["application/json"];
+const OK: &[(&str, &str)] = &[("200", "OK")];
+
+fn paths(spec: Spec) -> Value {
+    let collection = [
+        (
+            "get",
+            Action {
+                id: "listTopologyNodeV1alpha2NodeResourceTopology",
+                verb: "list",
+                description: "list or watch objects of kind NodeResourceTopology",
+                body: None,
+                consumes: &[],
+                answer: LIST,
+                codes: OK,
+            },
+            LIST_PARAMETERS,
+        ),
+        (
+            "post",
+            Action {
+                id: "createTopologyNodeV1alpha2NodeResourceTopology",
+                verb: "post",
+                description: "create a NodeResourceTopology",
+                body: Some(OBJECT),
+                consumes: JSON,
+                answer: OBJECT,
+                codes: &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
+            },
+            WRITE_PARAMETERS,
+        ),
+        (
+            "delete",
+            Action {
+                id: "deleteTopologyNodeV1alpha2CollectionNodeResourceTopology",
+                verb: "deletecollection",
+                description: "delete collection of NodeResourceTopology",
+                body: Some(DELETE_OPTIONS),
+                consumes: JSON,
+                answer: LIST,
+                codes: OK,
+            },
+            DELETE_PARAMETERS,
+        ),
+    ];
+    let item = [
+        (
+            "get",
+            Action {
+                id: "readTopologyNodeV1alpha2NodeResourceTopology",
+                verb: "get",
+                description: "read the specified NodeResourceTopology",
+                body: None,
+                consumes: &[],
+                answer: OBJECT,
+                codes: OK,
+            },
+            &[][..],
+        ),
+        (
+            "put",
+            Action {
+                id: "replaceTopologyNodeV1alpha2NodeResourceTopology",
+                verb: "put",
+                description: "replace the specified NodeResourceTopology",
+                body: Some(OBJECT),
+                consumes: JSON,
+                answer: OBJECT,
+                codes: &[("200", "OK"), ("201", "Created")],
+            },
+            WRITE_PARAMETERS,
+        ),
+        (
+            "patch",
+            Action {
+                id: "patchTopologyNodeV1alpha2NodeResourceTopology",
+                verb: "patch",
+                description: "partially update the specified NodeResourceTopology",
+                body: Some(PATCH),
+                consumes: &["application/json-patch+json", "application/merge-patch+json"],
+                answer: OBJECT,
+                codes: OK,
+            },
+            WRITE_PARAMETERS,
+        ),
+        (
+            "delete",
+            Action {
+                id: "deleteTopologyNodeV1alpha2NodeResourceTopology",
+                verb: "delete",
+                description: "delete a NodeResourceTopology",
+                body: Some(DELETE_OPTIONS),
+                consumes: JSON,
+                answer: OBJECT,
+                codes: &[("200", "OK"), ("202", "Accepted")],
+            },
+            DELETE_PARAMETERS,
+        ),
+    ];
+    let path_item = |operations: &[(&str, Action, &[Parameter])], shared: &[Parameter]| {
+        let mut out = Map::new();
+        for (method, action, parameters) in operations {
+            out.insert((*method).to_owned(), spec.operation(action, parameters));
+        }
+        if !shared.is_empty() {
+            out.insert("parameters".into(), shared.iter().map(|p| spec.parameter(p)).collect());
+        }
+        Value::Object(out)
     };
     json!({
-        format!("/apis/{GROUP}/{VERSION}/{PLURAL}"): {
-            "get": operation("listTopologyNodeV1alpha2NodeResourceTopology", "list", &list),
-            "post": operation("createTopologyNodeV1alpha2NodeResourceTopology", "post", &object),
-            "delete": operation("deleteTopologyNodeV1alpha2CollectionNodeResourceTopology", "deletecollection", &list),
-        },
-        format!("/apis/{GROUP}/{VERSION}/{PLURAL}/{{name}}"): {
-            "get": operation("readTopologyNodeV1alpha2NodeResourceTopology", "get", &object),
-            "put": operation("replaceTopologyNodeV1alpha2NodeResourceTopology", "put", &object),
-            "patch": operation("patchTopologyNodeV1alpha2NodeResourceTopology", "patch", &object),
-            "delete": operation("deleteTopologyNodeV1alpha2NodeResourceTopology", "delete", &object),
-        },
+        format!("/apis/{GROUP}/{VERSION}/{PLURAL}"): path_item(&collection, &[]),
+        format!("/apis/{GROUP}/{VERSION}/{PLURAL}/{{name}}"): path_item(&item, &[NAME]),
     })
+}
+
+/// The request-body definitions the paths refer to besides our own kinds.
+fn request_definitions() -> [(&'static str, Value); 2] {
+    [
+        (
+            DELETE_OPTIONS,
+            json!({
+                "description": "DeleteOptions may be provided when deleting an API object.",
+                "type": "object",
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "dryRun": {"type": "array", "items": {"type": "string"}},
+                    "gracePeriodSeconds": {"type": "integer", "format": "int64"},
+                    "orphanDependents": {"type": "boolean"},
+                    "propagationPolicy": {"type": "string"},
+                    "preconditions": {"type": "object", "properties": {
+                        "resourceVersion": {"type": "string"}, "uid": {"type": "string"}}},
+                },
+                "x-kubernetes-group-version-kind": [{"group": "", "kind": "DeleteOptions", "version": "v1"}],
+            }),
+        ),
+        (
+            PATCH,
+            json!({
+                "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.",
+                "type": "object",
+            }),
+        ),
+    ]
 }
 
 fn hash(bytes: &Bytes) -> String {

@@ -66,12 +66,22 @@ impl ApiError {
 
     /// 406: nothing the client accepts can be produced.
     pub fn not_acceptable(accept: &str) -> Self {
+        Self::not_acceptable_of(
+            accept,
+            &[
+                "application/json",
+                "application/json;as=Table;v=v1;g=meta.k8s.io",
+                "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io",
+            ],
+        )
+    }
+
+    /// 406 naming the media types this endpoint offers.
+    pub fn not_acceptable_of(accept: &str, offered: &[&str]) -> Self {
         Self::new(
             StatusCode::NOT_ACCEPTABLE,
             "NotAcceptable",
-            format!(
-                "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io (you asked for {accept})"
-            ),
+            format!("only the following media types are accepted: {} (you asked for {accept})", offered.join(", ")),
         )
     }
 
