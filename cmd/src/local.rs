@@ -86,7 +86,10 @@ pub fn run(args: LocalArgs) -> anyhow::Result<()> {
         );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    runtime.block_on(serve(args))
+    let result = runtime.block_on(serve(args));
+    // As `rte`: a sysfs read stalled in the kernel must not keep the process alive.
+    runtime.shutdown_timeout(numaresources_rte::agent::BLOCKING_TASKS_GRACE);
+    result
 }
 
 async fn serve(args: LocalArgs) -> anyhow::Result<()> {

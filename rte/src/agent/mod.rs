@@ -18,6 +18,7 @@ pub mod trigger;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
@@ -34,7 +35,7 @@ use crate::podresources::{
     self, Allocatable, ClientConfig, PodResources, PodResourcesClient, PodResourcesSource, middleware,
 };
 use crate::publish::{KubePublisher, Outcome, PublishError, Publisher};
-use crate::sysfs::{self, Machine};
+use crate::sysfs::{self, Discovery, Machine};
 use crate::terminal::TerminalPods;
 use crate::topology::{self, Scan};
 
@@ -75,6 +76,14 @@ pub enum ScanError {
     /// The blocking discovery task died.
     #[error("sysfs discovery task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+    /// Discovery did not finish within [`DISCOVERY_TIMEOUT`] (a read stalled in the kernel, e.g.
+    /// on a hung mount); it goes on in the background and later scans fail with
+    /// [`ScanError::SysfsStalled`] until it ends.
+    #[error("sysfs discovery did not finish within {0:?}; a read of the tree is stalled")]
+    SysfsTimeout(Duration),
+    /// The discovery that timed out is still stuck; no second one is started beside it.
+    #[error("an earlier sysfs discovery is still stalled on a read; not starting another")]
+    SysfsStalled,
     /// The kubelet could not be asked; nothing was published.
     #[error("cannot read the kubelet's pod resources, not publishing a topology without them: {0}")]
     Kubelet(#[from] podresources::Error),
@@ -119,6 +128,16 @@ pub fn assemble(
     nrt
 }
 
+/// How long one sysfs discovery may take before the scan fails. Reads never wait for a writer
+/// (see [`sysfs`]), so discovery takes milliseconds; only a filesystem stalled in the kernel can
+/// hold it this long.
+pub const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a process running the agent waits at exit for blocking tasks (a sysfs discovery,
+/// the fingerprint status file) before exiting without them: a read stalled in the kernel must
+/// not hold the process past the kubelet's termination grace period (30 s by default).
+pub const BLOCKING_TASKS_GRACE: Duration = Duration::from_secs(2);
+
 /// The fingerprint status record for the pods of one scan.
 fn fingerprint_status(node: &str, method: fingerprint::Method, pods: &[PodResources]) -> fingerprint::Status {
     let mut traced = Fingerprint::traced();
@@ -145,6 +164,9 @@ pub struct Agent<S, P> {
     conditions: Option<PodConditions>,
     terminal: Option<TerminalPods>,
     last_wakeup: Instant,
+    /// Set while a sysfs discovery runs on the blocking pool, so a stalled one is never joined
+    /// by another (threads do not pile up behind a hung read).
+    discovering: Arc<AtomicBool>,
 }
 
 impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
@@ -159,6 +181,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             conditions: None,
             terminal: None,
             last_wakeup: Instant::now(),
+            discovering: Arc::default(),
         }
     }
 
@@ -195,10 +218,28 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         tokio::try_join!(list, allocatable)
     }
 
+    /// Discovers the machine on the blocking pool, within [`DISCOVERY_TIMEOUT`]. A discovery
+    /// that times out is left to finish on its own (nothing awaits it, shutdown included).
+    async fn discover(&self) -> Result<Discovery, ScanError> {
+        if self.discovering.swap(true, Ordering::AcqRel) {
+            return Err(ScanError::SysfsStalled);
+        }
+        let discovering = Arc::clone(&self.discovering);
+        let root = self.config.sysfs.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let discovery = sysfs::discover(root);
+            discovering.store(false, Ordering::Release);
+            discovery
+        });
+        match tokio::time::timeout(DISCOVERY_TIMEOUT, task).await {
+            Ok(joined) => Ok(joined??),
+            Err(_) => Err(ScanError::SysfsTimeout(DISCOVERY_TIMEOUT)),
+        }
+    }
+
     /// Scans once.
     pub async fn scan(&self, trigger: Trigger) -> Result<NodeResourceTopology, ScanError> {
-        let root = self.config.sysfs.clone();
-        let discovery = tokio::task::spawn_blocking(move || sysfs::discover(root)).await??;
+        let discovery = self.discover().await?;
         for skipped in &discovery.skipped {
             tracing::debug!(error = %skipped, "sysfs entry skipped");
         }
@@ -430,9 +471,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), E
     let needs_client = config.publish || own_pod.is_some() || config.exclude_terminal_pods;
     let client = if needs_client { Some(kube::Client::try_default().await.map_err(Error::Kube)?) } else { None };
 
+    // A one-off run ends before anything could scrape it: it opens no listener at all.
     let listener = match &config.metrics {
-        Some(endpoint) => Some(crate::metrics::MetricsServer::bind(endpoint).await?),
-        None => None,
+        Some(endpoint) if !config.oneshot => Some(crate::metrics::MetricsServer::bind(endpoint).await?),
+        _ => None,
     };
     let mut background = tokio::task::JoinSet::new();
     let terminal = match (&client, config.exclude_terminal_pods) {

@@ -42,6 +42,16 @@
 //!
 //! Entries that are simply not ours (`memory<N>`, `vmstat`, `cpufreq`, plain files among the
 //! hugepage directories, …) are ignored silently. Nothing here panics, whatever the files hold.
+//!
+//! # Nothing here blocks or grows without bound
+//!
+//! Every file is opened non-blocking and checked through the open descriptor (no window between
+//! the check and the read) to be a regular file, as every file the kernel writes here is: a FIFO,
+//! socket or device in the tree is an error ([`Error::NotRegular`]), never a read that waits for a
+//! writer. At most [`FILE_SIZE_LIMIT`] bytes are read from a file, [`DIRECTORY_ENTRY_LIMIT`]
+//! entries from a directory, and a machine has at most [`CPU_LIMIT`] CPUs. A `cpu<X>` entry of
+//! a node directory counts only when `devices/system/cpu/cpu<X>` is a plain directory, so
+//! entries made of symlinks (loops included) are skipped ([`Error::NotACpu`]).
 
 mod read;
 mod zones;
@@ -60,6 +70,20 @@ pub const DEFAULT_SYSFS_ROOT: &str = "/sys";
 
 /// The kernel's distance of a node to itself (`LOCAL_DISTANCE`).
 pub const LOCAL_DISTANCE: u32 = 10;
+
+/// The most bytes read from one file. sysfs attributes are one page (4 KiB) at most and a
+/// `/proc/meminfo` is about 1.5 KiB; a longer file is not what the kernel writes and is an error
+/// ([`Error::TooLarge`]), never read in full.
+pub const FILE_SIZE_LIMIT: u64 = 64 * 1024;
+
+/// The most logical CPUs a machine may have: the kernel's largest `NR_CPUS` (x86-64 `MAXSMP`).
+/// A tree listing more is not a machine ([`Error::TooMany`]).
+pub const CPU_LIMIT: usize = 8192;
+
+/// The most entries read from one directory. A node directory holds one `memory<N>` entry per
+/// memory block besides its CPUs (some 100,000 on a 12 TiB machine with 128 MiB blocks), so the
+/// bound is generous; it only stops a directory made to cost unbounded time.
+pub const DIRECTORY_ENTRY_LIMIT: usize = 1 << 20;
 
 /// Why discovery failed, or (in [`Discovery::skipped`]) what it stepped over. Every variant names
 /// the offending path.
@@ -133,6 +157,42 @@ pub enum Error {
         path: PathBuf,
         /// The directory it must stay in.
         dir: PathBuf,
+    },
+    /// A file the kernel writes as a regular file is something else (a FIFO, a socket, a
+    /// device): it is not opened for reading, which could block forever.
+    #[error("{}: is a {found}, not the regular file the kernel writes there", path.display())]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        found: &'static str,
+    },
+    /// A file longer than any the kernel writes there; it is not read further.
+    #[error("{}: longer than {limit} bytes, which no sysfs or procfs file it could be is", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// [`FILE_SIZE_LIMIT`].
+        limit: u64,
+    },
+    /// More CPUs, or more entries in one directory, than any machine has.
+    #[error("{}: more than {limit} {what}", path.display())]
+    TooMany {
+        /// The directory.
+        path: PathBuf,
+        /// What was counted.
+        what: &'static str,
+        /// The bound ([`CPU_LIMIT`] or [`DIRECTORY_ENTRY_LIMIT`]).
+        limit: usize,
+    },
+    /// A `cpu<X>` entry of a node directory with no CPU directory `devices/system/cpu/cpu<X>`
+    /// behind it (skipped: it is not a CPU).
+    #[error("{}: no CPU directory {} behind it", path.display(), cpu_dir.display())]
+    NotACpu {
+        /// The entry in the node directory.
+        path: PathBuf,
+        /// The CPU directory that does not exist (or is not a plain directory).
+        cpu_dir: PathBuf,
     },
 }
 

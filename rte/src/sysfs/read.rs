@@ -3,12 +3,14 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{Core, Discovery, Error, HugepagePool, LOCAL_DISTANCE, Layout, Machine, NumaNode, Sysfs};
+use super::{
+    CPU_LIMIT, Core, DIRECTORY_ENTRY_LIMIT, Discovery, Error, FILE_SIZE_LIMIT, HugepagePool, LOCAL_DISTANCE, Layout,
+    Machine, NumaNode, Sysfs,
+};
 
-/// sysfs files are a page at most; anything longer is garbage we need not read in full.
-const READ_LIMIT: u64 = 64 * 1024;
 /// How much of a garbled file an error quotes.
 const QUOTE_LIMIT: usize = 64;
 /// The most CPUs a CPU list may expand to (the kernel's `NR_CPUS` tops out at 8192).
@@ -27,8 +29,8 @@ pub(super) fn discover(fs: &Sysfs) -> Result<Discovery, Error> {
 
 fn numa_machine(fs: &Sysfs, node_dir: &Path, entries: fs::ReadDir, skipped: &mut Vec<Error>) -> Result<Machine, Error> {
     let mut ids = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| Error::Read { path: node_dir.to_path_buf(), source })?;
+    for entry in bounded(node_dir, entries) {
+        let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if !name.starts_with("node") {
@@ -42,10 +44,17 @@ fn numa_machine(fs: &Sysfs, node_dir: &Path, entries: fs::ReadDir, skipped: &mut
         return Err(Error::NoNodes { path: node_dir.to_path_buf() });
     }
     ids.sort_unstable();
+    // Every node's distance row is read before any is checked against the node count, so a
+    // directory that is no node (no `distance`) is reported as itself, not as a wrong count in
+    // the row of a sibling read before it.
+    let rows = ids
+        .iter()
+        .map(|id| distance_row(&node_dir.join(format!("node{id}/distance"))))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut owner: BTreeMap<u32, u32> = BTreeMap::new();
     let mut nodes = Vec::with_capacity(ids.len());
-    for &id in &ids {
+    for (&id, row) in ids.iter().zip(rows) {
         let dir = node_dir.join(format!("node{id}"));
         let cpus = node_cpus(fs, &dir, skipped)?;
         for &cpu in &cpus {
@@ -54,8 +63,11 @@ fn numa_machine(fs: &Sysfs, node_dir: &Path, entries: fs::ReadDir, skipped: &mut
             }
             owner.insert(cpu, id);
         }
+        if owner.len() > CPU_LIMIT {
+            return Err(Error::TooMany { path: node_dir.to_path_buf(), what: "CPUs", limit: CPU_LIMIT });
+        }
         let cores = cores(fs, &cpus, skipped);
-        let distances = distances(&dir.join("distance"), &ids)?;
+        let distances = distances(&dir.join("distance"), row, &ids)?;
         let memory_bytes = mem_total_bytes(&dir.join("meminfo"))?;
         let hugepages = hugepage_pools(&dir.join("hugepages"), skipped)?;
         nodes.push(NumaNode { id, cpus, cores, distances, memory_bytes, hugepages });
@@ -68,13 +80,18 @@ fn flat_machine(fs: &Sysfs, skipped: &mut Vec<Error>) -> Result<Machine, Error> 
     let cpu_dir = fs.sys.join("devices/system/cpu");
     let entries = fs::read_dir(&cpu_dir).map_err(|source| Error::Read { path: cpu_dir.clone(), source })?;
     let mut cpus = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| Error::Read { path: cpu_dir.clone(), source })?;
-        // cpufreq, cpuidle, smt, … are not CPUs and are no error either.
-        if let Some(cpu) = parse_index(&entry.file_name().to_string_lossy(), "cpu")
+    for entry in bounded(&cpu_dir, entries) {
+        let entry = entry?;
+        // cpufreq, cpuidle, smt, … are not CPUs and are no error either; neither is anything
+        // that is not a plain directory.
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if let Some(cpu) = parse_index(&entry.file_name().to_string_lossy(), "cpu").filter(|_| is_dir)
             && cpu_online(&cpu_dir.join(format!("cpu{cpu}")), skipped)
         {
             cpus.push(cpu);
+            if cpus.len() > CPU_LIMIT {
+                return Err(Error::TooMany { path: cpu_dir.clone(), what: "CPUs", limit: CPU_LIMIT });
+            }
         }
     }
     cpus.sort_unstable();
@@ -90,13 +107,14 @@ fn flat_machine(fs: &Sysfs, skipped: &mut Vec<Error>) -> Result<Machine, Error> 
     Ok(Machine { layout: Layout::NoNumaDirectory, nodes: vec![node] })
 }
 
-/// The online CPUs listed in a node directory, ascending.
+/// The online CPUs listed in a node directory, ascending. An entry counts only when its CPU
+/// directory `devices/system/cpu/cpu<X>` is a plain directory, as the kernel makes it.
 fn node_cpus(fs: &Sysfs, node: &Path, skipped: &mut Vec<Error>) -> Result<Vec<u32>, Error> {
     let entries = fs::read_dir(node).map_err(|source| Error::Read { path: node.to_path_buf(), source })?;
     let cpu_dir = fs.sys.join("devices/system/cpu");
     let mut cpus = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| Error::Read { path: node.to_path_buf(), source })?;
+    for entry in bounded(node, entries) {
+        let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if !name.starts_with("cpu") || name == "cpulist" || name == "cpumap" {
@@ -106,8 +124,16 @@ fn node_cpus(fs: &Sysfs, node: &Path, skipped: &mut Vec<Error>) -> Result<Vec<u3
             skipped.push(Error::MalformedName { path: entry.path(), expected: "cpu<X>" });
             continue;
         };
-        if cpu_online(&cpu_dir.join(format!("cpu{cpu}")), skipped) {
+        let this_cpu = cpu_dir.join(format!("cpu{cpu}"));
+        if !fs::symlink_metadata(&this_cpu).is_ok_and(|m| m.is_dir()) {
+            skipped.push(Error::NotACpu { path: entry.path(), cpu_dir: this_cpu });
+            continue;
+        }
+        if cpu_online(&this_cpu, skipped) {
             cpus.push(cpu);
+            if cpus.len() > CPU_LIMIT {
+                return Err(Error::TooMany { path: node.to_path_buf(), what: "CPUs", limit: CPU_LIMIT });
+            }
         }
     }
     cpus.sort_unstable();
@@ -194,13 +220,17 @@ fn core_id(cpu_dir: &Path, cpu: u32, skipped: &mut Vec<Error>) -> Option<i64> {
     }
 }
 
-/// A `distance` file: position k is the k-th smallest id of the nodes present.
-fn distances(path: &Path, ids: &[u32]) -> Result<BTreeMap<u32, u32>, Error> {
+/// The numbers of a `distance` file.
+fn distance_row(path: &Path) -> Result<Vec<u32>, Error> {
     let text = read_small(path)?;
-    let values: Vec<u32> = text
-        .split_whitespace()
+    text.split_whitespace()
         .map(|word| word.parse().map_err(|_| malformed(path, &text, "a list of distances")))
-        .collect::<Result<_, _>>()?;
+        .collect()
+}
+
+/// A `distance` row (of the file at `path`): position k is the k-th smallest id of the nodes
+/// present.
+fn distances(path: &Path, values: Vec<u32>, ids: &[u32]) -> Result<BTreeMap<u32, u32>, Error> {
     if values.len() != ids.len() {
         return Err(Error::DistanceCount { path: path.to_path_buf(), found: values.len(), nodes: ids.len() });
     }
@@ -235,8 +265,8 @@ fn hugepage_pools(dir: &Path, skipped: &mut Vec<Error>) -> Result<Vec<HugepagePo
         Err(source) => return Err(Error::Read { path: dir.to_path_buf(), source }),
     };
     let mut pools = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| Error::Read { path: dir.to_path_buf(), source })?;
+    for entry in bounded(dir, entries) {
+        let entry = entry?;
         let path = entry.path();
         let file_type = entry.file_type().map_err(|source| Error::Read { path: path.clone(), source })?;
         if file_type.is_symlink() {
@@ -333,14 +363,58 @@ fn read_small(path: &Path) -> Result<String, Error> {
 }
 
 /// Like [`read_small`], with `None` for a file that does not exist.
+///
+/// The file is opened non-blocking (opening a FIFO would otherwise wait for a writer) and its
+/// type is checked on the open descriptor, so what is read is the regular file that was checked.
+/// At most [`FILE_SIZE_LIMIT`] bytes are read; a longer file is [`Error::TooLarge`].
 fn read_optional(path: &Path) -> Result<Option<String>, Error> {
-    let mut bytes = Vec::new();
-    let result = fs::File::open(path).and_then(|file| file.take(READ_LIMIT).read_to_end(&mut bytes));
-    match result {
-        Ok(_) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(Error::Read { path: path.to_path_buf(), source }),
+    let read_error = |source| Error::Read { path: path.to_path_buf(), source };
+    let file = match fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(read_error(source)),
+    };
+    let file_type = file.metadata().map_err(read_error)?.file_type();
+    if !file_type.is_file() {
+        return Err(Error::NotRegular { path: path.to_path_buf(), found: describe(file_type) });
     }
+    let mut bytes = Vec::new();
+    file.take(FILE_SIZE_LIMIT + 1).read_to_end(&mut bytes).map_err(read_error)?;
+    if bytes.len() as u64 > FILE_SIZE_LIMIT {
+        return Err(Error::TooLarge { path: path.to_path_buf(), limit: FILE_SIZE_LIMIT });
+    }
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// What a file that is not a regular file is, for an error message.
+fn describe(file_type: fs::FileType) -> &'static str {
+    if file_type.is_fifo() {
+        "FIFO"
+    } else if file_type.is_socket() {
+        "socket"
+    } else if file_type.is_char_device() {
+        "character device"
+    } else if file_type.is_block_device() {
+        "block device"
+    } else if file_type.is_dir() {
+        "directory"
+    } else {
+        "special file"
+    }
+}
+
+/// The entries of a directory, at most [`DIRECTORY_ENTRY_LIMIT`] of them (then an error).
+fn bounded(dir: &Path, entries: fs::ReadDir) -> impl Iterator<Item = Result<fs::DirEntry, Error>> + '_ {
+    entries.enumerate().map(move |(index, entry)| {
+        if index >= DIRECTORY_ENTRY_LIMIT {
+            return Err(Error::TooMany {
+                path: dir.to_path_buf(),
+                what: "directory entries",
+                limit: DIRECTORY_ENTRY_LIMIT,
+            });
+        }
+        entry.map_err(|source| Error::Read { path: dir.to_path_buf(), source })
+    })
 }
 
 fn malformed(path: &Path, text: &str, expected: &'static str) -> Error {

@@ -113,7 +113,11 @@ fn error_path(error: &Error) -> &Path {
         | Error::Overflow { path, .. }
         | Error::NoNodes { path }
         | Error::CpuInTwoNodes { path, .. }
-        | Error::OutsideTree { path, .. } => path,
+        | Error::OutsideTree { path, .. }
+        | Error::NotRegular { path, .. }
+        | Error::TooLarge { path, .. }
+        | Error::TooMany { path, .. }
+        | Error::NotACpu { path, .. } => path,
     }
 }
 
@@ -496,4 +500,103 @@ proptest! {
         tree.mkdir(&format!("sys/devices/system/node/node1/hugepages/{name}"));
         let _ = tree.discover();
     }
+}
+
+/// Replaces a file of the tree with a FIFO (no writer ever opens it).
+fn make_fifo(tree: &Tree, relative: &str) {
+    let path = tree.dir.path().join(relative);
+    let _ = fs::remove_file(&path);
+    let made = std::process::Command::new("mkfifo").arg(&path).status().unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// Discovers on another thread: a discovery that blocks fails the test instead of hanging it.
+fn discover_or_hang(tree: &Tree) -> Result<Discovery, Error> {
+    let sys = tree.sys();
+    let (tell, told) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tell.send(discover(sys)));
+    told.recv_timeout(std::time::Duration::from_secs(30)).expect("discovery blocked on a file")
+}
+
+#[test]
+fn a_fifo_in_the_tree_is_reported_never_waited_on() {
+    for file in ["node/node0/meminfo", "node/node1/distance", "node/node0/hugepages/hugepages-2048kB/nr_hugepages"] {
+        let tree = Tree::two_nodes();
+        make_fifo(&tree, &format!("sys/devices/system/{file}"));
+        let error = discover_or_hang(&tree).expect_err(file);
+        assert!(matches!(error, Error::NotRegular { found: "FIFO", .. }), "{file}: {error}");
+        assert!(error_path(&error).ends_with(file), "{file}: {error}");
+    }
+    // An optional file (cpu online, SMT siblings): skipped and reported, as a garbled one is.
+    let tree = Tree::two_nodes();
+    make_fifo(&tree, "sys/devices/system/cpu/cpu2/online");
+    make_fifo(&tree, "sys/devices/system/cpu/cpu5/topology/thread_siblings_list");
+    let Discovery { machine, skipped } = discover_or_hang(&tree).unwrap();
+    let fifos: Vec<&Path> = skipped
+        .iter()
+        .filter(|e| matches!(e, Error::NotRegular { found: "FIFO", .. }))
+        .map(|e| error_path(e).strip_prefix(tree.sys()).unwrap())
+        .collect();
+    assert_eq!(
+        fifos,
+        [
+            Path::new("devices/system/cpu/cpu2/online"),
+            Path::new("devices/system/cpu/cpu5/topology/thread_siblings_list")
+        ]
+    );
+    assert_eq!(machine.online_cpus(), 8);
+}
+
+#[test]
+fn a_file_longer_than_the_limit_says_so_instead_of_quoting_a_truncated_start() {
+    let tree = Tree::two_nodes();
+    let padding = "\n".repeat(usize::try_from(FILE_SIZE_LIMIT).unwrap());
+    tree.write("sys/devices/system/node/node0/meminfo", &format!("{padding}Node 0 MemTotal: 1024 kB\n"));
+    let error = tree.discover().unwrap_err();
+    assert!(matches!(error, Error::TooLarge { limit: FILE_SIZE_LIMIT, .. }), "{error}");
+    assert!(error.to_string().contains("node0/meminfo: longer than 65536 bytes"), "{error}");
+    // Exactly at the limit is still read.
+    let tree = Tree::two_nodes();
+    let text = "Node 0 MemTotal: 1024 kB\n";
+    let padding = " ".repeat(usize::try_from(FILE_SIZE_LIMIT).unwrap() - text.len());
+    tree.write("sys/devices/system/node/node0/meminfo", &format!("{padding}{text}"));
+    assert_eq!(tree.machine().nodes[0].memory_bytes, 1 << 20);
+}
+
+#[test]
+fn a_node_directory_without_files_is_named_not_a_sibling_distance_row() {
+    let tree = Tree::two_nodes();
+    tree.mkdir("sys/devices/system/node/node5");
+    let error = tree.discover().unwrap_err();
+    assert!(error_path(&error).ends_with("node5/distance"), "{error}");
+    assert!(matches!(&error, Error::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound), "{error}");
+}
+
+#[test]
+fn cpu_entries_without_a_cpu_directory_are_skipped_symlink_loops_included() {
+    let tree = Tree::two_nodes();
+    let node0 = tree.sys().join("devices/system/node/node0");
+    for cpu in 100..150 {
+        std::os::unix::fs::symlink(".", node0.join(format!("cpu{cpu}"))).unwrap(); // a loop to node0
+    }
+    std::os::unix::fs::symlink("../../node/node0", node0.join("cpu150")).unwrap();
+    // A CPU directory that is itself a symlink is not the kernel's either.
+    std::os::unix::fs::symlink("cpu0", tree.sys().join("devices/system/cpu/cpu151")).unwrap();
+    std::os::unix::fs::symlink("../../cpu/cpu151", node0.join("cpu151")).unwrap();
+    let Discovery { machine, skipped } = discover_or_hang(&tree).unwrap();
+    assert_eq!(machine.nodes[0].cpus, [0, 1, 2, 3]);
+    assert_eq!(skipped.iter().filter(|e| matches!(e, Error::NotACpu { .. })).count(), 52, "{skipped:?}");
+}
+
+#[test]
+fn more_cpus_than_any_machine_has_is_an_error() {
+    let tree = Tree::two_nodes();
+    let node0 = tree.sys().join("devices/system/node/node0");
+    let cpus = tree.sys().join("devices/system/cpu");
+    for cpu in 8..=u32::try_from(CPU_LIMIT).unwrap() {
+        fs::create_dir(cpus.join(format!("cpu{cpu}"))).unwrap();
+        std::os::unix::fs::symlink(format!("../../cpu/cpu{cpu}"), node0.join(format!("cpu{cpu}"))).unwrap();
+    }
+    let error = tree.discover().unwrap_err();
+    assert!(matches!(error, Error::TooMany { what: "CPUs", limit: CPU_LIMIT, .. }), "{error}");
 }
