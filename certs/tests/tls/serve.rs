@@ -196,3 +196,69 @@ async fn shutdown_closes_connections_that_outlive_the_grace_period() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed() {
+    let Fixture { server, roots, _dir } =
+        fixture(ServeOptions::default().idle_timeout(Duration::from_millis(300))).await;
+    let tls = crate::support::connect(server.addr, client(&roots, None, &[b"h2"])).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get("https://localhost/whoami").body(http_body_util::Empty::<bytes::Bytes>::new());
+    let response = sender.send_request(request.unwrap()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    drop(response);
+    // Nothing more is asked: the server says GOAWAY and the connection ends.
+    let _ = bounded("the server to close the idle HTTP/2 connection", connection).await;
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_disconnected() {
+    // An endless response, as a watch is: without a bound, a client that never reads would hold
+    // the connection and what it buffers forever.
+    let endless = axum::Router::new().route(
+        "/endless",
+        axum::routing::get(|| async { axum::body::Body::new(Endless(bytes::Bytes::from(vec![b'x'; 16 * 1024]))) }),
+    );
+    let options = ServeOptions::default().write_stall_timeout(Duration::from_millis(300));
+    let Fixture { server, roots, _dir } = fixture_with(options, endless).await;
+    let mut stalled = crate::support::connect(server.addr, client(&roots, None, &[b"http/1.1"])).await.unwrap();
+    stalled.write_all(b"GET /endless HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await; // not reading while the socket buffers fill
+    closed_by_server(stalled.get_mut().0).await;
+}
+
+#[tokio::test]
+async fn a_client_holds_at_most_its_share_of_connections() {
+    let Fixture { server, roots, _dir } = fixture(ServeOptions::default().max_connections_per_client(2)).await;
+    let config = client(&roots, None, &[b"http/1.1"]);
+    let first = crate::support::connect(server.addr, config.clone()).await.unwrap();
+    let second = crate::support::connect(server.addr, config.clone()).await.unwrap();
+    let third = bounded("the third handshake", crate::support::connect(server.addr, config.clone())).await;
+    assert!(third.is_err(), "a third connection from the same address is refused");
+    drop(first);
+    crate::support::eventually("a closed connection to free its place", || async {
+        crate::support::connect(server.addr, config.clone()).await.is_ok()
+    })
+    .await;
+    drop(second);
+}
+
+/// A response body that never ends.
+struct Endless(bytes::Bytes);
+
+impl hyper::body::Body for Endless {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(self.0.clone()))))
+    }
+}
