@@ -661,13 +661,6 @@ impl Store {
             objects.insert(name, Arc::new(stored(object, object_revision, Arc::new(AtomicU64::new(report)))?));
         }
         let mut state = self.write();
-        if revision < state.revision {
-            tracing::warn!(
-                from = state.revision,
-                to = revision,
-                "the store goes back to an earlier revision: it held changes the leader never acknowledged"
-            );
-        }
         state.objects = objects;
         state.history.clear();
         state.history_bytes = 0;

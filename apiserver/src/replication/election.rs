@@ -18,6 +18,8 @@ use super::{IN_SYNC_ANNOTATION, PEER_ADDRESS_ANNOTATION, Replication, Role};
 
 /// How often readiness is re-evaluated (it decays when the leader goes silent).
 const READINESS_REFRESH: Duration = Duration::from_millis(200);
+/// How long a follower named by the Lease has to answer the probe of a candidate.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 /// The first pause before reconnecting to a leader; doubled up to the Lease's retry period.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -75,6 +77,14 @@ fn in_sync_of(lease: Option<&Lease>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The peer address in an identity (`<host>_<IP:PORT>_<suffix>`, see the binary).
+fn peer_address_of(identity: &str) -> Option<String> {
+    let mut parts = identity.rsplitn(3, '_');
+    let (_suffix, address) = (parts.next()?, parts.next()?);
+    parts.next()?;
+    Some(format!("https://{address}"))
+}
+
 /// The peer address of the replica holding `lease`, when someone else holds it and it is live.
 fn live_leader(lease: Option<&Lease>, me: &str, now: Timestamp) -> Option<String> {
     let lease = lease?;
@@ -106,7 +116,36 @@ impl Replication {
     fn eligible(&self, lease: Option<&Lease>) -> bool {
         let synced = self.following.synced.load(Ordering::Acquire);
         let in_sync = in_sync_of(lease);
-        if in_sync.is_empty() { synced || lease.is_none() } else { synced && in_sync.contains(&self.identity) }
+        let named =
+            if in_sync.is_empty() { synced || lease.is_none() } else { synced && in_sync.contains(&self.identity) };
+        named || self.in_sync_gone.load(Ordering::Acquire)
+    }
+
+    /// When the Lease has been free for a while and this replica may not take it: asks each
+    /// follower the Lease names whether it is alive. None answering (a cold start: every replica
+    /// is new) makes the Lease anyone's, instead of waiting for it to be orphaned.
+    async fn probe_in_sync(&self, lease: Option<&Lease>, now: Timestamp, retry: Duration) {
+        self.in_sync_gone.store(false, Ordering::Release);
+        if self.eligible(lease) || decide(lease, &self.identity, now, true) == Decision::Wait {
+            return;
+        }
+        // Give the named followers, which look at the Lease every retry period, the first go.
+        let grace = SignedDuration::try_from(retry * 2).unwrap_or(SignedDuration::ZERO);
+        if lease.and_then(|l| l.spec.as_ref()).and_then(|s| s.renew_time.as_ref()).is_some_and(|renewed| {
+            let seconds = i64::from(lease.and_then(|l| l.spec.as_ref()?.lease_duration_seconds).unwrap_or(0));
+            renewed.0.checked_add(SignedDuration::from_secs(seconds) + grace).is_ok_and(|t| t > now)
+        }) {
+            return;
+        }
+        for identity in in_sync_of(lease) {
+            let Some(address) = peer_address_of(&identity) else { continue };
+            let alive = tokio::time::timeout(PROBE_TIMEOUT, self.leader_status(&address)).await;
+            if matches!(alive, Ok(Ok(_))) {
+                return;
+            }
+        }
+        tracing::info!("no follower named in sync by the Lease answers; the Lease is anyone's");
+        self.in_sync_gone.store(true, Ordering::Release);
     }
 
     /// Follows the live leader until this replica holds the Lease.
@@ -122,6 +161,7 @@ impl Replication {
             match lease.read().await {
                 Ok(current) => {
                     let now = Timestamp::now();
+                    self.probe_in_sync(current.as_ref(), now, lease.timings().retry).await;
                     let eligible = self.eligible(current.as_ref());
                     if decide(current.as_ref(), &self.identity, now, eligible) != Decision::Wait {
                         // What the new leader's writes wait for, and what its first Lease

@@ -158,6 +158,13 @@ impl Replication {
         let text = client.request_text(http::Request::get(collection()).body(Vec::new())?).await?;
         let list: List = serde_json::from_str(&text)?;
         let leader_revision = list.metadata.resource_version.parse().unwrap_or(0);
+        if self.following.synced.load(Ordering::Acquire) && leader_revision < revision {
+            tracing::warn!(
+                from = revision,
+                to = leader_revision,
+                "going back to the leader's earlier revision: this replica held changes no leader acknowledged"
+            );
+        }
         tracing::info!(
             from = revision,
             to = leader_revision,

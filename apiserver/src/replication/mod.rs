@@ -36,6 +36,8 @@ mod follower;
 mod leader;
 mod peer;
 mod route;
+#[cfg(test)]
+mod store_tests;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -132,6 +134,9 @@ pub struct Replication {
     peer_clients: Mutex<Option<PeerClient>>,
     /// The follower's view.
     following: Following,
+    /// Set by the campaign when none of the followers the Lease names as in sync answers: the
+    /// Lease is then anyone's to take (they are all gone, as at a cold start).
+    in_sync_gone: AtomicBool,
     /// The leader's view of its followers.
     in_sync: leader::InSync,
     metrics: Metrics,
@@ -183,9 +188,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers the metrics under `numaresources_apiserver_replication_*`.
+    /// Registers the metrics under `<registry prefix>_replication_*`.
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
-        let sub = registry.sub_registry_with_prefix("numaresources_apiserver_replication");
+        let sub = registry.sub_registry_with_prefix("replication");
         sub.register("is_leader", "1 when this replica leads", self.is_leader.clone());
         sub.register("leader_changes", "Leadership changes this replica saw", self.leader_changes.clone());
         sub.register(
@@ -220,6 +225,7 @@ impl Replication {
             lease: OnceLock::new(),
             peer_clients: Mutex::new(None),
             following: Following::default(),
+            in_sync_gone: AtomicBool::new(false),
             in_sync: leader::InSync::default(),
             metrics: Metrics::default(),
         }
