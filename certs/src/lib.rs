@@ -56,4 +56,7 @@ pub use generate::{
 };
 pub use policy::{TlsPolicy, TlsVersion};
 pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions};
-pub use serve::{PeerInfo, ServeOptions, serve, serve_with};
+pub use serve::{
+    DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL, DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_WRITE_STALL_TIMEOUT, PeerInfo, ServeOptions, serve, serve_with,
+};

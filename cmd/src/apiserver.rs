@@ -12,7 +12,7 @@ use anyhow::Context;
 use numaresources_api::GoDuration;
 use numaresources_apiserver::auth::{Auth, Delegated, RequestHeaderConfig, Standalone};
 use numaresources_apiserver::{AppState, Store, router};
-use numaresources_certs::{CaBundle, ClientCaVerifier, ServerConfigBuilder, WatchOptions, serve};
+use numaresources_certs::{CaBundle, ClientCaVerifier, ServeOptions, ServerConfigBuilder, WatchOptions, serve_with};
 
 use crate::kube_client::kube_client;
 
@@ -120,6 +120,17 @@ pub struct ApiserverArgs {
     /// (a watch from before them gets 410 and relists).
     #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY_BYTES", default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY_BYTES)]
     watch_history_bytes: usize,
+    /// What one watch may queue for a client that reads slower than changes come, in bytes (one
+    /// change always goes out, however large).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_BUFFER_BYTES", default_value_t = numaresources_apiserver::DEFAULT_WATCH_BUFFER_BYTES)]
+    watch_buffer_bytes: usize,
+    /// How long a watch may wait for its client to read before it is ended (the client resumes
+    /// from the last change it read).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_BLOCKED_TIMEOUT", default_value = "10s", value_parser = parse_period)]
+    watch_blocked_timeout: GoDuration,
+    /// Bounds of the HTTPS listener.
+    #[command(flatten)]
+    connections: ConnectionFlags,
     /// Replication across replicas.
     #[command(flatten)]
     replication: crate::apiserver_replication::ReplicationArgs,
@@ -160,6 +171,9 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION"),
         env!("NUMARESOURCES_GIT_COMMIT"),
     );
+    state.limits.watch_buffer_bytes = args.watch_buffer_bytes;
+    state.limits.watch_blocked_timeout =
+        args.watch_blocked_timeout.to_std().unwrap_or(numaresources_apiserver::DEFAULT_WATCH_BLOCKED_TIMEOUT);
     let mut background = None;
     let mut nodes_task = None;
     let mut warm_task = None;
@@ -250,7 +264,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         }
         stopping.cancel();
     };
-    let served = serve(listener, tls, router(state), shutdown).await;
+    let served = serve_with(listener, tls, router(state), shutdown, args.connections.serve_options()).await;
     for task in [background, nodes_task, warm_task].into_iter().flatten() {
         task.abort();
     }
@@ -324,5 +338,42 @@ mod tests {
         let both = parse(&["--client-ca-file", ca_path, "--token-auth-file", tokens.to_str().unwrap()]);
         let standalone = standalone(&both).unwrap().expect("a token file selects standalone mode");
         assert_eq!(standalone.client_cas().len(), 1);
+    }
+}
+
+/// How the HTTPS listener bounds its clients (`apiserver` and `webhook`): idle and stalled
+/// connections, HTTP/2 keep-alive, connections per client address.
+#[derive(Debug, clap::Args)]
+pub struct ConnectionFlags {
+    /// Close a connection with no request open for this long (HTTP/2 gets a GOAWAY; HTTP/1.1
+    /// keep-alive connections close after 30 s between requests).
+    #[arg(long, default_value = "90s", value_parser = parse_period)]
+    idle_connection_timeout: GoDuration,
+    /// Drop a connection whose client has read nothing of what it was sent for this long.
+    #[arg(long, default_value = "60s", value_parser = parse_period)]
+    write_stall_timeout: GoDuration,
+    /// HTTP/2: ping an idle peer this often.
+    #[arg(long, default_value = "30s", value_parser = parse_period)]
+    http2_keepalive_interval: GoDuration,
+    /// HTTP/2: close the connection when a ping goes unanswered this long.
+    #[arg(long, default_value = "20s", value_parser = parse_period)]
+    http2_keepalive_timeout: GoDuration,
+    /// Connections one client address may hold at once; more are closed on accept.
+    #[arg(long, default_value_t = numaresources_certs::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
+    max_connections_per_client: usize,
+}
+
+impl ConnectionFlags {
+    /// The listener's options.
+    pub fn serve_options(&self) -> ServeOptions {
+        let std = |d: GoDuration, default: Duration| d.to_std().unwrap_or(default);
+        ServeOptions::default()
+            .idle_timeout(std(self.idle_connection_timeout, numaresources_certs::DEFAULT_IDLE_TIMEOUT))
+            .write_stall_timeout(std(self.write_stall_timeout, numaresources_certs::DEFAULT_WRITE_STALL_TIMEOUT))
+            .http2_keep_alive(
+                std(self.http2_keepalive_interval, numaresources_certs::DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL),
+                std(self.http2_keepalive_timeout, numaresources_certs::DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT),
+            )
+            .max_connections_per_client(self.max_connections_per_client)
     }
 }

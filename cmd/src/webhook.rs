@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use numaresources_certs::{ServerConfigBuilder, WatchOptions, serve};
+use numaresources_certs::{ServerConfigBuilder, WatchOptions, serve_with};
 use numaresources_webhook::{ClusterCache, Webhook, follow_cluster, health_router, router, summarize_activity};
 
 /// Options of `numaresources webhook` (named as the apiserver subcommand names them).
@@ -51,6 +51,9 @@ pub struct WebhookArgs {
     /// The namespace the components run in: its pods are never routed.
     #[arg(long, env = "POD_NAMESPACE", default_value = numaresources_webhook::DEFAULT_NAMESPACE)]
     namespace: String,
+    /// Bounds of the HTTPS listener.
+    #[command(flatten)]
+    connections: crate::apiserver::ConnectionFlags,
 }
 
 /// Runs until SIGTERM or Ctrl-C.
@@ -85,7 +88,8 @@ async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     let health = tokio::spawn(async move { axum::serve(health_listener, health_app).await });
     let address = SocketAddr::new(args.bind_address, args.secure_port);
     let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
-    let served = serve(listener, tls, router(webhook), crate::shutdown::signal()).await;
+    let served =
+        serve_with(listener, tls, router(webhook), crate::shutdown::signal(), args.connections.serve_options()).await;
     follower.abort();
     summary.abort();
     health.abort();
