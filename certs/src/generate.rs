@@ -144,12 +144,18 @@ impl CertificateAuthority {
 
     /// [`Self::issue_serving`] as if the clock read `now`.
     pub fn issue_serving_at(&self, names: &[String], now: SystemTime, validity: Duration) -> Result<PemPair, Error> {
-        let first = names.first().ok_or(Error::NoSubjectAltNames)?;
-        let mut params = CertificateParams::new(names.to_vec())?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, first.as_str());
+        let mut params = named(names)?;
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.issue(params, now, validity)
+    }
+
+    /// A peer certificate for replicas that talk to each other over mutual TLS: each serves it on
+    /// its peer port and presents it as a client, so it carries both serverAuth and clientAuth
+    /// EKUs, for `names` (the name peers verify, DNS or IP).
+    pub fn issue_peer(&self, names: &[String], validity: Duration) -> Result<PemPair, Error> {
+        let mut params = named(names)?;
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params, SystemTime::now(), validity)
     }
 
     /// A client certificate (EKU clientAuth) in Kubernetes' convention: the user in the CN, the
@@ -174,6 +180,15 @@ impl CertificateAuthority {
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(PemPair { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }
+}
+
+/// Parameters for a certificate covering `names` (subjectAltNames), named after the first.
+fn named(names: &[String]) -> Result<CertificateParams, Error> {
+    let first = names.first().ok_or(Error::NoSubjectAltNames)?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, first.as_str());
+    Ok(params)
 }
 
 fn set_validity(params: &mut CertificateParams, now: SystemTime, validity: Duration) {
@@ -366,6 +381,19 @@ mod tests {
         let leaf = ca.issue_serving(&names(&["a.example"]), Duration::from_secs(600)).unwrap();
         let err = CertificateAuthority::from_pem(&leaf.cert_pem, &leaf.key_pem).unwrap_err();
         assert!(matches!(err, Error::InvalidCa { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_peer_certificate_serves_its_names_and_authenticates_as_a_client() {
+        let ca = CertificateAuthority::generate("peer-ca", Duration::from_secs(3600)).unwrap();
+        let pair = ca.issue_peer(&names(&["localhost", "127.0.0.1"]), Duration::from_secs(600)).unwrap();
+        verify_as_server(ca.cert_pem(), &pair.cert_pem, "localhost").unwrap();
+        verify_as_server(ca.cert_pem(), &pair.cert_pem, "127.0.0.1").unwrap();
+        let der = crate::pem::certificates(pair.cert_pem.as_bytes(), "peer").unwrap().swap_remove(0);
+        let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let usages = parsed.extended_key_usage().unwrap().unwrap().value;
+        assert!(usages.server_auth && usages.client_auth, "{usages:?}");
+        assert!(ca.issue_peer(&[], Duration::from_secs(600)).is_err());
     }
 
     #[test]

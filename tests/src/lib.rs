@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod lease_double;
+pub mod replicas;
 
 /// The workspace root.
 pub fn workspace_root() -> &'static Path {

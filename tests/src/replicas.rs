@@ -1,0 +1,456 @@
+//! Several real `numaresources apiserver` processes on loopback, replicating one store, with the
+//! Lease they elect their leader on served by the [`LeaseDouble`]: what the replication test and
+//! the HA bench share.
+//!
+//! The replicas run in standalone mode (static tokens, so no kube-apiserver is needed for
+//! authentication) with `--leader-elect`; the kubeconfig they get points at the double and is used
+//! for the Lease only. Certificates come from one [`CertificateAuthority`]: a serving pair for
+//! `localhost`/`127.0.0.1` shared by the public ports, and a peer pair (serverAuth and clientAuth)
+//! for the mutual-TLS peer ports, verified as `localhost`.
+//!
+//! The binary: this crate cannot name it with `CARGO_BIN_EXE_*` (Cargo gives that only to the
+//! package that owns the binary), so [`numaresources_binary`] builds it once per test process
+//! with the cargo that builds the tests, and takes the path from cargo's own report;
+//! `NUMARESOURCES_BIN` overrides that with a prebuilt binary.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use numaresources_certs::CertificateAuthority;
+
+use crate::lease_double::LeaseDouble;
+
+/// The Lease's namespace and name (the design's defaults).
+pub const LEASE_NAMESPACE: &str = "numaresources";
+pub const LEASE_NAME: &str = "numaresources-apiserver";
+/// The NRT collection.
+pub const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+/// A member of `system:masters` (may write).
+pub const ADMIN_TOKEN: &str = "admin-token";
+/// The name peers verify on each other's peer certificate.
+pub const PEER_SERVER_NAME: &str = "localhost";
+/// How long a replica may take from spawn to listening (a debug binary on a busy machine).
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Log lines kept per replica (the newest), so a long bench cannot grow them without bound.
+const LOG_LINES_KEPT: usize = 10_000;
+
+/// The `numaresources` binary, built once per process (see the module's notes).
+pub fn numaresources_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| std::env::var_os("NUMARESOURCES_BIN").map_or_else(build_binary, PathBuf::from)).clone()
+}
+
+fn build_binary() -> PathBuf {
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let mut command = Command::new(cargo);
+    command.args(["build", "-p", "numaresources", "--bin", "numaresources", "--message-format=json"]);
+    if !cfg!(debug_assertions) {
+        // A bench measures the optimised binary.
+        command.arg("--release");
+    }
+    let output = command
+        .current_dir(crate::workspace_root())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|error| panic!("running {cargo} build: {error}"));
+    assert!(output.status.success(), "building the numaresources binary failed (see the messages above)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact" && message["target"]["name"] == "numaresources")
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo did not report the numaresources executable"))
+}
+
+/// A free loopback port (bound, then released: good enough on a test machine).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("binding a port: {e}"));
+    listener.local_addr().map(|address| address.port()).unwrap_or_else(|e| panic!("local address: {e}"))
+}
+
+/// The files every replica of one cluster reads.
+#[derive(Debug, Clone)]
+pub struct ClusterFiles {
+    pub dir: PathBuf,
+    /// The CA that issued both pairs: clients trust it, peers verify each other with it.
+    pub ca: PathBuf,
+    pub serving_cert: PathBuf,
+    pub serving_key: PathBuf,
+    pub peer_cert: PathBuf,
+    pub peer_key: PathBuf,
+    pub tokens: PathBuf,
+    /// Points at the Lease double.
+    pub lease_kubeconfig: PathBuf,
+}
+
+impl ClusterFiles {
+    /// Generates the CA, both pairs and the token file into `dir`.
+    pub fn write(dir: &Path, double: &LeaseDouble) -> Self {
+        let day = Duration::from_secs(24 * 3600);
+        let ca = CertificateAuthority::generate("replication-test-ca", day).unwrap_or_else(|e| panic!("CA: {e}"));
+        let names = [PEER_SERVER_NAME.to_owned(), "127.0.0.1".to_owned()];
+        let files = Self {
+            dir: dir.to_owned(),
+            ca: dir.join("ca.crt"),
+            serving_cert: dir.join("serving.crt"),
+            serving_key: dir.join("serving.key"),
+            peer_cert: dir.join("peer.crt"),
+            peer_key: dir.join("peer.key"),
+            tokens: dir.join("tokens.csv"),
+            lease_kubeconfig: dir.join("lease.kubeconfig"),
+        };
+        let write = |path: &Path, text: &str| std::fs::write(path, text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        write(&files.ca, ca.cert_pem());
+        let serving = ca.issue_serving(&names, day).unwrap_or_else(|e| panic!("serving pair: {e}"));
+        serving.write(&files.serving_cert, &files.serving_key).unwrap_or_else(|e| panic!("serving pair: {e}"));
+        let peer = ca.issue_peer(&names, day).unwrap_or_else(|e| panic!("peer pair: {e}"));
+        peer.write(&files.peer_cert, &files.peer_key).unwrap_or_else(|e| panic!("peer pair: {e}"));
+        write(&files.tokens, &format!("{ADMIN_TOKEN},admin,uid-admin,\"system:masters\"\n"));
+        double.write_kubeconfig(&files.lease_kubeconfig, LEASE_NAMESPACE).unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+        files
+    }
+
+    /// A kube-rs client for `url` as the admin, trusting the CA, without kube-rs' own retries
+    /// (the tests look at every 503 themselves).
+    pub async fn client(&self, url: &str) -> kube::Client {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: nrt\n  cluster:\n    server: {url}\n    certificate-authority: {}\n\
+             contexts:\n- name: nrt\n  context: {{cluster: nrt, user: nrt}}\ncurrent-context: nrt\n\
+             users:\n- name: nrt\n  user: {{token: {ADMIN_TOKEN}}}\n",
+            self.ca.display()
+        );
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+        config.default_retry = false;
+        kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
+    }
+}
+
+/// Per-replica options beyond the shared ones.
+#[derive(Debug, Clone)]
+pub struct ReplicaOptions {
+    /// `--store-warmup`: how long a cold replica waits for exporters before it calls itself warm.
+    pub store_warmup: String,
+    /// Any other flags.
+    pub extra: Vec<String>,
+}
+
+impl Default for ReplicaOptions {
+    fn default() -> Self {
+        Self { store_warmup: "2s".to_owned(), extra: Vec::new() }
+    }
+}
+
+/// One `numaresources apiserver` process; killed when dropped. Its ports stay the same across
+/// restarts, and so does its Lease identity (`<hostname>_127.0.0.1:<peer port>`).
+#[derive(Debug)]
+pub struct Replica {
+    pub index: usize,
+    pub secure_port: u16,
+    pub peer_port: u16,
+    child: Option<Child>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Replica {
+    /// Starts replica `index` on fresh ports; returns once it listens.
+    pub fn start(files: &ClusterFiles, index: usize, options: &ReplicaOptions) -> Self {
+        let mut replica =
+            Self { index, secure_port: free_port(), peer_port: free_port(), child: None, log: Arc::default() };
+        replica.spawn(files, options);
+        replica
+    }
+
+    /// The public URL.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.secure_port)
+    }
+
+    /// The end of its Lease identity.
+    pub fn identity_suffix(&self) -> String {
+        format!("_127.0.0.1:{}", self.peer_port)
+    }
+
+    /// Whether `holder` (a Lease's holderIdentity) is this replica.
+    pub fn is(&self, holder: &str) -> bool {
+        holder.ends_with(&self.identity_suffix())
+    }
+
+    /// Whether the process runs.
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// The log lines so far (the newest [`LOG_LINES_KEPT`]).
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().map(|lines| lines.clone()).unwrap_or_default()
+    }
+
+    /// (Re)starts the process with the same ports; returns once it listens.
+    pub fn spawn(&mut self, files: &ClusterFiles, options: &ReplicaOptions) {
+        self.kill();
+        let port = |port: u16| port.to_string();
+        let mut command = Command::new(numaresources_binary());
+        command
+            .args(["apiserver", "--bind-address", "127.0.0.1", "--secure-port", &port(self.secure_port)])
+            .arg("--tls-cert-file")
+            .arg(&files.serving_cert)
+            .arg("--tls-private-key-file")
+            .arg(&files.serving_key)
+            .arg("--cert-dir")
+            .arg(files.dir.join(format!("cert-dir-{}", self.index)))
+            .arg("--token-auth-file")
+            .arg(&files.tokens)
+            .args(["--store-warmup", &options.store_warmup])
+            .arg("--leader-elect")
+            .arg("--kubeconfig")
+            .arg(&files.lease_kubeconfig)
+            .args(["--peer-advertise-ip", "127.0.0.1", "--peer-advertise-port", &port(self.peer_port)])
+            .arg("--peer-ca-file")
+            .arg(&files.ca)
+            .arg("--peer-client-cert-file")
+            .arg(&files.peer_cert)
+            .arg("--peer-client-key-file")
+            .arg(&files.peer_key)
+            .args(["--peer-server-name", PEER_SERVER_NAME])
+            .args(&options.extra)
+            .env("NUMARESOURCES_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap_or_else(|e| panic!("starting replica {}: {e}", self.index));
+        let stderr = child.stderr.take();
+        self.child = Some(child);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        self.log = log.clone();
+        if let Some(stderr) = stderr {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let Ok(mut lines) = log.lock() else { break };
+                    if lines.len() == LOG_LINES_KEPT {
+                        lines.remove(0);
+                    }
+                    lines.push(line);
+                }
+            });
+        }
+        self.wait_for_log("serving HTTPS", START_TIMEOUT);
+    }
+
+    /// Waits for a log line containing `needle`; panics (with the log) otherwise.
+    pub fn wait_for_log(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.log().into_iter().find(|line| line.contains(needle)) {
+                return line;
+            }
+            assert!(self.running(), "replica {} exited; its log:\n{}", self.index, self.log().join("\n"));
+            assert!(
+                Instant::now() < deadline,
+                "replica {}: no {needle:?} within {timeout:?}; its log:\n{}",
+                self.index,
+                self.log().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL, and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and waits (at most `timeout`) for it to exit; true when it exited cleanly.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let Some(mut child) = self.child.take() else { return true };
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+}
+
+/// A Lease double and `n` replicas, each with its own client.
+#[derive(Debug)]
+pub struct Cluster {
+    pub double: LeaseDouble,
+    pub files: ClusterFiles,
+    pub replicas: Vec<Replica>,
+    pub options: ReplicaOptions,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts the double and `n` replicas.
+    pub async fn start(n: usize, options: ReplicaOptions) -> Self {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary directory: {e}"));
+        let double = LeaseDouble::start().await.unwrap_or_else(|e| panic!("the Lease double: {e}"));
+        let files = ClusterFiles::write(dir.path(), &double);
+        let replicas = tokio::task::block_in_place(|| {
+            (0..n).map(|index| Replica::start(&files, index, &options)).collect::<Vec<_>>()
+        });
+        Self { double, files, replicas, options, _dir: dir }
+    }
+
+    /// The Lease's holder, if any.
+    pub fn holder(&self) -> Option<String> {
+        self.double.holder(LEASE_NAMESPACE, LEASE_NAME)
+    }
+
+    /// The index of the replica holding the Lease, if a running one does.
+    pub fn leader(&self) -> Option<usize> {
+        let holder = self.holder()?;
+        self.replicas.iter().position(|replica| replica.child.is_some() && replica.is(&holder))
+    }
+
+    /// Waits (polling the double every 20 ms) for a leader other than `not`; its index.
+    pub async fn wait_for_leader(&self, not: Option<usize>, timeout: Duration) -> Option<usize> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            if let Some(leader) = self.leader().filter(|leader| Some(*leader) != not) {
+                return Some(leader);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// A client for replica `index`.
+    pub async fn client(&self, index: usize) -> kube::Client {
+        self.files.client(&self.replicas[index].url()).await
+    }
+
+    /// Restarts replica `index` (same ports), in a blocking section.
+    pub fn respawn(&mut self, index: usize) {
+        let (files, options) = (self.files.clone(), self.options.clone());
+        tokio::task::block_in_place(|| self.replicas[index].spawn(&files, &options));
+    }
+}
+
+/// One answer of a replica.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    /// The Retry-After header, if any.
+    pub retry_after: Option<String>,
+    /// The JSON body (Null when empty or not JSON).
+    pub body: serde_json::Value,
+}
+
+impl Answer {
+    /// The object's resourceVersion, if the body is an object.
+    pub fn resource_version(&self) -> Option<String> {
+        self.body["metadata"]["resourceVersion"].as_str().map(str::to_owned)
+    }
+
+    /// A success (2xx).
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// One request; transport failures are `Err`, every HTTP answer is `Ok`.
+pub async fn request(
+    client: &kube::Client,
+    method: http::Method,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<Answer, kube::Error> {
+    use http_body_util::BodyExt;
+    let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
+    let mut builder = http::Request::builder().method(method).uri(path);
+    if body.is_some() {
+        builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    let request = builder.body(bytes).map_err(kube::Error::HttpError)?;
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let status = response.status().as_u16();
+    let retry_after =
+        response.headers().get(http::header::RETRY_AFTER).and_then(|value| value.to_str().ok()).map(str::to_owned);
+    let collected = response.into_body().collect().await.map_err(|e| kube::Error::Service(e.into()))?;
+    let body = serde_json::from_slice(&collected.to_bytes()).unwrap_or(serde_json::Value::Null);
+    Ok(Answer { status, retry_after, body })
+}
+
+/// The longest wait between two attempts of [`write_retrying`], whatever Retry-After says.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+/// A write by a client that retries on 503 as client-go does (after Retry-After, at most
+/// [`MAX_RETRY_WAIT`]), until `deadline`. Returns the last answer and every 503 seen before it.
+pub async fn write_retrying(
+    client: &kube::Client,
+    method: http::Method,
+    path: &str,
+    body: &serde_json::Value,
+    deadline: tokio::time::Instant,
+) -> Result<(Answer, Vec<Answer>), kube::Error> {
+    let mut refusals = Vec::new();
+    loop {
+        let answer = request(client, method.clone(), path, Some(body)).await?;
+        if answer.status != 503 || tokio::time::Instant::now() >= deadline {
+            return Ok((answer, refusals));
+        }
+        let wait = answer
+            .retry_after
+            .as_deref()
+            .and_then(|seconds| seconds.parse::<u64>().ok())
+            .map_or(MAX_RETRY_WAIT, Duration::from_secs)
+            .min(MAX_RETRY_WAIT)
+            // Retry-After has a resolution of a second; an election is usually shorter.
+            .min(Duration::from_millis(200));
+        refusals.push(answer);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// A 2-zone NRT named `name` whose attribute `sequence` carries `sequence` (so every write
+/// changes it and a watcher can tell the writes apart).
+pub fn nrt(name: &str, sequence: u64) -> serde_json::Value {
+    use numaresources_api::nrt::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
+    use numaresources_api::quantity::Quantity;
+    let zone = |id: u32| Zone {
+        name: format!("node-{id}"),
+        zone_type: "Node".into(),
+        costs: (0..2)
+            .map(|to| CostInfo { name: format!("node-{to}"), value: if to == id { 10 } else { 20 } })
+            .collect(),
+        resources: vec![ResourceInfo {
+            name: "cpu".into(),
+            capacity: Quantity::from_i64(12),
+            allocatable: Quantity::from_i64(10),
+            available: Quantity::from_i64(i64::try_from(sequence % 10).unwrap_or(0)),
+        }],
+        ..Zone::default()
+    };
+    let mut object = NodeResourceTopology::new(name);
+    object.zones = vec![zone(0), zone(1)];
+    object.attributes = vec![AttributeInfo::new("sequence", sequence.to_string())];
+    serde_json::to_value(object).unwrap_or_default()
+}
+
+/// The `sequence` attribute of an NRT (see [`nrt`]).
+pub fn sequence_of(object: &serde_json::Value) -> Option<u64> {
+    object["attributes"].as_array()?.iter().find(|a| a["name"] == "sequence")?["value"].as_str()?.parse().ok()
+}
