@@ -28,6 +28,7 @@ pub mod status;
 pub mod store;
 pub mod table;
 pub mod validate;
+pub mod warmup;
 mod watch;
 
 use std::sync::Arc;

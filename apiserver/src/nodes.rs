@@ -15,13 +15,9 @@ use kube::runtime::watcher::{self, Event, watcher};
 use crate::store::{Preconditions, Store, StoreError};
 
 /// Follows Nodes until the stream ends (it does not, short of shutdown: the watcher retries with
-/// backoff and logs why). `on_listed` gets the number of Nodes after every complete list.
-pub async fn follow_node_deletions(
-    client: kube::Client,
-    store: Arc<Store>,
-    writable: impl Fn() -> bool,
-    on_listed: impl Fn(usize),
-) {
+/// backoff and logs why). Only while `writable` (a single replica, or the leader) are objects
+/// removed; a follower receives the removals replicated.
+pub async fn follow_node_deletions(client: kube::Client, store: Arc<Store>, writable: impl Fn() -> bool) {
     // Metadata only: the node objects themselves are large and we need their names.
     let api = kube::Api::<PartialObjectMeta<Node>>::all(client);
     let mut listed: HashSet<String> = HashSet::new();
@@ -39,13 +35,9 @@ pub async fn follow_node_deletions(
                 continue;
             }
         };
-        let done = matches!(event, Event::InitDone);
         // A follower only counts Nodes: the leader removes objects, and that reaches it replicated.
         if writable() || matches!(event, Event::Init | Event::InitApply(_)) {
             apply(&store, &mut listed, event);
-        }
-        if done {
-            on_listed(listed.len());
         }
     }
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use anyhow::Context;
 use numaresources_api::GoDuration;
 use numaresources_apiserver::auth::{Auth, Delegated, RequestHeaderConfig, Standalone};
+use numaresources_apiserver::replication::{Role, STORE_WARM_CHECK};
+use numaresources_apiserver::warmup::{Exporters, warm_up};
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{CaBundle, ClientCaVerifier, ServeOptions, ServerConfigBuilder, WatchOptions, serve_with};
 
@@ -109,10 +111,21 @@ pub struct ApiserverArgs {
     /// a watch stalls unnoticed.
     #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHENTICATION_CONFIG_REFRESH", default_value = "5m", value_parser = parse_period)]
     authentication_config_refresh: GoDuration,
-    /// After a start, `/readyz` waits until every Node has reported its topology, or this long at
-    /// most (an empty store makes every node look unconstrained to the scheduler).
+    /// After a start, `/readyz` fails and discovery and reads answer 503 until every node that
+    /// runs an exporter has reported its topology, or this long at most (an empty store makes
+    /// every node look unconstrained to the scheduler).
     #[arg(long, env = "NUMARESOURCES_APISERVER_STORE_WARMUP", default_value = "60s", value_parser = parse_period)]
     store_warmup: GoDuration,
+    /// Where the exporter pods run (the warm-up waits for each of their nodes' reports).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_EXPORTER_NAMESPACE", default_value = "numaresources")]
+    exporter_namespace: String,
+    /// Which pods are the exporters.
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_EXPORTER_SELECTOR",
+        default_value = "app.kubernetes.io/component=rte,app.kubernetes.io/part-of=numaresources"
+    )]
+    exporter_selector: String,
     /// How many changes the watch history keeps for resuming watches.
     #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY", default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY)]
     watch_history: usize,
@@ -174,6 +187,12 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     state.limits.watch_buffer_bytes = args.watch_buffer_bytes;
     state.limits.watch_blocked_timeout =
         args.watch_blocked_timeout.to_std().unwrap_or(numaresources_apiserver::DEFAULT_WATCH_BLOCKED_TIMEOUT);
+    let replicas = args.replication.replicas(args.bind_address, args.kubeconfig.as_deref(), &state).await?;
+    if let Some(replicas) = &replicas {
+        let replication = replicas.replication();
+        replication.metrics().register(state.metrics.registry_mut());
+        state.replication = Some(replication);
+    }
     let mut background = None;
     let mut nodes_task = None;
     let mut warm_task = None;
@@ -187,26 +206,25 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         }
         None => {
             let client = kube_client(args.kubeconfig.as_deref()).await?;
-            state.readiness.set("store-warm", false);
-            let nodes = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
-            let listed = nodes.clone();
             nodes_task = Some(tokio::spawn(numaresources_apiserver::nodes::follow_node_deletions(
                 client.clone(),
                 state.store.clone(),
-                move |count| listed.store(count, std::sync::atomic::Ordering::Relaxed),
-            )));
-            let (store, readiness) = (state.store.clone(), state.readiness.clone());
-            let warmup = args.store_warmup.to_std().unwrap_or(Duration::from_secs(60));
-            warm_task = Some(tokio::spawn(async move {
-                let deadline = tokio::time::Instant::now() + warmup;
-                while tokio::time::Instant::now() < deadline
-                    && store.len() < nodes.load(std::sync::atomic::Ordering::Relaxed)
                 {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                tracing::info!(objects = store.len(), "the store is warm");
-                readiness.set("store-warm", true);
-            }));
+                    let replication = state.replication.clone();
+                    move || replication.as_ref().is_none_or(|r| r.role() == Role::Leader)
+                },
+            )));
+            let exporters =
+                Exporters { namespace: args.exporter_namespace.clone(), selector: args.exporter_selector.clone() };
+            let warmup = args.store_warmup.to_std().unwrap_or(Duration::from_secs(60));
+            state.readiness.set(STORE_WARM_CHECK, false);
+            warm_task = Some(tokio::spawn(warm_up(
+                client.clone(),
+                state.store.clone(),
+                state.readiness.clone(),
+                exporters,
+                warmup,
+            )));
             let authentication_client = match &args.authentication_kubeconfig {
                 Some(path) => kube_client(Some(path)).await?,
                 None => client.clone(),
@@ -230,10 +248,6 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
                 delegated.keep_config_current(refresh, |ok| readiness.set("authentication-config", ok)).await;
             }));
         }
-    }
-    let replicas = args.replication.replicas(args.bind_address, args.kubeconfig.as_deref(), &state).await?;
-    if let Some(replicas) = &replicas {
-        state.replication = Some(replicas.replication());
     }
     let state = Arc::new(state);
 
