@@ -13,6 +13,7 @@
 //! with care. The failure is logged at error level and counted, and the next trigger retries.
 
 pub mod notify_file;
+pub mod own_object;
 pub mod trigger;
 
 use std::collections::BTreeMap;
@@ -163,6 +164,8 @@ pub struct Agent<S, P> {
     last: Option<Published>,
     conditions: Option<PodConditions>,
     terminal: Option<TerminalPods>,
+    /// Notified when the API server is found not to hold this node's object any more.
+    republish: Option<Arc<Notify>>,
     last_wakeup: Instant,
     /// Set while a sysfs discovery runs on the blocking pool, so a stalled one is never joined
     /// by another (threads do not pile up behind a hung read).
@@ -180,6 +183,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             last: None,
             conditions: None,
             terminal: None,
+            republish: None,
             last_wakeup: Instant::now(),
             discovering: Arc::default(),
         }
@@ -344,6 +348,12 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         }
     }
 
+    /// Publishes again at once whenever `lost` is notified (the API server lost the object).
+    pub fn with_republish(mut self, lost: Arc<Notify>) -> Self {
+        self.republish = Some(lost);
+        self
+    }
+
     /// Runs until `shutdown` completes: one scan at once, then on the timer and the notify file.
     /// Returns early only when the notify file cannot be set up.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
@@ -390,6 +400,11 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
                 }
                 () = tick(timer.as_mut()) => limiter.offer(Trigger::Periodic),
                 () = wake.notified() => limiter.offer(Trigger::Reactive),
+                () = notified(self.republish.as_deref()) => {
+                    // What was published is gone: the next scan publishes whatever it finds.
+                    self.last = None;
+                    limiter.offer(Trigger::Periodic);
+                }
                 () = sleep_until(retry) => {
                     retry = None;
                     limiter.offer(Trigger::Periodic);
@@ -406,6 +421,13 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
 pub fn retry_delay(failures: u32) -> Duration {
     let exponent = failures.saturating_sub(1).min(5);
     Duration::from_secs(1 << exponent).min(Duration::from_secs(30))
+}
+
+async fn notified(notify: Option<&Notify>) {
+    match notify {
+        Some(notify) => notify.notified().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sleep_until(due: Option<Instant>) {
@@ -493,8 +515,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), E
     let options = Options { oneshot: config.oneshot, conditions, terminal };
     let result = match client.filter(|_| config.publish) {
         Some(client) => {
-            let publisher = KubePublisher::new(client, config.add_nrt_owner);
-            drive(Agent::new(config, source, publisher), options, listener, &mut background, shutdown).await
+            let publisher = KubePublisher::new(client.clone(), config.add_nrt_owner);
+            let lost = Arc::new(Notify::new());
+            if !config.oneshot {
+                background.spawn(own_object::watch(client, config.node_name.clone(), lost.clone()));
+            }
+            let agent = Agent::new(config, source, publisher).with_republish(lost);
+            drive(agent, options, listener, &mut background, shutdown).await
         }
         None => drive(Agent::new(config, source, DryRun), options, listener, &mut background, shutdown).await,
     };

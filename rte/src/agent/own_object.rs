@@ -1,0 +1,84 @@
+//! Noticing within seconds that the API server lost this node's object.
+//!
+//! The agent publishes only on change (plus a heartbeat a minute apart), so without this a
+//! server that restarted empty, or an object someone deleted, stays missing until the next
+//! heartbeat, and the scheduler plugin reads a missing object as "no constraint". The agent
+//! watches its own object (a field selector on its name): a DELETED event, or a (re)list that
+//! does not find it (the watch of a restarted server breaks, and the watcher relists with
+//! backoff), makes the agent publish again at once.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use numaresources_api::nrt::NodeResourceTopology;
+use tokio::sync::Notify;
+
+/// What the watch of the own object concludes from one event, given whether the current list
+/// has shown the object so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Nothing to do.
+    Fine,
+    /// The object is gone: publish again.
+    Lost,
+}
+
+/// Folds one watch event into `listed` (whether the list under way has shown the object).
+pub fn observe(event: &Event<NodeResourceTopology>, listed: &mut bool) -> Seen {
+    match event {
+        Event::Init => {
+            *listed = false;
+            Seen::Fine
+        }
+        Event::InitApply(_) => {
+            *listed = true;
+            Seen::Fine
+        }
+        Event::InitDone if !*listed => Seen::Lost,
+        Event::Delete(_) => Seen::Lost,
+        Event::InitDone | Event::Apply(_) => Seen::Fine,
+    }
+}
+
+/// Watches `node`'s object until the task is dropped; notifies `lost` each time it is found
+/// missing.
+pub async fn watch(client: kube::Client, node: String, lost: Arc<Notify>) {
+    let api: kube::Api<NodeResourceTopology> = kube::Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    let mut listed = false;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(event) => {
+                if observe(&event, &mut listed) == Seen::Lost {
+                    tracing::info!(%node, "the API server does not hold this node's topology; publishing again");
+                    lost.notify_one();
+                }
+            }
+            Err(error) => tracing::debug!(%error, "watching this node's topology failed; retrying"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_without_the_object_or_a_deletion_means_lost() {
+        let object = NodeResourceTopology::new("worker-0");
+        let mut listed = false;
+        let fold = |events: Vec<Event<NodeResourceTopology>>, listed: &mut bool| {
+            events.iter().map(|e| observe(e, listed)).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            fold(vec![Event::Init, Event::InitApply(object.clone()), Event::InitDone], &mut listed),
+            [Seen::Fine, Seen::Fine, Seen::Fine]
+        );
+        assert_eq!(fold(vec![Event::Apply(object.clone()), Event::Delete(object.clone())], &mut listed)[1], Seen::Lost);
+        // A restarted server: the watch breaks, the relist finds nothing.
+        assert_eq!(fold(vec![Event::Init, Event::InitDone], &mut listed), [Seen::Fine, Seen::Lost]);
+    }
+}
