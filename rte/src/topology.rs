@@ -1,5 +1,6 @@
 //! The node's NodeResourceTopology object, assembled from one scan: zones from the accounting,
-//! topology-manager attributes, and the pods fingerprint. Pure.
+//! topology-manager attributes, the pods fingerprint and the NUMA placement of pinned
+//! containers. Pure.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +12,7 @@ use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology};
 
 use crate::accounting::{self, KubeletView};
 use crate::fingerprint::{Fingerprint, FingerprintPod, Method};
+use crate::numaplacement::{self, PodAffinity};
 use crate::podresources::PodResources;
 use crate::sysfs::Machine;
 
@@ -109,9 +111,15 @@ pub struct Scan<'a> {
     pub fingerprint: Option<Method>,
 }
 
-/// The object to publish for one scan. Attributes come in upstream's order (fingerprint and
-/// method first, then scope and policy); the fingerprint also goes into the legacy annotation.
-/// Without a kubelet there are no pods to fingerprint, so none is published.
+/// The object to publish for one scan. Attributes come in upstream's order: fingerprint and
+/// method, NUMA placement metadata, then scope and policy; the fingerprint also goes into the
+/// legacy annotation. Without a kubelet there are no pods to fingerprint, so none is published.
+///
+/// NUMA placement is published exactly when upstream publishes it: inside the fingerprint
+/// branch (fingerprint on, a kubelet asked), under the policy `single-numa-node`, over every
+/// NUMA-eligible pod whatever the fingerprint method. Any placement error (a CPU sysfs does not
+/// know, a device or memory block on two nodes, …) drops the whole payload for this scan:
+/// no metadata attribute and no zone vector, the fingerprint still published.
 pub fn node_topology(scan: &Scan<'_>) -> NodeResourceTopology {
     let mut nrt = NodeResourceTopology::new(scan.node_name);
     nrt.zones = accounting::zones(scan.machine, scan.kubelet);
@@ -120,6 +128,19 @@ pub fn node_topology(scan: &Scan<'_>) -> NodeResourceTopology {
         nrt.attributes.push(AttributeInfo::new(ATTR_PODS_FINGERPRINT, &signature));
         nrt.attributes.push(AttributeInfo::new(ATTR_PODS_FINGERPRINT_METHOD, method.as_str()));
         nrt.metadata.annotations = Some(BTreeMap::from([(ANNOTATION_FINGERPRINT.to_owned(), signature)]));
+        let pods: Vec<PodAffinity> = kubelet.pods.iter().map(PodAffinity::from).collect();
+        let machine = scan.machine;
+        let payload =
+            numaplacement::scan_payload(&scan.topology_manager.policy, machine.numa_id_bound(), &pods, |cpu| {
+                machine.numa_of_cpu(cpu)
+            });
+        match payload {
+            // Appends the metadata after the fingerprint attributes and sets the zone vectors.
+            Ok(payload) => payload.apply_to(&mut nrt),
+            Err(error) => {
+                tracing::debug!(%error, "containers NUMA-placement detection: no placement published this scan")
+            }
+        }
     }
     nrt.attributes.push(AttributeInfo::new(ATTR_TOPOLOGY_MANAGER_SCOPE, &scan.topology_manager.scope));
     nrt.attributes.push(AttributeInfo::new(ATTR_TOPOLOGY_MANAGER_POLICY, &scan.topology_manager.policy));
@@ -179,10 +200,12 @@ mod tests {
             [
                 "nodeTopologyPodsFingerprint",
                 "nodeTopologyPodsFingerprintMethod",
+                "topology.node.k8s.io/numaplacement-metadata",
                 "topologyManagerScope",
                 "topologyManagerPolicy"
             ]
         );
+        assert_eq!(nrt.attributes[2].value, "npv0v001::ve=leb89::cc=1::nn=1::bn=0");
         // The test vector of nrt-rte.md §2.8 for this one pod.
         assert_eq!(nrt.attributes[0].value, "pfp0v001a9cddfe43845cd3a");
         assert_eq!(nrt.attributes[1].value, "with-exclusive-resources");

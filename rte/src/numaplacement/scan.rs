@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use super::{Encoder, Error, Payload};
 use crate::fingerprint::FingerprintPod;
+use crate::podresources::{NumaAffinity, PodResources};
 
 /// The only Topology Manager policy under which placement is published.
 pub const SUPPORTED_POLICY: &str = "single-numa-node";
@@ -105,6 +106,29 @@ impl PodAffinity {
     /// the `with-exclusive-resources` pods fingerprint.
     pub fn is_numa_eligible(&self) -> bool {
         self.containers.iter().any(ContainerAffinity::is_numa_local)
+    }
+}
+
+impl From<&PodResources> for PodAffinity {
+    /// What placement reads of a pod `List` reported (after the middlewares): CPUs in the
+    /// kubelet's order, device counts, and each entry's NUMA ids.
+    fn from(pod: &PodResources) -> Self {
+        let ids = |affinity: &NumaAffinity| affinity.nodes().iter().map(|&id| i64::from(id)).collect();
+        let containers = pod
+            .containers
+            .iter()
+            .map(|container| ContainerAffinity {
+                name: container.name.clone(),
+                cpu_ids: container.cpu_ids.iter().map(|&cpu| i64::from(cpu)).collect(),
+                devices: container
+                    .devices
+                    .iter()
+                    .map(|d| DeviceAffinity { device_count: d.device_ids.len(), numa_nodes: ids(&d.affinity) })
+                    .collect(),
+                memory: container.memory.iter().map(|m| MemoryAffinity { numa_nodes: ids(&m.affinity) }).collect(),
+            })
+            .collect();
+        Self { namespace: pod.namespace.clone(), name: pod.name.clone(), containers }
     }
 }
 

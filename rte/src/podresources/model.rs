@@ -1,16 +1,18 @@
 //! Plain-Rust view of the kubelet's answers, decoupled from the generated wire types.
 //!
 //! The conversion applies the API's semantics once, so the accounting never has to: CPU ids are
-//! sorted and unique, and a topology that is absent, empty or holds a negative NUMA id becomes
-//! [`NumaAffinity::NoAffinity`]. Dynamic (DRA) resources are dropped: they are not accounted.
+//! unique (in the kubelet's order: NUMA placement attributes a container to the node of its
+//! first CPU, as upstream does), and a topology's NUMA ids are those ≥ 0, deduplicated (`-1` is
+//! the kubelet's "no locality"); none left is [`NumaAffinity::NoAffinity`]. Dynamic (DRA)
+//! resources are dropped: they are not accounted.
 
 use super::proto;
 
 /// Where a memory block or a set of devices sits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum NumaAffinity {
-    /// No NUMA affinity: the kubelet sent no topology, an empty one, or one holding id −1 (or
-    /// any id that is not a valid NUMA id). Such resources count in no zone.
+    /// No NUMA affinity: the kubelet sent no topology, an empty one, or one holding only id −1
+    /// (or ids that are not valid NUMA ids). Such resources count in no zone.
     NoAffinity,
     /// The NUMA node ids, sorted, unique and never empty.
     Nodes(Vec<u32>),
@@ -36,15 +38,10 @@ impl NumaAffinity {
     #[must_use]
     pub fn from_proto(topology: Option<&proto::TopologyInfo>) -> Self {
         let Some(topology) = topology else { return NumaAffinity::NoAffinity };
-        let mut nodes = Vec::with_capacity(topology.nodes.len());
-        for node in &topology.nodes {
-            // −1 is the kubelet's "no affinity"; anything else out of range is garbage and is
-            // treated the same way rather than guessed at.
-            match u32::try_from(node.id) {
-                Ok(id) => nodes.push(id),
-                Err(_) => return NumaAffinity::NoAffinity,
-            }
-        }
+        // −1 is the kubelet's "no locality" for that entry; the other ids still say where the
+        // resource is (upstream counts them, and NUMA placement reads them). An id beyond u32 is
+        // no NUMA node and is left out the same way.
+        let mut nodes: Vec<u32> = topology.nodes.iter().filter_map(|node| u32::try_from(node.id).ok()).collect();
         if nodes.is_empty() {
             return NumaAffinity::NoAffinity;
         }
@@ -81,7 +78,7 @@ pub struct Devices {
 pub struct ContainerResources {
     /// The container name.
     pub name: String,
-    /// Exclusively allocated CPU ids (List reports only those), sorted and unique.
+    /// Exclusively allocated CPU ids (List reports only those), unique, in the kubelet's order.
     pub cpu_ids: Vec<u32>,
     /// Memory and hugepages blocks.
     pub memory: Vec<MemoryBlock>,
@@ -165,7 +162,7 @@ impl Allocatable {
     #[must_use]
     pub fn from_proto(response: proto::AllocatableResourcesResponse) -> Self {
         Allocatable {
-            cpu_ids: cpu_ids(&response.cpu_ids),
+            cpu_ids: sorted(cpu_ids(&response.cpu_ids)),
             memory: response.memory.into_iter().map(MemoryBlock::from_proto).collect(),
             devices: response.devices.into_iter().map(Devices::from_proto).collect(),
         }
@@ -178,12 +175,16 @@ pub fn pods_from_proto(response: proto::ListPodResourcesResponse) -> Vec<PodReso
     response.pod_resources.into_iter().map(PodResources::from_proto).collect()
 }
 
-/// Sorted, unique CPU ids; ids that cannot be CPUs (negative, huge) are dropped.
-fn cpu_ids(ids: &[i64]) -> Vec<u32> {
-    let mut cpus: Vec<u32> = ids.iter().filter_map(|&id| u32::try_from(id).ok()).collect();
+fn sorted(mut cpus: Vec<u32>) -> Vec<u32> {
     cpus.sort_unstable();
-    cpus.dedup();
     cpus
+}
+
+/// Unique CPU ids in the order received (a repeated id keeps its first place); ids that cannot
+/// be CPUs (negative, huge) are dropped.
+fn cpu_ids(ids: &[i64]) -> Vec<u32> {
+    let mut seen = std::collections::BTreeSet::new();
+    ids.iter().filter_map(|&id| u32::try_from(id).ok()).filter(|&cpu| seen.insert(cpu)).collect()
 }
 
 #[cfg(test)]
@@ -195,12 +196,13 @@ mod tests {
     }
 
     #[test]
-    fn topology_without_nodes_or_with_minus_one_means_no_affinity() {
-        let cases: [(Option<proto::TopologyInfo>, NumaAffinity); 7] = [
+    fn topology_without_nodes_or_with_only_minus_one_means_no_affinity() {
+        let cases: [(Option<proto::TopologyInfo>, NumaAffinity); 8] = [
             (None, NumaAffinity::NoAffinity),
             (Some(topology(&[])), NumaAffinity::NoAffinity),
             (Some(topology(&[-1])), NumaAffinity::NoAffinity),
-            (Some(topology(&[0, -1])), NumaAffinity::NoAffinity),
+            (Some(topology(&[0, -1])), NumaAffinity::Nodes(vec![0])),
+            (Some(topology(&[-1, 1])), NumaAffinity::Nodes(vec![1])),
             (Some(topology(&[i64::MAX])), NumaAffinity::NoAffinity),
             (Some(topology(&[1])), NumaAffinity::Nodes(vec![1])),
             (Some(topology(&[3, 0, 3])), NumaAffinity::Nodes(vec![0, 3])),
@@ -211,8 +213,8 @@ mod tests {
     }
 
     #[test]
-    fn cpu_ids_come_out_sorted_unique_and_without_impossible_ids() {
-        assert_eq!(cpu_ids(&[5, 1, -3, 5, i64::MAX, 0]), vec![0, 1, 5]);
+    fn cpu_ids_come_out_unique_in_the_kubelets_order_and_without_impossible_ids() {
+        assert_eq!(cpu_ids(&[5, 1, -3, 5, i64::MAX, 0]), vec![5, 1, 0]);
     }
 
     #[test]
