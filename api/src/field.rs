@@ -58,6 +58,8 @@ pub enum ErrorKind {
     Forbidden,
     /// A list or map has too many entries.
     TooMany,
+    /// A value (or all of a map's entries together) is longer than allowed.
+    TooLong,
 }
 
 impl ErrorKind {
@@ -70,6 +72,7 @@ impl ErrorKind {
             Self::NotSupported => "Unsupported value",
             Self::Forbidden => "Forbidden",
             Self::TooMany => "Too many",
+            Self::TooLong => "Too long",
         }
     }
 
@@ -82,6 +85,7 @@ impl ErrorKind {
             Self::NotSupported => "FieldValueNotSupported",
             Self::Forbidden => "FieldValueForbidden",
             Self::TooMany => "FieldValueTooMany",
+            Self::TooLong => "FieldValueTooLong",
         }
     }
 }
@@ -131,6 +135,12 @@ impl FieldError {
     pub fn too_many(path: FieldPath, actual: usize, limit: usize) -> Self {
         let detail = format!("must have at most {limit} items");
         Self::new(path, ErrorKind::TooMany, Some(actual.to_string()), detail)
+    }
+
+    /// A value longer than `limit` bytes (apimachinery omits the value).
+    pub fn too_long(path: FieldPath, limit: usize) -> Self {
+        let unit = if limit == 1 { "byte" } else { "bytes" };
+        Self::new(path, ErrorKind::TooLong, None, format!("may not be more than {limit} {unit}"))
     }
 
     fn new(path: FieldPath, kind: ErrorKind, value: Option<String>, detail: impl Into<String>) -> Self {

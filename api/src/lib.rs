@@ -5,6 +5,7 @@
 //!   nrt       NodeResourceTopology v1alpha2 (+ v1alpha1), canonical form, semantic equality
 //!   operator  NUMAResourcesOperator, NUMAResourcesScheduler: types, defaults, validation
 //!   crds      the CustomResourceDefinitions generated from those types
+//!   metadata  apimachinery's ObjectMeta validation (names, labels, annotations, finalizers)
 //!   quantity, duration, selector, field
 //!             the apimachinery pieces they are made of, with Go-identical text forms
 //! ```
@@ -15,6 +16,7 @@
 pub mod crds;
 pub mod duration;
 pub mod field;
+pub mod metadata;
 pub mod nrt;
 pub mod operator;
 pub mod quantity;
