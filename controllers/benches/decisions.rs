@@ -88,12 +88,15 @@ fn main() {
         scheduler_image: "quay.io/openshift-kni/scheduler-plugins:4.18-snapshot".into(),
         ..NUMAResourcesSchedulerSpec::default()
     };
-    let scheduler_settings =
-        SchedulerSettings { namespace: "numaresources".into(), openshift_fork: false, guaranteed_qos: false };
+    let scheduler_settings = SchedulerSettings {
+        namespace: "numaresources".into(),
+        capabilities: numaresources_api::operator::scheduler_image::identify(&spec.scheduler_image).capabilities,
+        guaranteed_qos: false,
+    };
     bench("scheduler: KubeSchedulerConfiguration, its hash, the Deployment", 200, || {
         let yaml = scheduler::config_yaml(&spec, &scheduler_settings, 2);
         let hash = config_hash(&BTreeMap::from([(scheduler::CONFIG_KEY.to_owned(), yaml)]));
-        black_box(scheduler::deployment(&spec, &scheduler_settings, 2, &hash).unwrap());
+        black_box(scheduler::deployment(&spec, &scheduler_settings, 2, &hash, "2026-01-01T00:00:00Z").unwrap());
     });
 
     // Certificates: the first pass issues a CA and two leaves; every later pass only reads them.

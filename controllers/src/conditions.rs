@@ -49,6 +49,9 @@ pub const REASON_UNSUPPORTED_KUBERNETES: &str = "UnsupportedKubernetesVersion";
 
 /// Extra NRO condition: whether the kubelets of each node group agree on the topology manager.
 pub const KUBELET_CONFIG_CONSISTENT: &str = "KubeletConfigConsistent";
+/// Extra NRS condition: whether the scheduler image runs every setting of the spec (False names
+/// what is not rendered for it, or that the image is not one whose capabilities are known).
+pub const SCHEDULER_IMAGE_COMPATIBLE: &str = "SchedulerImageCompatible";
 /// Extra NRS condition: whether the plugin runs its own pod informer.
 pub const DEDICATED_INFORMER_ACTIVE: &str = "DedicatedInformerActive";
 

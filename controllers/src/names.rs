@@ -27,6 +27,9 @@ pub const LABEL_POOL: &str = "nodegroup.nodetopology.openshift.io/machineconfigp
 
 /// Pod-template annotation whose change rolls the pods when their configuration changes.
 pub const ANNOTATION_CONFIG_HASH: &str = "configmap.hash";
+/// The scheduler pod template's annotation: when its pods' NRT cache was filled (RFC 3339); a
+/// new value restarts them so they list NRTs that appeared since.
+pub const ANNOTATION_SCHEDULER_CACHE_EPOCH: &str = "nodetopology.openshift.io/scheduler-cache-epoch";
 /// NRO/NRS annotation: `enabled` stops reconciliation so operands may be edited by hand.
 pub const ANNOTATION_PAUSE: &str = "config.numa-operator.openshift.io/pause-reconciliation";
 /// NRO annotation: `cluster` means "use the NodeResourceTopology API the cluster already has".

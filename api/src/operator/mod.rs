@@ -9,6 +9,7 @@
 pub mod defaults;
 mod numaresourcesoperator;
 mod numaresourcesscheduler;
+pub mod scheduler_image;
 pub mod validation;
 
 use schemars::JsonSchema;

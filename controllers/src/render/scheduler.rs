@@ -5,10 +5,15 @@
 //! `cacheResyncPeriodSeconds` only when the rounded period is > 0, `preemptionMode` only when
 //! `Enabled`, `scoringStrategy.resources` only when given; `cache.resyncMethod` is always
 //! `Autodetect`. Leader election is on only with more than one replica, and always written.
+//!
+//! kube-scheduler decodes its configuration strictly: an argument or plugin the image does not
+//! know makes it exit. So `preemptionMode` and the `KNIDebug` filter are rendered only for an
+//! image that has them ([`SchedulerCapabilities`], by image reference).
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use numaresources_api::operator::scheduler_image::SchedulerCapabilities;
 use numaresources_api::operator::{
     CacheResyncDebugMode, CacheResyncDetectionMode, LogLevel, NUMAResourcesSchedulerSpec, PreemptionMode,
     SchedulerInformerMode, ScoringStrategyType,
@@ -24,7 +29,7 @@ use crate::names::{
 
 /// The ConfigMap key and the file the scheduler reads.
 pub const CONFIG_KEY: &str = "config.yaml";
-/// The filter plugins, in order (nro.md §3.2); `KNIDebug` exists only in the OpenShift fork.
+/// The filter plugins, in order (nro.md §3.2); `KNIDebug` exists only in the OpenShift build.
 const FILTERS: &[&str] = &[
     "NodeUnschedulable",
     "NodeName",
@@ -47,8 +52,8 @@ const FILTERS: &[&str] = &[
 pub struct SchedulerSettings {
     /// The controllers' namespace, where the scheduler runs.
     pub namespace: String,
-    /// The image is the OpenShift scheduler-plugins fork (it has the `KNIDebug` filter).
-    pub openshift_fork: bool,
+    /// What the scheduler image can decode (`KNIDebug`, `preemptionMode`).
+    pub capabilities: SchedulerCapabilities,
     /// Requests equal to limits (the `scheduler-qos-request: guaranteed` annotation).
     pub guaranteed_qos: bool,
 }
@@ -112,12 +117,12 @@ pub fn config_yaml(spec: &NUMAResourcesSchedulerSpec, settings: &SchedulerSettin
     if resync > 0 {
         args["cacheResyncPeriodSeconds"] = json!(resync);
     }
-    if spec.preemption_mode == Some(PreemptionMode::Enabled) {
+    if spec.preemption_mode == Some(PreemptionMode::Enabled) && settings.capabilities.preemption_mode {
         args["preemptionMode"] = json!("Enabled");
     }
     let filters: Vec<Value> = FILTERS
         .iter()
-        .filter(|name| settings.openshift_fork || **name != "KNIDebug")
+        .filter(|name| settings.capabilities.kni_debug || **name != "KNIDebug")
         .map(|name| json!({"name": name}))
         .collect();
     let config = json!({
@@ -162,12 +167,14 @@ pub fn config_map(settings: &SchedulerSettings, yaml: String) -> Result<ConfigMa
     )
 }
 
-/// The scheduler Deployment. `config_hash` is the hash of the ConfigMap data.
+/// The scheduler Deployment. `config_hash` is the hash of the ConfigMap data and `cache_epoch`
+/// when its pods' NRT cache was filled (a new value restarts them: see `scheduler::topology`).
 pub fn deployment(
     spec: &NUMAResourcesSchedulerSpec,
     settings: &SchedulerSettings,
     replicas: i32,
     config_hash: &str,
+    cache_epoch: &str,
 ) -> Result<Deployment, RenderError> {
     let labels = names::labels(SCHEDULER, COMPONENT_SCHEDULER);
     let selector = names::selector_labels(SCHEDULER, COMPONENT_SCHEDULER);
@@ -195,7 +202,10 @@ pub fn deployment(
                 "replicas": replicas,
                 "selector": {"matchLabels": selector},
                 "template": {
-                    "metadata": {"labels": labels, "annotations": {names::ANNOTATION_CONFIG_HASH: config_hash}},
+                    "metadata": {"labels": labels, "annotations": {
+                        names::ANNOTATION_CONFIG_HASH: config_hash,
+                        names::ANNOTATION_SCHEDULER_CACHE_EPOCH: cache_epoch,
+                    }},
                     "spec": {
                         "serviceAccountName": SCHEDULER,
                         "priorityClassName": "system-node-critical",

@@ -4,10 +4,16 @@
 use numaresources_api::operator::defaults::Platform;
 use numaresources_api::operator::{LogLevel, ResourceSpecParams, ScoringStrategyParams};
 
+use numaresources_api::operator::scheduler_image::SchedulerCapabilities;
+
 use super::*;
 
 fn settings() -> SchedulerSettings {
-    SchedulerSettings { namespace: "numaresources".into(), openshift_fork: false, guaranteed_qos: false }
+    SchedulerSettings {
+        namespace: "numaresources".into(),
+        capabilities: SchedulerCapabilities { kni_debug: false, preemption_mode: true },
+        guaranteed_qos: false,
+    }
 }
 
 fn spec() -> NUMAResourcesSchedulerSpec {
@@ -159,8 +165,22 @@ fn replica_autodetection() {
 }
 
 #[test]
-fn the_openshift_fork_gets_the_debug_filter() {
-    let s = SchedulerSettings { openshift_fork: true, ..settings() };
+fn an_image_without_preemption_gets_no_preemption_argument() {
+    let mut s = spec();
+    s.preemption_mode = Some(PreemptionMode::Enabled);
+    let without = SchedulerSettings { capabilities: SchedulerCapabilities::CONSERVATIVE, ..settings() };
+    let config: Value = serde_norway::from_str(&config_yaml(&s.normalized(Platform::Kubernetes), &without, 1)).unwrap();
+    assert!(args(&config).get("preemptionMode").is_none(), "{config:#?}");
+    let filters = config.pointer("/profiles/0/plugins/filter/enabled").unwrap().as_array().unwrap();
+    assert!(filters.iter().all(|f| f["name"] != "KNIDebug"));
+}
+
+#[test]
+fn an_image_with_knidebug_gets_the_debug_filter() {
+    let s = SchedulerSettings {
+        capabilities: SchedulerCapabilities { kni_debug: true, preemption_mode: false },
+        ..settings()
+    };
     let config: Value =
         serde_norway::from_str(&config_yaml(&spec().normalized(Platform::OpenShift(4, 20)), &s, 1)).unwrap();
     let filters = config.pointer("/profiles/0/plugins/filter/enabled").unwrap().as_array().unwrap();
@@ -173,7 +193,7 @@ fn deployment_follows_the_spec_and_the_qos_annotation() {
     let mut s = spec();
     s.log_level = Some(LogLevel::Debug);
     let normalized = s.normalized(Platform::Kubernetes);
-    let rendered = deployment(&normalized, &settings(), 3, "SHA256:ab").unwrap();
+    let rendered = deployment(&normalized, &settings(), 3, "SHA256:ab", "2026-01-01T00:00:00Z").unwrap();
     let spec = rendered.spec.as_ref().unwrap();
     assert_eq!(spec.replicas, Some(3));
     let template = &spec.template;
@@ -192,13 +212,13 @@ fn deployment_follows_the_spec_and_the_qos_annotation() {
     assert_eq!(pod.security_context.as_ref().unwrap().run_as_non_root, Some(true));
 
     let guaranteed = SchedulerSettings { guaranteed_qos: true, ..settings() };
-    let rendered = super::deployment(&normalized, &guaranteed, 1, "h").unwrap();
+    let rendered = super::deployment(&normalized, &guaranteed, 1, "h", "e").unwrap();
     let resources = rendered.spec.unwrap().template.spec.unwrap().containers[0].resources.clone().unwrap();
     assert_eq!(resources.requests, resources.limits);
 
     let mut quiet = normalized.clone();
     quiet.cache_resync_debug = Some(CacheResyncDebugMode::Disabled);
-    let deployment = super::deployment(&quiet, &settings(), 1, "h").unwrap();
+    let deployment = super::deployment(&quiet, &settings(), 1, "h", "e").unwrap();
     assert!(deployment.spec.unwrap().template.spec.unwrap().containers[0].env.as_ref().is_none_or(Vec::is_empty));
 }
 

@@ -14,6 +14,7 @@
 //! references let the garbage collector remove the rest.
 
 pub mod pod_routing;
+pub mod topology;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -28,15 +30,17 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
+use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_api::operator::defaults::Platform;
+use numaresources_api::operator::scheduler_image::identify;
 use numaresources_api::operator::validation::validate_scheduler;
 use numaresources_api::operator::{
-    NUMAResourcesScheduler, NUMAResourcesSchedulerStatus, NamespacedName, SCHEDULER_SINGLETON_NAME,
+    NUMAResourcesScheduler, NUMAResourcesSchedulerStatus, NamespacedName, PreemptionMode, SCHEDULER_SINGLETON_NAME,
     SchedulerInformerMode,
 };
 use serde_json::json;
 
-use crate::apply::{Applier, Removal};
+use crate::apply::{Applier, Removal, get_opt};
 use crate::conditions::{self as cond, Extra, State};
 use crate::context::{Context, Error, Result, error_policy_for};
 use crate::guarded;
@@ -48,6 +52,7 @@ use crate::names::{
 use crate::operator::nrt_api::deployment_available;
 use crate::render::scheduler::{self as render, SchedulerSettings};
 use crate::server_version;
+use topology::{Restart, Rollout};
 
 /// Requeue while the Deployment rolls out.
 const PROGRESS_REQUEUE: Duration = Duration::from_secs(5);
@@ -90,7 +95,7 @@ pub async fn reconcile(nrs: Arc<NUMAResourcesScheduler>, ctx: Arc<Context>) -> R
         if !deleting {
             let message =
                 format!("this is a singleton resource and the object name must be '{SCHEDULER_SINGLETON_NAME}'");
-            write_status(&nrs, &ctx, &State::degraded(cond::REASON_SCHEDULER_NAME, message), None).await?;
+            write_status(&nrs, &ctx, &State::degraded(cond::REASON_SCHEDULER_NAME, message), None, None).await?;
         }
         return Ok(Action::await_change());
     }
@@ -115,7 +120,7 @@ pub async fn reconcile(nrs: Arc<NUMAResourcesScheduler>, ctx: Arc<Context>) -> R
         Err(error) => {
             if !deleting {
                 let state = State::degraded(cond::REASON_INTERNAL_ERROR, error.condition_message());
-                if let Err(status_error) = write_status(&nrs, &ctx, &state, None).await {
+                if let Err(status_error) = write_status(&nrs, &ctx, &state, None, None).await {
                     tracing::warn!(error = %status_error, "failed to report the failure in status");
                 }
             }
@@ -144,7 +149,7 @@ struct Running {
 async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     if let Some(message) = server_version::refusal(&ctx.client, ctx.settings.kubernetes_version).await {
         let state = State::degraded(cond::REASON_UNSUPPORTED_KUBERNETES, message);
-        write_status(nrs, ctx, &state, None).await?;
+        write_status(nrs, ctx, &state, None, None).await?;
         return Ok(Action::requeue(server_version::RECHECK));
     }
     let errors = validate_scheduler(nrs);
@@ -152,7 +157,7 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
         // Upstream's reason for a bad image; ours for the other fields (upstream has none).
         let image_only = errors.0.iter().all(|e| e.path.as_str() == "spec.imageSpec");
         let reason = if image_only { cond::REASON_SCHEDULER_IMAGE } else { cond::REASON_SCHEDULER_INVALID };
-        write_status(nrs, ctx, &State::degraded(reason, errors.to_string()), None).await?;
+        write_status(nrs, ctx, &State::degraded(reason, errors.to_string()), None, None).await?;
         return Ok(Action::await_change());
     }
     let spec = nrs.spec.normalized(ctx.settings.platform);
@@ -160,14 +165,20 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     let replicas = match render::replicas(spec.replicas, eligible) {
         Ok(replicas) => replicas,
         Err(message) => {
-            write_status(nrs, ctx, &State::degraded(cond::REASON_INTERNAL_ERROR, message), None).await?;
+            write_status(nrs, ctx, &State::degraded(cond::REASON_INTERNAL_ERROR, message), None, None).await?;
             return Ok(Action::requeue(RESYNC));
         }
     };
     let namespace = &ctx.settings.namespace;
+    // Only what the image can decode is rendered; the rest is said in status.
+    let image = identify(&spec.scheduler_image);
+    let observed = Observed {
+        image_warnings: image.warnings(&spec.scheduler_image, spec.preemption_mode == Some(PreemptionMode::Enabled)),
+        coverage: topology::observe(ctx).await?,
+    };
     let settings = SchedulerSettings {
         namespace: namespace.clone(),
-        openshift_fork: ctx.settings.is_openshift(),
+        capabilities: image.capabilities,
         guaranteed_qos: nrs.annotations().get(ANNOTATION_SCHEDULER_QOS).is_some_and(|v| v == "guaranteed"),
     };
     let applier = Applier::new(ctx.client.clone(), nrs.controller_owner_ref(&()));
@@ -183,20 +194,89 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     let config_map =
         applier.namespaced(render::config_map(&settings, render::config_yaml(&spec, &settings, replicas))?).await?;
     let data = config_map.data.clone().unwrap_or_default();
-    let deployment = applier.namespaced(render::deployment(&spec, &settings, replicas, &config_hash(&data))?).await?;
+    let (epoch, restart_check) = match cache_epoch(nrs, ctx, &observed.coverage).await? {
+        Epoch::Wait(message) => {
+            let state = State::progressing(topology::REASON_WAITING, message);
+            write_status(nrs, ctx, &state, None, Some(&observed)).await?;
+            return Ok(Action::requeue(topology::WAIT_REQUEUE));
+        }
+        Epoch::Keep(epoch, later) => (epoch, later),
+    };
+    let deployment = applier
+        .namespaced(render::deployment(&spec, &settings, replicas, &config_hash(&data), &epoch.to_string())?)
+        .await?;
     let scheduler_name =
         data.get(render::CONFIG_KEY).and_then(|yaml| render::scheduler_name_in(yaml)).unwrap_or_default();
     let running = Running { scheduler_name, spec };
     let available = deployment_available(&deployment);
     pod_routing::reconcile(nrs, ctx, &applier, available).await?;
     let (state, action) = if available {
-        (State::Available, Action::requeue(RESYNC))
+        (State::Available, Action::requeue(restart_check.map_or(RESYNC, |later| later.min(RESYNC))))
     } else {
         let message = format!("waiting for Deployment {namespace}/{SCHEDULER} to become available");
         (State::progressing(cond::REASON_DEPLOYMENT_UPDATING, message), Action::requeue(PROGRESS_REQUEUE))
     };
-    write_status(nrs, ctx, &state, Some(&running)).await?;
+    write_status(nrs, ctx, &state, Some(&running), Some(&observed)).await?;
     Ok(action)
+}
+
+/// What a pass saw besides the spec, for status.
+#[derive(Debug, Clone)]
+struct Observed {
+    /// What the chosen image leaves out, or that it is not known.
+    image_warnings: Vec<String>,
+    /// The NRTs against the eligible nodes.
+    coverage: topology::Coverage,
+}
+
+/// The cache epoch the Deployment is rendered with.
+enum Epoch {
+    /// No Deployment yet, and the first rollout waits (why).
+    Wait(String),
+    /// This epoch (the running pods', or now for a restart or the first rollout), and when to
+    /// look again if a restart is due but rate-limited.
+    Keep(Timestamp, Option<Duration>),
+}
+
+/// The first rollout waits for the NRTs (bounded); later passes restart the pods, rate-limited,
+/// when NRTs appeared that their cache cannot know ([`topology`]).
+async fn cache_epoch(nrs: &NUMAResourcesScheduler, ctx: &Context, coverage: &topology::Coverage) -> Result<Epoch> {
+    // Whole seconds: the annotation stays short and compares the same after a round trip.
+    let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH);
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    let Some(existing) = get_opt(&deployments, SCHEDULER).await? else {
+        // Waiting since the Progressing condition took this reason (kept across passes).
+        let previous = nrs.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let waiting_since = cond::find(previous, cond::PROGRESSING)
+            .filter(|c| c.status == "True" && c.reason == topology::REASON_WAITING)
+            .map_or(now, |c| c.last_transition_time.0);
+        return Ok(match topology::first_rollout(coverage, waiting_since, now) {
+            Rollout::Wait(message) => Epoch::Wait(message),
+            Rollout::Go => Epoch::Keep(now, None),
+        });
+    };
+    let template_epoch = existing
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.template.metadata.as_ref())
+        .and_then(|meta| meta.annotations.as_ref())
+        .and_then(|annotations| annotations.get(topology::ANNOTATION_CACHE_EPOCH))
+        .and_then(|text| text.parse::<Timestamp>().ok());
+    // A Deployment from before the annotation: its pods are no older than the Deployment.
+    let epoch = template_epoch.or_else(|| existing.metadata.creation_timestamp.as_ref().map(|t| t.0)).unwrap_or(now);
+    Ok(match topology::restart(coverage, epoch, now) {
+        Restart::No => Epoch::Keep(epoch, None),
+        Restart::Later(left) => Epoch::Keep(epoch, Some(left)),
+        Restart::Now(nodes) => {
+            let names = topology::list_names(&nodes);
+            tracing::info!(nodes = %names, "restarting the scheduler: NodeResourceTopologies appeared that it cannot see");
+            let note = format!(
+                "restarting the scheduler so that it lists the NodeResourceTopologies created since its pods started,                  for nodes: {names}"
+            );
+            ctx.event(&nrs.object_ref(&()), EventType::Normal, "SchedulerRestarted", "Restart", note).await;
+            Epoch::Keep(now, None)
+        }
+    })
 }
 
 /// The pod routing webhook first: with it gone no pod is sent to the scheduler the garbage
@@ -240,10 +320,11 @@ async fn write_status(
     ctx: &Context,
     state: &State,
     running: Option<&Running>,
+    observed: Option<&Observed>,
 ) -> Result<()> {
     let previous = nrs.status.clone().unwrap_or_default();
     let namespace = &ctx.settings.namespace;
-    let extras: Vec<Extra> = running
+    let mut extras: Vec<Extra> = running
         .map(|r| {
             let dedicated = r.spec.scheduler_informer == Some(SchedulerInformerMode::Dedicated);
             vec![Extra {
@@ -254,6 +335,10 @@ async fn write_status(
             }]
         })
         .unwrap_or_default();
+    if let Some(observed) = observed {
+        extras.extend(observed_conditions(observed));
+        announce_image_warnings(nrs, ctx, &previous.conditions, &observed.image_warnings).await;
+    }
     let mut status = NUMAResourcesSchedulerStatus {
         conditions: cond::conditions(&previous.conditions, state, &extras, nrs.metadata.generation),
         ..previous.clone()
@@ -287,6 +372,62 @@ async fn write_status(
     Ok(())
 }
 
+/// The conditions that report what a pass saw: every eligible node visible, the image's fit.
+fn observed_conditions(observed: &Observed) -> [Extra; 2] {
+    let coverage = &observed.coverage;
+    let topology = if coverage.complete() {
+        Extra {
+            type_: topology::CONDITION,
+            status: "True",
+            reason: cond::REASON_AS_EXPECTED.into(),
+            message: format!("every eligible node ({}) has a NodeResourceTopology", coverage.eligible.len()),
+        }
+    } else {
+        let reason = if coverage.not_serving.is_some() { "NodeTopologyAPIUnavailable" } else { "NodesWithoutTopology" };
+        Extra { type_: topology::CONDITION, status: "False", reason: reason.into(), message: coverage.describe() }
+    };
+    let image = if observed.image_warnings.is_empty() {
+        Extra {
+            type_: cond::SCHEDULER_IMAGE_COMPATIBLE,
+            status: "True",
+            reason: cond::REASON_AS_EXPECTED.into(),
+            message: String::new(),
+        }
+    } else {
+        Extra {
+            type_: cond::SCHEDULER_IMAGE_COMPATIBLE,
+            status: "False",
+            reason: "SettingsNotRendered".into(),
+            message: observed.image_warnings.join("; "),
+        }
+    };
+    [topology, image]
+}
+
+/// A Warning Event when what the image leaves out changes (not on every pass).
+async fn announce_image_warnings(
+    nrs: &NUMAResourcesScheduler,
+    ctx: &Context,
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    warnings: &[String],
+) {
+    let message = warnings.join("; ");
+    let said = cond::find(previous, cond::SCHEDULER_IMAGE_COMPATIBLE).map(|c| c.message.as_str()).unwrap_or_default();
+    if message.is_empty() || message == said {
+        return;
+    }
+    tracing::warn!(image = %nrs.spec.scheduler_image, "{message}");
+    ctx.event(&nrs.object_ref(&()), EventType::Warning, "SettingsNotRendered", "Reconcile", message).await;
+}
+
+/// An object's identity for the "created" predicate: changes only when it is (re)created.
+fn uid_hash(object: &PartialObjectMeta<NodeResourceTopology>) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    object.metadata.uid.as_ref()?.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// Runs the controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
@@ -298,6 +439,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         .touched_objects()
         .predicate_filter(predicates::labels, Default::default())
         .filter_map(|node| async move { node.ok().map(|_| ()) });
+    // An NRT created (or recreated: a new uid) may need the scheduler restarted; the many
+    // updates of existing NRTs do not. Retried with backoff while the NRT API is not served yet.
+    let nrts_created = watcher::watcher(
+        Api::<PartialObjectMeta<NodeResourceTopology>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .predicate_filter(uid_hash, Default::default())
+    .filter_map(|nrt| async move { nrt.ok().map(|_| ()) });
     let resource = guarded::resource::<NUMAResourcesScheduler>();
     let controller = Controller::new_with(
         guarded::watched_api::<NUMAResourcesScheduler>(client.clone()),
@@ -306,7 +457,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     )
     .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours.clone())
     .owns(Api::<ConfigMap>::namespaced(client, &namespace), ours)
-    .reconcile_all_on(node_labels);
+    .reconcile_all_on(futures_util::stream::select(node_labels, nrts_created));
     let synced = crate::health::mark_when_synced(controller.store(), ctx.readiness.clone());
     let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
         |result| async move {

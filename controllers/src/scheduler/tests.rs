@@ -405,3 +405,6 @@ async fn a_pod_webhook_configuration_of_someone_else_is_never_deleted() {
     assert!(h.fake.get(ROUTING).is_some());
     assert!(h.fake.get(NRS).is_none());
 }
+
+#[path = "topology_tests.rs"]
+mod topology_tests;

@@ -6,8 +6,10 @@
 use std::collections::BTreeMap;
 
 use numaresources_api::GoDuration;
+use numaresources_api::operator::scheduler_image;
 use numaresources_api::operator::{
     InfoRefreshPauseMode, NUMAResourcesOperator, NUMAResourcesScheduler, PodRoutingMode, PodsFingerprintingMode,
+    PreemptionMode,
 };
 use numaresources_api::selector;
 
@@ -82,6 +84,10 @@ pub(super) fn scheduler(nrs: &NUMAResourcesScheduler) -> Vec<String> {
         }
         _ => {}
     }
+    // kube-scheduler exits on a setting its image does not know, so the controllers leave
+    // those out: say so now.
+    let preemption = spec.preemption_mode == Some(PreemptionMode::Enabled);
+    warnings.extend(scheduler_image::identify(&spec.scheduler_image).warnings(&spec.scheduler_image, preemption));
     warnings
 }
 
@@ -213,7 +219,10 @@ mod tests {
 
     #[test]
     fn scheduler_warnings_one_row_per_rule() {
-        let base = || NUMAResourcesSchedulerSpec { scheduler_image: "quay.io/s:1".into(), ..Default::default() };
+        let base = || NUMAResourcesSchedulerSpec {
+            scheduler_image: "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.33.5".into(),
+            ..Default::default()
+        };
         let routing = |mode: PodRoutingMode, selector: Option<LabelSelector>| {
             Some(PodRouting { mode: Some(mode), namespace_selector: selector })
         };
@@ -245,6 +254,16 @@ mod tests {
                     ..base()
                 },
                 Some("spec.podRouting.namespaceSelector has no effect"),
+            ),
+            (
+                "preemption the image does not know",
+                NUMAResourcesSchedulerSpec { preemption_mode: Some(PreemptionMode::Enabled), ..base() },
+                Some("spec.preemptionMode Enabled is not rendered: scheduler-plugins v0.33 does not know it"),
+            ),
+            (
+                "an image nobody knows",
+                NUMAResourcesSchedulerSpec { scheduler_image: "quay.io/s:1".into(), ..base() },
+                Some("spec.imageSpec \"quay.io/s:1\" has unknown capabilities"),
             ),
         ];
         for (name, spec, want) in rows {
