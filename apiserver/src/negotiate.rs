@@ -56,18 +56,44 @@ pub fn negotiate(accept: Option<&str>) -> Result<Representation, ApiError> {
     ranges.first().map(|r| r.2).ok_or_else(|| ApiError::not_acceptable(accept))
 }
 
-/// The OpenAPI documents exist as JSON only: Ok when `accept` takes JSON (or is absent), else
-/// 406, as kube-apiserver answers a media type it does not serve. Answering JSON to a client
-/// that asked only for the protobuf form would have it decode JSON as protobuf.
-pub fn openapi_json(accept: Option<&str>) -> Result<(), ApiError> {
+/// The forms an OpenAPI document is served in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenApiForm {
+    /// `application/json`.
+    Json,
+    /// gnostic's protobuf (`/openapi/v2` only; see [`OPENAPI_V2_PROTOBUF`]).
+    Protobuf,
+}
+
+/// The protobuf form of `/openapi/v2` as kube-apiserver labels it. Clients also ask for it
+/// under the name with `@` ([`OPENAPI_V2_PROTOBUF_AT`]), but Go's `mime.ParseMediaType`, which
+/// client-go runs on the answer's Content-Type, refuses that one.
+pub const OPENAPI_V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+/// The name client-go's `OpenAPISchema()` asks for the protobuf form by.
+const OPENAPI_V2_PROTOBUF_AT: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+/// Which form of an OpenAPI document `accept` asks for, as kube-apiserver picks it: the
+/// client's most preferred range that names a form we serve, JSON for wildcards; `protobuf` says
+/// whether this document has a protobuf form (v2 does, our v3 does not). Nothing we serve is a
+/// 406, never JSON labelled as something else: a client that asked only for protobuf would
+/// decode JSON as protobuf.
+pub fn openapi_form(accept: Option<&str>, protobuf: bool) -> Result<OpenApiForm, ApiError> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
-        return Ok(());
+        return Ok(OpenApiForm::Json);
     };
-    if media_ranges(accept).any(|(media, params)| is_json(&media) && params.as_.is_none()) {
-        Ok(())
-    } else {
-        Err(ApiError::not_acceptable_of(accept, &["application/json"]))
+    let mut ranges: Vec<(usize, (String, MediaParams))> = media_ranges(accept).enumerate().collect();
+    ranges.sort_by(|(a_at, a), (b_at, b)| b.1.quality.total_cmp(&a.1.quality).then(a_at.cmp(b_at)));
+    let found = ranges.into_iter().find_map(|(_, (media, params))| match media.as_str() {
+        _ if params.as_.is_some() => None,
+        OPENAPI_V2_PROTOBUF | OPENAPI_V2_PROTOBUF_AT if protobuf => Some(OpenApiForm::Protobuf),
+        media if is_json(media) => Some(OpenApiForm::Json),
+        _ => None,
+    });
+    let mut offered = vec!["application/json"];
+    if protobuf {
+        offered.push(OPENAPI_V2_PROTOBUF);
     }
+    found.ok_or_else(|| ApiError::not_acceptable_of(accept, &offered))
 }
 
 /// The media ranges of an `Accept` header with their parameters, in the client's order, without
@@ -167,20 +193,33 @@ mod tests {
     }
 
     #[test]
-    fn openapi_documents_are_json_or_406() {
-        let json = [None, Some(""), Some("application/json"), Some("*/*"), Some("application/*;q=0.5, text/html")];
-        for accept in json {
-            assert!(openapi_json(accept).is_ok(), "{accept:?}");
-        }
-        let protobuf = [
-            "application/com.github.proto-openapi.spec.v3@v1.0+protobuf",
-            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-            "application/json;q=0, application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-            "application/json;as=Table;v=v1;g=meta.k8s.io",
+    fn openapi_documents_are_json_protobuf_for_v2_or_406() {
+        let v2_protobuf = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+        let v3_protobuf = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf";
+        let rows: [(Option<&str>, bool, Option<OpenApiForm>); 11] = [
+            (None, true, Some(OpenApiForm::Json)),
+            (Some(""), false, Some(OpenApiForm::Json)),
+            (Some("application/json"), true, Some(OpenApiForm::Json)),
+            (Some("*/*"), true, Some(OpenApiForm::Json)),
+            (Some("application/*;q=0.5, text/html"), false, Some(OpenApiForm::Json)),
+            // What client-go's OpenAPISchema() sends.
+            (Some(v2_protobuf), true, Some(OpenApiForm::Protobuf)),
+            (Some("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"), true, Some(OpenApiForm::Protobuf)),
+            (
+                Some("application/json;q=0.5, application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+                true,
+                Some(OpenApiForm::Protobuf),
+            ),
+            (Some(v3_protobuf), false, None),
+            (Some("application/json;q=0, application/com.github.proto-openapi.spec.v2@v1.0+protobuf"), false, None),
+            (Some("application/json;as=Table;v=v1;g=meta.k8s.io"), true, None),
         ];
-        for accept in protobuf {
-            let error = openapi_json(Some(accept)).unwrap_err();
-            assert_eq!(error.code(), http::StatusCode::NOT_ACCEPTABLE, "{accept}");
+        for (accept, protobuf, want) in rows {
+            match (openapi_form(accept, protobuf), want) {
+                (Ok(got), Some(want)) => assert_eq!(got, want, "{accept:?}"),
+                (Err(error), None) => assert_eq!(error.code(), http::StatusCode::NOT_ACCEPTABLE, "{accept:?}"),
+                (got, want) => panic!("{accept:?} (protobuf {protobuf}): {got:?}, want {want:?}"),
+            }
         }
     }
 

@@ -11,6 +11,8 @@ use serde_json::{Map, Value, json};
 
 use crate::discovery::VERSION;
 
+pub mod protobuf;
+
 /// Rendered documents.
 #[derive(Debug, Clone)]
 pub struct OpenApi {
@@ -18,6 +20,10 @@ pub struct OpenApi {
     pub v2: Bytes,
     /// ETag of `v2`.
     pub v2_etag: String,
+    /// `GET /openapi/v2` in gnostic's protobuf form (what client-go's `OpenAPISchema()` reads).
+    pub v2_protobuf: Bytes,
+    /// ETag of `v2_protobuf`.
+    pub v2_protobuf_etag: String,
     /// `GET /openapi/v3`.
     pub v3_index: Bytes,
     /// `GET /openapi/v3/apis/<group>/<version>`.
@@ -53,9 +59,14 @@ impl OpenApi {
             "definitions": definitions(Spec::V2),
         });
         let v2_bytes = bytes(&v2);
+        // The document is ours and its unit test encodes it: a failure here is a bug that test
+        // catches, so the server still starts (and answers JSON) rather than refusing to.
+        let v2_protobuf = Bytes::from(protobuf::document(&v2).unwrap_or_default());
         Self {
             v2_etag: format!("\"{}\"", hash(&v2_bytes)),
             v2: v2_bytes,
+            v2_protobuf_etag: format!("\"{}\"", hash(&v2_protobuf)),
+            v2_protobuf,
             v3_index: bytes(&index),
             v3_group_version: v3_bytes,
             v3_etag: format!("\"{v3_hash}\""),
@@ -470,6 +481,15 @@ mod tests {
         let index: Value = serde_json::from_slice(&docs.v3_index).unwrap();
         let url = index["paths"]["apis/topology.node.k8s.io/v1alpha2"]["serverRelativeURL"].as_str().unwrap();
         assert!(url.ends_with(docs.v3_etag.trim_matches('"')));
+    }
+
+    #[test]
+    fn v2_document_encodes_to_protobuf() {
+        let docs = OpenApi::new();
+        let v2: Value = serde_json::from_slice(&docs.v2).unwrap();
+        let encoded = protobuf::document(&v2).unwrap();
+        assert_eq!(docs.v2_protobuf, encoded);
+        assert_ne!(docs.v2_protobuf_etag, docs.v2_etag);
     }
 
     #[test]

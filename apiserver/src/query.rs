@@ -4,10 +4,16 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use numaresources_api::field::{FieldError, FieldErrors, FieldPath};
 use numaresources_api::selector;
 use serde::Deserialize;
 
 use crate::status::ApiError;
+
+/// The longest watch `timeoutSeconds` may ask for: far beyond any real client's (client-go's
+/// reflectors ask for 5 to 10 minutes), and small enough that the deadline it sets can always be
+/// computed (the largest int64 made the watch's `Instant` arithmetic overflow and panic).
+pub const MAX_WATCH_TIMEOUT_SECONDS: u64 = 7 * 24 * 60 * 60;
 
 /// The raw query string, as axum decodes it. Unknown parameters are ignored, as kube-apiserver
 /// does (e.g. `shardSelector` from newer clients).
@@ -28,6 +34,9 @@ pub struct RawQuery {
     #[serde(rename = "continue")]
     continue_: Option<String>,
     limit: Option<String>,
+    propagation_policy: Option<String>,
+    orphan_dependents: Option<String>,
+    grace_period_seconds: Option<String>,
 }
 
 impl RawQuery {
@@ -54,10 +63,13 @@ pub struct Options {
     pub watch: bool,
     /// `allowWatchBookmarks=true`.
     pub allow_bookmarks: bool,
-    /// `timeoutSeconds`.
+    /// `timeoutSeconds`, at most [`MAX_WATCH_TIMEOUT_SECONDS`]; `None` when absent or 0, which
+    /// kube-apiserver reads as "no timeout given" (the server's default applies).
     pub timeout_seconds: Option<u64>,
     /// `sendInitialEvents=true`.
     pub send_initial_events: bool,
+    /// Whether `sendInitialEvents` was given at all (`false` too): a list refuses either.
+    send_initial_events_given: bool,
     /// `dryRun=All`.
     pub dry_run: bool,
     /// `includeObject` for Tables.
@@ -68,6 +80,19 @@ pub struct Options {
     pub limit: Option<usize>,
     /// What to do about fields the schema does not know.
     pub field_validation: FieldValidation,
+    /// DeleteOptions given as parameters (kube-apiserver reads them when a DELETE has no body).
+    pub delete: DeleteParameters,
+}
+
+/// The DeleteOptions fields a DELETE may give as query parameters.
+#[derive(Debug, Default, Clone)]
+pub struct DeleteParameters {
+    /// `propagationPolicy`, unchecked (the DELETE handler validates it with the body's).
+    pub propagation_policy: Option<String>,
+    /// `orphanDependents` (deprecated).
+    pub orphan_dependents: Option<bool>,
+    /// `gracePeriodSeconds`: parsed, and without effect, as for every custom resource.
+    pub grace_period_seconds: Option<i64>,
 }
 
 /// `fieldValidation`: what happens to unknown fields in a written object.
@@ -130,6 +155,40 @@ impl Options {
             && selector::matches(&self.labels, labels.unwrap_or(&EMPTY))
     }
 
+    /// The checks kube-apiserver's `ValidateListOptions` makes of a list (not a watch: the watch
+    /// checks its own), every problem at once as a 422 `ListOptions` Status.
+    pub fn check_list(&self) -> Result<(), ApiError> {
+        let mut errors = FieldErrors::default();
+        let version_match = || FieldPath::new("resourceVersionMatch");
+        if let Some(wanted) = self.resource_version_match {
+            if self.resource_version.is_none() {
+                errors.push(FieldError::forbidden(
+                    version_match(),
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if self.continue_token.is_some() {
+                errors.push(FieldError::forbidden(
+                    version_match(),
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if wanted == VersionMatch::Exact && self.resource_version == Some(ResourceVersion::Any) {
+                errors.push(FieldError::forbidden(
+                    version_match(),
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if self.send_initial_events_given {
+            errors.push(FieldError::forbidden(
+                FieldPath::new("sendInitialEvents"),
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+        errors.into_result().map_err(|errors| ApiError::invalid_options_of("ListOptions", &errors))
+    }
+
     /// True when no selector narrows the result.
     pub fn selects_everything(&self) -> bool {
         self.fields.is_empty()
@@ -147,6 +206,7 @@ impl TryFrom<RawQuery> for Options {
             watch: flag(raw.watch.as_deref(), "watch")?,
             allow_bookmarks: flag(raw.allow_watch_bookmarks.as_deref(), "allowWatchBookmarks")?,
             send_initial_events: flag(raw.send_initial_events.as_deref(), "sendInitialEvents")?,
+            send_initial_events_given: raw.send_initial_events.as_deref().is_some_and(|v| !v.is_empty()),
             continue_token: raw.continue_.filter(|c| !c.is_empty()),
             limit: crate::paging::parse_limit(raw.limit.as_deref())?,
             ..Options::default()
@@ -176,17 +236,14 @@ impl TryFrom<RawQuery> for Options {
                 )));
             }
         };
-        if options.resource_version_match.is_some()
-            && options.resource_version.is_none()
-            && !options.send_initial_events
-        {
-            return Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided"));
-        }
         options.timeout_seconds = match raw.timeout_seconds.as_deref() {
             None | Some("") => None,
-            Some(text) => Some(text.parse().map_err(|_| {
-                ApiError::bad_request(format!("invalid timeoutSeconds {text:?}: must be a non-negative integer"))
-            })?),
+            Some(text) => {
+                let seconds: u64 = text.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid timeoutSeconds {text:?}: must be a non-negative integer"))
+                })?;
+                (seconds > 0).then_some(seconds.min(MAX_WATCH_TIMEOUT_SECONDS))
+            }
         };
         options.dry_run = match raw.dry_run.as_deref() {
             None | Some("") => false,
@@ -206,6 +263,19 @@ impl TryFrom<RawQuery> for Options {
                     "fieldValidation: Unsupported value: {other:?}: supported values: \"Ignore\", \"Warn\", \"Strict\""
                 )));
             }
+        };
+        options.delete = DeleteParameters {
+            propagation_policy: raw.propagation_policy.filter(|p| !p.is_empty()),
+            orphan_dependents: match raw.orphan_dependents.as_deref() {
+                None | Some("") => None,
+                Some(text) => Some(flag(Some(text), "orphanDependents")?),
+            },
+            grace_period_seconds: match raw.grace_period_seconds.as_deref() {
+                None | Some("") => None,
+                Some(text) => Some(text.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid gracePeriodSeconds {text:?}: must be an integer"))
+                })?),
+            },
         };
         options.include_object = match raw.include_object.as_deref() {
             None | Some("") | Some("Metadata") => IncludeObject::Metadata,
@@ -419,10 +489,72 @@ mod tests {
         assert!(options.watch && options.dry_run);
         assert_eq!(options.timeout_seconds, Some(290));
         let raw = RawQuery { resource_version_match: Some("Exact".into()), ..RawQuery::default() };
-        assert!(Options::try_from(raw).is_err(), "a match needs a resourceVersion");
+        assert!(Options::try_from(raw).unwrap().check_list().is_err(), "a list's match needs a resourceVersion");
         let raw = RawQuery { dry_run: Some("Maybe".into()), ..RawQuery::default() };
         assert!(Options::try_from(raw).is_err());
         let raw = RawQuery { resource_version: Some("abc".into()), ..RawQuery::default() };
         assert!(Options::try_from(raw).is_err());
+    }
+
+    #[test]
+    fn timeout_seconds_zero_is_no_timeout_and_huge_ones_are_clamped() {
+        let timeout = |text: &str| {
+            Options::try_from(RawQuery { timeout_seconds: Some(text.into()), ..RawQuery::default() })
+                .map(|o| o.timeout_seconds)
+        };
+        assert_eq!(timeout("0").unwrap(), None);
+        assert_eq!(timeout("290").unwrap(), Some(290));
+        assert_eq!(timeout("9223372036854775807").unwrap(), Some(MAX_WATCH_TIMEOUT_SECONDS));
+        assert_eq!(timeout("18446744073709551615").unwrap(), Some(MAX_WATCH_TIMEOUT_SECONDS));
+        for bad in ["-1", "18446744073709551616", "1e3"] {
+            assert_eq!(timeout(bad).unwrap_err().code(), http::StatusCode::BAD_REQUEST, "{bad}");
+        }
+    }
+
+    #[test]
+    fn lists_refuse_what_kube_apiserver_refuses_with_422() {
+        let check = |raw: RawQuery| Options::try_from(raw).unwrap().check_list();
+        let status = |raw: RawQuery| {
+            let error = check(raw).unwrap_err();
+            assert_eq!(error.code(), http::StatusCode::UNPROCESSABLE_ENTITY);
+            error.to_status()
+        };
+        for value in ["true", "false"] {
+            let refused = status(RawQuery { send_initial_events: Some(value.into()), ..RawQuery::default() });
+            assert_eq!(refused["reason"], "Invalid");
+            assert_eq!(
+                refused["message"],
+                "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"
+            );
+            assert_eq!(refused["details"]["kind"], "ListOptions");
+            assert_eq!(refused["details"]["group"], "meta.k8s.io");
+            assert_eq!(refused["details"]["causes"][0]["field"], "sendInitialEvents");
+            assert_eq!(refused["details"]["causes"][0]["type"], "FieldValueForbidden");
+        }
+        let exact_zero = status(RawQuery {
+            resource_version: Some("0".into()),
+            resource_version_match: Some("Exact".into()),
+            ..RawQuery::default()
+        });
+        assert_eq!(
+            exact_zero["message"],
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""
+        );
+        let both = status(RawQuery {
+            resource_version_match: Some("NotOlderThan".into()),
+            continue_: Some("token".into()),
+            ..RawQuery::default()
+        });
+        assert_eq!(both["details"]["causes"].as_array().unwrap().len(), 2, "every problem at once: {both}");
+        // What lists may do.
+        for (rv, version_match) in [("0", "NotOlderThan"), ("12", "Exact"), ("12", "NotOlderThan")] {
+            let raw = RawQuery {
+                resource_version: Some(rv.into()),
+                resource_version_match: Some(version_match.into()),
+                ..RawQuery::default()
+            };
+            assert!(check(raw).is_ok(), "{rv} {version_match}");
+        }
+        assert!(check(RawQuery { send_initial_events: Some(String::new()), ..RawQuery::default() }).is_ok());
     }
 }

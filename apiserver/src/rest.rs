@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, StatusCode};
+use numaresources_api::field::{FieldError, FieldErrors, FieldPath};
 use numaresources_api::nrt::NodeResourceTopology;
 use serde::Deserialize;
 use serde_json::Value;
@@ -21,8 +22,8 @@ use crate::paging::{self, ContinueToken};
 use crate::query::{FieldValidation, Options, RawQuery, ResourceVersion, VersionMatch};
 use crate::render;
 use crate::status::ApiError;
-use crate::store::{Preconditions, Snapshot, StoreError, Stored};
 use crate::validate::{decode, parse_body, unknown_fields};
+use crate::store::{Preconditions, Propagation, Snapshot, StoreError, Stored};
 
 /// Patch types we apply, and the ones we refuse with a reason.
 const PATCH_TYPES: &[&str] = &["application/merge-patch+json", "application/json-patch+json"];
@@ -42,6 +43,7 @@ pub async fn list_or_watch(
 }
 
 fn list(state: &AppState, options: &Options, representation: Representation) -> Result<Response, ApiError> {
+    options.check_list()?;
     let (snapshot, start) = match options.continue_token.as_deref() {
         Some(text) => continued_snapshot(state, options, text)?,
         None => (fresh_snapshot(state, options)?, None),
@@ -329,6 +331,14 @@ struct DeleteOptions {
     preconditions: Option<DeletePreconditions>,
     #[serde(default)]
     dry_run: Vec<String>,
+    /// Accepted, and without effect: custom resources have no graceful deletion.
+    #[serde(default)]
+    #[allow(dead_code)]
+    grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    orphan_dependents: Option<bool>,
+    #[serde(default)]
+    propagation_policy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -336,6 +346,66 @@ struct DeleteOptions {
 struct DeletePreconditions {
     resource_version: Option<String>,
     uid: Option<String>,
+}
+
+/// What a DELETE asks for, read and checked once for `delete` and `deletecollection`.
+#[derive(Debug)]
+struct Deletion {
+    preconditions: Preconditions,
+    propagation: Propagation,
+    dry_run: bool,
+    /// `orphanDependents=false`: kube-apiserver answers 202 when such a deletion leaves the
+    /// object in place (and 200 in every other case, to keep older clients working).
+    orphan_dependents_false: bool,
+}
+
+impl Deletion {
+    /// DeleteOptions from the body or, as kube-apiserver reads them, from the query parameters
+    /// when there is no body; validated as `ValidateDeleteOptions` does (422 `DeleteOptions`).
+    /// A `dryRun=All` parameter counts with a body too: a dry run never deletes.
+    async fn read(state: &AppState, options: &Options, body: Body) -> Result<Self, ApiError> {
+        let body = read_body(body, state.limits.max_body_bytes).await?;
+        let given = if body.iter().all(u8::is_ascii_whitespace) {
+            DeleteOptions {
+                orphan_dependents: options.delete.orphan_dependents,
+                propagation_policy: options.delete.propagation_policy.clone(),
+                ..DeleteOptions::default()
+            }
+        } else {
+            serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        };
+        let path = || FieldPath::new("propagationPolicy");
+        let mut errors = FieldErrors::default();
+        if let (Some(_), Some(policy)) = (given.orphan_dependents, given.propagation_policy.as_deref()) {
+            errors.push(FieldError::invalid(
+                path(),
+                policy,
+                "orphanDependents and deletionPropagation cannot be both set",
+            ));
+        }
+        let propagation = match (given.propagation_policy.as_deref(), given.orphan_dependents) {
+            (Some("Foreground"), _) => Propagation::Foreground,
+            (Some("Background"), _) => Propagation::Background,
+            (Some("Orphan"), _) => Propagation::Orphan,
+            (Some(other), _) => {
+                errors.push(FieldError::not_supported(path(), other, &["Foreground", "Background", "Orphan", "nil"]));
+                Propagation::Default
+            }
+            (None, Some(true)) => Propagation::Orphan,
+            (None, Some(false)) => Propagation::Background,
+            (None, None) => Propagation::Default,
+        };
+        errors.into_result().map_err(|errors| ApiError::invalid_options_of("DeleteOptions", &errors))?;
+        Ok(Self {
+            preconditions: given
+                .preconditions
+                .map(|p| Preconditions { resource_version: p.resource_version, uid: p.uid })
+                .unwrap_or_default(),
+            propagation,
+            dry_run: options.dry_run || given.dry_run.iter().any(|d| d == "All"),
+            orphan_dependents_false: given.orphan_dependents == Some(false),
+        })
+    }
 }
 
 /// `DELETE` on one object. Answers with the object as deleted (or as marked, when finalizers
@@ -347,36 +417,33 @@ pub async fn delete(
     body: Body,
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
-    let body = read_body(body, state.limits.max_body_bytes).await?;
-    let delete_options: DeleteOptions = if body.iter().all(u8::is_ascii_whitespace) {
-        DeleteOptions::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
-    };
-    let dry_run = options.dry_run || delete_options.dry_run.iter().any(|d| d == "All");
-    let preconditions = delete_options
-        .preconditions
-        .map(|p| Preconditions { resource_version: p.resource_version, uid: p.uid })
-        .unwrap_or_default();
-    let (stored, gone) = state.store.delete(&name, &preconditions, dry_run).map_err(|e| store_error(e, &name))?;
-    tracing::debug!(%name, gone, dry_run, "deleted");
-    let status = if gone { StatusCode::OK } else { StatusCode::ACCEPTED };
+    let deletion = Deletion::read(&state, &options, body).await?;
+    let (stored, gone) = state
+        .store
+        .delete_with(&name, &deletion.preconditions, deletion.propagation, deletion.dry_run)
+        .map_err(|e| store_error(e, &name))?;
+    tracing::debug!(%name, gone, dry_run = deletion.dry_run, propagation = ?deletion.propagation, "deleted");
+    let status = if !gone && deletion.orphan_dependents_false { StatusCode::ACCEPTED } else { StatusCode::OK };
     Ok(json_response(status, stored.json.clone()))
 }
 
-/// `DELETE` on the collection, narrowed by the selectors.
+/// `DELETE` on the collection, narrowed by the selectors; each object is deleted as a DELETE
+/// with the same DeleteOptions would delete it.
 pub async fn delete_collection(
     State(state): State<Arc<AppState>>,
     Query(raw): Query<RawQuery>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
+    let deletion = Deletion::read(&state, &options, body).await?;
     let snapshot = state.store.snapshot();
     let mut deleted = Vec::new();
     for stored in snapshot.items.iter().filter(|s| options.selects(s.name(), s.labels())) {
-        match state.store.delete(stored.name(), &Preconditions::default(), options.dry_run) {
-            Ok((gone, _)) => deleted.push(gone),
+        let name = stored.name();
+        match state.store.delete_with(name, &deletion.preconditions, deletion.propagation, deletion.dry_run) {
+            Ok((object, _)) => deleted.push(object),
             Err(StoreError::NotFound) => {} // deleted concurrently
-            Err(error) => return Err(store_error(error, stored.name())),
+            Err(error) => return Err(store_error(error, name)),
         }
     }
     let revision = state.store.revision();

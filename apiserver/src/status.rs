@@ -129,6 +129,17 @@ impl ApiError {
 
     /// 422 with one cause per field problem.
     pub fn invalid(name: &str, errors: &FieldErrors) -> Self {
+        Self::invalid_of(GROUP, KIND, name, errors)
+    }
+
+    /// 422 for request options (`ListOptions`, `DeleteOptions` of `meta.k8s.io`) that
+    /// contradict each other, as kube-apiserver's validation of them words it.
+    pub fn invalid_options_of(kind: &str, errors: &FieldErrors) -> Self {
+        Self::invalid_of("meta.k8s.io", kind, "", errors)
+    }
+
+    /// `NewInvalid(group kind, name, errors)`: one cause per field problem.
+    fn invalid_of(group: &str, kind: &str, name: &str, errors: &FieldErrors) -> Self {
         let causes: Vec<Value> = errors
             .iter()
             .map(|e| {
@@ -142,9 +153,9 @@ impl ApiError {
         let mut error = Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Invalid",
-            format!("{KIND}.{GROUP} \"{name}\" is invalid: {errors}"),
+            format!("{kind}.{group} \"{name}\" is invalid: {errors}"),
         );
-        error.details = Some(json!({"name": name, "group": GROUP, "kind": KIND, "causes": causes}));
+        error.details = Some(json!({"name": name, "group": group, "kind": kind, "causes": causes}));
         error
     }
 

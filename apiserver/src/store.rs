@@ -304,6 +304,63 @@ struct State {
     oldest_resumable: u64,
 }
 
+/// The garbage collector's finalizer for an `Orphan` deletion: it removes the dependents' owner
+/// references, then this finalizer, and the object goes.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The garbage collector's finalizer for a `Foreground` deletion: it deletes the dependents
+/// (those with `blockOwnerDeletion` first), then removes this finalizer.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// What a deletion does with the object's dependents: DeleteOptions' `propagationPolicy`, or
+/// the deprecated `orphanDependents` (true is `Orphan`, false `Background`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Propagation {
+    /// Neither option given: a garbage-collector finalizer the object carries already decides;
+    /// without one, `Background` (kube-apiserver's default for custom resources).
+    #[default]
+    Default,
+    /// The object goes now (unless other finalizers hold it); the collector deletes the
+    /// dependents afterwards.
+    Background,
+    /// The object stays, with [`FOREGROUND_FINALIZER`], until its dependents are gone.
+    Foreground,
+    /// The object stays, with [`ORPHAN_FINALIZER`], until its dependents no longer name it.
+    Orphan,
+}
+
+impl Propagation {
+    /// The object's finalizers once this deletion sets the garbage collector's: the other
+    /// finalizers as they are, then at most one of [`ORPHAN_FINALIZER`] and
+    /// [`FOREGROUND_FINALIZER`] (kube-apiserver's `deletionFinalizersForGarbageCollection`).
+    pub fn finalizers(self, current: &[String]) -> Vec<String> {
+        let policy = match self {
+            // The first collector finalizer the object carries wins, as in kube-apiserver.
+            Self::Default => match current.iter().find(|f| is_collector_finalizer(f)).map(String::as_str) {
+                Some(ORPHAN_FINALIZER) => Self::Orphan,
+                Some(_) => Self::Foreground,
+                None => Self::Background,
+            },
+            other => other,
+        };
+        let mut out: Vec<String> = current.iter().filter(|f| !is_collector_finalizer(f)).cloned().collect();
+        match policy {
+            Self::Orphan => out.push(ORPHAN_FINALIZER.to_owned()),
+            Self::Foreground => out.push(FOREGROUND_FINALIZER.to_owned()),
+            Self::Default | Self::Background => {}
+        }
+        out
+    }
+}
+
+fn is_collector_finalizer(finalizer: &str) -> bool {
+    finalizer == ORPHAN_FINALIZER || finalizer == FOREGROUND_FINALIZER
+}
+
+/// Whether two finalizer lists hold the same names (kube-apiserver compares them as sets).
+fn same_set(a: &[String], b: &[String]) -> bool {
+    a.iter().all(|f| b.contains(f)) && b.iter().all(|f| a.contains(f))
+}
+
 /// Preconditions a write must meet.
 #[derive(Debug, Default, Clone)]
 pub struct Preconditions {
@@ -562,13 +619,27 @@ impl Store {
         Ok((stored, true))
     }
 
-    /// Deletes the object named `name`. An object with finalizers is only marked for deletion
-    /// (deletionTimestamp set) and goes once its finalizers are removed. Returns the object as
-    /// it was deleted (or marked) and whether it is gone.
+    /// Deletes the object named `name` as [`Store::delete_with`] does when the request names
+    /// no propagation policy.
     pub fn delete(
         &self,
         name: &str,
         preconditions: &Preconditions,
+        dry_run: bool,
+    ) -> Result<(Arc<Stored>, bool), StoreError> {
+        self.delete_with(name, preconditions, Propagation::Default, dry_run)
+    }
+
+    /// Deletes the object named `name`, as kube-apiserver deletes a custom resource: the
+    /// propagation policy first sets the garbage collector's finalizers ([`Propagation`]); an
+    /// object left with finalizers is only marked for deletion (deletionTimestamp set, generation
+    /// bumped the first time) and goes once its finalizers are removed. Returns the object as it
+    /// was deleted (or marked) and whether it is gone.
+    pub fn delete_with(
+        &self,
+        name: &str,
+        preconditions: &Preconditions,
+        propagation: Propagation,
         dry_run: bool,
     ) -> Result<(Arc<Stored>, bool), StoreError> {
         let mut state = self.write();
@@ -576,17 +647,26 @@ impl Store {
         check_preconditions(&current, preconditions)?;
         let revision = state.revision + 1;
         let mut object = current.object()?.into_owned();
-        let gone = finalizers(&object.metadata).is_empty();
-        if !gone && object.metadata.deletion_timestamp.is_some() {
+        let wanted = propagation.finalizers(finalizers(&object.metadata));
+        let gone = wanted.is_empty();
+        let finalizers_change = !same_set(finalizers(&object.metadata), &wanted);
+        if !gone && object.metadata.deletion_timestamp.is_some() && !finalizers_change {
             // Already marked: nothing changes until the finalizers go.
             return Ok((current, false));
+        }
+        if finalizers_change {
+            object.metadata.finalizers = Some(wanted).filter(|f| !f.is_empty());
         }
         if !gone {
             // Marking is a change like any other: a new revision, a MODIFIED event, a new stamp.
             let now = now();
-            object.metadata.deletion_timestamp = Some(Time(now));
-            object.metadata.deletion_grace_period_seconds = Some(0);
-            stamp_last_change(&mut object.metadata, now);
+            let meta = &mut object.metadata;
+            if meta.deletion_timestamp.is_none() {
+                meta.deletion_timestamp = Some(Time(now));
+                meta.generation = meta.generation.map(|g| g + 1);
+            }
+            meta.deletion_grace_period_seconds = Some(0);
+            stamp_last_change(meta, now);
         }
         object.metadata.resource_version = Some(revision.to_string());
         let stored = Arc::new(stored(object, revision, current.last_report.clone())?);
@@ -1047,6 +1127,61 @@ mod tests {
         let state = store.read();
         assert!(matches!(state.history[2].object.content, Content::Replaced { .. }));
         assert!(matches!(state.history[1].object.content, Content::Replaced { .. }));
+    }
+
+    #[test]
+    fn propagation_sets_the_collectors_finalizers_as_kube_apiserver_does() {
+        let names = |list: &[&str]| list.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>();
+        let rows: [(Propagation, &[&str], &[&str]); 9] = [
+            (Propagation::Default, &[], &[]),
+            (Propagation::Default, &["a"], &["a"]),
+            (Propagation::Default, &["orphan", "a"], &["a", "orphan"]),
+            (Propagation::Default, &["foregroundDeletion", "orphan"], &["foregroundDeletion"]),
+            (Propagation::Background, &["orphan", "a"], &["a"]),
+            (Propagation::Orphan, &[], &["orphan"]),
+            (Propagation::Orphan, &["a", "foregroundDeletion"], &["a", "orphan"]),
+            (Propagation::Foreground, &["orphan"], &["foregroundDeletion"]),
+            (Propagation::Foreground, &["a"], &["a", "foregroundDeletion"]),
+        ];
+        for (propagation, current, want) in rows {
+            assert_eq!(propagation.finalizers(&names(current)), names(want), "{propagation:?} {current:?}");
+        }
+    }
+
+    #[test]
+    fn an_orphan_or_foreground_deletion_marks_and_waits_for_the_collector() {
+        for (propagation, finalizer) in
+            [(Propagation::Orphan, ORPHAN_FINALIZER), (Propagation::Foreground, FOREGROUND_FINALIZER)]
+        {
+            let store = Store::starting_at(0, 10);
+            store.create(nrt("n", 4), false).unwrap(); // 1
+            let (marked, gone) = store.delete_with("n", &Preconditions::default(), propagation, false).unwrap(); // 2
+            assert!(!gone);
+            let meta = marked.object().unwrap().metadata.clone();
+            assert!(meta.deletion_timestamp.is_some());
+            assert_eq!(meta.finalizers, Some(vec![finalizer.to_owned()]));
+            assert_eq!(meta.generation, Some(2), "marking bumps the generation, as kube-apiserver does");
+            assert_eq!(store.events_after(1, 10).unwrap()[0].kind, EventType::Modified);
+            // Deleting again changes nothing; a different policy swaps the collector finalizer.
+            let (again, _) = store.delete("n", &Preconditions::default(), false).unwrap();
+            assert_eq!(again.revision, 2);
+            // The collector removes its finalizer when done: the object goes, DELETED.
+            let mut released = store.get("n").unwrap().object().unwrap().into_owned();
+            released.metadata.finalizers = None;
+            store.update(released, &Preconditions::default(), false).unwrap(); // 3
+            assert!(store.get("n").is_none());
+            assert_eq!(store.events_after(2, 10).unwrap()[0].kind, EventType::Deleted);
+        }
+        // A Background deletion of an object the collector was asked to hold releases it.
+        let store = Store::starting_at(0, 10);
+        store.create(nrt("n", 4), false).unwrap();
+        store.delete_with("n", &Preconditions::default(), Propagation::Orphan, false).unwrap();
+        let (_, gone) = store.delete_with("n", &Preconditions::default(), Propagation::Background, false).unwrap();
+        assert!(gone && store.get("n").is_none());
+        // A dry run marks nothing.
+        store.create(nrt("m", 4), false).unwrap();
+        store.delete_with("m", &Preconditions::default(), Propagation::Orphan, true).unwrap();
+        assert!(store.get("m").unwrap().object().unwrap().metadata.deletion_timestamp.is_none());
     }
 
     #[test]

@@ -152,3 +152,20 @@ async fn a_protobuf_only_accept_is_never_answered_with_json() {
     let text = get(V3_PATH, Some("text/html")).await;
     assert_eq!(text.status, StatusCode::NOT_ACCEPTABLE);
 }
+
+/// `/openapi/v2` has a protobuf form, which client-go's `OpenAPISchema()` (kubectl up to 1.28
+/// for create, apply and explain) asks for alone; it is labelled the way Go's MIME parser
+/// accepts, as kube-apiserver labels it.
+#[tokio::test]
+async fn v2_is_served_as_protobuf_to_clients_that_ask_for_it() {
+    let protobuf = get("/openapi/v2", Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf")).await;
+    assert_eq!(protobuf.status, StatusCode::OK);
+    assert_eq!(protobuf.content_type, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf");
+    assert_eq!(protobuf.body, OpenApi::new().v2_protobuf);
+    assert_ne!(protobuf.body.first(), Some(&b'{'), "not JSON");
+    let json =
+        get("/openapi/v2", Some("application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf")).await;
+    assert_eq!(json.content_type, "application/json", "the client's first choice wins");
+    let refused = get("/openapi/v2", Some("application/vnd.kubernetes.protobuf")).await;
+    assert_eq!(refused.status, StatusCode::NOT_ACCEPTABLE);
+}
