@@ -10,7 +10,9 @@
 //! `capacity = max(machine[i][r], allocatable[i][r])` (the kubelet wins when it knows more, and
 //! devices have no other source); `available = max(0, allocatable[i][r] − used[i][r])`. A memory
 //! block or device set whose affinity spans several zones counts in full in each of them, as
-//! upstream does. CPUs and memory without NUMA affinity are not counted anywhere.
+//! upstream does. CPUs and memory without NUMA affinity are not counted anywhere. A
+//! `hugepages-<size>` resource is published in a zone only when the zone has pages of that size
+//! (capacity above 0), as upstream: a kubelet listing an empty pool adds nothing.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,9 @@ use numaresources_api::quantity::Quantity;
 use crate::podresources::{Allocatable, ContainerResources, Devices, MemoryBlock, PodResources};
 use crate::sysfs::Machine;
 use crate::sysfs::{RESOURCE_CPU, capacity_zones};
+
+/// The prefix of hugepage resource names (`hugepages-2Mi`).
+const HUGEPAGES_PREFIX: &str = "hugepages-";
 
 /// Amounts per NUMA id per resource name.
 type Amounts = BTreeMap<u32, BTreeMap<String, i64>>;
@@ -57,8 +62,10 @@ pub fn zones(machine: &Machine, kubelet: Option<KubeletView<'_>>) -> Vec<Zone> {
                 .map(|(name, &alloc)| {
                     let machine = machine_amounts.get(name.as_str()).and_then(Quantity::as_i64).unwrap_or(0);
                     let taken = used.get(&node.id).and_then(|u| u.get(name)).copied().unwrap_or(0);
-                    resource(name, machine.max(alloc), alloc, (alloc - taken).max(0))
+                    (name, machine.max(alloc), alloc, (alloc - taken).max(0))
                 })
+                .filter(|&(name, capacity, ..)| capacity > 0 || !name.starts_with(HUGEPAGES_PREFIX))
+                .map(|(name, capacity, alloc, available)| resource(name, capacity, alloc, available))
                 .collect(),
             // Every CPU reserved, or a CPU-less node with the memory manager off: still say how
             // many CPUs the zone has, with none allocatable.
@@ -263,5 +270,24 @@ mod tests {
         assert_eq!(zones[1].resources.len(), 1);
         assert_eq!(numbers(find(&zones[1], "cpu")), (4, 0, 0));
         assert_eq!(numbers(find(&zones[0], "cpu")), (4, 4, 4));
+    }
+
+    #[test]
+    fn an_empty_hugepage_pool_is_not_published_even_when_the_kubelet_lists_it() {
+        let mut allocatable = allocatable();
+        // The kubelet lists 2Mi pages on both nodes but has none; node 2 has no 1Gi page either
+        // on the machine side below.
+        allocatable.memory.push(MemoryBlock {
+            memory_type: "hugepages-2Mi".into(),
+            size_bytes: 0,
+            affinity: on(&[0, 2]),
+        });
+        let mut machine = machine();
+        machine.nodes[1].hugepages.clear();
+        allocatable.memory.retain(|b| !(b.memory_type == "hugepages-1Gi" && b.affinity == on(&[2])));
+        let zones = zones(&machine, Some(KubeletView { allocatable: &allocatable, pods: &[] }));
+        let names = |zone: &Zone| zone.resources.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&zones[0]), ["cpu", "example.com/vf", "hugepages-1Gi", "memory"]);
+        assert_eq!(names(&zones[1]), ["cpu", "example.com/vf", "memory"]);
     }
 }

@@ -253,7 +253,7 @@ fn hugepage_pools_of_any_size_get_binary_si_names_and_byte_totals() {
             "cpu",
             "hugepages-1536Ki",
             "hugepages-16Gi",
-            "hugepages-1Gi",
+            // No hugepages-1Gi: the kernel offers the size, the node has no such page.
             "hugepages-2Mi",
             "hugepages-32Mi",
             "hugepages-64Ki",
@@ -267,7 +267,9 @@ fn hugepage_pools_of_any_size_get_binary_si_names_and_byte_totals() {
 
 #[test]
 fn capacity_zones_carry_counts_bytes_and_costs() {
-    let machine = Tree::two_nodes().machine();
+    let tree = Tree::two_nodes();
+    tree.pool(1, 2048, 8);
+    let machine = tree.machine();
     let zones = capacity_zones(&machine);
     let zone = &zones[1];
     assert_eq!((zone.name.as_str(), zone.zone_type.as_str()), ("node-1", "Node"));
@@ -277,13 +279,11 @@ fn capacity_zones_carry_counts_bytes_and_costs() {
         zone.resources.iter().map(|r| (r.name.as_str(), r.capacity.to_string())).collect();
     assert_eq!(
         resources,
-        [
-            ("cpu", "4".to_owned()),
-            ("hugepages-1Gi", "0".to_owned()),
-            ("hugepages-2Mi", "0".to_owned()),
-            ("memory", "1073741824".to_owned())
-        ]
+        [("cpu", "4".to_owned()), ("hugepages-2Mi", "16777216".to_owned()), ("memory", "1073741824".to_owned())]
     );
+    // Node 0 has no page of either size the kernel offers: no hugepages resource at all.
+    let names: Vec<&str> = zones[0].resources.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["cpu", "memory"]);
     assert!(zone.resources.iter().all(|r| r.allocatable == r.capacity && r.available == r.capacity));
 }
 

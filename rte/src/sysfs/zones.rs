@@ -20,9 +20,10 @@ pub fn hugepages_resource_name(page_size_bytes: u64) -> String {
 
 /// One zone per NUMA node, ascending by id: name `node-<id>`, type `Node`, a cost to every node
 /// (itself included) from its distances, ascending by destination id, and the resources `cpu`
-/// (online logical CPUs), `memory` (`MemTotal` bytes) and one `hugepages-<size>` per pool (bytes,
-/// listed even when empty), sorted by name. `cpu` and `memory` are always there, 0 on CPU-less or
-/// memory-less nodes.
+/// (online logical CPUs), `memory` (`MemTotal` bytes) and one `hugepages-<size>` per pool that
+/// has pages (bytes), sorted by name. `cpu` and `memory` are always there, 0 on CPU-less or
+/// memory-less nodes; a page size the kernel offers with no page reserved on the node is not
+/// listed, as upstream lists none (`hugepages-1Gi` 0/0/0 on every zone would only be noise).
 ///
 /// Only `capacity` comes from the machine; `allocatable` and `available` are set equal to it, as
 /// for a node with nothing reserved or allocated. The accounting, which knows what the kubelet
@@ -39,7 +40,8 @@ fn zone(node: &NumaNode) -> Zone {
         .collect();
     let mut resources =
         vec![resource(RESOURCE_CPU, node.cpus.len() as u64), resource(RESOURCE_MEMORY, node.memory_bytes)];
-    resources.extend(node.hugepages.iter().map(|pool| resource(&pool.resource_name(), pool.total_bytes)));
+    let pools = node.hugepages.iter().filter(|pool| pool.pages > 0);
+    resources.extend(pools.map(|pool| resource(&pool.resource_name(), pool.total_bytes)));
     resources.sort_by(|a, b| a.name.cmp(&b.name));
     Zone { name: numa_zone_name(node.id), zone_type: ZONE_TYPE_NODE.to_owned(), costs, resources, ..Zone::default() }
 }
