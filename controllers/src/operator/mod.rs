@@ -303,6 +303,7 @@ async fn apply_exporters(
     applier.cluster(rte::cluster_role_binding(namespace)?).await?;
     applier.namespaced(rte::role(namespace)?).await?;
     applier.namespaced(rte::role_binding(namespace)?).await?;
+    applier.namespaced(crate::render::network_policy::exporters(namespace)?).await?;
     if matches!(settings.metrics, rte::MetricsMode::HttpTls { .. }) {
         applier.namespaced(rte::metrics_service(namespace)?).await?;
     }

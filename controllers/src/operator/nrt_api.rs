@@ -91,6 +91,7 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
         service.annotations_mut().extend(service_annotations);
         applier.namespaced(service).await?;
     }
+    applier.namespaced(crate::render::network_policy::apiserver(namespace)?).await?;
     let available = match objects.deployment {
         Some(deployment) => deployment_available(&applier.namespaced(deployment).await?),
         None => false,

@@ -14,6 +14,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::runtime::events::EventType;
@@ -53,6 +54,8 @@ pub async fn remove_api_server(nro: &NUMAResourcesOperator, ctx: &Context) -> Re
     if let Some(service) = &objects.service {
         take(delete_if_ours(&Api::<Service>::namespaced(client.clone(), namespace), &service.name_any(), &uid).await?);
     }
+    let policy = crate::render::network_policy::apiserver(namespace)?;
+    take(delete_if_ours(&Api::<NetworkPolicy>::namespaced(client.clone(), namespace), &policy.name_any(), &uid).await?);
     for binding in &objects.cluster_role_bindings {
         take(delete_if_ours(&Api::<ClusterRoleBinding>::all(client.clone()), &binding.name_any(), &uid).await?);
     }

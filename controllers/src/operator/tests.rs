@@ -425,6 +425,26 @@ async fn an_apiserver_older_than_the_minimum_is_reported_by_name_and_nothing_is_
     assert_eq!(h.condition(cond::AVAILABLE).0, "True");
 }
 
+#[tokio::test]
+async fn exporters_and_the_api_server_get_their_network_policies_and_a_switch_removes_the_servers() {
+    let h = Harness::new(vec![worker_group()]);
+    h.converge().await;
+    let policy = |name: &str| format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/{name}");
+    for (name, rendered) in [
+        ("numaresources-rte", crate::render::network_policy::exporters(NS).unwrap()),
+        ("numaresources-apiserver", crate::render::network_policy::apiserver(NS).unwrap()),
+    ] {
+        let applied: k8s_openapi::api::networking::v1::NetworkPolicy = h.fake.typed(&policy(name));
+        assert_eq!(applied.spec, rendered.spec, "{name}");
+    }
+    h.fake.edit(NRO, |nro| {
+        nro["metadata"]["annotations"] = json!({"config.numa-operator.openshift.io/nrt-api-definition": "cluster"});
+    });
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(&policy("numaresources-apiserver")).is_none(), "removed with the server");
+    assert!(h.fake.get(&policy("numaresources-rte")).is_some());
+}
+
 /// The Events with `reason` the fake holds.
 fn events_with_reason(fake: &FakeApi, reason: &str) -> usize {
     fake.paths()

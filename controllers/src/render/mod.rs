@@ -5,6 +5,7 @@
 
 pub mod apiserver;
 pub mod kubeletconfig;
+pub mod network_policy;
 pub mod pod_routing;
 pub mod rte;
 pub mod scheduler;

@@ -191,6 +191,7 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     for binding in render::role_bindings(namespace)? {
         applier.namespaced(binding).await?;
     }
+    applier.namespaced(crate::render::network_policy::scheduler(namespace)?).await?;
     let config_map =
         applier.namespaced(render::config_map(&settings, render::config_yaml(&spec, &settings, replicas))?).await?;
     let data = config_map.data.clone().unwrap_or_default();

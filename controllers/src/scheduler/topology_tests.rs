@@ -199,3 +199,13 @@ async fn knidebug_follows_the_image_not_the_platform() {
     assert_eq!(status, "False");
     assert!(message.contains("example.com/my-scheduler:1"), "{message}");
 }
+
+#[tokio::test]
+async fn the_scheduler_gets_its_network_policy_with_the_deployment() {
+    let h = Harness::new(1);
+    h.reconcile().await.unwrap();
+    let path = "/apis/networking.k8s.io/v1/namespaces/numaresources/networkpolicies/numaresources-scheduler";
+    let applied: k8s_openapi::api::networking::v1::NetworkPolicy = h.fake.typed(path);
+    assert_eq!(applied.spec, crate::render::network_policy::scheduler(NS).unwrap().spec);
+    assert_eq!(applied.metadata.owner_references.unwrap()[0].kind, "NUMAResourcesScheduler");
+}
