@@ -290,6 +290,10 @@ pub struct Store {
     history_limit: usize,
     history_bytes_limit: usize,
     uid_seed: std::collections::hash_map::RandomState,
+    /// Clients see changes up to this revision only ([`u64::MAX`]: all of them). A replicated
+    /// leader sets it to what its in-sync followers hold, so no client ever sees a change that a
+    /// failover could lose (followers see everything: that is how they come to hold it).
+    visible: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -398,6 +402,7 @@ impl Store {
             history_limit: history_limit.max(1),
             history_bytes_limit: DEFAULT_HISTORY_BYTES,
             uid_seed: std::collections::hash_map::RandomState::new(),
+            visible: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -413,14 +418,37 @@ impl Store {
         self.read().objects.get(name).cloned()
     }
 
-    /// Every object, sorted by name, and the revision they reflect.
+    /// Every object clients may see, sorted by name, and the revision they reflect.
     pub fn snapshot(&self) -> Snapshot {
         let state = self.read();
-        let mut items: Vec<Arc<Stored>> = state.objects.values().cloned().collect();
-        let revision = state.revision;
+        let revision = self.visible_in(&state);
+        let mut items: Vec<Arc<Stored>> = if revision < state.revision {
+            rebuild(&state, revision).into_values().collect()
+        } else {
+            state.objects.values().cloned().collect()
+        };
         drop(state);
         items.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         Snapshot { items, revision }
+    }
+
+    /// Limits what clients see to the changes up to `revision` (None: every change), and wakes
+    /// the watchers that waited for it.
+    pub fn set_visible(&self, revision: Option<u64>) {
+        let state = self.read();
+        let previous = self.visible.swap(revision.unwrap_or(u64::MAX), Ordering::AcqRel);
+        if previous != revision.unwrap_or(u64::MAX) {
+            self.revisions.send_replace(state.revision);
+        }
+    }
+
+    fn visible_in(&self, state: &State) -> u64 {
+        state.revision.min(self.visible.load(Ordering::Acquire))
+    }
+
+    /// The last revision handed out, visible to clients or not (replication's own view).
+    pub fn head_revision(&self) -> u64 {
+        self.read().revision
     }
 
     /// Every object as it was at `revision`, sorted by name, rebuilt from the current state and
@@ -431,17 +459,7 @@ impl Store {
         if revision < state.oldest_resumable || revision > state.revision {
             return Err(state.oldest_resumable);
         }
-        let mut objects = state.objects.clone();
-        // The history is in revision order; undo the later events, newest first: each name ends
-        // up as it was before its earliest later event (absent if that event created it).
-        let first_later = state.history.partition_point(|e| e.revision <= revision);
-        for event in state.history.range(first_later..).rev() {
-            let name = event.object.name().to_owned();
-            match &event.previous {
-                Some(previous) => objects.insert(name, previous.clone()),
-                None => objects.remove(&name),
-            };
-        }
+        let objects = rebuild(&state, revision);
         drop(state);
         let mut items: Vec<Arc<Stored>> = objects.into_values().collect();
         items.sort_unstable_by(|a, b| a.name().cmp(b.name()));
@@ -458,9 +476,11 @@ impl Store {
         self.len() == 0
     }
 
-    /// The last revision handed out.
+    /// The last revision clients may see (the last one handed out, unless a replicated leader
+    /// holds changes back until its followers have them).
     pub fn revision(&self) -> u64 {
-        self.read().revision
+        let state = self.read();
+        self.visible_in(&state)
     }
 
     /// Starts a watch after `from` (None: from now). Refused when `from` is older than the
@@ -468,33 +488,52 @@ impl Store {
     /// store's revision.
     pub fn watch(&self, from: Option<u64>) -> Result<WatchStart, WatchRefusal> {
         let state = self.read();
+        let visible = self.visible_in(&state);
         let revision = match from {
-            None => state.revision,
+            None => visible,
             Some(from) if from < state.oldest_resumable => {
                 return Err(WatchRefusal::TooOld { oldest: state.oldest_resumable });
             }
-            Some(from) if from > state.revision => return Err(WatchRefusal::TooLarge { current: state.revision }),
+            Some(from) if from > visible => return Err(WatchRefusal::TooLarge { current: visible }),
             Some(from) => from,
         };
         Ok(WatchStart { backlog: Vec::new(), revision, changes: self.revisions.subscribe() })
     }
 
-    /// Up to `max` events after revision `after`, oldest first. Refused when the history no
-    /// longer reaches back that far: the watcher fell behind and must relist.
+    /// Up to `max` events after revision `after` that clients may see, oldest first. Refused
+    /// when the history no longer reaches back that far: the watcher fell behind and must relist.
     pub fn events_after(&self, after: u64, max: usize) -> Result<Vec<Arc<Event>>, WatchRefusal> {
         let state = self.read();
+        let visible = self.visible_in(&state);
+        Self::events_in(&state, after, max, visible)
+    }
+
+    /// Like [`Store::events_after`], visible or not: what a leader streams to its followers.
+    pub fn replication_events_after(&self, after: u64, max: usize) -> Result<Vec<Arc<Event>>, WatchRefusal> {
+        let state = self.read();
+        Self::events_in(&state, after, max, u64::MAX)
+    }
+
+    fn events_in(state: &State, after: u64, max: usize, up_to: u64) -> Result<Vec<Arc<Event>>, WatchRefusal> {
         if after < state.oldest_resumable {
             return Err(WatchRefusal::TooOld { oldest: state.oldest_resumable });
         }
         // The history is in revision order: find the first later event by bisection.
         let first = state.history.partition_point(|e| e.revision <= after);
-        Ok(state.history.range(first..).take(max).cloned().collect())
+        Ok(state.history.range(first..).take_while(|e| e.revision <= up_to).take(max).cloned().collect())
     }
 
     /// Starts a watch with every current object as a synthetic `ADDED` event, then every change.
     pub fn watch_with_snapshot(&self) -> WatchStart {
         let state = self.read();
-        let mut objects: Vec<&Arc<Stored>> = state.objects.values().collect();
+        let revision = self.visible_in(&state);
+        let visible_objects;
+        let mut objects: Vec<&Arc<Stored>> = if revision < state.revision {
+            visible_objects = rebuild(&state, revision);
+            visible_objects.values().collect()
+        } else {
+            state.objects.values().collect()
+        };
         objects.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         let backlog = objects
             .into_iter()
@@ -507,7 +546,7 @@ impl Store {
                 })
             })
             .collect();
-        WatchStart { backlog, revision: state.revision, changes: self.revisions.subscribe() }
+        WatchStart { backlog, revision, changes: self.revisions.subscribe() }
     }
 
     /// Creates `object`. Server-owned metadata is set here; `dry_run` validates without storing.
@@ -818,6 +857,22 @@ impl Store {
     }
 }
 
+/// The objects as they were at `revision` (not older than the history reaches): the current
+/// ones with the later events undone, newest first, so each name ends up as it was before its
+/// earliest later event (absent if that event created it).
+fn rebuild(state: &State, revision: u64) -> HashMap<String, Arc<Stored>> {
+    let mut objects = state.objects.clone();
+    let first_later = state.history.partition_point(|e| e.revision <= revision);
+    for event in state.history.range(first_later..).rev() {
+        let name = event.object.name().to_owned();
+        match &event.previous {
+            Some(previous) => objects.insert(name, previous.clone()),
+            None => objects.remove(&name),
+        };
+    }
+    objects
+}
+
 /// Swaps the history's reference to `current`, the version a write is replacing, for a slim
 /// copy, and returns that copy for the new event's `previous`: once the map lets go of `current`,
 /// nothing holds its typed object.
@@ -1076,60 +1131,6 @@ mod tests {
     }
 
     #[test]
-    fn marking_for_deletion_stamps_the_last_change() {
-        let store = Store::starting_at(0, 10);
-        let mut object = nrt("n", 4);
-        object.metadata.finalizers = Some(vec!["example.com/keep".into()]);
-        store.create(object, false).unwrap();
-        // Age the stamp, so the one the marking sets is told apart from it.
-        {
-            let mut state = store.write();
-            let mut aged = state.objects["n"].object().unwrap().into_owned();
-            aged.metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(LAST_CHANGE_ANNOTATION.into(), "2000-01-01T00:00:00Z".into());
-            let aged = stored(aged, 1, Arc::new(AtomicU64::new(0))).unwrap();
-            state.objects.insert("n".into(), Arc::new(aged));
-        }
-        let (marked, _) = store.delete("n", &Preconditions::default(), false).unwrap();
-        let deleted_at = marked.object().unwrap().metadata.deletion_timestamp.clone().unwrap();
-        assert_eq!(last_change(&marked), deleted_at.0.to_string());
-        assert!(std::str::from_utf8(&marked.json).unwrap().contains(&deleted_at.0.to_string()));
-    }
-
-    #[test]
-    fn the_history_keeps_replaced_versions_slim_and_shares_current_ones() {
-        let store = Store::starting_at(0, 10);
-        let mut labelled = nrt("n", 4);
-        labelled.metadata.labels = Some([("pool".to_owned(), "a".to_owned())].into());
-        store.create(labelled.clone(), false).unwrap(); // 1
-        labelled.zones[0].resources[0].available = Quantity::from_i64(3);
-        store.update(labelled, &Preconditions::default(), false).unwrap(); // 2
-        let state = store.read();
-        let (created, modified) = (&state.history[0], &state.history[1]);
-        // The current version is one allocation, shared by the map and its event.
-        assert!(Arc::ptr_eq(&state.objects["n"], &modified.object));
-        assert!(matches!(modified.object.content, Content::Typed(_)));
-        // The replaced one is kept once, slim, by both events that refer to it.
-        let previous = modified.previous.as_ref().unwrap();
-        assert!(Arc::ptr_eq(previous, &created.object));
-        assert!(matches!(previous.content, Content::Replaced { .. }));
-        assert_eq!((previous.name(), previous.revision), ("n", 1));
-        assert_eq!(previous.labels().unwrap()["pool"], "a");
-        // The typed object comes back from the JSON when asked for.
-        let decoded = previous.object().unwrap();
-        assert_eq!(decoded.zones[0].resources[0].available, Quantity::from_i64(4));
-        assert_eq!(decoded.metadata.resource_version.as_deref(), Some("1"));
-        drop(state);
-        // A deletion's last state is history only: slim too.
-        store.delete("n", &Preconditions::default(), false).unwrap(); // 3
-        let state = store.read();
-        assert!(matches!(state.history[2].object.content, Content::Replaced { .. }));
-        assert!(matches!(state.history[1].object.content, Content::Replaced { .. }));
-    }
-
-    #[test]
     fn propagation_sets_the_collectors_finalizers_as_kube_apiserver_does() {
         let names = |list: &[&str]| list.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>();
         let rows: [(Propagation, &[&str], &[&str]); 9] = [
@@ -1182,6 +1183,60 @@ mod tests {
         store.create(nrt("m", 4), false).unwrap();
         store.delete_with("m", &Preconditions::default(), Propagation::Orphan, true).unwrap();
         assert!(store.get("m").unwrap().object().unwrap().metadata.deletion_timestamp.is_none());
+    }
+
+    #[test]
+    fn marking_for_deletion_stamps_the_last_change() {
+        let store = Store::starting_at(0, 10);
+        let mut object = nrt("n", 4);
+        object.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+        store.create(object, false).unwrap();
+        // Age the stamp, so the one the marking sets is told apart from it.
+        {
+            let mut state = store.write();
+            let mut aged = state.objects["n"].object().unwrap().into_owned();
+            aged.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(LAST_CHANGE_ANNOTATION.into(), "2000-01-01T00:00:00Z".into());
+            let aged = stored(aged, 1, Arc::new(AtomicU64::new(0))).unwrap();
+            state.objects.insert("n".into(), Arc::new(aged));
+        }
+        let (marked, _) = store.delete("n", &Preconditions::default(), false).unwrap();
+        let deleted_at = marked.object().unwrap().metadata.deletion_timestamp.clone().unwrap();
+        assert_eq!(last_change(&marked), deleted_at.0.to_string());
+        assert!(std::str::from_utf8(&marked.json).unwrap().contains(&deleted_at.0.to_string()));
+    }
+
+    #[test]
+    fn the_history_keeps_replaced_versions_slim_and_shares_current_ones() {
+        let store = Store::starting_at(0, 10);
+        let mut labelled = nrt("n", 4);
+        labelled.metadata.labels = Some([("pool".to_owned(), "a".to_owned())].into());
+        store.create(labelled.clone(), false).unwrap(); // 1
+        labelled.zones[0].resources[0].available = Quantity::from_i64(3);
+        store.update(labelled, &Preconditions::default(), false).unwrap(); // 2
+        let state = store.read();
+        let (created, modified) = (&state.history[0], &state.history[1]);
+        // The current version is one allocation, shared by the map and its event.
+        assert!(Arc::ptr_eq(&state.objects["n"], &modified.object));
+        assert!(matches!(modified.object.content, Content::Typed(_)));
+        // The replaced one is kept once, slim, by both events that refer to it.
+        let previous = modified.previous.as_ref().unwrap();
+        assert!(Arc::ptr_eq(previous, &created.object));
+        assert!(matches!(previous.content, Content::Replaced { .. }));
+        assert_eq!((previous.name(), previous.revision), ("n", 1));
+        assert_eq!(previous.labels().unwrap()["pool"], "a");
+        // The typed object comes back from the JSON when asked for.
+        let decoded = previous.object().unwrap();
+        assert_eq!(decoded.zones[0].resources[0].available, Quantity::from_i64(4));
+        assert_eq!(decoded.metadata.resource_version.as_deref(), Some("1"));
+        drop(state);
+        // A deletion's last state is history only: slim too.
+        store.delete("n", &Preconditions::default(), false).unwrap(); // 3
+        let state = store.read();
+        assert!(matches!(state.history[2].object.content, Content::Replaced { .. }));
+        assert!(matches!(state.history[1].object.content, Content::Replaced { .. }));
     }
 
     #[test]

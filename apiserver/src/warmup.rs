@@ -104,8 +104,9 @@ mod tests {
 
     type Handle = tower_test::mock::Handle<http::Request<kube::client::Body>, http::Response<kube::client::Body>>;
 
+    /// Answers the next list of the exporter pods (nothing when the warm-up has ended).
     async fn answer_list(handle: &mut Handle, pods: &[Pod]) {
-        let (request, send) = handle.next_request().await.expect("a list of the exporter pods");
+        let Some((request, send)) = handle.next_request().await else { return };
         assert!(request.uri().to_string().contains("labelSelector=app"), "{}", request.uri());
         let list = serde_json::json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods});
         send.send_response(http::Response::new(kube::client::Body::from(serde_json::to_vec(&list).unwrap())));
@@ -145,6 +146,7 @@ mod tests {
         let pods = [pod("a", "Running")];
         loop {
             tokio::select! {
+                biased;
                 done = &mut task => break done.unwrap(),
                 () = answer_list(&mut handle, &pods) => {}
             }

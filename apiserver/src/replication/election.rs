@@ -203,15 +203,18 @@ impl Replication {
         let now_micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         self.store.advance_to(now_micros);
         self.following.synced.store(true, Ordering::Release);
+        // What this replica holds now counts as committed: the followers it had resync to it.
+        self.commit_floor(self.store.head_revision());
         self.set_role(Role::Leader);
-        tracing::info!(revision = self.store.revision(), objects = self.store.len(), "leading the store");
+        self.update_visibility();
+        tracing::info!(revision = self.store.head_revision(), objects = self.store.len(), "leading the store");
     }
 
     /// At shutdown: stop taking writes, then give the Lease to an in-sync follower that holds
     /// everything (or release it when none does).
     async fn hand_over(&self, lease: &LeaderLease) {
         self.set_role(Role::Stopping);
-        let revision = self.store.revision();
+        let revision = self.store.head_revision();
         match self.successor(revision).await {
             Some(successor) if lease.hand_over(&successor).await => {
                 tracing::info!(%successor, revision, "handed the Lease over");

@@ -91,7 +91,7 @@ impl Replication {
         self.synchronize(&client).await?;
         self.following.synced.store(true, Ordering::Release);
 
-        let after = self.store.revision();
+        let after = self.store.head_revision();
         let request = http::Request::get(format!(
             "/replication/v1/stream?after={after}&identity={}",
             super::peer::percent_encode(&self.identity)
@@ -195,7 +195,7 @@ async fn acknowledge(replication: Arc<Replication>, client: kube::Client) {
     };
     let mut acked = 0;
     loop {
-        let revision = replication.store.revision();
+        let revision = replication.store.head_revision();
         if revision > acked {
             let ack = Ack { identity: replication.identity.clone(), revision };
             let request = serde_json::to_vec(&ack).map_err(|e| e.to_string()).and_then(|body| {

@@ -25,6 +25,8 @@ pub(super) struct InSync {
 
 #[derive(Debug, Default)]
 struct Followers {
+    /// What counts as committed whatever the followers say (the state a new leader took over).
+    floor: u64,
     /// Each follower's highest acknowledged revision.
     acked: HashMap<String, u64>,
     waiting: BTreeSet<String>,
@@ -38,6 +40,13 @@ impl InSync {
 
     fn bump(&self) {
         self.progress.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The revision every followers writes wait for holds (None: no follower is waited for).
+    fn committed(&self) -> Option<u64> {
+        let followers = self.lock();
+        let slowest = followers.waiting.iter().map(|id| followers.acked.get(id).copied().unwrap_or(0)).min()?;
+        Some(slowest.max(followers.floor))
     }
 }
 
@@ -55,6 +64,18 @@ impl Replication {
         self.in_sync.bump();
     }
 
+    /// Counts everything up to `revision` as committed (a new leader's state).
+    pub(super) fn commit_floor(&self, revision: u64) {
+        self.in_sync.lock().floor = revision;
+    }
+
+    /// Lets clients see what every in-sync follower holds (a leader's business only).
+    pub(super) fn update_visibility(&self) {
+        if matches!(self.role(), super::Role::Leader | super::Role::Stopping) {
+            self.store.set_visible(self.in_sync.committed());
+        }
+    }
+
     /// The followers the Lease names as in sync.
     pub(super) fn published_in_sync(&self) -> Vec<String> {
         self.in_sync.lock().published.iter().cloned().collect()
@@ -63,7 +84,7 @@ impl Replication {
     /// Follower `identity` has applied everything up to `revision`. Returns whether it just
     /// joined the in-sync set.
     pub(super) fn acknowledge(&self, identity: &str, revision: u64) -> bool {
-        let head = self.store.revision();
+        let head = self.store.head_revision();
         let mut guard = self.in_sync.lock();
         let followers = &mut *guard;
         let acked = followers.acked.entry(identity.to_owned()).or_default();
@@ -75,6 +96,7 @@ impl Replication {
         }
         drop(guard);
         self.in_sync.bump();
+        self.update_visibility();
         if joined {
             tracing::info!(follower = identity, revision, "a follower is in sync");
         }
@@ -159,6 +181,7 @@ impl Replication {
         self.metrics.in_sync_followers.set(i64::try_from(followers.waiting.len()).unwrap_or(i64::MAX));
         drop(followers);
         self.in_sync.bump();
+        self.update_visibility();
     }
 
     /// An in-sync follower holding `revision`, to hand the Lease to at shutdown (waits for one up

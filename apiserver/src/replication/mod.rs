@@ -260,6 +260,10 @@ impl Replication {
             true
         });
         if changed {
+            if !matches!(role, Role::Leader | Role::Stopping) {
+                // Only a leader holds changes back from its clients.
+                self.store.set_visible(None);
+            }
             self.metrics.is_leader.set(i64::from(role == Role::Leader));
             self.metrics.leader_changes.inc();
             self.refresh_readiness();
@@ -293,7 +297,7 @@ impl Replication {
         self.following.leader_revision.fetch_max(revision, Ordering::AcqRel);
         self.following.leader_warm.store(warm, Ordering::Release);
         *self.following.last_heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
-        let behind = revision.saturating_sub(self.store.revision());
+        let behind = revision.saturating_sub(self.store.head_revision());
         self.metrics.lag_revisions.set(i64::try_from(behind).unwrap_or(i64::MAX));
     }
 
@@ -319,6 +323,6 @@ impl Replication {
             Err(_) => return false,
         };
         let reached = changes.wait_for(|current| *current >= revision);
-        tokio::time::timeout(wait, reached).await.is_ok_and(|r| r.is_ok()) || self.store.revision() >= revision
+        tokio::time::timeout(wait, reached).await.is_ok_and(|r| r.is_ok()) || self.store.head_revision() >= revision
     }
 }

@@ -177,7 +177,7 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
         Ok(start) => start.changes,
         Err(_) => return ApiError::unavailable("the store is not ready", 1).into_response(),
     };
-    if let Err(WatchRefusal::TooOld { oldest }) = state.store.events_after(params.after, 0) {
+    if let Err(WatchRefusal::TooOld { oldest }) = state.store.replication_events_after(params.after, 0) {
         return ApiError::expired(format!("too old resource version: {} ({oldest})", params.after)).into_response();
     }
     tracing::info!(follower = %params.identity, after = params.after, "a follower is streaming");
@@ -187,7 +187,7 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
     tokio::spawn(async move {
         let mut after = params.after;
         loop {
-            let events = match state.store.events_after(after, STREAM_CHUNK) {
+            let events = match state.store.replication_events_after(after, STREAM_CHUNK) {
                 Ok(events) => events,
                 Err(_) => break, // fell behind the history: the follower resynchronizes
             };
@@ -225,7 +225,7 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
 
 /// Appends a bookmark at the store's revision; returns that revision.
 fn bookmark(chunk: &mut Vec<u8>, state: &AppState, replication: &super::Replication) -> u64 {
-    let revision = state.store.revision();
+    let revision = state.store.head_revision();
     let mut annotations = BTreeMap::new();
     annotations.insert(WARM_ANNOTATION.to_owned(), replication.locally_warm().to_string());
     let bookmark = Bookmark { metadata: BookmarkMetadata { resource_version: revision.to_string(), annotations } };
@@ -277,7 +277,7 @@ fn peer_status(state: &AppState, replication: &super::Replication) -> PeerStatus
     PeerStatus {
         identity: replication.identity.clone(),
         leading: replication.role() == Role::Leader,
-        revision: state.store.revision(),
+        revision: state.store.head_revision(),
         warm: replication.locally_warm(),
     }
 }

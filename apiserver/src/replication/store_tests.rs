@@ -96,3 +96,32 @@ fn a_reset_takes_the_leaders_state_and_ends_earlier_watches() {
     assert!(matches!(follower.events_after(101, 10), Err(WatchRefusal::TooOld { .. })), "a watch from before relists");
     assert!(follower.events_after(leader.revision(), 10).unwrap().is_empty(), "one from the reset goes on");
 }
+
+#[test]
+fn clients_see_only_what_followers_hold() {
+    let leader = Store::starting_at(100, 1000);
+    leader.create(nrt("a", 4), false).unwrap();
+    leader.set_visible(Some(101));
+    leader.create(nrt("b", 4), false).unwrap();
+    leader.update(nrt("a", 2), &Preconditions::default(), false).unwrap();
+
+    // Clients: the state at 101, and no event after it yet.
+    let snapshot = leader.snapshot();
+    assert_eq!(snapshot.revision, 101);
+    assert_eq!(
+        snapshot.items.iter().map(|s| (s.name().to_owned(), s.revision)).collect::<Vec<_>>(),
+        [("a".to_owned(), 101)]
+    );
+    assert_eq!(leader.revision(), 101);
+    assert!(leader.events_after(101, 10).unwrap().is_empty());
+    assert!(matches!(leader.watch(Some(102)), Err(WatchRefusal::TooLarge { current: 101 })));
+    let initial = leader.watch_with_snapshot();
+    assert_eq!((initial.backlog.len(), initial.revision), (1, 101));
+    // Followers: everything, so that they come to hold it.
+    assert_eq!(leader.replication_events_after(101, 10).unwrap().len(), 2);
+    assert_eq!(leader.head_revision(), 103);
+
+    leader.set_visible(None);
+    assert_eq!(leader.events_after(101, 10).unwrap().len(), 2);
+    assert_eq!(leader.snapshot().revision, 103);
+}
