@@ -11,6 +11,7 @@
 //! The crate returns an [`axum::Router`]; the binary binds the TLS listener.
 
 pub mod auth;
+pub mod body;
 pub mod discovery;
 mod fallback;
 mod health;
@@ -20,6 +21,7 @@ pub mod negotiate;
 pub mod nodes;
 pub mod openapi;
 pub mod paging;
+pub mod patch_limits;
 pub mod query;
 pub mod render;
 pub mod replication;
@@ -53,6 +55,11 @@ pub struct Limits {
     /// How long a watch may wait for room in that queue before it is ended (the client resumes
     /// from the last event it read).
     pub watch_blocked_timeout: Duration,
+    /// How deep a request body (JSON or YAML) may nest; at most
+    /// [`body::DEFAULT_MAX_NESTING_DEPTH`], which serde_json enforces anyway.
+    pub max_nesting_depth: usize,
+    /// The most operations one JSON patch may have (kube-apiserver: 10,000).
+    pub max_json_patch_operations: usize,
 }
 
 /// The default of [`Limits::watch_buffer_bytes`].
@@ -67,6 +74,8 @@ impl Default for Limits {
             bookmark_interval: Duration::from_secs(60),
             watch_buffer_bytes: DEFAULT_WATCH_BUFFER_BYTES,
             watch_blocked_timeout: DEFAULT_WATCH_BLOCKED_TIMEOUT,
+            max_nesting_depth: body::DEFAULT_MAX_NESTING_DEPTH,
+            max_json_patch_operations: patch_limits::MAX_JSON_PATCH_OPERATIONS,
         }
     }
 }

@@ -16,14 +16,16 @@ use serde_json::Value;
 
 use crate::AppState;
 use crate::auth::NodeScope;
+use crate::body::{self, Syntax, check_encoded_size};
 use crate::merge_patch::TypedMergePatch;
 use crate::negotiate::{Representation, negotiate};
 use crate::paging::{self, ContinueToken};
+use crate::patch_limits::{self, PatchBounds};
 use crate::query::{FieldValidation, Options, RawQuery, ResourceVersion, VersionMatch};
 use crate::render;
 use crate::status::ApiError;
-use crate::validate::{decode, parse_body, unknown_fields};
 use crate::store::{Preconditions, Propagation, Snapshot, StoreError, Stored};
+use crate::validate::{body_syntax, decode, unknown_fields, validate_create, validate_update};
 
 /// Patch types we apply, and the ones we refuse with a reason.
 const PATCH_TYPES: &[&str] = &["application/merge-patch+json", "application/json-patch+json"];
@@ -141,10 +143,13 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
     let (mut object, warnings) = read_object(&state, &headers, body, &options, None).await?;
-    if object.metadata.name.as_deref().is_none_or(str::is_empty) {
-        let prefix = object.metadata.generate_name.clone().unwrap_or_default();
-        object.metadata.name = Some(generated_name(&prefix, &state));
+    if object.metadata.name.as_deref().is_none_or(str::is_empty)
+        && let Some(prefix) = object.metadata.generate_name.as_deref().filter(|p| !p.is_empty())
+    {
+        object.metadata.name = Some(generated_name(prefix, &state));
     }
+    validate_create(&object)?;
+    check_encoded_size(&object, state.limits.max_body_bytes)?;
     let name = object.metadata.name.clone().unwrap_or_default();
     if let Some(axum::Extension(NodeScope(node))) = scope
         && node != name
@@ -166,8 +171,13 @@ pub async fn update(
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
     let (object, warnings) = read_object(&state, &headers, body, &options, Some(&name)).await?;
-    let (stored, changed) =
-        state.store.update(object, &Preconditions::default(), options.dry_run).map_err(|e| store_error(e, &name))?;
+    let limit = state.limits.max_body_bytes;
+    let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| {
+        validate_update(&object, current).map_err(PatchError::Api)?;
+        check_encoded_size(&object, limit).map_err(PatchError::Api)?;
+        Ok(object)
+    });
+    let (stored, changed) = result.map_err(|e| patch_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, changed, "updated");
     Ok(with_warnings(json_response(StatusCode::OK, stored.json.clone()), &warnings))
 }
@@ -182,9 +192,10 @@ async fn read_object(
     url_name: Option<&str>,
 ) -> Result<(NodeResourceTopology, Vec<String>), ApiError> {
     let body = read_body(body, state.limits.max_body_bytes).await?;
-    let value = parse_body(&body, content_type(headers))?;
-    let warnings = field_check(&value, options.field_validation)?;
-    Ok((decode(value, url_name)?, warnings))
+    let syntax = body_syntax(content_type(headers))?;
+    let parsed = body::parse_off_the_runtime(body, syntax, state.limits.max_nesting_depth).await?;
+    let warnings = field_check(&parsed.value, &parsed.duplicates, options.field_validation)?;
+    Ok((decode(parsed.value, url_name)?, warnings))
 }
 
 /// `PATCH` on one object: JSON merge patch (RFC 7386) or JSON patch (RFC 6902), applied to the
@@ -215,29 +226,38 @@ pub async fn patch(
         }
         other => return Err(ApiError::unsupported_media_type(other, PATCH_TYPES)),
     };
-    let body = read_body(body, state.limits.max_body_bytes).await?;
-    let patch: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
+    let limits = &state.limits;
+    let body = read_body(body, limits.max_body_bytes).await?;
+    let parsed = body::parse_off_the_runtime(body, Syntax::Json, limits.max_nesting_depth).await?;
+    let mut warnings = patch_duplicates(&parsed.duplicates, options.field_validation, &name)?;
+    let patch = parsed.value;
     // The exporters' shape is decoded and checked here, outside the store's write lock; its
     // errors still come after the store's own (404, preconditions), as on the generic path.
     let typed = match kind {
         PatchKind::Merge => {
-            TypedMergePatch::decode(&patch).map(|typed| (typed, field_check(&patch, options.field_validation)))
+            TypedMergePatch::decode(&patch).map(|typed| (typed, field_check(&patch, &[], options.field_validation)))
         }
         PatchKind::Json => None,
     };
-    let mut warnings = Vec::new();
-    let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| match typed {
-        Some((typed, checked)) => {
-            warnings = checked.map_err(PatchError::Api)?;
-            Ok(typed.apply(current))
-        }
-        None => apply_patch(current, &patch, kind, &name, options.field_validation, &mut warnings),
+    let bounds = PatchBounds {
+        max_operations: limits.max_json_patch_operations,
+        max_copy_bytes: limits.max_body_bytes,
+        max_depth: limits.max_nesting_depth,
+    };
+    let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| {
+        let next = match typed {
+            Some((typed, checked)) => {
+                warnings.extend(checked.map_err(PatchError::Api)?);
+                typed.apply(current)
+            }
+            None => apply_patch(current, &patch, kind, &name, &bounds, options.field_validation, &mut warnings)?,
+        };
+        // Every patch's result is validated as an update is, and must fit where a body had to.
+        validate_update(&next, current).map_err(PatchError::Api)?;
+        check_encoded_size(&next, limits.max_body_bytes).map_err(PatchError::Api)?;
+        Ok(next)
     });
-    let (stored, changed) = result.map_err(|e| match e {
-        PatchError::Api(api) => api,
-        PatchError::Store(store) => store_error(store, &name),
-    })?;
+    let (stored, changed) = result.map_err(|e| patch_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, changed, "patched");
     Ok(with_warnings(json_response(StatusCode::OK, stored.json.clone()), &warnings))
 }
@@ -263,11 +283,21 @@ impl From<StoreError> for PatchError {
     }
 }
 
+fn patch_error(error: PatchError, name: &str) -> ApiError {
+    match error {
+        PatchError::Api(api) => api,
+        PatchError::Store(store) => store_error(store, name),
+    }
+}
+
+/// The generic path: the current object as JSON, patched (within [`PatchBounds`] for a JSON
+/// patch), field-checked and decoded.
 fn apply_patch(
     current: &NodeResourceTopology,
     patch: &Value,
     kind: PatchKind,
     name: &str,
+    bounds: &PatchBounds,
     validation: FieldValidation,
     warnings: &mut Vec<String>,
 ) -> Result<NodeResourceTopology, PatchError> {
@@ -280,30 +310,51 @@ fn apply_patch(
             }
             json_patch::merge(&mut document, patch);
         }
-        PatchKind::Json => {
-            let operations: json_patch::Patch = serde_json::from_value(patch.clone())
-                .map_err(|e| PatchError::Api(ApiError::bad_request(format!("the JSON patch is malformed: {e}"))))?;
-            json_patch::patch(&mut document, &operations).map_err(|e| {
-                PatchError::Api(ApiError::invalid_patch(name, &format!("the JSON patch could not be applied: {e}")))
-            })?;
-        }
+        PatchKind::Json => patch_limits::apply(&mut document, patch, bounds, name).map_err(PatchError::Api)?,
     }
-    *warnings = field_check(&document, validation).map_err(PatchError::Api)?;
+    // As kube-apiserver's patch handler checks: the result must still be the object on the URL
+    // (`{"metadata": null}` or `remove /metadata/name` would otherwise pass as "no name given").
+    let patched_name = document.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    if patched_name != name {
+        return Err(PatchError::Api(ApiError::bad_request(format!(
+            "the name of the object ({patched_name}) does not match the name on the URL ({name})"
+        ))));
+    }
+    warnings.extend(field_check(&document, &[], validation).map_err(PatchError::Api)?);
     decode(document, Some(name)).map_err(PatchError::Api)
 }
 
-/// Applies `fieldValidation` to a written object: `Strict` refuses unknown fields (400, as
-/// kube-apiserver words it), `Warn` returns them as warnings, `Ignore` drops them silently.
-fn field_check(value: &Value, validation: FieldValidation) -> Result<Vec<String>, ApiError> {
+/// Applies `fieldValidation` to a written object: `Strict` refuses repeated keys and unknown
+/// fields (400, worded as kube-apiserver words it: `strict decoding error: duplicate field
+/// "metadata.name", unknown field "…"`), `Warn` returns them as warnings, `Ignore` says nothing.
+fn field_check(value: &Value, duplicates: &[String], validation: FieldValidation) -> Result<Vec<String>, ApiError> {
     if validation == FieldValidation::Ignore {
         return Ok(Vec::new());
     }
-    let unknown: Vec<String> =
-        unknown_fields(value).into_iter().map(|path| format!("unknown field \"{path}\"")).collect();
-    if validation == FieldValidation::Strict && !unknown.is_empty() {
-        return Err(ApiError::bad_request(format!("strict decoding error: {}", unknown.join(", "))));
+    let problems: Vec<String> = duplicate_problems(duplicates)
+        .chain(unknown_fields(value).into_iter().map(|path| format!("unknown field \"{path}\"")))
+        .collect();
+    if validation == FieldValidation::Strict && !problems.is_empty() {
+        return Err(ApiError::bad_request(format!("strict decoding error: {}", problems.join(", "))));
     }
-    Ok(unknown)
+    Ok(problems)
+}
+
+/// Repeated keys in a patch body: with `Strict`, the patch is invalid (422, as kube-apiserver
+/// answers); with `Warn`, warnings.
+fn patch_duplicates(duplicates: &[String], validation: FieldValidation, name: &str) -> Result<Vec<String>, ApiError> {
+    if validation == FieldValidation::Ignore || duplicates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let problems: Vec<String> = duplicate_problems(duplicates).collect();
+    if validation == FieldValidation::Strict {
+        return Err(ApiError::invalid_patch(name, &format!("strict decoding error: {}", problems.join(", "))));
+    }
+    Ok(problems)
+}
+
+fn duplicate_problems(duplicates: &[String]) -> impl Iterator<Item = String> + '_ {
+    duplicates.iter().map(|path| format!("duplicate field \"{path}\""))
 }
 
 /// Adds one `Warning: 299 - "…"` header per warning (kubectl prints them).
@@ -497,9 +548,15 @@ fn content_type(headers: &HeaderMap) -> Option<&str> {
     headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
 }
 
+/// The longest `generateName` prefix used: longer ones are cut, so that the name stays within
+/// 63 characters with the suffix (apimachinery's `MaxGeneratedNameLength`).
+const MAX_GENERATED_NAME_PREFIX: usize = 63 - 5;
+
 /// `generateName` + 5 characters from kube's alphabet (no vowels, no look-alike digits).
 fn generated_name(prefix: &str, state: &AppState) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    // Cut at a byte count, as Go does; a prefix that is not ASCII there fails validation anyway.
+    let prefix = prefix.get(..MAX_GENERATED_NAME_PREFIX).unwrap_or(prefix);
     let mut seed = state.store.revision() ^ std::process::id() as u64 ^ prefix.len() as u64;
     let suffix: String = (0..5)
         .map(|_| {

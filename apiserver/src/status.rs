@@ -115,6 +115,11 @@ impl ApiError {
         )
     }
 
+    /// 413 for a request too large in another way than its body's bytes.
+    pub fn entity_too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge", message)
+    }
+
     /// 415.
     pub fn unsupported_media_type(content_type: &str, supported: &[&str]) -> Self {
         Self::new(

@@ -1,27 +1,35 @@
 //! Decoding and validating written objects as kube-apiserver would for the upstream CRD:
-//! the right apiVersion and kind, a valid name, the schema's required fields.
+//! the right apiVersion and kind, the schema's required fields, and valid metadata
+//! ([`numaresources_api::metadata`]) on create and on every update and patch.
 
 use bytes::Bytes;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use numaresources_api::nrt::{GROUP, KIND, NodeResourceTopology};
-use numaresources_api::{FieldError, FieldErrors, FieldPath, selector};
+use numaresources_api::{FieldError, FieldErrors, FieldPath, metadata};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::body::{self, Parsed, Syntax};
 use crate::status::ApiError;
 
 /// Media types a write body may use.
 pub const BODY_TYPES: &[&str] = &["application/json", "application/yaml"];
 
-/// Parses a create/update body (JSON, or YAML as kubectl may send) into a JSON value.
-pub fn parse_body(body: &Bytes, content_type: Option<&str>) -> Result<Value, ApiError> {
+/// The syntax of a create/update body from its media type (JSON, or YAML as kubectl may send);
+/// anything else is refused with 415.
+pub fn body_syntax(content_type: Option<&str>) -> Result<Syntax, ApiError> {
     let media = content_type.map(|c| c.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
     match media.as_deref() {
-        None | Some("") | Some("application/json") => serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("the body of the request is not valid JSON: {e}"))),
-        Some("application/yaml") | Some("application/x-yaml") => serde_norway::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("the body of the request is not valid YAML: {e}"))),
+        None | Some("") | Some("application/json") => Ok(Syntax::Json),
+        Some("application/yaml") | Some("application/x-yaml") => Ok(Syntax::Yaml),
         Some(other) => Err(ApiError::unsupported_media_type(other, BODY_TYPES)),
     }
+}
+
+/// Parses a create/update body into a JSON value, refusing more than `max_depth` levels of
+/// nesting (see [`crate::body`]).
+pub fn parse_body(body: &Bytes, content_type: Option<&str>, max_depth: usize) -> Result<Parsed, ApiError> {
+    body::parse(body, body_syntax(content_type)?, max_depth)
 }
 
 /// Checks apiVersion/kind, decodes the object and validates it. `url_name` is the name in the
@@ -70,19 +78,44 @@ pub fn decode(value: Value, url_name: Option<&str>) -> Result<NodeResourceTopolo
     if let Some(url_name) = url_name {
         object.metadata.name.get_or_insert_with(|| url_name.to_owned());
     }
-    let name = object.metadata.name.clone().unwrap_or_default();
-    if name.is_empty() {
-        if object.metadata.generate_name.as_deref().is_none_or(str::is_empty) {
-            errors.push(FieldError::required(
-                FieldPath::new("metadata").child("name"),
-                "name or generateName is required",
-            ));
-        }
-    } else if let Err(why) = selector::check_dns1123_subdomain(&name) {
-        errors.push(FieldError::invalid(FieldPath::new("metadata").child("name"), &name, why));
-    }
     errors.into_result().map_err(|errors| ApiError::invalid(&name, &errors))?;
     Ok(object)
+}
+
+/// Validates the metadata of an object about to be created (its name generated already, if
+/// it had a `generateName`), as kube-apiserver does for a cluster-scoped custom resource.
+pub fn validate_create(object: &NodeResourceTopology) -> Result<(), ApiError> {
+    let mut meta = object.metadata.clone();
+    // What the server sets on create whatever the body says (kube-apiserver clears or
+    // overwrites these before validating, as the store does after).
+    meta.namespace = None;
+    meta.generation = None;
+    invalid_unless_empty(&meta, metadata::validate_create(&meta, false))
+}
+
+/// Validates the metadata of `next`, about to replace `current` (by update or patch).
+pub fn validate_update(next: &NodeResourceTopology, current: &NodeResourceTopology) -> Result<(), ApiError> {
+    let old = &current.metadata;
+    let mut meta = next.metadata.clone();
+    // What kube-apiserver carries over from the stored object before validating (the store
+    // does the same when it writes); a different uid is the store's 409, not a 422.
+    meta.namespace = None;
+    meta.uid.clone_from(&old.uid);
+    meta.generation = old.generation;
+    meta.creation_timestamp.clone_from(&old.creation_timestamp);
+    meta.deletion_timestamp.clone_from(&old.deletion_timestamp);
+    meta.deletion_grace_period_seconds = old.deletion_grace_period_seconds;
+    let mut old = old.clone();
+    old.namespace = None;
+    invalid_unless_empty(&meta, metadata::validate_update(&meta, &old))
+}
+
+fn invalid_unless_empty(meta: &ObjectMeta, errors: Vec<FieldError>) -> Result<(), ApiError> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let name = meta.name.as_deref().unwrap_or_default();
+    Err(ApiError::invalid(name, &FieldErrors(errors)))
 }
 
 /// A value of the wrong type or shape, at the field it was found in, as kube-apiserver names it
@@ -192,8 +225,6 @@ mod tests {
                 400,
             ),
             (json!({"metadata": {"name": "a"}}), 422),
-            (json!({"metadata": {"name": "Not_A_Name"}, "zones": []}), 422),
-            (json!({"metadata": {}, "zones": []}), 422),
             (
                 json!({"metadata": {"name": "a"}, "zones": [{"name": "node-0", "type": "Node",
                     "resources": [{"name": "cpu", "capacity": "lots", "allocatable": 1, "available": 1}]}]}),
@@ -242,9 +273,9 @@ mod tests {
     #[test]
     fn bodies_parse_as_json_or_yaml_only() {
         let json = Bytes::from_static(b"{\"a\":1}");
-        assert!(parse_body(&json, Some("application/json; charset=utf-8")).is_ok());
-        assert!(parse_body(&Bytes::from_static(b"a: 1\n"), Some("application/yaml")).is_ok());
-        assert_eq!(parse_body(&json, Some("application/vnd.kubernetes.protobuf")).unwrap_err().code().as_u16(), 415);
-        assert_eq!(parse_body(&Bytes::from_static(b"{"), None).unwrap_err().code().as_u16(), 400);
+        assert!(parse_body(&json, Some("application/json; charset=utf-8"), 8).is_ok());
+        assert!(parse_body(&Bytes::from_static(b"a: 1\n"), Some("application/yaml"), 8).is_ok());
+        assert_eq!(parse_body(&json, Some("application/vnd.kubernetes.protobuf"), 8).unwrap_err().code().as_u16(), 415);
+        assert_eq!(parse_body(&Bytes::from_static(b"{"), None, 8).unwrap_err().code().as_u16(), 400);
     }
 }
