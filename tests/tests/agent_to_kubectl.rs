@@ -551,6 +551,41 @@ async fn kubectl_sees_what_the_agent_publishes_and_each_change_exactly_once() {
 // Heartbeats: the agent resends the unchanged object, and the server emits nothing for it.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_the_server_lost_is_published_again_within_seconds() {
+    let ws = Workspace::new();
+    let server = Server::start(ws.dir.path()).await;
+    ws.write_kubeconfig(server.address, &server.ca_pem);
+    let kubelet = ws.serve_kubelet(pods_before());
+    // No timer and no heartbeat: only the watch of its own object can make the agent publish
+    // again after the first time.
+    let lost = Arc::new(tokio::sync::Notify::new());
+    let agent = agent_for(&ws, |_| {}).await.with_republish(lost.clone());
+    let kubeconfig = kube::config::Kubeconfig::read_from(&ws.kubeconfig).unwrap();
+    let client_config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.unwrap();
+    let watch = tokio::spawn(numaresources_rte::agent::own_object::watch(
+        kube::Client::try_from(client_config).unwrap(),
+        NODE.to_owned(),
+        lost,
+    ));
+    let metrics = agent.metrics();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(agent.run(async move { drop(stopped.await) }));
+    let running = RunningAgent { metrics, stop, task };
+    running.wait_for("the first publish", |stats| stats.publishes >= 1).await;
+
+    kubectl(&ws, &["delete", "nrt", NODE]).await;
+    running.wait_for("the publish after the deletion", |stats| stats.publishes >= 2).await;
+    let current: Value = serde_json::from_str(&kubectl(&ws, &["get", "nrt", NODE, "-o", "json"]).await).unwrap();
+    assert_eq!(current["metadata"]["name"], NODE, "re-created");
+
+    watch.abort();
+    running.stop().await;
+    bounded("fake kubelet stop", kubelet.stop()).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_after_a_reactive_change_reach_no_watcher() {
     let ws = Workspace::new();
     let server = Server::start(ws.dir.path()).await;
