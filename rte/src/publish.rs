@@ -5,7 +5,9 @@
 //! legacy fingerprint). Nothing else in the metadata is touched, so labels or annotations other
 //! tools put there survive. When a patch fails for a reason other than the API server being
 //! unreachable, the publisher falls back to read-modify-write (GET, then PUT with the fresh
-//! resourceVersion), which is also where the Node owner reference is (re)applied.
+//! resourceVersion), which is also where the Node owner reference is (re)applied. A patch
+//! answered 404 (the object was deleted, or the API server lost it) creates the object again at
+//! once, in the same publish.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -120,6 +122,11 @@ impl PublishError {
     /// True when the API server could not be reached (retrying with another verb is pointless).
     pub fn is_unreachable(&self) -> bool {
         matches!(self, Self::Unreachable { .. })
+    }
+
+    /// True when the API server answered 404 Not Found.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Api { code: 404, .. })
     }
 }
 
@@ -286,6 +293,13 @@ impl KubePublisher {
         match self.patch(&desired).await {
             Ok(()) => Ok(Outcome::Patched),
             Err(error) if error.is_unreachable() => Err(error),
+            // The object is gone (deleted, or the API server lost its store): create it in
+            // this same publish rather than at the next heartbeat.
+            Err(error) if error.is_not_found() => {
+                tracing::info!(node = %name, "the object is gone; creating it again");
+                self.exists.store(false, Ordering::Relaxed);
+                self.create(&desired).await
+            }
             Err(error) => {
                 tracing::info!(%error, node = %name, "merge patch failed; falling back to get and update");
                 self.replace(&desired).await

@@ -466,6 +466,31 @@ async fn an_existing_object_is_merge_patched_with_only_what_the_agent_owns() {
 }
 
 #[tokio::test]
+async fn an_object_lost_by_the_server_is_created_again_by_the_same_publish() {
+    let (publisher, mut server) = mock_publisher(false);
+    let api = tokio::spawn(async move {
+        let path = format!("{NRT_PATH}/worker-0");
+        server.expect("GET", &path, 200, existing("5")).await;
+        server.expect("PATCH", &path, 200, existing("6")).await;
+        // Deleted behind the agent's back: the next patch is a 404, and the create follows.
+        server.expect("PATCH", &path, 404, status(404, "NotFound", "not found")).await;
+        let created = server.expect("POST", NRT_PATH, 201, existing("1")).await;
+        assert_eq!(created.body["zones"][0]["name"], "node-0");
+        assert_eq!(created.body["metadata"]["resourceVersion"], Value::Null);
+        server.expect("PATCH", &path, 200, existing("2")).await;
+        server
+    });
+    assert_eq!(bounded("publish", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
+    assert_eq!(bounded("publish after the loss", publisher.publish(desired())).await.unwrap(), Outcome::Created);
+    assert_eq!(bounded("publish once more", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
+    let mut server = bounded("api server scenario", api).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), server.0.next_request()).await.is_err(),
+        "no extra request"
+    );
+}
+
+#[tokio::test]
 async fn a_conflicting_patch_falls_back_to_get_and_put_with_the_fresh_resource_version() {
     let (publisher, mut server) = mock_publisher(true);
     let api = tokio::spawn(async move {
