@@ -46,7 +46,7 @@ fn manifest(dir: &Path, name: &str, available_cpus: u32) -> PathBuf {
 }
 
 #[test]
-fn kubectl_1_28_creates_applies_and_explains() {
+fn kubectl_1_28_creates_applies_deletes_and_explains() {
     let Some(kubectl) = kubectl_1_28() else { return };
     let (version, _) = run(&start(), &kubectl, &["version", "--client", "-o", "json"]);
     let version: Value = serde_json::from_str(&version).unwrap();
@@ -72,6 +72,15 @@ fn kubectl_1_28_creates_applies_and_explains() {
     let (object, _) = run(&server, &kubectl, &["get", "nrt", "applied-by-1-28", "-o", "json"]);
     let object: Value = serde_json::from_str(&object).unwrap();
     assert_eq!(object["zones"][0]["resources"][0]["available"], "2");
+
+    // delete --cascade=orphan: the object stays, marked, for the garbage collector (there is
+    // none here) to orphan its dependents and remove the `orphan` finalizer.
+    let (out, _) = run(&server, &kubectl, &["delete", "nrt", "created-by-1-28", "--cascade=orphan", "--wait=false"]);
+    assert!(out.contains("created-by-1-28\" deleted"), "{out}");
+    let (object, _) = run(&server, &kubectl, &["get", "nrt", "created-by-1-28", "-o", "json"]);
+    let object: Value = serde_json::from_str(&object).unwrap();
+    assert_eq!(object["metadata"]["finalizers"], serde_json::json!(["orphan"]), "{object}");
+    assert!(object["metadata"]["deletionTimestamp"].is_string(), "{object}");
 
     let (explained, _) = run(&server, &kubectl, &["explain", "noderesourcetopologies.zones.resources"]);
     assert!(explained.contains("allocatable"), "{explained}");
