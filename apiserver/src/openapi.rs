@@ -417,7 +417,9 @@ fn paths(spec: Spec) -> Value {
     })
 }
 
-/// The request-body definitions the paths refer to besides our own kinds.
+/// The request-body definitions the paths refer to besides our own kinds. They carry no
+/// `x-kubernetes-group-version-kind`: kube-apiserver's merge keeps (or renames) them beside its
+/// own DeleteOptions, which alone should answer to that kind for kubectl.
 fn request_definitions() -> [(&'static str, Value); 2] {
     [
         (
@@ -435,7 +437,6 @@ fn request_definitions() -> [(&'static str, Value); 2] {
                     "preconditions": {"type": "object", "properties": {
                         "resourceVersion": {"type": "string"}, "uid": {"type": "string"}}},
                 },
-                "x-kubernetes-group-version-kind": [{"group": "", "kind": "DeleteOptions", "version": "v1"}],
             }),
         ),
         (
