@@ -17,6 +17,7 @@ use std::process::Command;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, Service, ServiceAccount, Volume, VolumeMount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -105,6 +106,7 @@ pub struct Install {
     pub roles: Vec<Role>,
     pub role_bindings: Vec<RoleBinding>,
     pub disruption_budgets: Vec<PodDisruptionBudget>,
+    pub network_policies: Vec<NetworkPolicy>,
     pub mutating: Vec<MutatingWebhookConfiguration>,
     pub validating: Vec<ValidatingWebhookConfiguration>,
     pub api_services: Vec<APIService>,
@@ -170,6 +172,7 @@ impl Install {
             ("rbac.authorization.k8s.io/v1", "Role") => typed(&mut self.roles, &at, value),
             ("rbac.authorization.k8s.io/v1", "RoleBinding") => typed(&mut self.role_bindings, &at, value),
             ("policy/v1", "PodDisruptionBudget") => typed(&mut self.disruption_budgets, &at, value),
+            ("networking.k8s.io/v1", "NetworkPolicy") => typed(&mut self.network_policies, &at, value),
             ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
                 typed(&mut self.mutating, &at, value)
             }
