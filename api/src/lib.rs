@@ -16,6 +16,7 @@
 pub mod crds;
 pub mod duration;
 pub mod field;
+pub mod fit;
 pub mod metadata;
 pub mod nrt;
 pub mod operator;

@@ -1,0 +1,63 @@
+//! Would this pod fit, and where: the scheduler plugin NodeResourceTopologyMatch's filter and
+//! score as pure functions over a pod, a node's NRT and the Node's allocatable resource names.
+//!
+//! ```text
+//!   pod       what a pod asks for: QoS class, per-container and effective requests, and what
+//!             about the pod itself the filter treats specially (BestEffort, Burstable,
+//!             fractional CPUs)
+//!   topology  the node as the plugin reads it: topology manager policy/scope, NUMA zones
+//!   filter    fits on NUMA X, or the request that stops it
+//!   score     LeastAllocated / MostAllocated / BalancedAllocation
+//! ```
+//!
+//! `kubectl numa fit` answers with these, so what it says is what the scheduler decides, as
+//! long as the NRT it reads is the one the scheduler reads (the over-reserve cache may hold an
+//! older, more pessimistic copy).
+
+mod filter;
+mod pod;
+mod score;
+mod topology;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+pub use filter::{Filtered, Placement, Rejection, Unchecked, filter};
+pub use pod::{
+    ContainerRequests, PodProblem, PodRequests, QosClass, Requester, Resources, format_amount, is_hugepages, is_native,
+};
+pub use score::{MAX_NODE_SCORE, score};
+pub use topology::{MAX_NUMA_ID, Numa, TopologyManagerConfig, numa_zones};
+
+use crate::nrt::NodeResourceTopology;
+use crate::operator::ScoringStrategyParams;
+
+/// The filter's verdict and, when the node passes, its score.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeFit {
+    /// What the filter decides.
+    #[serde(flatten)]
+    pub filtered: Filtered,
+    /// The score among the nodes that pass (None when refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<i64>,
+}
+
+/// Filters and, when the node passes, scores it.
+pub fn evaluate(
+    pod: &PodRequests,
+    nrt: Option<&NodeResourceTopology>,
+    allocatable: Option<&BTreeSet<String>>,
+    strategy: &ScoringStrategyParams,
+) -> NodeFit {
+    let filtered = filter(pod, nrt, allocatable);
+    let score = match filtered {
+        Filtered::Rejected(_) => None,
+        _ => Some(score(pod, nrt, strategy)),
+    };
+    NodeFit { filtered, score }
+}
