@@ -23,6 +23,7 @@ use numaresources_api::GoDuration;
 use numaresources_api::nrt::well_known::{TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MANAGER_SCOPES};
 use serde::Deserialize;
 
+use crate::agent::allocations::{DEFAULT_ALLOCATION_POLL, MIN_ALLOCATION_POLL};
 use crate::fingerprint::Method;
 use crate::podreadiness::OwnPod;
 use crate::podresources::middleware::{ContainerRef, PodExclude};
@@ -58,9 +59,17 @@ pub struct Args {
     #[arg(long, env = "NUMARESOURCES_RTE_SLEEP_INTERVAL", default_value = "10s")]
     pub sleep_interval: String,
 
-    /// A file whose modification triggers a scan (created empty, with its directory, if missing).
+    /// A file whose modification triggers a scan (created empty, with its directory, if missing),
+    /// for nodes with a hook that touches it; not needed for reactivity (see
+    /// --podresources-poll-interval).
     #[arg(long, env = "NUMARESOURCES_RTE_NOTIFY_FILE")]
     pub notify_file: Option<PathBuf>,
+
+    /// How often to ask the kubelet's podresources List for a change of allocations, which
+    /// triggers a scan at once (works on any node, no hook needed); a Go duration of at least
+    /// 100ms, `0` turns it off.
+    #[arg(long, env = "NUMARESOURCES_RTE_PODRESOURCES_POLL_INTERVAL", default_value = "500ms")]
+    pub podresources_poll_interval: String,
 
     /// The kubelet's configuration file (KubeletConfiguration), read for the topology manager
     /// policy and scope.
@@ -250,6 +259,7 @@ impl Default for Args {
             output: None,
             sleep_interval: "10s".to_owned(),
             notify_file: None,
+            podresources_poll_interval: "500ms".to_owned(),
             kubelet_config_file: None,
             topology_manager_policy: None,
             topology_manager_scope: None,
@@ -294,6 +304,8 @@ pub struct Config {
     pub sleep_interval: Option<Duration>,
     /// The notify file, if event-driven scans are on.
     pub notify_file: Option<PathBuf>,
+    /// How often `List` is polled for a change of allocations; `None` when off.
+    pub allocation_poll: Option<Duration>,
     /// Topology manager settings to publish.
     pub topology_manager: TopologyManager,
     /// Pods left out of the accounting and the fingerprint.
@@ -340,6 +352,7 @@ impl Config {
             podresources_socket: Some(DEFAULT_SOCKET.parse().unwrap_or_else(|_| unreachable!("valid default socket"))),
             sleep_interval: Some(Duration::from_secs(10)),
             notify_file: None,
+            allocation_poll: Some(DEFAULT_ALLOCATION_POLL),
             topology_manager: TopologyManager::default(),
             pod_excludes: Vec::new(),
             resource_excludes: Vec::new(),
@@ -524,6 +537,16 @@ impl Args {
         }
         let sleep_interval = parse_interval(&self.sleep_interval).map_err(|m| problem("--sleep-interval", m)).ok();
         let heartbeat = parse_interval(&self.heartbeat).map_err(|m| problem("--heartbeat", m)).ok();
+        let allocation_poll = parse_interval(&self.podresources_poll_interval)
+            .and_then(|poll| match poll {
+                Some(every) if every < MIN_ALLOCATION_POLL => {
+                    Err(format!("{every:?} is below the minimum {MIN_ALLOCATION_POLL:?} (or 0 to turn it off)"))
+                }
+                poll => Ok(poll),
+            })
+            .map_err(|m| problem("--podresources-poll-interval", m))
+            .ok()
+            .flatten();
 
         if let Some(path) = &self.notify_file
             && (path.as_os_str().is_empty() || path.file_name().is_none())
@@ -652,6 +675,7 @@ impl Args {
                 podresources_socket,
                 sleep_interval,
                 notify_file: self.notify_file.clone(),
+                allocation_poll,
                 topology_manager: TopologyManager { policy, scope },
                 pod_excludes,
                 resource_excludes,
@@ -875,6 +899,11 @@ mod tests {
         let args = Args { sleep_interval: "0".into(), heartbeat: "0s".into(), ..Args::default() };
         let config = args.resolve_with(&host("n")).unwrap();
         assert_eq!((config.sleep_interval, config.heartbeat), (None, None));
+        let args = Args { podresources_poll_interval: "0".into(), ..Args::default() };
+        assert_eq!(args.resolve_with(&host("n")).unwrap().allocation_poll, None);
+        let args = Args { podresources_poll_interval: "50ms".into(), ..Args::default() };
+        assert_eq!(sources(&args.resolve_with(&host("n")).unwrap_err()), ["--podresources-poll-interval"]);
+        assert_eq!(Args::default().resolve_with(&host("n")).unwrap().allocation_poll, Some(Duration::from_millis(500)));
         let args = Args { sleep_interval: "1m30s".into(), ..Args::default() };
         assert_eq!(args.resolve_with(&host("n")).unwrap().sleep_interval, Some(Duration::from_secs(90)));
     }

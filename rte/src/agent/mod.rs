@@ -1,4 +1,5 @@
-//! The agent's run loop: scan on start, on the periodic timer and when the notify file is
+//! The agent's run loop: scan on start, on the periodic timer, when the kubelet's allocations
+//! change (polled through podresources `List`, see [`allocations`]) and when the notify file is
 //! touched (rate-limited, bursts coalesced), and publish only what changed, plus a heartbeat.
 //!
 //! A scan is sysfs discovery (on the blocking pool) plus the kubelet's podresources `List` and
@@ -12,14 +13,15 @@
 //! that every CPU is free, which is worse than a stale object the scheduler already treats
 //! with care. The failure is logged at error level and counted, and the next trigger retries.
 
+pub mod allocations;
 pub mod notify_file;
 pub mod own_object;
 pub mod trigger;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
@@ -170,6 +172,8 @@ pub struct Agent<S, P> {
     /// Set while a sysfs discovery runs on the blocking pool, so a stalled one is never joined
     /// by another (threads do not pile up behind a hung read).
     discovering: Arc<AtomicBool>,
+    /// The digest of the last `List` answer seen (by a scan or a poll).
+    seen_allocations: Mutex<Option<u64>>,
 }
 
 impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
@@ -186,6 +190,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             republish: None,
             last_wakeup: Instant::now(),
             discovering: Arc::default(),
+            seen_allocations: Mutex::new(None),
         }
     }
 
@@ -251,6 +256,9 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         let present = self.source.present().await;
         let (mut pods, allocatable) =
             if present { self.ask_kubelet().await? } else { (Vec::new(), Allocatable::default()) };
+        if present {
+            self.saw_allocations(allocations::allocation_digest(&pods));
+        }
         if let Some(terminal) = &self.terminal {
             let dropped = middleware::exclude_terminal_pods(&mut pods, &terminal.read().pods);
             if dropped > 0 {
@@ -269,6 +277,29 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             }
         }
         Ok(nrt)
+    }
+
+    /// Records the digest of a `List` answer; true when it differs from the last one seen (or
+    /// none was seen yet).
+    fn saw_allocations(&self, digest: u64) -> bool {
+        let mut seen = self.seen_allocations.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.replace(digest) != Some(digest)
+    }
+
+    /// Asks the kubelet's `List` once: true when the allocations changed since the last answer
+    /// seen. A failed call is counted and logged at debug level (the next scan reports it).
+    pub async fn allocations_changed(&self) -> bool {
+        if !self.source.present().await {
+            return false;
+        }
+        match self.source.list().await {
+            Ok(pods) => self.saw_allocations(allocations::allocation_digest(&pods)),
+            Err(error) => {
+                self.metrics.podresources_call_failed(PodResourcesCall::List);
+                tracing::debug!(%error, "polling the kubelet's allocations failed");
+                false
+            }
+        }
     }
 
     /// Sets one own-pod condition, if conditions are on and it changed; failures are logged
@@ -354,7 +385,8 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         self
     }
 
-    /// Runs until `shutdown` completes: one scan at once, then on the timer and the notify file.
+    /// Runs until `shutdown` completes: one scan at once, then on the timer, on a change of the
+    /// kubelet's allocations and on the notify file.
     /// Returns early only when the notify file cannot be set up.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
         let wake = Arc::new(Notify::new());
@@ -369,6 +401,11 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             let mut timer = tokio::time::interval_at(Instant::now() + every, every);
             timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
             timer
+        });
+        let mut poll = self.config.allocation_poll.map(|every| {
+            let mut poll = tokio::time::interval_at(Instant::now() + every, every);
+            poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            poll
         });
         let mut limiter = RateLimiter::new(self.config.max_events_per_second);
         limiter.offer(Trigger::Periodic);
@@ -399,6 +436,16 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
                     }
                 }
                 () = tick(timer.as_mut()) => limiter.offer(Trigger::Periodic),
+                () = tick(poll.as_mut()) => {
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => break,
+                        changed = self.allocations_changed() => if changed {
+                            tracing::debug!("the kubelet's allocations changed; scanning");
+                            limiter.offer(Trigger::Reactive);
+                        },
+                    }
+                }
                 () = wake.notified() => limiter.offer(Trigger::Reactive),
                 () = notified(self.republish.as_deref()) => {
                     // What was published is gone: the next scan publishes whatever it finds.

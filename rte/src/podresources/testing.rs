@@ -3,7 +3,8 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use tokio::net::UnixListener;
 use tokio::sync::watch;
@@ -29,6 +30,8 @@ pub struct FakeKubelet {
 #[derive(Debug)]
 pub struct RunningKubelet {
     path: PathBuf,
+    answers: Arc<RwLock<FakeKubelet>>,
+    calls: Arc<AtomicU64>,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
 }
@@ -42,7 +45,9 @@ impl FakeKubelet {
     pub fn serve(self, path: &Path) -> io::Result<RunningKubelet> {
         let listener = UnixListener::bind(path)?;
         let (stop, stopping) = watch::channel(false);
-        let service = Lister { answers: Arc::new(self), stopping: stopping.clone() };
+        let answers = Arc::new(RwLock::new(self));
+        let calls = Arc::new(AtomicU64::new(0));
+        let service = Lister { answers: Arc::clone(&answers), calls: Arc::clone(&calls), stopping: stopping.clone() };
         let mut shutdown = stopping;
         let server = tokio::spawn(tonic::transport::Server::builder().serve_with_incoming_shutdown(
             PodResourcesListerServer::new(service),
@@ -52,7 +57,7 @@ impl FakeKubelet {
                 let _ = shutdown.wait_for(|stop| *stop).await;
             },
         ));
-        Ok(RunningKubelet { path: path.to_path_buf(), stop, server })
+        Ok(RunningKubelet { path: path.to_path_buf(), answers, calls, stop, server })
     }
 }
 
@@ -61,6 +66,17 @@ impl RunningKubelet {
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Changes the `List` answer from now on (a pod admitted or gone).
+    pub fn set_list(&self, list: proto::ListPodResourcesResponse) {
+        self.answers.write().unwrap_or_else(PoisonError::into_inner).list = list;
+    }
+
+    /// How many calls (of any method) it has answered or is answering.
+    #[must_use]
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// Stops serving: hung calls fail, connections close, the server task ends. The socket file
@@ -77,13 +93,20 @@ impl RunningKubelet {
 
 #[derive(Debug)]
 struct Lister {
-    answers: Arc<FakeKubelet>,
+    answers: Arc<RwLock<FakeKubelet>>,
+    calls: Arc<AtomicU64>,
     stopping: watch::Receiver<bool>,
 }
 
 impl Lister {
-    async fn maybe_hang(&self) -> Result<(), Status> {
-        if self.answers.hang {
+    /// A copy of the answers now, counting the call.
+    fn answers(&self) -> FakeKubelet {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.answers.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    async fn maybe_hang(&self, answers: &FakeKubelet) -> Result<(), Status> {
+        if answers.hang {
             let mut stopping = self.stopping.clone();
             let _ = stopping.wait_for(|stop| *stop).await;
             return Err(Status::unavailable("fake kubelet stopping"));
@@ -98,16 +121,18 @@ impl PodResourcesLister for Lister {
         &self,
         _: Request<proto::ListPodResourcesRequest>,
     ) -> Result<Response<proto::ListPodResourcesResponse>, Status> {
-        self.maybe_hang().await?;
-        Ok(Response::new(self.answers.list.clone()))
+        let answers = self.answers();
+        self.maybe_hang(&answers).await?;
+        Ok(Response::new(answers.list))
     }
 
     async fn get_allocatable_resources(
         &self,
         _: Request<proto::AllocatableResourcesRequest>,
     ) -> Result<Response<proto::AllocatableResourcesResponse>, Status> {
-        self.maybe_hang().await?;
-        match &self.answers.allocatable {
+        let answers = self.answers();
+        self.maybe_hang(&answers).await?;
+        match &answers.allocatable {
             Some(allocatable) => Ok(Response::new(allocatable.clone())),
             // What tonic itself answers for an unknown method.
             None => {
@@ -120,10 +145,10 @@ impl PodResourcesLister for Lister {
         &self,
         request: Request<proto::GetPodResourcesRequest>,
     ) -> Result<Response<proto::GetPodResourcesResponse>, Status> {
-        self.maybe_hang().await?;
+        let answers = self.answers();
+        self.maybe_hang(&answers).await?;
         let wanted = request.into_inner();
-        let pod = self
-            .answers
+        let pod = answers
             .list
             .pod_resources
             .iter()
