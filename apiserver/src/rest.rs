@@ -486,6 +486,8 @@ pub async fn delete_collection(
     body: Body,
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
+    // Its list options are checked as a list's are.
+    options.check_list()?;
     let deletion = Deletion::read(&state, &options, body).await?;
     let snapshot = state.store.snapshot();
     let mut deleted = Vec::new();

@@ -211,4 +211,9 @@ async fn deletecollection_applies_the_same_options_to_each_object() {
     )
     .await;
     assert_eq!(finalizers(&list["items"][0]), ["foregroundDeletion"]);
+    // Its list options are validated as a list's are (kube-apiserver's DeleteCollection).
+    let (status, refused) =
+        call(&app, Method::DELETE, &format!("{BASE}?sendInitialEvents=true"), "application/json", None).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["details"]["kind"], "ListOptions");
 }
