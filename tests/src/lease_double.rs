@@ -171,7 +171,7 @@ async fn read(State(leases): State<Shared>, UrlPath((namespace, name)): UrlPath<
 async fn create(State(leases): State<Shared>, UrlPath(namespace): UrlPath<String>, body: Bytes) -> Response {
     let mut lease = match decode(&body) {
         Ok(lease) => lease,
-        Err(response) => return response,
+        Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", &message, None),
     };
     let name = lease.metadata.name.clone().unwrap_or_default();
     if name.is_empty() {
@@ -207,7 +207,7 @@ async fn replace(
 ) -> Response {
     let mut lease = match decode(&body) {
         Ok(lease) => lease,
-        Err(response) => return response,
+        Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", &message, None),
     };
     let in_body = lease.metadata.name.clone().unwrap_or_default();
     if in_body != name {
@@ -276,11 +276,9 @@ fn uid(sequence: u64) -> String {
     )
 }
 
-fn decode(body: &[u8]) -> Result<Lease, Response> {
-    serde_json::from_slice(body).map_err(|error| {
-        let message = format!("the body of the request was in an unknown format: {error}");
-        status(StatusCode::BAD_REQUEST, "BadRequest", &message, None)
-    })
+/// The Lease in a request body; the message of the 400 otherwise.
+fn decode(body: &[u8]) -> Result<Lease, String> {
+    serde_json::from_slice(body).map_err(|error| format!("the body of the request was in an unknown format: {error}"))
 }
 
 fn namespace_mismatch(lease: &Lease, namespace: &str) -> Option<Response> {

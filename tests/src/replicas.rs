@@ -193,6 +193,18 @@ impl Replica {
         self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Resident memory in KiB (VmRSS), while it runs.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
     /// The log lines so far (the newest [`LOG_LINES_KEPT`]).
     pub fn log(&self) -> Vec<String> {
         self.log.lock().map(|lines| lines.clone()).unwrap_or_default()

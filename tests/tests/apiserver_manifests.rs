@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{EnvVar, Service};
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleRef};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use numaresources_api::Quantity;
@@ -40,10 +40,10 @@ const KINDS: [&str; 7] =
     ["Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding", "APIService"];
 
 /// Every object of `manifests/apiserver/`, typed with no unknown field and of a kind of [`KINDS`]
-/// (or a Role).
+/// (or a Role, or a PodDisruptionBudget).
 fn manifests() -> Install {
     let manifests = Install::from_dir(DIR);
-    manifests.assert_kinds_within(&[KINDS.as_slice(), &["Role"]].concat());
+    manifests.assert_kinds_within(&[KINDS.as_slice(), &["Role", "PodDisruptionBudget"]].concat());
     manifests
 }
 
@@ -324,7 +324,7 @@ fn the_deployment_is_sized_and_scheduled_as_designed() {
     let deployment = m.single_deployment();
     assert_eq!(deployment.metadata.name.as_deref(), Some(NAME));
     let spec = deployment.spec.as_ref().unwrap();
-    assert_eq!(spec.replicas, Some(1), "the store is in memory: one replica until it is replicated");
+    assert_eq!(spec.replicas, Some(2), "a leader and a follower holding every acknowledged write");
     let pod = m.single_pod_spec();
     assert_eq!(pod.priority_class_name.as_deref(), Some("system-cluster-critical"));
 
@@ -482,4 +482,96 @@ fn the_checks_themselves_catch_mistakes() {
     let mut global = BTreeMap::new();
     flags_of(source, "Example", true, &mut global);
     assert_eq!(global.keys().collect::<Vec<_>>(), ["renamed"]);
+}
+
+/// The value `name` gets from the downward API in `container`, if any (`fieldRef.fieldPath`).
+fn downward_field(container: &k8s_openapi::api::core::v1::Container, name: &str) -> Option<String> {
+    let env: &[EnvVar] = container.env.as_deref().unwrap_or_default();
+    let var = env.iter().find(|var| var.name == name)?;
+    Some(var.value_from.as_ref()?.field_ref.as_ref()?.field_path.clone())
+}
+
+#[test]
+fn replicas_elect_a_leader_on_their_lease_and_replicate_over_the_peer_port() {
+    let m = manifests();
+    let container = m.single_container();
+    let flags = apiserver_flags().container_flags(container);
+    let flag = |name: &str| flags.get(name).cloned().unwrap_or_else(|| panic!("--{name} is not set"));
+
+    assert_eq!(flag("leader-elect"), "true");
+    // The Lease lives in the pod's own namespace, named as the Role allows.
+    assert_eq!(flag("leader-elect-resource-namespace"), "$(POD_NAMESPACE)");
+    assert_eq!(downward_field(container, "POD_NAMESPACE").as_deref(), Some("metadata.namespace"));
+    let lease = flag("leader-elect-resource-name");
+    let account = m.single_pod_spec().service_account_name.clone().unwrap();
+    let rules = m.rules_in(NAMESPACE, &account, NAMESPACE);
+    let on_lease = |verb: &str| {
+        rules.iter().any(|rule| {
+            rule.api_groups.iter().flatten().any(|g| g == "coordination.k8s.io")
+                && rule.resources.iter().flatten().any(|r| r == "leases")
+                && rule.verbs.iter().any(|v| v == verb)
+                && rule.resource_names.as_ref().is_none_or(|names| names.contains(&lease))
+        })
+    };
+    for verb in ["get", "create", "update"] {
+        assert!(on_lease(verb), "the server cannot {verb} its Lease {lease}: {rules:?}");
+    }
+
+    // Peers reach each other on the pod IP at a named container port the Service does not expose.
+    assert_eq!(flag("peer-advertise-ip"), "$(POD_IP)");
+    assert_eq!(downward_field(container, "POD_IP").as_deref(), Some("status.podIP"));
+    let peer_port: i32 = flag("peer-advertise-port").parse().unwrap();
+    let ports = container.ports.as_deref().unwrap_or_default();
+    let peer = ports.iter().find(|p| p.container_port == peer_port).expect("the peer port is a container port");
+    let peer_name = peer.name.clone().expect("the peer port is named");
+    let service = m.single_service().spec.clone().unwrap();
+    assert!(
+        !service.ports.iter().flatten().any(|p| p.target_port == Some(IntOrString::String(peer_name.clone()))
+            || p.target_port == Some(IntOrString::Int(peer_port))),
+        "the Service must not expose the peer port"
+    );
+
+    // The peer files: one read-only Secret volume, its keys projected to the names read.
+    let mut secrets = Vec::new();
+    for name in ["peer-ca-file", "peer-client-cert-file", "peer-client-key-file"] {
+        let file = flag(name);
+        let (mount, volume) = support::volume_at(m.single_pod_spec(), container, &file);
+        assert_eq!(mount.read_only, Some(true), "--{name}: mounted read-only");
+        let secret = volume.secret.as_ref().unwrap_or_else(|| panic!("--{name}: {file} is not on a Secret volume"));
+        let relative = Path::new(&file).strip_prefix(&mount.mount_path).unwrap().to_string_lossy().into_owned();
+        let items = secret.items.as_deref().unwrap_or_default();
+        assert!(items.iter().any(|item| item.path == relative), "--{name}: no Secret key is projected to {relative}");
+        secrets.push(secret.secret_name.clone().unwrap_or_default());
+    }
+    secrets.dedup();
+    assert_eq!(secrets, ["numaresources-apiserver-peer"]);
+    assert!(flag("peer-server-name").ends_with(&format!(".{NAMESPACE}.svc")), "relocated with the namespace");
+}
+
+#[test]
+fn replicas_spread_over_nodes_and_one_always_stays() {
+    let m = manifests();
+    let template = &m.single_deployment().spec.as_ref().unwrap().template;
+    let pod_labels = template.metadata.as_ref().and_then(|meta| meta.labels.clone()).unwrap_or_default();
+    let selects_the_pods = |selector: &BTreeMap<String, String>| {
+        !selector.is_empty() && selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v))
+    };
+
+    let affinity = m.single_pod_spec().affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
+    let preferred = affinity.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref());
+    let term =
+        preferred.and_then(|terms| terms.first()).map(|t| &t.pod_affinity_term).expect("preferred anti-affinity");
+    assert_eq!(term.topology_key, "kubernetes.io/hostname");
+    let labels = term.label_selector.as_ref().and_then(|s| s.match_labels.clone()).unwrap_or_default();
+    assert!(selects_the_pods(&labels), "the anti-affinity selects the API server's own pods: {labels:?}");
+    assert!(
+        affinity.is_some_and(|a| a.required_during_scheduling_ignored_during_execution.is_none()),
+        "required anti-affinity would leave a replica Pending on a one-node cluster"
+    );
+
+    let budget = single(&m.disruption_budgets, "PodDisruptionBudget");
+    let spec = budget.spec.as_ref().unwrap();
+    assert_eq!(spec.min_available, Some(IntOrString::Int(1)));
+    let labels = spec.selector.as_ref().and_then(|s| s.match_labels.clone()).unwrap_or_default();
+    assert!(selects_the_pods(&labels), "the budget selects the API server's pods: {labels:?}");
 }

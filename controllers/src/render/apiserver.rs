@@ -7,7 +7,8 @@
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -23,8 +24,10 @@ const MANIFESTS: &[(&str, &str)] = &[
     ("service-account.yaml", include_str!("../../../manifests/apiserver/service-account.yaml")),
     ("rbac-delegation.yaml", include_str!("../../../manifests/apiserver/rbac-delegation.yaml")),
     ("rbac-server.yaml", include_str!("../../../manifests/apiserver/rbac-server.yaml")),
+    ("rbac-lease.yaml", include_str!("../../../manifests/apiserver/rbac-lease.yaml")),
     ("rbac-aggregated.yaml", include_str!("../../../manifests/apiserver/rbac-aggregated.yaml")),
     ("deployment.yaml", include_str!("../../../manifests/apiserver/deployment.yaml")),
+    ("pdb.yaml", include_str!("../../../manifests/apiserver/pdb.yaml")),
     ("service.yaml", include_str!("../../../manifests/apiserver/service.yaml")),
     ("apiservice.yaml", include_str!("../../../manifests/apiserver/apiservice.yaml")),
 ];
@@ -38,10 +41,14 @@ pub struct ApiserverObjects {
     pub cluster_roles: Vec<ClusterRole>,
     /// Delegation (auth-delegator) and its own role.
     pub cluster_role_bindings: Vec<ClusterRoleBinding>,
-    /// The authentication ConfigMap reader in `kube-system`.
+    /// Its leader-election Lease Role (in the namespace).
+    pub roles: Vec<Role>,
+    /// The authentication ConfigMap reader in `kube-system`, and the Lease Role's binding.
     pub role_bindings: Vec<RoleBinding>,
     /// The server.
     pub deployment: Option<Deployment>,
+    /// At most one replica voluntarily disrupted at a time.
+    pub disruption_budget: Option<PodDisruptionBudget>,
     /// What the APIService points at.
     pub service: Option<Service>,
     /// The registration with kube-apiserver's aggregator (without `caBundle`).
@@ -65,8 +72,10 @@ pub fn objects(namespace: &str, image: &str) -> Result<ApiserverObjects, RenderE
                 "ServiceAccount" => out.service_account = Some(typed("apiserver ServiceAccount", value)?),
                 "ClusterRole" => out.cluster_roles.push(typed("apiserver ClusterRole", value)?),
                 "ClusterRoleBinding" => out.cluster_role_bindings.push(typed("apiserver ClusterRoleBinding", value)?),
+                "Role" => out.roles.push(typed("apiserver Role", value)?),
                 "RoleBinding" => out.role_bindings.push(typed("apiserver RoleBinding", value)?),
                 "Deployment" => out.deployment = Some(typed("apiserver Deployment", value)?),
+                "PodDisruptionBudget" => out.disruption_budget = Some(typed("apiserver PodDisruptionBudget", value)?),
                 "Service" => out.service = Some(typed("apiserver Service", value)?),
                 "APIService" => out.api_service = Some(typed("APIService", value)?),
                 _ => {}
@@ -137,9 +146,21 @@ mod tests {
         for binding in &objects.cluster_role_bindings {
             assert_eq!(binding.subjects.as_ref().unwrap()[0].namespace.as_deref(), Some("numa-system"));
         }
-        let reader = &objects.role_bindings[0];
+        let reader = objects
+            .role_bindings
+            .iter()
+            .find(|b| b.role_ref.kind == "Role" && b.role_ref.name.contains("authentication"));
+        let reader = reader.unwrap();
         assert_eq!(reader.metadata.namespace.as_deref(), Some("kube-system"), "stays where the ConfigMap is");
         assert_eq!(reader.subjects.as_ref().unwrap()[0].namespace.as_deref(), Some("numa-system"));
+        let lease = &objects.roles[0];
+        assert_eq!(lease.metadata.namespace.as_deref(), Some("numa-system"));
+        let lease_binding = objects.role_bindings.iter().find(|b| b.role_ref.name == APISERVER).unwrap();
+        assert_eq!(lease_binding.metadata.namespace.as_deref(), Some("numa-system"));
+        let budget = objects.disruption_budget.unwrap();
+        assert_eq!(budget.metadata.namespace.as_deref(), Some("numa-system"));
+        let peer_name = container.args.iter().flatten().find(|a| a.starts_with("--peer-server-name=")).unwrap();
+        assert_eq!(peer_name, "--peer-server-name=numaresources-apiserver-peer.numa-system.svc");
     }
 
     #[test]

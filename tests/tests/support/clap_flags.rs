@@ -5,7 +5,7 @@
 //! `CARGO_BIN_EXE_*` only to the package that owns the binary, and a nested `cargo run` from a test
 //! would wait on the build lock of the `cargo test` that started it). So the reader does what clap
 //! does: every field is a flag named by its `long = "…"` or, without one, by the field name in
-//! kebab case. Anything it does not understand (a flattened struct from another file, a positional
+//! kebab case. Anything it does not understand (a flattened struct not named `crate::<module>::<Struct>`, a positional
 //! field, a field without `long`) fails the test instead of being skipped, and a few flags known to
 //! exist must be found, so a change in the source layout cannot make a check pass vacuously.
 
@@ -197,9 +197,17 @@ pub fn flags_of(source: &str, name: &str, only_global: bool, flags: &mut BTreeMa
             continue;
         }
         if command.iter().any(|a| attribute_has(a, "flatten")) {
-            // Flattened structs are followed when they are defined in the same file.
+            // Flattened structs are followed in the same file, or in `cmd/src/<module>.rs` when
+            // named `crate::<module>::<Struct>`.
             let inner = field.ty.trim_start_matches("Box<").trim_end_matches('>');
-            flags_of(source, inner, only_global, flags);
+            match inner.strip_prefix("crate::").and_then(|path| path.rsplit_once("::")) {
+                Some((module, name)) => {
+                    let file = workspace_root().join("cmd/src").join(format!("{}.rs", module.replace("::", "/")));
+                    let other = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                    flags_of(&other, name, only_global, flags);
+                }
+                None => flags_of(source, inner, only_global, flags),
+            }
             continue;
         }
         assert!(

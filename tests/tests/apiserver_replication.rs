@@ -1,0 +1,395 @@
+//! Three real `numaresources apiserver` processes on loopback replicating one NRT store, with
+//! their Lease served by the Lease double (the only stand-in: for kube-apiserver's Lease
+//! endpoint). Real TLS on the public ports, mutual TLS on the peer ports, real signals.
+//!
+//! Scenarios: exactly one leader; a write through a follower is on every replica with the same
+//! resourceVersion, and a consistent LIST on a follower already has it; a watch resumes on another
+//! replica from its last resourceVersion without a 410 and misses nothing; kill -9 of the leader
+//! loses no acknowledged write and refuses writes (503 + Retry-After) only during the election;
+//! SIGTERM of the leader hands over while writes keep succeeding; a replica that is not caught up
+//! is not Ready; a cold store answers discovery and reads with 503.
+//!
+//! Every wait is bounded by a generous deadline; nothing asserts how long anything took.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use http::Method;
+use kube::Api;
+use kube::api::{WatchEvent, WatchParams};
+use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_tests::replicas::{
+    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, write_retrying,
+};
+use tokio::time::Instant;
+
+/// Generous bound for anything the cluster must do (elect, catch up, become Ready).
+const PATIENCE: Duration = Duration::from_secs(60);
+/// The discovery document kube-apiserver's availability check reads.
+const DISCOVERY: &str = "/apis/topology.node.k8s.io/v1alpha2";
+
+async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future).await.unwrap_or_else(|_| panic!("{what}: not within {PATIENCE:?}"))
+}
+
+fn object_path(name: &str) -> String {
+    format!("{NRT_PATH}/{name}")
+}
+
+/// name → resourceVersion of every NRT a LIST on `client` returns (`query` appended).
+async fn listed(client: &kube::Client, query: &str) -> BTreeMap<String, String> {
+    let answer = request(client, Method::GET, &format!("{NRT_PATH}{query}"), None).await.unwrap();
+    assert_eq!(answer.status, 200, "LIST{query}: {answer:?}");
+    answer.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            let meta = &item["metadata"];
+            (meta["name"].as_str().unwrap().to_owned(), meta["resourceVersion"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+/// Waits until every running replica is Ready.
+async fn all_ready(cluster: &Cluster) {
+    for index in 0..cluster.replicas.len() {
+        let client = cluster.client(index).await;
+        bounded(&format!("replica {index} Ready"), async {
+            loop {
+                if request(&client, Method::GET, "/readyz", None).await.is_ok_and(|a| a.status == 200) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+    }
+}
+
+/// Starts three replicas and waits for a leader and for all to be Ready; returns the leader.
+async fn three_ready_replicas() -> (Cluster, usize) {
+    let cluster = Cluster::start(3, ReplicaOptions::default()).await;
+    let leader = cluster.wait_for_leader(None, PATIENCE).await.expect("a leader is elected");
+    all_ready(&cluster).await;
+    (cluster, leader)
+}
+
+/// The other two replicas' indexes.
+fn followers(leader: usize) -> (usize, usize) {
+    ((leader + 1) % 3, (leader + 2) % 3)
+}
+
+/// Creates `name` through `client`; its resourceVersion.
+async fn create(client: &kube::Client, name: &str, sequence: u64) -> String {
+    let answer = request(client, Method::POST, NRT_PATH, Some(&nrt(name, sequence))).await.unwrap();
+    assert_eq!(answer.status, 201, "create {name}: {answer:?}");
+    answer.resource_version().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_leader_and_a_write_through_a_follower_is_on_every_replica_with_one_resource_version() {
+    let (mut cluster, leader) = three_ready_replicas().await;
+    let lease = cluster.double.lease(LEASE_NAMESPACE, LEASE_NAME).unwrap();
+    let annotations = lease.metadata.annotations.clone().unwrap_or_default();
+    let peer = format!("https://127.0.0.1:{}", cluster.replicas[leader].peer_port);
+    assert_eq!(annotations.get("nodetopology.openshift.io/peer-address"), Some(&peer), "{lease:?}");
+
+    // Each replica knows its role; exactly one says it leads.
+    for index in 0..3 {
+        let needle = if index == leader { "became the leader" } else { "following the leader" };
+        tokio::task::block_in_place(|| cluster.replicas[index].wait_for_log(needle, PATIENCE));
+    }
+    let leading = cluster.replicas.iter().filter(|r| r.log().iter().any(|l| l.contains("became the leader"))).count();
+    assert_eq!(leading, 1, "exactly one replica became the leader");
+
+    let (follower, other) = followers(leader);
+    let through_follower = cluster.client(follower).await;
+    let version = create(&through_follower, "worker-0", 1).await;
+
+    // Acknowledged means replicated: a consistent LIST on any replica already has it.
+    for index in [follower, other, leader] {
+        let objects = listed(&cluster.client(index).await, "").await;
+        assert_eq!(objects.get("worker-0"), Some(&version), "consistent LIST on replica {index}");
+    }
+    // And a GET on each replica returns the same object, version included.
+    let reference = request(&cluster.client(leader).await, Method::GET, &object_path("worker-0"), None).await.unwrap();
+    for index in [follower, other] {
+        let client = cluster.client(index).await;
+        let answer = bounded("GET on a follower", async {
+            loop {
+                let answer = request(&client, Method::GET, &object_path("worker-0"), None).await.unwrap();
+                if answer.ok() {
+                    return answer;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert_eq!(answer.body, reference.body, "replica {index} serves the leader's object");
+    }
+
+    // An update through the other follower: one more version, the same everywhere.
+    let mut changed = reference.body.clone();
+    changed["attributes"] = nrt("worker-0", 2)["attributes"].clone();
+    let updated =
+        request(&cluster.client(other).await, Method::PUT, &object_path("worker-0"), Some(&changed)).await.unwrap();
+    assert_eq!(updated.status, 200, "{updated:?}");
+    let new_version = updated.resource_version().unwrap();
+    assert_ne!(new_version, version);
+    for index in 0..3 {
+        let objects = listed(&cluster.client(index).await, "").await;
+        assert_eq!(objects.get("worker-0"), Some(&new_version), "replica {index}");
+    }
+}
+
+/// Reads watch events until `count` object events came; fails on an ERROR event (a 410 above all).
+async fn next_events(
+    stream: &mut (impl futures_util::Stream<Item = kube::Result<WatchEvent<NodeResourceTopology>>> + Unpin),
+    count: usize,
+) -> Vec<(String, String, String)> {
+    let mut events = Vec::new();
+    bounded("watch events", async {
+        while events.len() < count {
+            let event = stream.next().await.expect("the watch stays open").expect("a decodable event");
+            let (kind, object) = match event {
+                WatchEvent::Added(object) => ("ADDED", object),
+                WatchEvent::Modified(object) => ("MODIFIED", object),
+                WatchEvent::Deleted(object) => ("DELETED", object),
+                WatchEvent::Bookmark(_) => continue,
+                WatchEvent::Error(status) => panic!("the watch failed: {status:?}"),
+            };
+            let meta = object.metadata;
+            events.push((kind.to_owned(), meta.name.unwrap_or_default(), meta.resource_version.unwrap_or_default()));
+        }
+    })
+    .await;
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watch_resumes_on_another_replica_from_its_last_resource_version() {
+    let (cluster, leader) = three_ready_replicas().await;
+    let (first, second) = followers(leader);
+    let writer = cluster.client(leader).await;
+    let start = create(&writer, "start", 0).await;
+
+    let mut written = Vec::new();
+    let on_first = Api::<NodeResourceTopology>::all(cluster.client(first).await);
+    let mut stream = on_first.watch(&WatchParams::default(), &start).await.unwrap().boxed();
+    for i in 0..5 {
+        let name = format!("worker-{i}");
+        written.push(("ADDED".to_owned(), name.clone(), create(&writer, &name, i).await));
+    }
+    let seen = next_events(&mut stream, 5).await;
+    assert_eq!(seen, written, "the first replica's watch");
+    drop(stream);
+
+    // While nobody watches: updates through the other follower.
+    let mut more = Vec::new();
+    let other_writer = cluster.client(second).await;
+    for i in 0..5 {
+        let name = format!("worker-{i}");
+        let current = request(&other_writer, Method::GET, &object_path(&name), None).await.unwrap();
+        let mut changed = current.body.clone();
+        changed["attributes"] = nrt(&name, 100 + i)["attributes"].clone();
+        let answer = request(&other_writer, Method::PUT, &object_path(&name), Some(&changed)).await.unwrap();
+        assert_eq!(answer.status, 200, "{answer:?}");
+        more.push(("MODIFIED".to_owned(), name, answer.resource_version().unwrap()));
+    }
+
+    // Resumed on the second replica from the last version seen on the first: no 410, nothing
+    // missed, nothing twice.
+    let last = &seen.last().unwrap().2;
+    let on_second = Api::<NodeResourceTopology>::all(cluster.client(second).await);
+    let mut resumed = on_second.watch(&WatchParams::default(), last).await.unwrap().boxed();
+    assert_eq!(next_events(&mut resumed, 5).await, more, "the resumed watch");
+    // Nothing else is pending: one more write is the very next event.
+    let barrier = create(&writer, "barrier", 0).await;
+    assert_eq!(next_events(&mut resumed, 1).await, [("ADDED".to_owned(), "barrier".to_owned(), barrier)]);
+}
+
+/// What one writer saw: name → acknowledged resourceVersion, and the 503s before acks.
+#[derive(Default)]
+struct Writes {
+    acknowledged: BTreeMap<String, String>,
+    /// Creates that were refused, then found to exist on a retry (409): the refused attempt
+    /// was applied after all. Not acknowledged, so no promise is attached; not a failure either.
+    landed_unacknowledged: usize,
+    refusals: Vec<Answer>,
+    failures: Vec<String>,
+}
+
+impl Writes {
+    fn settled(&self) -> usize {
+        self.acknowledged.len() + self.landed_unacknowledged
+    }
+}
+
+/// Creates `count` objects `prefix-<i>` through `client`, retrying on 503 as a client would.
+async fn write_many(client: kube::Client, prefix: String, count: u64, written: Arc<AtomicUsize>) -> Writes {
+    let mut writes = Writes::default();
+    for i in 0..count {
+        let name = format!("{prefix}-{i}");
+        let deadline = Instant::now() + PATIENCE;
+        match write_retrying(&client, Method::POST, NRT_PATH, &nrt(&name, i), deadline).await {
+            Ok((answer, refusals)) => {
+                let retried = !refusals.is_empty();
+                writes.refusals.extend(refusals);
+                match answer.resource_version() {
+                    Some(version) if answer.status == 201 => {
+                        writes.acknowledged.insert(name, version);
+                    }
+                    _ if answer.status == 409 && retried => writes.landed_unacknowledged += 1,
+                    _ => writes.failures.push(format!("{name}: {answer:?}")),
+                }
+            }
+            Err(error) => writes.failures.push(format!("{name}: {error}")),
+        }
+        written.fetch_add(1, Ordering::Relaxed);
+    }
+    writes
+}
+
+/// Every acknowledged write is on each of `survivors` with its acknowledged resourceVersion.
+async fn assert_all_present(cluster: &Cluster, survivors: &[usize], writes: &Writes) {
+    for &index in survivors {
+        let objects = listed(&cluster.client(index).await, "").await;
+        let missing: Vec<_> =
+            writes.acknowledged.iter().filter(|(name, version)| objects.get(*name) != Some(version)).collect();
+        assert!(missing.is_empty(), "replica {index} lost or changed acknowledged writes: {missing:?}");
+    }
+}
+
+/// Waits until the writer passed `count` writes.
+async fn wait_for_writes(written: &AtomicUsize, count: usize) {
+    bounded("the writer makes progress", async {
+        while written.load(Ordering::Relaxed) < count {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_of_the_leader_loses_no_acknowledged_write_and_refuses_writes_only_during_the_election() {
+    let (mut cluster, leader) = three_ready_replicas().await;
+    let (follower, other) = followers(leader);
+    let written = Arc::new(AtomicUsize::new(0));
+    let writer = tokio::spawn(write_many(cluster.client(follower).await, "kill".to_owned(), 200, written.clone()));
+
+    wait_for_writes(&written, 50).await;
+    cluster.replicas[leader].kill();
+    let new_leader = cluster.wait_for_leader(Some(leader), PATIENCE).await.expect("a new leader is elected");
+    assert!([follower, other].contains(&new_leader));
+
+    let writes = bounded("the writer finishes", writer).await.unwrap();
+    assert!(writes.failures.is_empty(), "writes failed beyond a retried 503: {:?}", writes.failures);
+    assert_eq!(writes.settled(), 200);
+    for refusal in &writes.refusals {
+        assert_eq!(refusal.body["reason"], "ServiceUnavailable", "{refusal:?}");
+        assert!(refusal.retry_after.is_some(), "a 503 without Retry-After: {refusal:?}");
+    }
+    assert_all_present(&cluster, &[follower, other], &writes).await;
+
+    // The election is over: writes are no longer refused, on either survivor.
+    for index in [follower, other] {
+        let client = cluster.client(index).await;
+        for i in 0..10 {
+            let answer =
+                request(&client, Method::POST, NRT_PATH, Some(&nrt(&format!("after-{index}-{i}"), i))).await.unwrap();
+            assert_eq!(answer.status, 201, "replica {index} after the election: {answer:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_of_the_leader_hands_over_while_writes_keep_succeeding() {
+    let (mut cluster, leader) = three_ready_replicas().await;
+    let (follower, other) = followers(leader);
+    let written = Arc::new(AtomicUsize::new(0));
+    let writer = tokio::spawn(write_many(cluster.client(follower).await, "term".to_owned(), 200, written.clone()));
+
+    wait_for_writes(&written, 50).await;
+    let clean = tokio::task::block_in_place(|| cluster.replicas[leader].terminate(PATIENCE));
+    assert!(clean, "the leader exits cleanly on SIGTERM; its log:\n{}", cluster.replicas[leader].log().join("\n"));
+    let new_leader = cluster.wait_for_leader(Some(leader), PATIENCE).await.expect("a survivor leads");
+    assert!([follower, other].contains(&new_leader));
+
+    let writes = bounded("the writer finishes", writer).await.unwrap();
+    assert!(writes.failures.is_empty(), "writes failed during the hand-over: {:?}", writes.failures);
+    assert_eq!(writes.settled(), 200);
+    assert_all_present(&cluster, &[follower, other], &writes).await;
+    let log = cluster.replicas[new_leader].log();
+    assert!(log.iter().any(|line| line.contains("became the leader")), "{log:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_that_is_not_caught_up_is_not_ready() {
+    let mut cluster = Cluster::start(2, ReplicaOptions::default()).await;
+    let leader = cluster.wait_for_leader(None, PATIENCE).await.expect("a leader");
+    all_ready(&cluster).await;
+    let writer = cluster.client(leader).await;
+    for i in 0..300 {
+        create(&writer, &format!("worker-{i}"), i).await;
+    }
+    let expected = listed(&writer, "").await;
+
+    let (files, options) = (cluster.files.clone(), cluster.options.clone());
+    let late = tokio::task::block_in_place(|| Replica::start(&files, 2, &options));
+    cluster.replicas.push(late);
+    let client = cluster.client(2).await;
+    // Whenever it says Ready, its own cache (resourceVersion=0: no waiting for the leader)
+    // already holds everything written before it started.
+    bounded("the late replica becomes Ready", async {
+        loop {
+            let ready = request(&client, Method::GET, "/readyz", None).await.unwrap();
+            if ready.status == 200 {
+                let cached = listed(&client, "?resourceVersion=0").await;
+                assert_eq!(cached, expected, "Ready before it caught up");
+                return;
+            }
+            assert_eq!(ready.status, 500, "a failing /readyz answers 500: {ready:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cold_store_answers_discovery_and_reads_with_503_until_it_is_warm() {
+    let (mut cluster, leader) = three_ready_replicas().await;
+    let writer = cluster.client(leader).await;
+    for i in 0..20 {
+        create(&writer, &format!("worker-{i}"), i).await;
+    }
+
+    // Every replica gone at once (a cluster restart), then back with a warm-up long enough to
+    // look at them while cold.
+    for replica in &mut cluster.replicas {
+        replica.kill();
+    }
+    cluster.options.store_warmup = "30s".to_owned();
+    for index in 0..3 {
+        cluster.respawn(index);
+        let client = cluster.client(index).await;
+        let ready = request(&client, Method::GET, "/readyz", None).await.unwrap();
+        assert_eq!(ready.status, 500, "replica {index} is Ready with a cold store: {ready:?}");
+        for path in [DISCOVERY, NRT_PATH] {
+            let answer = request(&client, Method::GET, path, None).await.unwrap();
+            assert_eq!(answer.status, 503, "replica {index} answered {path} with a cold store: {answer:?}");
+            assert_eq!(answer.body["reason"], "ServiceUnavailable", "{answer:?}");
+        }
+    }
+    // Bounded: warm at the latest once the warm-up has passed.
+    cluster.wait_for_leader(None, PATIENCE).await.expect("a leader after the restart");
+    bounded("warm again", all_ready(&cluster)).await;
+    let client = cluster.client(0).await;
+    let discovery = request(&client, Method::GET, DISCOVERY, None).await.unwrap();
+    assert_eq!(discovery.status, 200, "{discovery:?}");
+}
