@@ -63,7 +63,7 @@ pub struct Limits {
 }
 
 /// The default of [`Limits::watch_buffer_bytes`].
-pub const DEFAULT_WATCH_BUFFER_BYTES: usize = 256 * 1024;
+pub const DEFAULT_WATCH_BUFFER_BYTES: usize = 64 * 1024;
 /// The default of [`Limits::watch_blocked_timeout`].
 pub const DEFAULT_WATCH_BLOCKED_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use numaresources_api::nrt::KIND;
@@ -225,7 +225,7 @@ impl Watch {
         }
     }
 
-    fn bookmark(&self, revision: u64, initial_events_end: bool) -> Bytes {
+    fn bookmark(&self, revision: u64, initial_events_end: bool) -> buffer::Line {
         let mut metadata = json!({"resourceVersion": revision.to_string()});
         if initial_events_end {
             metadata["annotations"] = json!({INITIAL_EVENTS_END: "true"});
@@ -245,7 +245,7 @@ impl Watch {
     /// queue full for longer than the blocked limit has its watch ended, as kube-apiserver ends
     /// an unresponsive watcher: it resumes from the last event it read, and until then holds
     /// nothing but what is queued.
-    async fn send(&self, line: Bytes) -> bool {
+    async fn send(&self, line: buffer::Line) -> bool {
         // The common case costs no timer: the queue has room.
         let line = match self.sender.try_send(line) {
             Ok(()) => return true,
@@ -283,14 +283,17 @@ fn within(mut events: Vec<Arc<Event>>, budget: usize) -> Vec<Arc<Event>> {
     events
 }
 
-fn line(kind: &str, object: &Bytes) -> Bytes {
-    let mut out = BytesMut::with_capacity(object.len() + 32);
-    out.put_slice(b"{\"type\":\"");
-    out.put_slice(kind.as_bytes());
-    out.put_slice(b"\",\"object\":");
-    out.put_slice(object);
-    out.put_slice(b"}\n");
-    out.freeze()
+/// `{"type":"<kind>","object":<object>}` and a newline, the object's bytes shared (a stored
+/// version's JSON is not copied for each watcher).
+fn line(kind: &str, object: &Bytes) -> buffer::Line {
+    let prefix = match kind {
+        "ADDED" => Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":"),
+        "MODIFIED" => Bytes::from_static(b"{\"type\":\"MODIFIED\",\"object\":"),
+        "DELETED" => Bytes::from_static(b"{\"type\":\"DELETED\",\"object\":"),
+        "BOOKMARK" => Bytes::from_static(b"{\"type\":\"BOOKMARK\",\"object\":"),
+        other => Bytes::from(format!("{{\"type\":\"{other}\",\"object\":")),
+    };
+    [prefix, object.clone(), Bytes::from_static(b"}\n")]
 }
 
 fn to_bytes(value: &Value) -> Bytes {

@@ -606,7 +606,7 @@ async fn a_stalled_watch_ends(end: impl AsyncFnOnce(&AppState)) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn a_client_that_stops_reading_never_holds_a_watch_past_its_timeout_or_a_shutdown() {
-    // At most the queue (256 KiB: 32 events) plus the events in hand: the rest of the 300
+    // At most the queue (64 KiB: 8 events) plus the events in hand: the rest of the 300
     // changes never went out.
     let timed_out = a_stalled_watch_ends(async |_| tokio::time::sleep(Duration::from_secs(120)).await).await;
     assert!(timed_out <= 65, "{timed_out} events: the watch outlived its timeoutSeconds");
