@@ -70,12 +70,15 @@ pub async fn core(State(state): State<Arc<AppState>>) -> Response {
 
 pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
     let docs = &state.openapi;
-    Ok(match openapi_form(headers.get(ACCEPT).and_then(|v| v.to_str().ok()), true)? {
+    let mut response = match openapi_form(headers.get(ACCEPT).and_then(|v| v.to_str().ok()), true)? {
         OpenApiForm::Json => with_etag(&headers, docs.v2.clone(), &docs.v2_etag, "application/json"),
         OpenApiForm::Protobuf => {
             with_etag(&headers, docs.v2_protobuf.clone(), &docs.v2_protobuf_etag, OPENAPI_V2_PROTOBUF)
         }
-    })
+    };
+    // One URL, two forms: a cache (kubectl keeps one on disk) must key on Accept too.
+    response.headers_mut().insert(http::header::VARY, HeaderValue::from_static("Accept"));
+    Ok(response)
 }
 
 pub async fn openapi_v3_index(State(state): State<Arc<AppState>>) -> Response {

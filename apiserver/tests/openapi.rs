@@ -107,6 +107,7 @@ fn each_version_spells_parameters_bodies_and_answers_its_own_way() {
 struct Answer {
     status: StatusCode,
     content_type: String,
+    vary: String,
     body: bytes::Bytes,
 }
 
@@ -118,9 +119,9 @@ async fn get(path: &str, accept: Option<&str>) -> Answer {
     }
     let response = router(state).oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
     let status = response.status();
-    let content_type =
-        response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
-    Answer { status, content_type, body: response.into_body().collect().await.unwrap().to_bytes() }
+    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    let (content_type, vary) = (header("content-type"), header("vary"));
+    Answer { status, content_type, vary, body: response.into_body().collect().await.unwrap().to_bytes() }
 }
 
 #[tokio::test]
@@ -163,6 +164,7 @@ async fn v2_is_served_as_protobuf_to_clients_that_ask_for_it() {
     assert_eq!(protobuf.content_type, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf");
     assert_eq!(protobuf.body, OpenApi::new().v2_protobuf);
     assert_ne!(protobuf.body.first(), Some(&b'{'), "not JSON");
+    assert_eq!(protobuf.vary, "Accept", "caches must not answer one form for the other");
     let json =
         get("/openapi/v2", Some("application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf")).await;
     assert_eq!(json.content_type, "application/json", "the client's first choice wins");
