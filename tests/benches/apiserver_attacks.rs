@@ -1,0 +1,420 @@
+//! The API server over real TLS on loopback under the attacks of the hostile-clients review,
+//! while a normal client keeps reading one object by name at a paced 100 GET/s:
+//!
+//! - **metric series**: 80,000 pipelined requests with made-up methods (`M<random> /x`);
+//! - **stalled watchers**: 200 watches whose clients never read, while 1,000 objects are patched;
+//! - **stalled watchers, large objects**: 10 such watches and 70 patches of a 1 MB object.
+//!
+//! For each: the GET latency (p50/p99/max) during the attack next to the quiet baseline, the
+//! process's peak RSS above its idle RSS (server and clients share the process; the stalled
+//! clients hold nothing themselves, their unread bytes sit in kernel socket buffers), and what
+//! the server reports. The YAML and JSON-patch attacks can be added as further phases.
+//!
+//! `cargo bench -p numaresources-tests --bench apiserver_attacks` prints the figures; nothing
+//! asserts a time. Traffic goes to 127.0.0.1 only and every loop is bounded.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use numaresources_apiserver::{AppState, Store, router};
+use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder, serve};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+const FLEET: usize = 1_000;
+/// The normal client's pace.
+const GETS_PER_SECOND: u64 = 100;
+const BASELINE: Duration = Duration::from_secs(5);
+const PIPELINED_REQUESTS: usize = 80_000;
+const PIPELINE_CONNECTIONS: usize = 8;
+const STALLED_WATCHERS: usize = 200;
+const FLEET_PATCHES: usize = 5_000;
+const LARGE_WATCHERS: usize = 10;
+const LARGE_PATCHES: usize = 70;
+const LARGE_OBJECT_BYTES: usize = 1 << 20;
+/// How long each attack's aftermath is watched (the watchers' blocked limit is 10 s).
+const SETTLE: Duration = Duration::from_secs(15);
+
+fn nrt(name: &str, filler: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": name},
+        "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                       {"name": "filler", "value": filler}],
+        "zones": [{"name": "node-0", "type": "Node", "costs": [{"name": "node-0", "value": 10}],
+                   "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": 12},
+                                 {"name": "memory", "capacity": "256Gi", "allocatable": "250Gi", "available": "100Gi"}]},
+                  {"name": "node-1", "type": "Node", "costs": [{"name": "node-1", "value": 10}],
+                   "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": 30},
+                                 {"name": "memory", "capacity": "256Gi", "allocatable": "250Gi", "available": "200Gi"}]}]
+    })
+}
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+/// Samples RSS every 50 ms; the peak since the last reset.
+struct RssPeak(Arc<AtomicU64>);
+
+impl RssPeak {
+    fn start() -> Self {
+        let peak = Arc::new(AtomicU64::new(rss_bytes()));
+        let sampled = Arc::clone(&peak);
+        tokio::spawn(async move {
+            loop {
+                sampled.fetch_max(rss_bytes(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        Self(peak)
+    }
+
+    fn reset(&self) {
+        self.0.store(rss_bytes(), Ordering::Relaxed);
+    }
+
+    fn peak(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+struct Tls {
+    connector: TlsConnector,
+    address: SocketAddr,
+}
+
+impl Tls {
+    async fn connect(&self) -> TlsStream<TcpStream> {
+        let tcp = TcpStream::connect(self.address).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        self.connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap()
+    }
+
+    async fn http1(&self) -> http1::SendRequest<Full<Bytes>> {
+        let (sender, connection) = http1::handshake(TokioIo::new(self.connect().await)).await.unwrap();
+        tokio::spawn(connection);
+        sender
+    }
+}
+
+fn connector(ca_pem: &str) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    TlsConnector::from(Arc::new(config))
+}
+
+async fn send(sender: &mut http1::SendRequest<Full<Bytes>>, request: Request<Full<Bytes>>) -> (StatusCode, Bytes) {
+    sender.ready().await.unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    (status, response.into_body().collect().await.unwrap().to_bytes())
+}
+
+fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path).header("host", "localhost").body(Full::default()).unwrap()
+}
+
+fn merge_patch(name: &str, patch: &serde_json::Value) -> Request<Full<Bytes>> {
+    Request::patch(format!("{BASE}/{name}"))
+        .header("host", "localhost")
+        .header("content-type", "application/merge-patch+json")
+        .body(Full::new(Bytes::from(serde_json::to_vec(patch).unwrap())))
+        .unwrap()
+}
+
+/// The normal client: paced GETs by name on a kept-alive connection, latencies collected
+/// until taken.
+struct Prober {
+    latencies: Arc<Mutex<Vec<Duration>>>,
+    failures: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Prober {
+    async fn start(tls: &Tls) -> Self {
+        let mut sender = tls.http1().await;
+        let latencies = Arc::new(Mutex::new(Vec::new()));
+        let failures = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (kept, failed, stopping) = (Arc::clone(&latencies), Arc::clone(&failures), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_secs(1) / GETS_PER_SECOND as u32);
+            let mut n = 0usize;
+            while !stopping.load(Ordering::Relaxed) {
+                ticker.tick().await;
+                let start = Instant::now();
+                let (status, _) = send(&mut sender, get(&format!("{BASE}/worker-{:04}", n % FLEET))).await;
+                let elapsed = start.elapsed();
+                if status == StatusCode::OK {
+                    kept.lock().await.push(elapsed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                n += 7;
+            }
+        });
+        Self { latencies, failures, stop }
+    }
+
+    /// The latencies since the last call, as `p50 / p99 / max (n GETs, k failed)`.
+    async fn take(&self) -> String {
+        let mut taken = std::mem::take(&mut *self.latencies.lock().await);
+        taken.sort_unstable();
+        let at = |q: f64| taken.get(((taken.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied();
+        let ms = |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3));
+        format!(
+            "GET p50 {} / p99 {} / max {} ({} GETs, {} failed)",
+            ms(at(0.5)),
+            ms(at(0.99)),
+            ms(at(1.0)),
+            taken.len(),
+            self.failures.swap(0, Ordering::Relaxed)
+        )
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A watch whose client sends the request and never reads a byte of the answer.
+async fn stalled_watch(tls: &Tls) -> TlsStream<TcpStream> {
+    let mut stream = tls.connect().await;
+    let request = format!("GET {BASE}?watch=true HTTP/1.1\r\nhost: localhost\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+}
+
+async fn server_metric(tls: &Tls, name: &str) -> (String, usize) {
+    let mut sender = tls.http1().await;
+    let (_, body) = send(&mut sender, get("/metrics")).await;
+    let text = String::from_utf8_lossy(&body);
+    let value = text.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_owned();
+    (value, body.len())
+}
+
+/// How many request series `/metrics` holds.
+async fn request_series(tls: &Tls) -> usize {
+    let mut sender = tls.http1().await;
+    let (_, body) = send(&mut sender, get("/metrics")).await;
+    String::from_utf8_lossy(&body).lines().filter(|l| l.starts_with("numaresources_apiserver_requests_total{")).count()
+}
+
+async fn report(what: &str, prober: &Prober, rss: &RssPeak, idle: u64, extra: String) {
+    let peak = rss.peak();
+    println!(
+        "{what}: {}; peak RSS {} ({} above idle); {extra}",
+        prober.take().await,
+        mib(peak),
+        mib(peak.saturating_sub(idle))
+    );
+}
+
+/// 80,000 requests with made-up methods, pipelined on a few connections.
+async fn made_up_methods(tls: &Tls) {
+    let per_connection = PIPELINED_REQUESTS / PIPELINE_CONNECTIONS;
+    let mut tasks = Vec::new();
+    for c in 0..PIPELINE_CONNECTIONS {
+        let mut stream = tls.connect().await;
+        tasks.push(tokio::spawn(async move {
+            let (mut reader, mut writer) = tokio::io::split(&mut stream);
+            let write = async {
+                let mut seed = 0x9e37_79b9_u64 ^ c as u64;
+                for batch in 0..per_connection / 100 {
+                    let mut text = String::new();
+                    for _ in 0..100 {
+                        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                        let method: String = (0..8).map(|k| (b'A' + ((seed >> (k * 5)) % 26) as u8) as char).collect();
+                        text.push_str(&format!("M{method} /x HTTP/1.1\r\nhost: localhost\r\n\r\n"));
+                    }
+                    if batch + 1 == per_connection / 100 {
+                        text.push_str("GET /version HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+                    }
+                    writer.write_all(text.as_bytes()).await.unwrap();
+                }
+            };
+            let read = async {
+                let mut sink = vec![0u8; 64 * 1024];
+                while reader.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+            };
+            tokio::join!(write, read);
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::generate("bench-ca", Duration::from_secs(24 * 3600)).unwrap();
+        let pair = ca.issue_serving(&["localhost".to_owned()], Duration::from_secs(3600)).unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        pair.write(&cert, &key).unwrap();
+        let server_tls =
+            ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap())).build().unwrap();
+        let store = Arc::new(Store::default());
+        let state = Arc::new(AppState::new(Arc::clone(&store), "bench", "bench"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, server_tls, router(state), std::future::pending()));
+        let tls = Tls { connector: connector(ca.cert_pem()), address };
+
+        let mut writer = tls.http1().await;
+        for i in 0..FLEET {
+            let body = serde_json::to_vec(&nrt(&format!("worker-{i:04}"), "")).unwrap();
+            let request = Request::post(BASE)
+                .header("host", "localhost")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            assert_eq!(send(&mut writer, request).await.0, StatusCode::CREATED);
+        }
+        let object_bytes = store.get("worker-0000").unwrap().json.len();
+
+        let prober = Prober::start(&tls).await;
+        tokio::time::sleep(BASELINE).await;
+        let idle = rss_bytes();
+        let rss = RssPeak::start();
+        println!(
+            "numaresources-apiserver over TLS on {address} (defaults: watch buffer 64 KiB, blocked limit 10 s, \
+             write stall 60 s), {FLEET} objects of {object_bytes} bytes; one process, 2-worker runtime; idle RSS {}",
+            mib(idle)
+        );
+        println!("quiet: {}", prober.take().await);
+
+        // (5) Made-up methods.
+        rss.reset();
+        let start = Instant::now();
+        made_up_methods(&tls).await;
+        let elapsed = start.elapsed();
+        let (others, _) = server_metric(&tls, "numaresources_apiserver_requests_total{verb=\"other\"").await;
+        let series = request_series(&tls).await;
+        report(
+            &format!("{PIPELINED_REQUESTS} pipelined made-up methods ({:.1} s)", elapsed.as_secs_f64()),
+            &prober,
+            &rss,
+            idle,
+            format!("{series} request series on /metrics; {others}"),
+        )
+        .await;
+
+        // (6a) 200 watches that never read, while the fleet is patched.
+        rss.reset();
+        let mut stalled = Vec::new();
+        for _ in 0..STALLED_WATCHERS {
+            stalled.push(stalled_watch(&tls).await);
+        }
+        let start = Instant::now();
+        for k in 0..FLEET_PATCHES {
+            let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("patch {k}")}]});
+            assert_eq!(send(&mut writer, merge_patch(&format!("worker-{:04}", k % FLEET), &patch)).await.0, StatusCode::OK);
+        }
+        let patching = start.elapsed();
+        tokio::time::sleep(SETTLE).await;
+        let (open, _) = server_metric(&tls, "numaresources_apiserver_watches ").await;
+        let (ended, _) = server_metric(&tls, "numaresources_apiserver_terminated_watches_total").await;
+        report(
+            &format!(
+                "{STALLED_WATCHERS} watches that never read (snapshot of {FLEET} objects each), {FLEET_PATCHES} patches in {:.1} s",
+                patching.as_secs_f64()
+            ),
+            &prober,
+            &rss,
+            idle,
+            format!("after {} s: {open}, {ended}", SETTLE.as_secs()),
+        )
+        .await;
+        drop(stalled);
+
+        // (6b) 10 watches that never read, 70 patches of a 1 MB object; first the same patches
+        // with no watcher, to tell what the writes cost from what the watchers hold.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        rss.reset();
+        let big = "x".repeat(LARGE_OBJECT_BYTES);
+        let body = serde_json::to_vec(&nrt("large", &big)).unwrap();
+        let request = Request::post(BASE)
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        assert_eq!(send(&mut writer, request).await.0, StatusCode::CREATED);
+        let start = Instant::now();
+        for k in 0..LARGE_PATCHES {
+            let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("{k}{big}")}]});
+            assert_eq!(send(&mut writer, merge_patch("large", &patch)).await.0, StatusCode::OK);
+        }
+        let patching = start.elapsed();
+        report(
+            &format!("no watcher, {LARGE_PATCHES} patches of a 1 MiB object in {:.1} s", patching.as_secs_f64()),
+            &prober,
+            &rss,
+            idle,
+            "the writes alone".to_owned(),
+        )
+        .await;
+        rss.reset();
+        let mut stalled = Vec::new();
+        for _ in 0..LARGE_WATCHERS {
+            stalled.push(stalled_watch(&tls).await);
+        }
+        let start = Instant::now();
+        for k in 0..LARGE_PATCHES {
+            let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("{k}{big}")}]});
+            assert_eq!(send(&mut writer, merge_patch("large", &patch)).await.0, StatusCode::OK);
+        }
+        let patching = start.elapsed();
+        tokio::time::sleep(SETTLE).await;
+        let (open, _) = server_metric(&tls, "numaresources_apiserver_watches ").await;
+        let (ended, _) = server_metric(&tls, "numaresources_apiserver_terminated_watches_total").await;
+        report(
+            &format!(
+                "{LARGE_WATCHERS} watches that never read, {LARGE_PATCHES} patches of a 1 MiB object in {:.1} s",
+                patching.as_secs_f64()
+            ),
+            &prober,
+            &rss,
+            idle,
+            format!("after {} s: {open}, {ended}", SETTLE.as_secs()),
+        )
+        .await;
+        drop(stalled);
+    });
+}
