@@ -45,7 +45,8 @@ pub use store::Store;
 /// Limits and periods that tests and benchmarks may tune.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Request bodies above this are refused with 413 (kube-apiserver's default is 3 MiB).
+    /// Request bodies above this are refused with 413 (kube-apiserver's default is 3 MiB), and so
+    /// is a write whose object, once encoded, is larger.
     pub max_body_bytes: usize,
     /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
     pub bookmark_interval: Duration,
@@ -62,6 +63,9 @@ pub struct Limits {
     pub max_json_patch_operations: usize,
 }
 
+/// The default of [`Limits::max_body_bytes`]: kube-apiserver's `MaxRequestBodyBytes` (it also
+/// bounds what a patch may make of an object, and what a JSON patch's copies may add).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// The default of [`Limits::watch_buffer_bytes`].
 pub const DEFAULT_WATCH_BUFFER_BYTES: usize = 64 * 1024;
 /// The default of [`Limits::watch_blocked_timeout`].
@@ -70,7 +74,7 @@ pub const DEFAULT_WATCH_BLOCKED_TIMEOUT: Duration = Duration::from_secs(10);
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_body_bytes: 3 * 1024 * 1024,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             bookmark_interval: Duration::from_secs(60),
             watch_buffer_bytes: DEFAULT_WATCH_BUFFER_BYTES,
             watch_blocked_timeout: DEFAULT_WATCH_BLOCKED_TIMEOUT,

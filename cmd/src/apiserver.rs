@@ -141,6 +141,17 @@ pub struct ApiserverArgs {
     /// from the last change it read).
     #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_BLOCKED_TIMEOUT", default_value = "10s", value_parser = parse_period)]
     watch_blocked_timeout: GoDuration,
+    /// Request bodies above this many bytes are refused (413), and so are writes whose object
+    /// would be larger, by patching for instance; it also caps what a JSON patch's copies add.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_MAX_REQUEST_BODY_BYTES", default_value_t = numaresources_apiserver::DEFAULT_MAX_BODY_BYTES)]
+    max_request_body_bytes: usize,
+    /// How deep a JSON or YAML body may nest (objects and arrays).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_MAX_NESTING_DEPTH", default_value_t = numaresources_apiserver::body::DEFAULT_MAX_NESTING_DEPTH as u16,
+          value_parser = clap::value_parser!(u16).range(1..=numaresources_apiserver::body::DEFAULT_MAX_NESTING_DEPTH as i64))]
+    max_nesting_depth: u16,
+    /// The most operations a JSON patch may have (413 above).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_MAX_JSON_PATCH_OPERATIONS", default_value_t = numaresources_apiserver::patch_limits::MAX_JSON_PATCH_OPERATIONS)]
+    max_json_patch_operations: usize,
     /// Bounds of the HTTPS listener.
     #[command(flatten)]
     connections: ConnectionFlags,
@@ -187,6 +198,9 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     state.limits.watch_buffer_bytes = args.watch_buffer_bytes;
     state.limits.watch_blocked_timeout =
         args.watch_blocked_timeout.to_std().unwrap_or(numaresources_apiserver::DEFAULT_WATCH_BLOCKED_TIMEOUT);
+    state.limits.max_body_bytes = args.max_request_body_bytes;
+    state.limits.max_nesting_depth = usize::from(args.max_nesting_depth);
+    state.limits.max_json_patch_operations = args.max_json_patch_operations;
     let replicas = args.replication.replicas(args.bind_address, args.kubeconfig.as_deref(), &state).await?;
     if let Some(replicas) = &replicas {
         let replication = replicas.replication();
