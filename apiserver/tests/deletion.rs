@@ -105,7 +105,12 @@ async fn removing_the_last_finalizer_deletes_the_object_with_a_deleted_event() {
         call(&app, Method::PATCH, &format!("{BASE}/worker-0"), "application/merge-patch+json", Some(release)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(get(&app, "worker-0").await.0, StatusCode::NOT_FOUND);
-    let line = tokio::time::timeout(Duration::from_secs(30), events.next()).await.unwrap().unwrap().unwrap();
+    // One event is one line, which may come in several chunks.
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), events.next()).await.unwrap().unwrap().unwrap();
+        line.extend_from_slice(&chunk);
+    }
     let event: Value = serde_json::from_slice(&line).unwrap();
     assert_eq!(event["type"], "DELETED", "{event}");
     assert_eq!(event["object"]["metadata"]["name"], "worker-0");
