@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use numaresources_api::nrt::KIND;
@@ -283,9 +283,22 @@ fn within(mut events: Vec<Arc<Event>>, budget: usize) -> Vec<Arc<Event>> {
     events
 }
 
-/// `{"type":"<kind>","object":<object>}` and a newline, the object's bytes shared (a stored
-/// version's JSON is not copied for each watcher).
+/// From this size on, an object's stored JSON goes out shared, as its own piece of the line,
+/// rather than copied into it: watchers stalled on the same large object then hold one copy.
+/// Smaller objects are copied: one piece per line costs the HTTP and TLS layers less than three.
+const SHARED_OBJECT_BYTES: usize = 16 * 1024;
+
+/// `{"type":"<kind>","object":<object>}` and a newline.
 fn line(kind: &str, object: &Bytes) -> buffer::Line {
+    if object.len() < SHARED_OBJECT_BYTES {
+        let mut out = BytesMut::with_capacity(object.len() + 32);
+        out.put_slice(b"{\"type\":\"");
+        out.put_slice(kind.as_bytes());
+        out.put_slice(b"\",\"object\":");
+        out.put_slice(object);
+        out.put_slice(b"}\n");
+        return [out.freeze(), Bytes::new(), Bytes::new()];
+    }
     let prefix = match kind {
         "ADDED" => Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":"),
         "MODIFIED" => Bytes::from_static(b"{\"type\":\"MODIFIED\",\"object\":"),

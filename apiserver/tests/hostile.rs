@@ -5,84 +5,26 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+mod socket;
+
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use numaresources_apiserver::{AppState, Limits, Store, router};
+use numaresources_apiserver::Limits;
 use serde_json::{Value, json};
+use socket::{PATIENCE, request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
-/// How long a test waits for what must happen before calling it a failure (a hang guard, not a
-/// figure: everything here happens within a second).
-const PATIENCE: Duration = Duration::from_secs(30);
 
 async fn server(limits: Limits) -> SocketAddr {
-    let mut state = AppState::new(Arc::new(Store::starting_at(1000, 100)), "0.1.0", "test");
-    state.limits = limits;
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(Arc::new(state))).await });
-    address
+    socket::serve(limits).await
 }
 
-/// An answer read off the socket.
-struct Answer {
-    code: u16,
-    content_type: String,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
-    }
-}
-
-/// Sends one request on a fresh connection and reads the answer to the end.
-async fn request(address: SocketAddr, method: &str, path: &str, headers: &str, body: &[u8]) -> Answer {
-    let mut stream = TcpStream::connect(address).await.unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: {}\r\n{headers}\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut raw)).await.unwrap().unwrap();
-    parse(&raw)
-}
-
-fn parse(raw: &[u8]) -> Answer {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let header = |name: &str| {
-        head.lines().find_map(|l| {
-            l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned())
-        })
-    };
-    let mut body = raw[split + 4..].to_vec();
-    if header("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
-        body = dechunk(&body);
-    }
-    Answer { code, content_type: header("content-type").unwrap_or_default(), body }
-}
-
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(std::str::from_utf8(&raw[..end]).unwrap().trim(), 16).unwrap();
-        if size == 0 {
-            break;
-        }
-        out.extend_from_slice(&raw[end + 2..end + 2 + size]);
-        raw = &raw[end + 4 + size..];
-    }
-    out
+fn json_of(answer: &socket::RawAnswer) -> Value {
+    serde_json::from_slice(&answer.body)
+        .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&answer.body)))
 }
 
 async fn metrics(address: SocketAddr) -> String {
@@ -159,8 +101,9 @@ async fn every_error_answer_is_a_status() {
     ] {
         let answer = request(address, method, &path, "", b"").await;
         assert_eq!(answer.code, code, "{method} {path}");
-        assert!(answer.content_type.starts_with("application/json"), "{method} {path}: {}", answer.content_type);
-        let status = answer.json();
+        let content_type = answer.headers("content-type").concat();
+        assert!(content_type.starts_with("application/json"), "{method} {path}: {content_type}");
+        let status = json_of(&answer);
         assert_eq!(status["kind"], "Status", "{method} {path}: {status}");
         assert_eq!(status["code"], code, "{method} {path}: {status}");
         assert_eq!(status["reason"], reason, "{method} {path}: {status}");
@@ -175,7 +118,7 @@ async fn a_foreign_continue_token_is_not_called_malformed_base64() {
     // kube-apiserver's decoder ignores).
     let answer = request(address, "GET", &format!("{BASE}?limit=1&continue=aGVsbG8gd29ybGR"), "", b"").await;
     assert_eq!(answer.code, 400);
-    let message = answer.json()["message"].as_str().unwrap().to_owned();
+    let message = json_of(&answer)["message"].as_str().unwrap().to_owned();
     assert!(message.starts_with("continue key is not valid: "), "{message}");
     assert!(!message.contains("base64"), "{message}");
 }
