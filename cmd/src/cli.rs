@@ -9,6 +9,7 @@ use crate::bundle::BundleArgs;
 use crate::controllers::ControllersArgs;
 use crate::crds::CrdsArgs;
 use crate::local::LocalArgs;
+use crate::numa::NumaArgs;
 use crate::webhook::WebhookArgs;
 
 /// The version line: crate version and the git commit the binary was built from.
@@ -65,6 +66,9 @@ enum Command {
     Webhook(Box<WebhookArgs>),
     /// Run the operator, scheduler and kubeletconfig controllers (leader-elected).
     Controllers(Box<ControllersArgs>),
+    /// Where NUMA headroom is left and whether a pod would fit (also `kubectl numa`, with the
+    /// binary on the PATH as `kubectl-numa`).
+    Numa(NumaArgs),
     /// Sleep until stopped (the exporter pod's shared-pool reference container).
     #[command(hide = true)]
     Pause,
@@ -79,6 +83,8 @@ impl Cli {
         }
         match &self.command {
             Command::Rte(args) => args.verbosity.map_or("info", numaresources_rte::config::klog_log_level).to_owned(),
+            // A command-line tool: its output is the answer, logs only when something is wrong.
+            Command::Numa(_) => "warn".to_owned(),
             _ => "info".to_owned(),
         }
     }
@@ -93,6 +99,7 @@ impl Cli {
             Command::Local(args) => crate::local::run(args).map(|()| ExitCode::SUCCESS),
             Command::Webhook(args) => crate::webhook::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Controllers(args) => crate::controllers::run(*args).map(|()| ExitCode::SUCCESS),
+            Command::Numa(args) => crate::numa::run(args),
             Command::Pause => crate::controllers::pause().map(|()| ExitCode::SUCCESS),
         }
     }

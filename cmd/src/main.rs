@@ -13,6 +13,7 @@ mod crds;
 mod generated;
 mod kube_client;
 mod local;
+mod numa;
 mod rte;
 mod shutdown;
 mod simulate;
@@ -21,7 +22,7 @@ mod tls;
 mod webhook;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = cli::Cli::parse_from(numa::plugin_args(std::env::args_os().collect()));
     telemetry::init(&cli.log, &cli.log_filter());
     match cli.run() {
         Ok(code) => code,

@@ -1,0 +1,277 @@
+//! `kubectl numa fit -f pod.yaml` / `kubectl numa fit pod/NAME -n NS`: the NUMA-aware
+//! scheduler's verdict for every node, one line each, from the rules in
+//! [`numaresources_api::fit`]: where the pod fits (and its score), why it does not, and which
+//! nodes the plugin would let through blindly (no NRT, or an NRT too old to trust).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use numaresources_api::fit::{Filtered, NodeFit, PodRequests, Requester, Unchecked, evaluate};
+use numaresources_api::operator::{ScoringStrategyParams, ScoringStrategyType};
+use serde::Serialize;
+
+use super::fleet::{self, Report};
+use super::style::{self, Paint};
+
+/// The largest pod manifest read (a pod object is limited to about 1.5 MiB by etcd anyway).
+const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+
+/// `fit`'s flags.
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    /// An existing pod: `pod/NAME` (or `NAME`).
+    #[arg(value_name = "pod/NAME", conflicts_with = "filename", required_unless_present = "filename")]
+    pod: Option<String>,
+    /// A pod manifest (YAML or JSON; `-` reads standard input).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    filename: Option<PathBuf>,
+    /// The pod's namespace [default: the kubeconfig context's].
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// The NUMAResourcesScheduler's scoring strategy.
+    #[arg(long, value_enum, default_value_t = Strategy::LeastAllocated)]
+    scoring_strategy: Strategy,
+    /// An NRT older than this is reported as stale: the scheduler decides on old numbers.
+    #[arg(long, default_value = "3m", value_parser = fleet::parse_duration)]
+    stale_after: Duration,
+    /// Output format: one line per node (default) or `json`.
+    #[arg(short = 'o', long, value_enum)]
+    output: Option<Output>,
+}
+
+/// The NUMAResourcesScheduler scoring strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "PascalCase")]
+pub enum Strategy {
+    /// Favour the NUMA zones with the most left after the pod.
+    LeastAllocated,
+    /// Favour the fullest NUMA zones that still fit.
+    MostAllocated,
+    /// Favour zones whose resources stay balanced.
+    BalancedAllocation,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// For scripts.
+    Json,
+}
+
+/// The answer, also its JSON form.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The pod's QoS class.
+    pub qos: numaresources_api::fit::QosClass,
+    /// What about the pod itself changes the verdicts.
+    pub pod_problems: Vec<String>,
+    /// Whether Node objects could be read (else a request the Node lacks is not caught).
+    pub nodes_known: bool,
+    /// One verdict per node: fits first (best score first), then unchecked, then refused.
+    pub nodes: Vec<NodeAnswer>,
+}
+
+/// One node's verdict.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeAnswer {
+    /// The node.
+    pub node: String,
+    /// The verdict.
+    #[serde(flatten)]
+    pub fit: NodeFit,
+    /// The NRT is older than `--stale-after`.
+    pub stale: bool,
+    /// Seconds since the last report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report_age_seconds: Option<u64>,
+    /// The verdict in words.
+    pub message: String,
+}
+
+/// Runs `fit`.
+pub async fn run(client: &kube::Client, args: FitArgs) -> anyhow::Result<ExitCode> {
+    let pod = load_pod(client, &args).await?;
+    let (reports, _) = fleet::reports(client, None).await?;
+    let allocatable = fleet::node_allocatable(client).await;
+    let answer = answer(&pod, &reports, allocatable.as_ref(), &args);
+    let mut stdout = std::io::stdout();
+    let text = match args.output {
+        Some(Output::Json) => serde_json::to_string_pretty(&answer)? + "\n",
+        None => render_text(&answer, Paint::new(style::colour_wanted())),
+    };
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    // Scripts can tell "nowhere to go" from "somewhere".
+    let accepted = answer.nodes.iter().any(|n| !matches!(n.fit.filtered, Filtered::Rejected(_)));
+    Ok(if accepted { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+async fn load_pod(client: &kube::Client, args: &FitArgs) -> anyhow::Result<Pod> {
+    if let Some(path) = &args.filename {
+        let mut text = String::new();
+        let reader: Box<dyn Read> = if path.as_os_str() == "-" {
+            Box::new(std::io::stdin())
+        } else {
+            Box::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?)
+        };
+        reader
+            .take(MAX_MANIFEST_BYTES + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if text.len() as u64 > MAX_MANIFEST_BYTES {
+            bail!("{}: larger than {MAX_MANIFEST_BYTES} bytes", path.display());
+        }
+        // JSON is YAML.
+        let value: serde_json::Value =
+            serde_norway::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if value.get("kind").and_then(|k| k.as_str()).is_some_and(|k| k != "Pod") {
+            bail!("{}: a {} is not a Pod (give the pod itself)", path.display(), value["kind"]);
+        }
+        return serde_json::from_value(value).with_context(|| format!("{}: not a Pod", path.display()));
+    }
+    let reference = args.pod.as_deref().unwrap_or_default();
+    let name = match reference.split_once('/') {
+        Some(("pod" | "pods" | "po", name)) => name,
+        Some((kind, _)) => bail!("{reference}: only pods can be checked, not {kind}"),
+        None => reference,
+    };
+    let namespace = args.namespace.as_deref().unwrap_or(client.default_namespace());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.get(name).await.with_context(|| format!("getting pod {namespace}/{name}"))
+}
+
+/// Every node's verdict: the nodes with an NRT, and the Nodes without one.
+pub fn answer(
+    pod: &Pod,
+    reports: &[Report],
+    allocatable: Option<&BTreeMap<String, BTreeSet<String>>>,
+    args: &FitArgs,
+) -> Answer {
+    let requests = PodRequests::from_pod(pod);
+    let strategy = ScoringStrategyParams {
+        type_: Some(match args.scoring_strategy {
+            Strategy::LeastAllocated => ScoringStrategyType::LeastAllocated,
+            Strategy::MostAllocated => ScoringStrategyType::MostAllocated,
+            Strategy::BalancedAllocation => ScoringStrategyType::BalancedAllocation,
+        }),
+        resources: Vec::new(),
+    };
+    let by_name: BTreeMap<&str, &Report> =
+        reports.iter().filter_map(|r| r.nrt.metadata.name.as_deref().map(|n| (n, r))).collect();
+    let mut names: BTreeSet<&str> = by_name.keys().copied().collect();
+    if let Some(nodes) = allocatable {
+        names.extend(nodes.keys().map(String::as_str));
+    }
+    let mut nodes: Vec<NodeAnswer> = names
+        .into_iter()
+        .map(|node| {
+            let report = by_name.get(node);
+            let fit = evaluate(&requests, report.map(|r| &r.nrt), allocatable.and_then(|a| a.get(node)), &strategy);
+            let age = report.and_then(|r| r.age).map(|a| a.seconds);
+            let stale = age.is_some_and(|a| a > args.stale_after.as_secs());
+            let message = message(&fit, stale.then_some(age.unwrap_or_default()));
+            NodeAnswer { node: node.to_owned(), fit, stale, report_age_seconds: age, message }
+        })
+        .collect();
+    let rank = |n: &NodeAnswer| match n.fit.filtered {
+        Filtered::Fits { .. } => (0, -n.fit.score.unwrap_or(0)),
+        Filtered::Unchecked(_) => (1, -n.fit.score.unwrap_or(0)),
+        Filtered::Rejected(_) => (2, 0),
+    };
+    nodes.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.node.cmp(&b.node)));
+    let name = pod.metadata.name.clone().or_else(|| pod.metadata.generate_name.clone()).unwrap_or_default();
+    let namespace = pod.metadata.namespace.as_deref().or(args.namespace.as_deref()).unwrap_or("default");
+    Answer {
+        pod: format!("{namespace}/{name}"),
+        qos: requests.qos,
+        pod_problems: requests.problems.iter().map(ToString::to_string).collect(),
+        nodes_known: allocatable.is_some(),
+        nodes,
+    }
+}
+
+/// One node's verdict in words.
+fn message(fit: &NodeFit, stale_age: Option<u64>) -> String {
+    let score = fit.score.map(|s| format!(" (score {s})")).unwrap_or_default();
+    let mut text = match &fit.filtered {
+        Filtered::Fits { placements } => {
+            let zones: BTreeSet<u32> = placements.iter().map(|p| p.numa).collect();
+            if zones.len() == 1 {
+                format!("fits on NUMA {}{score}", placements[0].numa)
+            } else {
+                let each: Vec<String> = placements
+                    .iter()
+                    .map(|p| match &p.requester {
+                        Requester::Container(name) | Requester::InitContainer(name) => {
+                            format!("{name} on NUMA {}", p.numa)
+                        }
+                        Requester::Pod => format!("NUMA {}", p.numa),
+                    })
+                    .collect();
+                format!("fits: {}{score}", each.join(", "))
+            }
+        }
+        Filtered::Unchecked(unchecked @ Unchecked::NoTopology) => unchecked.to_string(),
+        Filtered::Unchecked(unchecked) => format!("{unchecked}{score}"),
+        Filtered::Rejected(rejection) => format!("does not fit: {rejection}"),
+    };
+    if let Some(age) = stale_age {
+        text.push_str(&format!(
+            "; its NRT is stale (reported {} ago): the scheduler decides on old numbers",
+            style::age(age)
+        ));
+    }
+    text
+}
+
+/// The text answer: the pod's own problems, one line per node, then a summary.
+pub fn render_text(answer: &Answer, paint: Paint) -> String {
+    let mut out = format!("pod {} ({:?})\n", answer.pod, answer.qos);
+    for problem in &answer.pod_problems {
+        out.push_str(&format!("{}: {problem}\n", paint.yellow("note")));
+    }
+    if !answer.nodes_known {
+        out.push_str("note: Nodes cannot be listed here: a request a Node does not offer at all is not caught\n");
+    }
+    for node in &answer.nodes {
+        let line = format!("{}: {}", node.node, node.message);
+        let painted = match node.fit.filtered {
+            Filtered::Fits { .. } if !node.stale => paint.green(&line),
+            Filtered::Rejected(_) => paint.red(&line),
+            _ => paint.yellow(&line),
+        };
+        out.push_str(&painted);
+        out.push('\n');
+    }
+    let fits = answer.nodes.iter().filter(|n| matches!(n.fit.filtered, Filtered::Fits { .. })).count();
+    let blind = answer
+        .nodes
+        .iter()
+        .filter(|n| n.stale || matches!(n.fit.filtered, Filtered::Unchecked(Unchecked::NoTopology)))
+        .count();
+    let best = answer.nodes.iter().find(|n| matches!(n.fit.filtered, Filtered::Fits { .. }));
+    out.push_str(&format!("{fits} of {} nodes fit", answer.nodes.len()));
+    if let Some(best) = best {
+        out.push_str(&format!(
+            ", best {}{}",
+            best.node,
+            best.fit.score.map(|s| format!(" (score {s})")).unwrap_or_default()
+        ));
+    }
+    if blind > 0 {
+        out.push_str(&format!("; {blind} let through blindly (no NRT or a stale one)"));
+    }
+    out.push('\n');
+    out
+}
