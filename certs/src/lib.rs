@@ -55,7 +55,7 @@ pub use generate::{
     ensure_self_signed, load_self_signed, self_signed,
 };
 pub use policy::{TlsPolicy, TlsVersion};
-pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions};
+pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions, follow_files};
 pub use serve::{
     DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL, DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_WRITE_STALL_TIMEOUT, PeerInfo, ServeOptions, serve, serve_with,

@@ -201,41 +201,66 @@ impl ReloadingCertificate {
     /// If inotify cannot be set up (e.g. `fs.inotify.max_user_instances` exhausted) this logs a
     /// warning and relies on polling alone. Fails only outside a tokio runtime.
     pub fn watch(&self, options: WatchOptions) -> Result<CertificateWatcher, Error> {
-        let runtime =
-            tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime("ReloadingCertificate::watch"))?;
-        let (stop_tx, stop_rx) = oneshot::channel();
-        let (events_tx, events_rx) = mpsc::channel(1);
-        let watcher = if options.file_events { self.watch_directories(events_tx) } else { None };
-        let task = runtime.spawn(follow(self.clone(), options, stop_rx, events_rx, watcher));
-        Ok(CertificateWatcher { stop: Some(stop_tx), task: Some(task) })
+        let certificate = self.clone();
+        let paths = [self.shared.cert_path.as_path(), self.shared.key_path.as_path()];
+        follow_files(&paths, options, "ReloadingCertificate::watch", move |trigger| match certificate.reload() {
+            Ok(Reloaded::Replaced) => tracing::debug!(trigger, "serving certificate reloaded"),
+            Ok(Reloaded::Unchanged) => {}
+            Err(err) => tracing::warn!(
+                trigger,
+                error = %err,
+                "keeping the current serving certificate: the files on disk do not load"
+            ),
+        })
     }
+}
 
-    /// A notify watcher on each directory holding one of the files, sending a wake-up per
-    /// relevant event (the channel holds one, so bursts coalesce).
-    fn watch_directories(&self, events: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
-        let handler = move |event: notify::Result<notify::Event>| match event {
-            Ok(event) if is_change(&event.kind) => {
-                let _ = events.try_send(()); // full: a wake-up is already pending
-            }
-            Ok(_) => {}
-            Err(err) => tracing::warn!(error = %err, "certificate directory watch reported an error"),
-        };
-        let mut watcher = match notify::recommended_watcher(handler) {
-            Ok(watcher) => watcher,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot watch certificate directories; relying on polling");
-                return None;
-            }
-        };
-        let mut directories = vec![parent(&self.shared.cert_path), parent(&self.shared.key_path)];
-        directories.dedup();
-        for directory in directories {
-            if let Err(err) = watcher.watch(&directory, RecursiveMode::NonRecursive) {
-                tracing::warn!(directory = %directory.display(), error = %err, "cannot watch a certificate directory; relying on polling");
-            }
+/// Follows files mounted from a Secret or ConfigMap volume (or any files): calls `changed` on the
+/// blocking pool after events in the directories holding them (debounced, so the kubelet's
+/// `..data` symlink swap is one call) and on every poll of `options`, with `"file event"` or
+/// `"poll"`. `changed` rereads the files and decides whether anything changed. Stops when the
+/// returned guard is dropped or stopped. Fails only outside a tokio runtime (`caller` names
+/// the caller in that error).
+pub fn follow_files(
+    paths: &[&Path],
+    options: WatchOptions,
+    caller: &'static str,
+    changed: impl Fn(&'static str) + Send + Sync + 'static,
+) -> Result<CertificateWatcher, Error> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime(caller))?;
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let (events_tx, events_rx) = mpsc::channel(1);
+    let watcher = if options.file_events { watch_directories(paths, events_tx) } else { None };
+    let task = runtime.spawn(follow(Arc::new(changed), options, stop_rx, events_rx, watcher));
+    Ok(CertificateWatcher { stop: Some(stop_tx), task: Some(task) })
+}
+
+/// A notify watcher on each directory holding one of the files, sending a wake-up per
+/// relevant event (the channel holds one, so bursts coalesce).
+fn watch_directories(paths: &[&Path], events: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    let handler = move |event: notify::Result<notify::Event>| match event {
+        Ok(event) if is_change(&event.kind) => {
+            let _ = events.try_send(()); // full: a wake-up is already pending
         }
-        Some(watcher)
+        Ok(_) => {}
+        Err(err) => tracing::warn!(error = %err, "file directory watch reported an error"),
+    };
+    let mut watcher = match notify::recommended_watcher(handler) {
+        Ok(watcher) => watcher,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot watch the files' directories; relying on polling");
+            return None;
+        }
+    };
+    let mut directories: Vec<PathBuf> = paths.iter().map(|path| parent(path)).collect();
+    directories.sort();
+    directories.dedup();
+    for directory in directories {
+        if let Err(err) = watcher.watch(&directory, RecursiveMode::NonRecursive) {
+            tracing::warn!(directory = %directory.display(), error = %err, "cannot watch a directory; relying on polling");
+        }
     }
+    Some(watcher)
 }
 
 impl ResolvesServerCert for ReloadingCertificate {
@@ -323,8 +348,8 @@ impl WatchOptions {
     }
 }
 
-/// Keeps a [`ReloadingCertificate`] following its files; dropping it stops the task (and with it
-/// the inotify watch) promptly (the stop signal wakes it).
+/// Keeps a [`ReloadingCertificate`] (or the callback of [`follow_files`]) following its files;
+/// dropping it stops the task (and with it the inotify watch) promptly (the stop signal wakes it).
 #[derive(Debug)]
 pub struct CertificateWatcher {
     stop: Option<oneshot::Sender<()>>,
@@ -352,7 +377,7 @@ impl Drop for CertificateWatcher {
 }
 
 async fn follow(
-    certificate: ReloadingCertificate,
+    changed: Arc<dyn Fn(&'static str) + Send + Sync>,
     options: WatchOptions,
     mut stop: oneshot::Receiver<()>,
     mut events: mpsc::Receiver<()>,
@@ -380,16 +405,9 @@ async fn follow(
             }
             _ = poll.tick() => "poll",
         };
-        let reloading = certificate.clone();
-        match tokio::task::spawn_blocking(move || reloading.reload()).await {
-            Ok(Ok(Reloaded::Replaced)) => tracing::debug!(trigger, "serving certificate reloaded"),
-            Ok(Ok(Reloaded::Unchanged)) => {}
-            Ok(Err(err)) => tracing::warn!(
-                trigger,
-                error = %err,
-                "keeping the current serving certificate: the files on disk do not load"
-            ),
-            Err(err) => tracing::warn!(error = %err, "certificate reload task failed"),
+        let changed = Arc::clone(&changed);
+        if let Err(err) = tokio::task::spawn_blocking(move || changed(trigger)).await {
+            tracing::warn!(error = %err, "file reload task failed");
         }
     }
     drop(watcher);

@@ -14,6 +14,7 @@
 //! with care. The failure is logged at error level and counted, and the next trigger retries.
 
 pub mod allocations;
+pub mod config_reload;
 pub mod notify_file;
 pub mod own_object;
 pub mod trigger;
@@ -174,6 +175,8 @@ pub struct Agent<S, P> {
     discovering: Arc<AtomicBool>,
     /// The digest of the last `List` answer seen (by a scan or a poll).
     seen_allocations: Mutex<Option<u64>>,
+    /// The flags to resolve again when the configuration files change.
+    reload: Option<Args>,
 }
 
 impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
@@ -191,6 +194,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             last_wakeup: Instant::now(),
             discovering: Arc::default(),
             seen_allocations: Mutex::new(None),
+            reload: None,
         }
     }
 
@@ -379,6 +383,26 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         }
     }
 
+    /// Follows the configuration files `args` names (the operator's ConfigMap, the kubelet
+    /// configuration) while running, and applies their changes ([`config_reload`]).
+    #[must_use]
+    pub fn with_config_reload(mut self, args: Args) -> Self {
+        self.reload = Some(args);
+        self
+    }
+
+    /// Resolves the flags again after a configuration file changed and applies the result; a
+    /// configuration that does not resolve is logged and the running one kept.
+    fn reload_config(&mut self) {
+        let Some(args) = &self.reload else { return };
+        match args.resolve() {
+            Ok(fresh) => {
+                config_reload::apply(&mut self.config, fresh);
+            }
+            Err(error) => tracing::warn!(%error, "the changed configuration is not valid; keeping the running one"),
+        }
+    }
+
     /// Publishes again at once whenever `lost` is notified (the API server lost the object).
     pub fn with_republish(mut self, lost: Arc<Notify>) -> Self {
         self.republish = Some(lost);
@@ -402,6 +426,11 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
             timer
         });
+        let reloaded = Arc::new(Notify::new());
+        let _config_watch = self
+            .reload
+            .as_ref()
+            .and_then(|args| config_reload::follow(&config_reload::followed_files(args), Arc::clone(&reloaded)));
         let mut poll = self.config.allocation_poll.map(|every| {
             let mut poll = tokio::time::interval_at(Instant::now() + every, every);
             poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -447,6 +476,11 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
                     }
                 }
                 () = wake.notified() => limiter.offer(Trigger::Reactive),
+                () = reloaded.notified() => {
+                    self.reload_config();
+                    // The scan publishes only if the object changed.
+                    limiter.offer(Trigger::Periodic);
+                }
                 () = notified(self.republish.as_deref()) => {
                     // What was published is gone: the next scan publishes whatever it finds.
                     self.last = None;
@@ -567,10 +601,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), E
             if !config.oneshot {
                 background.spawn(own_object::watch(client, config.node_name.clone(), lost.clone()));
             }
-            let agent = Agent::new(config, source, publisher).with_republish(lost);
+            let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload(args.clone());
             drive(agent, options, listener, &mut background, shutdown).await
         }
-        None => drive(Agent::new(config, source, DryRun), options, listener, &mut background, shutdown).await,
+        None => {
+            let agent = Agent::new(config, source, DryRun).with_config_reload(args.clone());
+            drive(agent, options, listener, &mut background, shutdown).await
+        }
     };
     background.shutdown().await;
     result

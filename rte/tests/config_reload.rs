@@ -1,0 +1,95 @@
+//! Configuration changes without a restart, end to end: the operator's ConfigMap mounted the way
+//! the kubelet mounts it (`config.yaml` → `..data/config.yaml`, `..data` → a timestamped
+//! directory, swapped by renaming a new symlink over `..data`), the agent's run loop over a real
+//! sysfs tree, and the new topology manager policy published without a restart.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
+
+use std::fs;
+use std::future::Future;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::time::Duration;
+
+use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_rte::agent::Agent;
+use numaresources_rte::config::Args;
+use numaresources_rte::podresources::PodResourcesClient;
+use numaresources_rte::publish::{Outcome, PublishError, Publisher};
+use tokio::sync::mpsc;
+
+async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), future).await.unwrap_or_else(|_| panic!("{what}: timed out"))
+}
+
+#[derive(Clone)]
+struct Told(mpsc::UnboundedSender<NodeResourceTopology>);
+
+impl Publisher for Told {
+    fn publish(&self, desired: NodeResourceTopology) -> impl Future<Output = Result<Outcome, PublishError>> + Send {
+        let _ = self.0.send(desired);
+        std::future::ready(Ok(Outcome::Patched))
+    }
+}
+
+/// Writes a new version of the mounted ConfigMap as the kubelet does: a new timestamped
+/// directory, a new `..data` symlink renamed over the old one.
+fn publish_configmap(mount: &Path, version: u32, policy: &str) {
+    let dir = mount.join(format!("..2026_11_25_{version}"));
+    fs::create_dir(&dir).unwrap();
+    fs::write(
+        dir.join("config.yaml"),
+        format!("kubelet:\n  topologyManagerPolicy: {policy}\n  topologyManagerScope: pod\n"),
+    )
+    .unwrap();
+    let staged = mount.join("..data_tmp");
+    symlink(dir.file_name().unwrap(), &staged).unwrap();
+    fs::rename(&staged, mount.join("..data")).unwrap();
+    if !mount.join("config.yaml").exists() {
+        symlink("..data/config.yaml", mount.join("config.yaml")).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_changed_configmap_policy_is_published_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
+    tar::Archive::new(flate2::read::GzDecoder::new(fs::File::open(tarball).unwrap())).unpack(dir.path()).unwrap();
+    let mount = dir.path().join("rte-config");
+    fs::create_dir(&mount).unwrap();
+    publish_configmap(&mount, 1, "restricted");
+
+    let args = Args {
+        hostname: Some("worker-0".into()),
+        sysfs: dir.path().join("sys"),
+        podresources_socket: "none".into(),
+        config: Some(mount.join("config.yaml")),
+        sleep_interval: "0".into(),
+        heartbeat: "0".into(),
+        podresources_poll_interval: "0".into(),
+        metrics_mode: "disabled".into(),
+        ..Args::default()
+    };
+    let config = args.resolve().unwrap();
+    let (tell, mut told) = mpsc::unbounded_channel();
+    let agent = Agent::new(config, None::<PodResourcesClient>, Told(tell)).with_config_reload(args);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(agent.run(async move { drop(stopped.await) }));
+
+    let first = bounded("the first publish", told.recv()).await.unwrap();
+    assert_eq!(first.attribute("topologyManagerPolicy"), Some("restricted"));
+    assert_eq!(first.attribute("topologyManagerScope"), Some("pod"));
+
+    publish_configmap(&mount, 2, "single-numa-node");
+    let changed = bounded("the publish after the swap", told.recv()).await.unwrap();
+    assert_eq!(changed.attribute("topologyManagerPolicy"), Some("single-numa-node"));
+
+    // A version that does not resolve keeps the running configuration, and publishes nothing.
+    publish_configmap(&mount, 3, "numa-please");
+    publish_configmap(&mount, 4, "best-effort");
+    let last = bounded("the publish after the next valid swap", told.recv()).await.unwrap();
+    assert_eq!(last.attribute("topologyManagerPolicy"), Some("best-effort"));
+
+    stop.send(()).unwrap();
+    bounded("the agent stops", running).await.unwrap().unwrap();
+}
