@@ -5,32 +5,17 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
+mod run_loop;
+
 use std::fs;
-use std::future::Future;
 use std::os::unix::fs::symlink;
 use std::path::Path;
-use std::time::Duration;
 
-use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_rte::agent::Agent;
 use numaresources_rte::config::Args;
 use numaresources_rte::podresources::PodResourcesClient;
-use numaresources_rte::publish::{Outcome, PublishError, Publisher};
+use run_loop::{Told, bounded, unpack_fixture};
 use tokio::sync::mpsc;
-
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), future).await.unwrap_or_else(|_| panic!("{what}: timed out"))
-}
-
-#[derive(Clone)]
-struct Told(mpsc::UnboundedSender<NodeResourceTopology>);
-
-impl Publisher for Told {
-    fn publish(&self, desired: NodeResourceTopology) -> impl Future<Output = Result<Outcome, PublishError>> + Send {
-        let _ = self.0.send(desired);
-        std::future::ready(Ok(Outcome::Patched))
-    }
-}
 
 /// Writes a new version of the mounted ConfigMap as the kubelet does: a new timestamped
 /// directory, a new `..data` symlink renamed over the old one.
@@ -53,15 +38,14 @@ fn publish_configmap(mount: &Path, version: u32, policy: &str) {
 #[tokio::test]
 async fn a_changed_configmap_policy_is_published_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-    tar::Archive::new(flate2::read::GzDecoder::new(fs::File::open(tarball).unwrap())).unpack(dir.path()).unwrap();
+    let sys = unpack_fixture(dir.path());
     let mount = dir.path().join("rte-config");
     fs::create_dir(&mount).unwrap();
     publish_configmap(&mount, 1, "restricted");
 
     let args = Args {
         hostname: Some("worker-0".into()),
-        sysfs: dir.path().join("sys"),
+        sysfs: sys,
         podresources_socket: "none".into(),
         config: Some(mount.join("config.yaml")),
         sleep_interval: "0".into(),

@@ -4,9 +4,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
-use std::fs;
-use std::future::Future;
-use std::path::{Path, PathBuf};
+mod run_loop;
+
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
@@ -15,30 +14,8 @@ use numaresources_rte::config::Config;
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{ClientConfig, PodResourcesClient};
-use numaresources_rte::publish::{Outcome, PublishError, Publisher};
+use run_loop::{Told, bounded, unpack_fixture};
 use tokio::sync::mpsc;
-
-/// Bounds every wait: a test that hangs fails instead.
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), future).await.unwrap_or_else(|_| panic!("{what}: timed out"))
-}
-
-/// Tells the test what it is asked to publish.
-#[derive(Clone)]
-struct Told(mpsc::UnboundedSender<NodeResourceTopology>);
-
-impl Publisher for Told {
-    fn publish(&self, desired: NodeResourceTopology) -> impl Future<Output = Result<Outcome, PublishError>> + Send {
-        let _ = self.0.send(desired);
-        std::future::ready(Ok(Outcome::Patched))
-    }
-}
-
-fn unpack_fixture(dir: &Path) -> PathBuf {
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-    tar::Archive::new(flate2::read::GzDecoder::new(fs::File::open(tarball).unwrap())).unpack(dir).unwrap();
-    dir.join("sys")
-}
 
 /// A `List` with one pod holding `cpus` exclusively (none: no pod).
 fn list(cpus: &[i64]) -> proto::ListPodResourcesResponse {
