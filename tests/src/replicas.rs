@@ -148,7 +148,7 @@ impl Default for ReplicaOptions {
 }
 
 /// One `numaresources apiserver` process; killed when dropped. Its ports stay the same across
-/// restarts, and so does its Lease identity (`<hostname>_127.0.0.1:<peer port>`).
+/// restarts, and so does the address in its Lease identity (`<hostname>_127.0.0.1:<peer port>…`).
 #[derive(Debug)]
 pub struct Replica {
     pub index: usize,
@@ -178,14 +178,11 @@ impl Replica {
         format!("https://127.0.0.1:{}", self.secure_port)
     }
 
-    /// The end of its Lease identity.
-    pub fn identity_suffix(&self) -> String {
-        format!("_127.0.0.1:{}", self.peer_port)
-    }
-
-    /// Whether `holder` (a Lease's holderIdentity) is this replica.
+    /// Whether `holder` (a Lease's holderIdentity, `<hostname>_<ip>:<port>`, possibly followed by
+    /// `_<incarnation>`) is this replica.
     pub fn is(&self, holder: &str) -> bool {
-        holder.ends_with(&self.identity_suffix())
+        let address = format!("_127.0.0.1:{}", self.peer_port);
+        holder.ends_with(&address) || holder.contains(&format!("{address}_"))
     }
 
     /// Whether the process runs.
@@ -287,20 +284,21 @@ impl Replica {
         }
     }
 
-    /// SIGTERM, and waits (at most `timeout`) for it to exit; true when it exited cleanly.
-    pub fn terminate(&mut self, timeout: Duration) -> bool {
-        let Some(mut child) = self.child.take() else { return true };
+    /// SIGTERM, and waits (at most `timeout`) for it to exit; its exit status, None when it had
+    /// to be killed (or was not running).
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
         let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = child.try_wait() {
-                return status.success();
+                return Some(status);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = child.kill();
         let _ = child.wait();
-        false
+        None
     }
 }
 
@@ -347,6 +345,20 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         None
+    }
+
+    /// Every replica's log, for a failure message.
+    pub fn logs(&self) -> String {
+        let mut text = String::new();
+        for replica in &self.replicas {
+            text.push_str(&format!(
+                "--- replica {} (peer port {}):\n{}\n",
+                replica.index,
+                replica.peer_port,
+                replica.log().join("\n")
+            ));
+        }
+        text
     }
 
     /// A client for replica `index`.

@@ -30,6 +30,8 @@ use tokio::time::Instant;
 
 /// Generous bound for anything the cluster must do (elect, catch up, become Ready).
 const PATIENCE: Duration = Duration::from_secs(60);
+/// What a replica logs when it starts leading.
+const LEADING: &str = "leading the store";
 /// The discovery document kube-apiserver's availability check reads.
 const DISCOVERY: &str = "/apis/topology.node.k8s.io/v1alpha2";
 
@@ -75,7 +77,9 @@ async fn all_ready(cluster: &Cluster) {
 /// Starts three replicas and waits for a leader and for all to be Ready; returns the leader.
 async fn three_ready_replicas() -> (Cluster, usize) {
     let cluster = Cluster::start(3, ReplicaOptions::default()).await;
-    let leader = cluster.wait_for_leader(None, PATIENCE).await.expect("a leader is elected");
+    let leader = cluster.wait_for_leader(None, PATIENCE).await;
+    let leader =
+        leader.unwrap_or_else(|| panic!("no leader elected; the Lease: {:?}\n{}", cluster.holder(), cluster.logs()));
     all_ready(&cluster).await;
     (cluster, leader)
 }
@@ -102,11 +106,11 @@ async fn one_leader_and_a_write_through_a_follower_is_on_every_replica_with_one_
 
     // Each replica knows its role; exactly one says it leads.
     for index in 0..3 {
-        let needle = if index == leader { "became the leader" } else { "following the leader" };
+        let needle = if index == leader { LEADING } else { "following the leader" };
         tokio::task::block_in_place(|| cluster.replicas[index].wait_for_log(needle, PATIENCE));
     }
-    let leading = cluster.replicas.iter().filter(|r| r.log().iter().any(|l| l.contains("became the leader"))).count();
-    assert_eq!(leading, 1, "exactly one replica became the leader");
+    let leading = cluster.replicas.iter().filter(|r| r.log().iter().any(|l| l.contains(LEADING))).count();
+    assert_eq!(leading, 1, "exactly one replica leads");
 
     let (follower, other) = followers(leader);
     let through_follower = cluster.client(follower).await;
@@ -316,8 +320,9 @@ async fn sigterm_of_the_leader_hands_over_while_writes_keep_succeeding() {
     let writer = tokio::spawn(write_many(cluster.client(follower).await, "term".to_owned(), 200, written.clone()));
 
     wait_for_writes(&written, 50).await;
-    let clean = tokio::task::block_in_place(|| cluster.replicas[leader].terminate(PATIENCE));
-    assert!(clean, "the leader exits cleanly on SIGTERM; its log:\n{}", cluster.replicas[leader].log().join("\n"));
+    let status = tokio::task::block_in_place(|| cluster.replicas[leader].terminate(PATIENCE));
+    let log = cluster.replicas[leader].log().join("\n");
+    assert!(status.is_some_and(|s| s.success()), "the leader exits cleanly on SIGTERM: {status:?}; its log:\n{log}");
     let new_leader = cluster.wait_for_leader(Some(leader), PATIENCE).await.expect("a survivor leads");
     assert!([follower, other].contains(&new_leader));
 
@@ -326,7 +331,7 @@ async fn sigterm_of_the_leader_hands_over_while_writes_keep_succeeding() {
     assert_eq!(writes.settled(), 200);
     assert_all_present(&cluster, &[follower, other], &writes).await;
     let log = cluster.replicas[new_leader].log();
-    assert!(log.iter().any(|line| line.contains("became the leader")), "{log:#?}");
+    assert!(log.iter().any(|line| line.contains(LEADING)), "{log:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
