@@ -1,0 +1,320 @@
+//! `numaresources numa top|fit` and `kubectl numa …` against `numaresources local`, with real
+//! NRT fixtures and NRTs written for the scheduler plugin's cases, read through the real kubectl
+//! plugin mechanism too.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
+mod local_support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use local_support::{Server, start_with};
+use serde_json::{Value, json};
+
+/// Runs `numaresources numa ARGS` against the server.
+fn numa(server: &Server, args: &[&str]) -> Output {
+    numa_with_stdin(server, args, None)
+}
+
+fn numa_with_stdin(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
+        .arg("numa")
+        .args(args)
+        .env("KUBECONFIG", &server.kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(text) = stdin {
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn apply(server: &Server, object: &Value) {
+    let mut child = Command::new("kubectl")
+        .args(["apply", "-f", "-"])
+        .env("KUBECONFIG", &server.kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), object.to_string().as_bytes()).unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn real_fixture() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/nrt/worker-0-2numa-v1alpha2.yaml")
+        .display()
+        .to_string()
+}
+
+/// An NRT for the plugin's cases: (cpu, memory GiB) available per zone, allocatable the same.
+fn nrt(name: &str, policy: &str, scope: &str, zones: &[(i64, i64)]) -> Value {
+    let zones: Vec<Value> = zones
+        .iter()
+        .enumerate()
+        .map(|(id, (cpu, gib))| {
+            let memory = (gib << 30).to_string();
+            json!({"name": format!("node-{id}"), "type": "Node", "resources": [
+                {"name": "cpu", "capacity": cpu.to_string(), "allocatable": cpu.to_string(), "available": cpu.to_string()},
+                {"name": "memory", "capacity": memory, "allocatable": memory, "available": memory},
+            ]})
+        })
+        .collect();
+    json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": name, "labels": {"case": "plugin"}},
+        "attributes": [{"name": "topologyManagerPolicy", "value": policy}, {"name": "topologyManagerScope", "value": scope}],
+        "zones": zones})
+}
+
+fn container(name: &str, cpu: &str, memory: &str) -> Value {
+    json!({"name": name, "image": "x", "resources": {"limits": {"cpu": cpu, "memory": memory}}})
+}
+
+fn pod(init: &[Value], containers: &[Value]) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": "team"},
+        "spec": {"initContainers": init, "containers": containers}})
+    .to_string()
+}
+
+/// The verdict line of `node` in `fit`'s answer for `pod`.
+fn verdicts(server: &Server, pod: &str) -> String {
+    let out = numa_with_stdin(server, &["fit", "-f", "-"], Some(pod));
+    assert!(out.status.code().is_some(), "{}", String::from_utf8_lossy(&out.stderr));
+    stdout(&out)
+}
+
+fn line<'a>(answer: &'a str, node: &str) -> &'a str {
+    let prefix = format!("{node}: ");
+    answer.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no line for {node}: {answer}"))
+}
+
+#[test]
+fn top_shows_each_zone_with_bars_policy_and_report_age() {
+    let server = start_with(&["--simulate-nodes", "3"]);
+    server.kubectl_ok(&["apply", "-f", &real_fixture()]);
+
+    let out = numa(&server, &["top", "--sort-by", "name"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b'), "no colour when stdout is not a terminal: {text:?}");
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with("5 nodes, 8 NUMA zones, 0 stale; cpu "), "summary line first: {text}");
+    assert!(first.ends_with("sorted by name"), "{first}");
+    // The real fixture: hugepages and a device per zone; one zone partly used.
+    let block: Vec<&str> = text.split("\n\n").find(|b| b.starts_with("worker-0 ")).unwrap().lines().collect();
+    assert!(
+        block[0].starts_with("worker-0  single-numa-node/container  reported ") && block[0].ends_with("s ago"),
+        "{block:?}"
+    );
+    assert_eq!(block[1].split_whitespace().collect::<Vec<_>>(), ["ZONE", "CPU", "MEMORY", "HUGEPAGES", "DEVICES"]);
+    assert_eq!(
+        block[2].split_whitespace().collect::<Vec<_>>(),
+        [
+            "node-0",
+            "22/30",
+            "[#######---]",
+            "155.4Gi/171.4Gi",
+            "[#########-]",
+            "12Gi/16Gi",
+            "[########--]",
+            "example.com/sriov_vf",
+            "7/8"
+        ],
+        "{block:?}"
+    );
+    assert!(block[3].starts_with("  node-1  30/30 [##########]  173Gi/173Gi     [##########]  16Gi/16Gi"), "{block:?}");
+
+    // Headroom: the node with the most CPUs free on one zone first.
+    let by_headroom = stdout(&numa(&server, &["top"]));
+    let first_block = by_headroom.split("\n\n").nth(1).unwrap();
+    assert!(first_block.starts_with("worker-0 "), "30 free CPUs on one zone: {by_headroom}");
+
+    // Selector, --top, wide and JSON.
+    server.kubectl_ok(&["label", "nrt", "worker-0", "pool=cnf"]);
+    let selected = stdout(&numa(&server, &["top", "-l", "pool=cnf"]));
+    assert!(selected.starts_with("1 nodes, 2 NUMA zones") && selected.contains("\nworker-0 "), "{selected}");
+    let top1 = stdout(&numa(&server, &["top", "--top", "1", "--sort-by", "name"]));
+    assert!(top1.lines().next().unwrap().ends_with("(top 1 shown)"), "{top1}");
+    assert_eq!(top1.matches(" ago").count(), 1, "{top1}");
+    let wide = stdout(&numa(&server, &["top", "-o", "wide", "-l", "pool=cnf"]));
+    assert!(wide.contains("HUGEPAGES-1GI") && wide.contains("EXAMPLE.COM/SRIOV_VF"), "{wide}");
+    let json: Value =
+        serde_json::from_str(&stdout(&numa(&server, &["top", "-o", "json", "--sort-by", "name"]))).unwrap();
+    assert_eq!(json["summary"]["nodes"], 5);
+    let worker = json["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "worker-0").unwrap();
+    assert_eq!(worker["reportAgeSource"], "reported");
+    assert_eq!(worker["zones"][0]["resources"][0], json!({"name": "cpu", "available": "22", "allocatable": "30"}));
+    let yaml = stdout(&numa(&server, &["top", "-o", "yaml"]));
+    assert!(yaml.contains("sortedBy: headroom"), "{yaml}");
+
+    // A report older than --stale-after is marked.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stale = stdout(&numa(&server, &["top", "-l", "pool=cnf", "--stale-after", "1s"]));
+        if stale.contains(", 1 stale;") && stale.contains("STALE") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "worker-0 is never reported again, so it becomes stale: {stale}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn fit_gives_the_plugins_verdict_for_each_case() {
+    let server = start_with(&[]);
+    server.kubectl_ok(&["apply", "-f", &real_fixture()]);
+    apply(&server, &nrt("snn-container", "single-numa-node", "container", &[(4, 8), (8, 2)]));
+    apply(&server, &nrt("snn-pod", "single-numa-node", "pod", &[(4, 8), (4, 8)]));
+
+    // Fits, and a full zone. Scores (LeastAllocated, whole units): snn-container NUMA 0 cannot
+    // hold 6 CPUs but scores its memory, (0 + 7*100/8) / 2 = 43; NUMA 1 (2*100/8 + 1*100/2) / 2
+    // = 37; the node gets the lowest non-zero, 37.
+    let answer = verdicts(&server, &pod(&[], &[container("app", "6", "1Gi")]));
+    assert!(answer.starts_with("pod team/app (Guaranteed)\n"), "{answer}");
+    assert_eq!(line(&answer, "snn-container"), "snn-container: fits on NUMA 1 (score 37)");
+    assert_eq!(line(&answer, "worker-0"), "worker-0: fits on NUMA 0 (score 85)");
+    assert_eq!(
+        line(&answer, "snn-pod"),
+        r#"snn-pod: does not fit: cpu 4 available < 6 requested by the pod (4 on NUMA 0, 4 on NUMA 1)"#
+    );
+    // local's own node runs the kubelet default policy: the filter does not look.
+    assert_eq!(
+        line(&answer, "fixture-node"),
+        "fixture-node: passes unchecked: topology manager policy none (only single-numa-node is filtered) (score 0)"
+    );
+    assert!(answer.ends_with("2 of 4 nodes fit, best worker-0 (score 85)\n"), "{answer}");
+    let hugepages = json!({"name": "app", "image": "x", "resources": {"limits": {"cpu": "2", "memory": "1Gi", "hugepages-1Gi": "20Gi"}}});
+    let answer = verdicts(&server, &pod(&[], &[hugepages]));
+    assert_eq!(
+        line(&answer, "worker-0"),
+        r#"worker-0: does not fit: hugepages-1Gi 16Gi available < 20Gi requested by container "app" (12Gi on NUMA 0, 16Gi on NUMA 1)"#
+    );
+
+    // Split resources: CPUs on one zone, memory on the other.
+    let answer = verdicts(&server, &pod(&[], &[container("app", "6", "4Gi")]));
+    assert_eq!(
+        line(&answer, "snn-container"),
+        r#"snn-container: does not fit: no single NUMA node has everything container "app" requests: cpu on NUMA 1; memory on NUMA 0"#
+    );
+
+    // Init containers: alone, before the app, nothing accumulated (container scope); in the
+    // pod's effective request (pod scope).
+    let answer = verdicts(&server, &pod(&[container("setup", "8", "1Gi")], &[container("app", "2", "1Gi")]));
+    assert_eq!(line(&answer, "snn-container"), "snn-container: fits on NUMA 0 (score 43)");
+    assert_eq!(
+        line(&answer, "snn-pod"),
+        r#"snn-pod: does not fit: cpu 4 available < 8 requested by the pod (4 on NUMA 0, 4 on NUMA 1)"#
+    );
+
+    // Pod scope: 3+3 CPUs fit two zones one container each, not one zone.
+    let answer = verdicts(&server, &pod(&[], &[container("a", "3", "1Gi"), container("b", "3", "1Gi")]));
+    assert_eq!(line(&answer, "snn-container"), "snn-container: fits: a on NUMA 0, b on NUMA 1 (score 56)");
+    assert_eq!(
+        line(&answer, "snn-pod"),
+        r#"snn-pod: does not fit: cpu 4 available < 6 requested by the pod (4 on NUMA 0, 4 on NUMA 1)"#
+    );
+
+    // Best-effort and fractional pods: the pod's own problem comes first.
+    let best_effort = verdicts(&server, &pod(&[], &[json!({"name": "app", "image": "x"})]));
+    assert!(best_effort.contains("note: the pod is BestEffort"), "{best_effort}");
+    assert_eq!(line(&best_effort, "snn-pod"), "snn-pod: passes unchecked: BestEffort pod (score 100)");
+    let fractional = verdicts(&server, &pod(&[], &[container("app", "1500m", "1Gi")]));
+    assert!(fractional.contains(r#"note: container "app" requests a fractional cpu (1500m)"#), "{fractional}");
+
+    // Nowhere to go: exit code 1, and JSON for scripts.
+    let nowhere = pod(&[], &[container("app", "64", "1Gi")]);
+    let out = numa_with_stdin(&server, &["fit", "-f", "-", "-o", "json"], Some(&nowhere));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["qos"], "Guaranteed");
+    let snn = json["nodes"].as_array().unwrap().iter().find(|n| n["node"] == "snn-container").unwrap();
+    assert_eq!(snn["verdict"], "rejected");
+    assert_eq!(snn["reason"], "insufficient");
+    assert_eq!(snn["requested"], 64_000);
+    let fixture = json["nodes"].as_array().unwrap().iter().find(|n| n["node"] == "fixture-node").unwrap();
+    assert_eq!(fixture["verdict"], "unchecked");
+    assert_eq!(out.status.code(), Some(0), "fixture-node lets it through unchecked");
+
+    // An existing pod needs the Pods API, which local does not serve: a clear error.
+    let missing = numa(&server, &["fit", "pod/app", "-n", "team"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("getting pod team/app"), "{missing:?}");
+}
+
+#[test]
+fn kubectl_runs_the_binary_as_its_numa_plugin() {
+    let server = start_with(&[]);
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_numaresources"), bin.path().join("kubectl-numa")).unwrap();
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let kubectl = |args: &[&str]| {
+        Command::new("kubectl").args(args).env("PATH", &path).env("KUBECONFIG", &server.kubeconfig).output().unwrap()
+    };
+
+    let plugins = kubectl(&["plugin", "list"]);
+    assert!(String::from_utf8_lossy(&plugins.stdout).contains("kubectl-numa"), "{plugins:?}");
+    let top = kubectl(&["numa", "top"]);
+    assert!(top.status.success(), "{}", String::from_utf8_lossy(&top.stderr));
+    let text = stdout(&top);
+    assert!(text.starts_with("1 nodes, 2 NUMA zones, 0 stale; cpu 24/24 available"), "{text}");
+    assert!(text.contains("\nfixture-node  none/container  reported "), "{text}");
+    // kubectl's global --context reaches the plugin as an argument.
+    let context = kubectl(&["numa", "top", "--context", "no-such-context"]);
+    assert!(!context.status.success());
+    assert!(String::from_utf8_lossy(&context.stderr).contains("no-such-context"), "{context:?}");
+}
+
+#[test]
+fn top_watch_redraws_when_an_nrt_changes() {
+    let server = start_with(&[]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
+        .args(["numa", "top", "--watch", "--sort-by", "name"])
+        .env("KUBECONFIG", &server.kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (sender, receiver) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match receiver.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return,
+                Ok(_) => {}
+                Err(error) => panic!("never printed {needle:?}: {error}"),
+            }
+        }
+    };
+    wait_for("1 nodes, 2 NUMA zones");
+    server.kubectl_ok(&["apply", "-f", &real_fixture()]);
+    wait_for("2 nodes, 4 NUMA zones");
+    wait_for("worker-0  single-numa-node/container");
+    let _ = child.kill();
+    let _ = child.wait();
+}
