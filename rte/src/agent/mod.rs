@@ -142,6 +142,15 @@ pub const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// not hold the process past the kubelet's termination grace period (30 s by default).
 pub const BLOCKING_TASKS_GRACE: Duration = Duration::from_secs(2);
 
+/// Clears the agent's "discovery in flight" flag when dropped.
+struct Discovering(Arc<AtomicBool>);
+
+impl Drop for Discovering {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// The fingerprint status record for the pods of one scan.
 fn fingerprint_status(node: &str, method: fingerprint::Method, pods: &[PodResources]) -> fingerprint::Status {
     let mut traced = Fingerprint::traced();
@@ -237,12 +246,11 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         if self.discovering.swap(true, Ordering::AcqRel) {
             return Err(ScanError::SysfsStalled);
         }
-        let discovering = Arc::clone(&self.discovering);
+        let discovering = Discovering(Arc::clone(&self.discovering));
         let root = self.config.sysfs.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let discovery = sysfs::discover(root);
-            discovering.store(false, Ordering::Release);
-            discovery
+            let _discovering = discovering; // cleared when discovery ends, however it ends
+            sysfs::discover(root)
         });
         match tokio::time::timeout(DISCOVERY_TIMEOUT, task).await {
             Ok(joined) => Ok(joined??),
