@@ -68,3 +68,14 @@ PY
   rm -rf "$layer_prefix" # only the binary is kept
 fi
 echo "setup: kubectl $("$kubectl_128" version --client -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])') at $kubectl_128"
+
+# promtool, for the tests that check and unit-test the alerting rules of manifests/monitoring/
+# (tests/tests/monitoring.rs): Debian's prometheus package ships it.
+if ! command -v promtool >/dev/null; then
+  echo "setup: installing promtool (Debian package prometheus)"
+  sudo_=""
+  [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+echo "setup: $(promtool --version 2>&1 | head -1) at $(command -v promtool)"
