@@ -17,7 +17,8 @@
 //!
 //! Writers retry a 503 as client-go does (Retry-After, capped). Every phase is bounded.
 //! `cargo bench -p numaresources-tests --bench apiserver_ha` builds the optimised binary and
-//! prints the figures; nothing asserts a time.
+//! prints the figures; nothing asserts a time. (`cargo test --bench apiserver_ha` runs it against
+//! the debug binary: a smoke run, not figures.)
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
@@ -49,6 +50,8 @@ const AGENT_PERIOD: Duration = Duration::from_secs(1);
 /// Agents are run by this many tasks (each a share of the 5,000 objects).
 const AGENT_TASKS: u64 = 50;
 const BUCKET: Duration = Duration::from_millis(100);
+/// How often the cold-start phase looks at every replica's readiness and contents.
+const COLD_START_LOOK: Duration = Duration::from_millis(500);
 
 fn name(i: u64) -> String {
     format!("worker-{i:05}")
@@ -511,7 +514,8 @@ async fn cold_start(run: &mut Run) {
             *everything_back.lock().unwrap() = Some(Instant::now());
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Three LISTs of up to 5,000 objects per look: not so often that they are the load.
+        tokio::time::sleep(COLD_START_LOOK).await;
     }
     stop.store(true, Ordering::Relaxed);
     for agent in agents {
