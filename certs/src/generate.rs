@@ -153,9 +153,14 @@ impl CertificateAuthority {
     /// its peer port and presents it as a client, so it carries both serverAuth and clientAuth
     /// EKUs, for `names` (the name peers verify, DNS or IP).
     pub fn issue_peer(&self, names: &[String], validity: Duration) -> Result<PemPair, Error> {
+        self.issue_peer_at(names, SystemTime::now(), validity)
+    }
+
+    /// [`Self::issue_peer`] as if the clock read `now`.
+    pub fn issue_peer_at(&self, names: &[String], now: SystemTime, validity: Duration) -> Result<PemPair, Error> {
         let mut params = named(names)?;
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(params, SystemTime::now(), validity)
+        self.issue(params, now, validity)
     }
 
     /// A client certificate (EKU clientAuth) in Kubernetes' convention: the user in the CN, the

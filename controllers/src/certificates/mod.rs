@@ -21,6 +21,7 @@
 //! creates them.
 
 pub mod mode;
+pub mod peer;
 mod plan;
 
 use std::collections::BTreeMap;
@@ -151,42 +152,52 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
     Ok(Pass { bundle, next: plan.next, writes, failed_consumers, foreign_secrets })
 }
 
-/// Runs passes until `shutdown` completes, when the certificate mode is `self-managed` (in any
-/// other mode it returns at once: nothing of ours writes certificates or `caBundle`). Sleeps until
-/// the next decision (at most [`RESYNC`]); failures retry with the controllers' backoff.
+/// Runs passes until `shutdown` completes: the replicas' peer certificate in every mode
+/// ([`peer`], while the API server is deployed), and, when the certificate mode is
+/// `self-managed`, the serving certificates and `caBundle` (in any other mode nothing of ours
+/// writes those). Sleeps until the next decision (at most [`RESYNC`]); failures retry with the
+/// controllers' backoff.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
-    if ctx.settings.certificate_mode != CertificateMode::SelfManaged {
+    let serving = ctx.settings.certificate_mode == CertificateMode::SelfManaged;
+    if !serving {
         tracing::info!(mode = %ctx.settings.certificate_mode, "serving certificates and caBundle are not ours to manage");
-        return;
     }
     let policy = RotationPolicy::default();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let now = SystemTime::now();
-        let delay = match reconcile(&ctx, &policy, now).await {
-            Ok(pass) if pass.failed_consumers.is_empty() && pass.foreign_secrets.is_empty() => {
-                ctx.reset_backoff(BACKOFF_KEY);
-                let due = pass.next.and_then(|next| next.duration_since(now).ok()).unwrap_or(RESYNC);
-                due.clamp(Duration::from_secs(1), RESYNC)
-            }
-            Ok(pass) => {
-                for error in &pass.failed_consumers {
-                    tracing::warn!(%error, "caBundle not injected; retrying");
-                }
-                for secret in &pass.foreign_secrets {
-                    tracing::warn!(%secret, "serving Secret of another type left alone; retrying");
-                }
-                ctx.backoff(BACKOFF_KEY).min(RESYNC)
-            }
-            Err(error) => {
-                let delay = ctx.backoff(BACKOFF_KEY);
-                tracing::warn!(%error, retry_in = ?delay, "certificate pass failed");
-                delay
-            }
-        };
+        let mut delay = peer::step(&ctx, &policy, now).await;
+        if serving {
+            delay = delay.min(serving_step(&ctx, &policy, now).await);
+        }
         tokio::select! {
             () = &mut shutdown => return,
             () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// One pass over the serving certificates; returns when to look again.
+async fn serving_step(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Duration {
+    match reconcile(ctx, policy, now).await {
+        Ok(pass) if pass.failed_consumers.is_empty() && pass.foreign_secrets.is_empty() => {
+            ctx.reset_backoff(BACKOFF_KEY);
+            let due = pass.next.and_then(|next| next.duration_since(now).ok()).unwrap_or(RESYNC);
+            due.clamp(Duration::from_secs(1), RESYNC)
+        }
+        Ok(pass) => {
+            for error in &pass.failed_consumers {
+                tracing::warn!(%error, "caBundle not injected; retrying");
+            }
+            for secret in &pass.foreign_secrets {
+                tracing::warn!(%secret, "serving Secret of another type left alone; retrying");
+            }
+            ctx.backoff(BACKOFF_KEY).min(RESYNC)
+        }
+        Err(error) => {
+            let delay = ctx.backoff(BACKOFF_KEY);
+            tracing::warn!(%error, retry_in = ?delay, "certificate pass failed");
+            delay
         }
     }
 }

@@ -334,10 +334,12 @@ async fn a_secret_left_by_the_previous_operator_is_taken_over_and_freed_from_its
 async fn in_every_other_mode_nothing_is_written() {
     for mode in [CertificateMode::Olm, CertificateMode::CertManager, CertificateMode::ServiceCa] {
         let h = Harness::new(mode);
-        tokio::time::timeout(Duration::from_secs(10), run(h.ctx.clone(), std::future::pending()))
+        // One turn of the loop (the shutdown is ready at once): only the peer certificate is
+        // looked after in these modes, and without an API server Deployment it writes nothing.
+        tokio::time::timeout(Duration::from_secs(10), run(h.ctx.clone(), std::future::ready(())))
             .await
-            .expect("the loop returns at once outside self-managed mode");
-        assert_eq!(h.fake.take_calls().len(), 0, "{mode}: no call at all");
+            .expect("the loop stops on shutdown");
+        assert_eq!(h.writes(), Vec::<String>::new(), "{mode}: nothing written");
         assert!(h.fake.get(CA_PATH).is_none());
         assert!(h.bundles().iter().all(String::is_empty), "{mode}: caBundle left to the injector");
     }
