@@ -275,3 +275,54 @@ pub fn render_text(answer: &Answer, paint: Paint) -> String {
     out.push('\n');
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use serde_json::json;
+
+    use numaresources_api::nrt::NodeResourceTopology;
+
+    use super::*;
+    use crate::numa::fleet::{Age, AgeSource};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        fit: FitArgs,
+    }
+
+    fn nrt(name: &str, cpus: i64) -> NodeResourceTopology {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}],
+            "zones": [{"name": "node-0", "type": "Node", "resources": [
+                {"name": "cpu", "capacity": cpus.to_string(), "allocatable": cpus.to_string(), "available": cpus.to_string()},
+                {"name": "memory", "capacity": "8Gi", "allocatable": "8Gi", "available": "8Gi"}]}]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn nodes_without_an_nrt_or_with_a_stale_one_are_let_through_blindly() {
+        let args = Cli::parse_from(["fit", "-f", "pod.yaml"]).fit;
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "app", "namespace": "ns"},
+            "spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}]}}))
+        .unwrap();
+        let fresh = Some(Age { seconds: 5, source: AgeSource::Reported });
+        let old = Some(Age { seconds: 3_600, source: AgeSource::Reported });
+        let reports = [Report { nrt: nrt("fresh", 4), age: fresh }, Report { nrt: nrt("old", 4), age: old }];
+        let nodes = BTreeMap::from([
+            ("fresh".to_owned(), BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])),
+            ("old".to_owned(), BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])),
+            ("bare".to_owned(), BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])),
+        ]);
+        let text = render_text(&answer(&pod, &reports, Some(&nodes), &args), Paint::new(false));
+        assert_eq!(
+            text,
+            "pod ns/app (Guaranteed)\n\
+             fresh: fits on NUMA 0 (score 68)\n\
+             old: fits on NUMA 0 (score 68); its NRT is stale (reported 60m ago): the scheduler decides on old numbers\n\
+             bare: passes blindly: no NodeResourceTopology for this node (the kubelet may reject the pod with TopologyAffinityError)\n\
+             2 of 3 nodes fit, best fresh (score 68); 2 let through blindly (no NRT or a stale one)\n"
+        );
+    }
+}
