@@ -377,6 +377,12 @@ fn every_service_account_holds_what_its_component_calls() {
             ("apps", "deployments", "get", Some(APISERVER)),
             ("coordination.k8s.io", "leases", "update", Some(CONTROLLERS)),
             ("events.k8s.io", "events", "create", None),
+            // The API server replicas' peer certificate and its CA, kept in every mode.
+            ("", "secrets", "create", None),
+            ("", "secrets", "get", Some(PEER_SECRET)),
+            ("", "secrets", "patch", Some(PEER_SECRET)),
+            ("", "secrets", "get", Some(PEER_CA_SECRET)),
+            ("", "secrets", "patch", Some(PEER_CA_SECRET)),
         ];
         for (group, resource, verb, name) in calls {
             assert!(
@@ -428,8 +434,29 @@ fn the_servers_mount_the_secrets_every_certificate_mode_writes() {
         let install = Install::build(overlay);
         assert_eq!(mounted_secret(&install, APISERVER, "tls-cert-file"), APISERVER_TLS_SECRET, "{overlay}");
         assert_eq!(mounted_secret(&install, WEBHOOK, "tls-cert-file"), WEBHOOK_TLS_SECRET, "{overlay}");
+        for peer_flag in ["peer-ca-file", "peer-client-cert-file", "peer-client-key-file"] {
+            assert_eq!(mounted_secret(&install, APISERVER, peer_flag), PEER_SECRET, "{overlay}: {peer_flag}");
+        }
+        // The controllers write the peer Secret in every mode: no second writer.
+        assert!(
+            install
+                .certificates
+                .iter()
+                .all(|c| c.spec.secret_name != PEER_SECRET && c.spec.secret_name != PEER_CA_SECRET),
+            "{overlay}: a cert-manager Certificate writes the controllers' peer Secret"
+        );
+        // The warm-up lists the exporter pods of its namespace.
+        let server = install.rules_of(NAMESPACE, APISERVER, NAMESPACE);
+        for verb in ["get", "list"] {
+            assert!(allows(&server, "", "pods", verb, None), "{overlay}: the API server cannot {verb} pods");
+        }
     }
 }
+
+/// The API server replicas' peer certificate (controllers' `certificates::peer`).
+const PEER_SECRET: &str = "numaresources-apiserver-peer";
+/// Its CA, with the key.
+const PEER_CA_SECRET: &str = "numaresources-apiserver-peer-ca";
 
 /// What injects `caBundle` into an object, per overlay: nothing (the controllers patch it), the
 /// cert-manager Certificate it names, or the service-ca operator.

@@ -84,6 +84,9 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
     for binding in objects.cluster_role_bindings {
         applier.cluster(binding).await?;
     }
+    for role in objects.roles {
+        applier.namespaced(role).await?;
+    }
     for binding in objects.role_bindings {
         applier.namespaced(binding).await?;
     }

@@ -15,7 +15,7 @@ use std::fmt::Debug;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -62,6 +62,11 @@ pub async fn remove_api_server(nro: &NUMAResourcesOperator, ctx: &Context) -> Re
     for binding in &objects.role_bindings {
         let api = Api::<RoleBinding>::namespaced(client.clone(), binding.namespace().as_deref().unwrap_or(namespace));
         take(delete_if_ours(&api, &binding.name_any(), &uid).await?);
+    }
+    // The server's own Role in the namespace (its Lease, the exporter pods its warm-up lists).
+    for role in &objects.roles {
+        let api = Api::<Role>::namespaced(client.clone(), role.namespace().as_deref().unwrap_or(namespace));
+        take(delete_if_ours(&api, &role.name_any(), &uid).await?);
     }
     for role in &objects.cluster_roles {
         take(delete_if_ours(&Api::<ClusterRole>::all(client.clone()), &role.name_any(), &uid).await?);

@@ -669,6 +669,7 @@ async fn switching_to_the_cluster_api_removes_our_server_apiservice_first() {
         .collect();
     assert!(ours.contains(APISERVICE_PATH) && ours.contains(APISERVER_DEPLOYMENT), "{ours:#?}");
     assert!(ours.iter().any(|p| p.contains("/clusterroles/")), "{ours:#?}");
+    assert!(ours.iter().any(|p| p.contains("/roles/numaresources-apiserver")), "the Lease Role: {ours:#?}");
     // Same name, not ours: a binding someone else created in the place of one of ours.
     let foreign_binding = ours.iter().find(|p| p.contains("/clusterrolebindings/")).unwrap().clone();
     h.fake.edit(&foreign_binding, |b| b["metadata"]["ownerReferences"] = json!([]));

@@ -41,7 +41,8 @@ pub struct ApiserverObjects {
     pub cluster_roles: Vec<ClusterRole>,
     /// Delegation (auth-delegator) and its own role.
     pub cluster_role_bindings: Vec<ClusterRoleBinding>,
-    /// Its leader-election Lease Role (in the namespace).
+    /// Its own Role in the namespace: the leader-election Lease, the exporter pods its warm-up
+    /// lists.
     pub roles: Vec<Role>,
     /// The authentication ConfigMap reader in `kube-system`, and the Lease Role's binding.
     pub role_bindings: Vec<RoleBinding>,
@@ -155,6 +156,8 @@ mod tests {
         assert_eq!(reader.subjects.as_ref().unwrap()[0].namespace.as_deref(), Some("numa-system"));
         let lease = &objects.roles[0];
         assert_eq!(lease.metadata.namespace.as_deref(), Some("numa-system"));
+        let pods = lease.rules.iter().flatten().find(|rule| rule.resources.iter().flatten().any(|r| r == "pods"));
+        assert_eq!(pods.unwrap().verbs, ["get", "list"], "the warm-up lists the exporter pods of its namespace");
         let lease_binding = objects.role_bindings.iter().find(|b| b.role_ref.name == APISERVER).unwrap();
         assert_eq!(lease_binding.metadata.namespace.as_deref(), Some("numa-system"));
         let budget = objects.disruption_budget.unwrap();
