@@ -251,6 +251,17 @@ pub enum StoreError {
     Serialize(#[from] serde_json::Error),
 }
 
+/// What a leader streams next to a follower.
+#[derive(Debug)]
+pub struct ReplicationBatch {
+    /// The events after the follower's position, oldest first.
+    pub events: Vec<Arc<Event>>,
+    /// The head revision when they were read.
+    pub head: u64,
+    /// The revision up to which clients may see changes (what the followers hold).
+    pub visible: u64,
+}
+
 /// A replicated change that does not follow from a follower's state: it must resynchronize.
 #[derive(Debug, thiserror::Error)]
 #[error("replication: {0}")]
@@ -508,10 +519,45 @@ impl Store {
         Self::events_in(&state, after, max, visible)
     }
 
-    /// Like [`Store::events_after`], visible or not: what a leader streams to its followers.
-    pub fn replication_events_after(&self, after: u64, max: usize) -> Result<Vec<Arc<Event>>, WatchRefusal> {
+    /// Like [`Store::events_after`], visible or not (what a leader streams to its followers),
+    /// with the head revision and the visible one read under the same lock: when fewer than
+    /// `max` events come back, nothing happened between the last of them and that head.
+    pub fn replication_events_after(&self, after: u64, max: usize) -> Result<ReplicationBatch, WatchRefusal> {
         let state = self.read();
-        Self::events_in(&state, after, max, u64::MAX)
+        let events = Self::events_in(&state, after, max, u64::MAX)?;
+        Ok(ReplicationBatch { events, head: state.revision, visible: self.visible_in(&state) })
+    }
+
+    /// Every object at the visible (committed) revision, and that revision: where a follower
+    /// that synchronizes from nothing starts (the stream carries the events after it, committed
+    /// or not).
+    pub fn replication_snapshot(&self) -> (Vec<Arc<Stored>>, u64) {
+        let state = self.read();
+        let visible = self.visible_in(&state);
+        let objects = if visible < state.revision {
+            rebuild(&state, visible).into_values().collect()
+        } else {
+            state.objects.values().cloned().collect()
+        };
+        (objects, visible)
+    }
+
+    /// Drops every change after `revision` (a follower's changes that its new leader never
+    /// committed; no client saw them, since clients see committed changes only), so the store
+    /// is as it was at `revision`. False when the history does not reach back that far.
+    pub fn truncate_to(&self, revision: u64) -> bool {
+        let mut state = self.write();
+        if revision < state.oldest_resumable || revision > state.revision {
+            return revision == state.revision;
+        }
+        state.objects = rebuild(&state, revision);
+        let keep = state.history.partition_point(|e| e.revision <= revision);
+        for dropped in state.history.drain(keep..).collect::<Vec<_>>() {
+            state.history_bytes = state.history_bytes.saturating_sub(dropped.charge());
+        }
+        state.revision = revision;
+        self.revisions.send_replace(revision);
+        true
     }
 
     fn events_in(state: &State, after: u64, max: usize, up_to: u64) -> Result<Vec<Arc<Event>>, WatchRefusal> {

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 
@@ -80,9 +80,20 @@ pub enum Decision {
     Wait,
 }
 
-/// The decision for candidate `me` at `now`; `eligible` says whether `me` may take a free or
-/// expired Lease (see the module's notes).
-pub fn decide(lease: Option<&Lease>, me: &str, now: Timestamp, eligible: bool) -> Decision {
+/// Whether the holder's Lease has run out, judged as client-go judges it: by how long ago this
+/// candidate saw the Lease last change (its own clock only), never by the holder's timestamps,
+/// so clock skew between replicas cannot make two leaders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Expiry {
+    /// Not renewed for a lease duration since it was last seen to change.
+    pub expired: bool,
+    /// Not renewed for [`ORPHANED_AFTER_LEASES`] more lease durations.
+    pub orphaned: bool,
+}
+
+/// The decision for candidate `me`, given how long the Lease has gone unrenewed; `eligible`
+/// says whether `me` may take a free or expired Lease (see the module's notes).
+pub fn decide(lease: Option<&Lease>, me: &str, expiry: Expiry, eligible: bool) -> Decision {
     let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else {
         return match lease {
             None if eligible => Decision::Create,
@@ -94,18 +105,18 @@ pub fn decide(lease: Option<&Lease>, me: &str, now: Timestamp, eligible: bool) -
     if holder == me {
         return Decision::Renew;
     }
-    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()).map(|t| t.0);
-    let seconds = i64::from(spec.lease_duration_seconds.unwrap_or(0));
-    let expired_at = |leases: i64| {
-        renewed.is_none_or(|t| {
-            t.checked_add(SignedDuration::from_secs(seconds.saturating_mul(leases))).is_ok_and(|end| end < now)
-        })
-    };
-    let free = holder.is_empty() || expired_at(1);
+    let free = holder.is_empty() || expiry.expired;
     if !free {
         return Decision::Wait;
     }
-    if eligible || expired_at(ORPHANED_AFTER_LEASES + 1) { Decision::Take } else { Decision::Wait }
+    if eligible || expiry.orphaned { Decision::Take } else { Decision::Wait }
+}
+
+/// The Lease as last seen to change, and when (this process's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Observed {
+    record: (Option<String>, Option<String>, Option<i32>),
+    at: tokio::time::Instant,
 }
 
 /// How one attempt on the Lease went.
@@ -131,6 +142,7 @@ pub struct LeaderLease {
     timings: LeaseTimings,
     annotations: Option<Annotations>,
     eligibility: Option<Eligibility>,
+    observed: Arc<std::sync::Mutex<Option<Observed>>>,
 }
 
 impl std::fmt::Debug for LeaderLease {
@@ -152,7 +164,32 @@ impl LeaderLease {
             timings,
             annotations: None,
             eligibility: None,
+            observed: Arc::default(),
         }
+    }
+
+    /// Records `lease` as seen now, and says how long it has gone unrenewed since it last
+    /// changed (a Lease first seen counts as just renewed).
+    pub fn observe(&self, lease: Option<&Lease>) -> Expiry {
+        let now = tokio::time::Instant::now();
+        let Some(spec) = lease.and_then(|l| l.spec.as_ref()) else { return Expiry::default() };
+        let record = (
+            spec.holder_identity.clone(),
+            spec.renew_time.as_ref().map(|t| t.0.to_string()),
+            spec.lease_duration_seconds,
+        );
+        let mut observed = self.observed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = match observed.as_ref() {
+            Some(seen) if seen.record == record => seen.at,
+            _ => {
+                *observed = Some(Observed { record, at: now });
+                now
+            }
+        };
+        let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
+        let idle = now.saturating_duration_since(at);
+        let leases = u32::try_from(ORPHANED_AFTER_LEASES + 1).unwrap_or(u32::MAX);
+        Expiry { expired: idle >= duration, orphaned: idle >= duration * leases }
     }
 
     /// Annotations the holder sets on the Lease with every write (the keys it owns; others kept).
@@ -198,7 +235,7 @@ impl LeaderLease {
         let now = Timestamp::now();
         let current = self.read().await?;
         let eligible = self.eligibility.as_ref().is_none_or(|eligible| eligible(current.as_ref()));
-        let decision = decide(current.as_ref(), &self.identity, now, eligible);
+        let decision = decide(current.as_ref(), &self.identity, self.observe(current.as_ref()), eligible);
         let seconds = i32::try_from(self.timings.duration.as_secs().max(1)).unwrap_or(i32::MAX);
         let previous = current.as_ref().and_then(|l| l.spec.clone()).unwrap_or_default();
         let spec = |transitions: i32, acquired: Option<MicroTime>| LeaseSpec {
@@ -372,21 +409,50 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let now: Timestamp = "2026-01-01T00:00:30Z".parse().unwrap();
+        let fresh = Expiry::default();
+        let expired = Expiry { expired: true, orphaned: false };
+        let orphaned = Expiry { expired: true, orphaned: true };
         let rows = [
-            ("no lease", None, true, Decision::Create),
-            ("no lease, not eligible", None, false, Decision::Wait),
-            ("ours", Some(lease("me", "2026-01-01T00:00:00Z", 15)), false, Decision::Renew),
-            ("theirs, fresh", Some(lease("them", "2026-01-01T00:00:20Z", 15)), true, Decision::Wait),
-            ("theirs, expired", Some(lease("them", "2026-01-01T00:00:10Z", 15)), true, Decision::Take),
-            ("theirs, expired, not eligible", Some(lease("them", "2026-01-01T00:00:10Z", 15)), false, Decision::Wait),
-            ("theirs, orphaned", Some(lease("them", "2026-01-01T00:00:20Z", 2)), false, Decision::Take),
-            ("released", Some(lease("", "2026-01-01T00:00:29Z", 1)), true, Decision::Take),
-            ("released, not eligible", Some(lease("", "2026-01-01T00:00:29Z", 1)), false, Decision::Wait),
-            ("no spec", Some(Lease::default()), true, Decision::Take),
+            ("no lease", None, fresh, true, Decision::Create),
+            ("no lease, not eligible", None, fresh, false, Decision::Wait),
+            ("ours", Some(lease("me", "2026-01-01T00:00:00Z", 15)), expired, false, Decision::Renew),
+            ("theirs, fresh", Some(lease("them", "2026-01-01T00:00:20Z", 15)), fresh, true, Decision::Wait),
+            ("theirs, expired", Some(lease("them", "2026-01-01T00:00:10Z", 15)), expired, true, Decision::Take),
+            (
+                "theirs, expired, not eligible",
+                Some(lease("them", "2026-01-01T00:00:10Z", 15)),
+                expired,
+                false,
+                Decision::Wait,
+            ),
+            ("theirs, orphaned", Some(lease("them", "2026-01-01T00:00:20Z", 2)), orphaned, false, Decision::Take),
+            ("released", Some(lease("", "2026-01-01T00:00:29Z", 1)), fresh, true, Decision::Take),
+            ("released, not eligible", Some(lease("", "2026-01-01T00:00:29Z", 1)), fresh, false, Decision::Wait),
+            ("no spec", Some(Lease::default()), fresh, true, Decision::Take),
         ];
-        for (name, lease, eligible, expected) in rows {
-            assert_eq!(decide(lease.as_ref(), "me", now, eligible), expected, "{name}");
+        for (name, lease, expiry, eligible, expected) in rows {
+            assert_eq!(decide(lease.as_ref(), "me", expiry, eligible), expected, "{name}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expiry_is_judged_by_this_process_clock_from_the_last_change_seen() {
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let candidate =
+            LeaderLease::new(kube::Client::new(service, "default"), "ns", "l", "me", LeaseTimings::default());
+        // A holder whose clock runs an hour behind: its renewTime looks long expired.
+        let held = lease("them", "2000-01-01T00:00:00Z", 4);
+        assert!(!candidate.observe(Some(&held)).expired, "first seen: as good as just renewed");
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert!(!candidate.observe(Some(&held)).expired);
+        let renewed = lease("them", "2000-01-01T00:00:03Z", 4);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert!(!candidate.observe(Some(&renewed)).expired, "a renewal restarts the count");
+        tokio::time::advance(Duration::from_secs(4)).await;
+        let expiry = candidate.observe(Some(&renewed));
+        assert!(expiry.expired && !expiry.orphaned);
+        tokio::time::advance(Duration::from_secs(12)).await;
+        assert!(candidate.observe(Some(&renewed)).orphaned);
     }
 }

@@ -1,6 +1,11 @@
 //! The election loop: follow whoever leads, take the Lease when it is ours to take, lead until
 //! the Lease is lost (then follow again) or the process stops (then hand the Lease to an
 //! in-sync follower, so a rolling update has no window without a leader).
+//!
+//! Who may take a free or expired Lease: a replica that holds data and that the Lease names as
+//! in sync (or any replica that holds data when the leader had no follower in sync). Replicas
+//! that hold nothing (new ones, or all of them at a cold start) wait until the followers the
+//! Lease names have not answered for a whole lease duration, or until the Lease is orphaned.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -9,19 +14,22 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use numaresources_certs::leader::{Decision, LeaderLease, decide};
+use numaresources_certs::leader::{Decision, Expiry, LeaderLease, decide};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::{IN_SYNC_ANNOTATION, PEER_ADDRESS_ANNOTATION, Replication, Role};
 
 /// How often readiness is re-evaluated (it decays when the leader goes silent).
 const READINESS_REFRESH: Duration = Duration::from_millis(200);
-/// How long a follower named by the Lease has to answer the probe of a candidate.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
-/// The first pause before reconnecting to a leader; doubled up to the Lease's retry period.
+/// The first pause before reconnecting to a leader; doubled up to a second.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(100);
+/// The Lease annotation with the leader's head revision at its last renewal.
+pub const REVISION_ANNOTATION: &str = "nodetopology.openshift.io/revision";
+/// How far past the last published head revision a new leader starts: more revisions than a
+/// leader can hand out between two renewals and its renew deadline.
+const REVISION_MARGIN: u64 = 100_000_000;
 
 /// Runs the election for `replication` on `lease` until `shutdown` completes; a leader hands
 /// the Lease over before returning.
@@ -48,11 +56,14 @@ pub async fn run(replication: Arc<Replication>, lease: LeaderLease, shutdown: im
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         tokio::select! {
+            biased;
+            () = replication.campaign(&lease) => replication.promote(),
             () = &mut shutdown => {
-                replication.set_role(Role::Stopping);
+                // A follower keeps forwarding writes until its listener stops. A campaign cut
+                // short may have taken the Lease after all: give it back (only if ours).
+                lease.release().await;
                 break;
             }
-            () = replication.campaign(&lease) => replication.promote(),
         }
         tokio::select! {
             () = lease.hold() => {
@@ -70,11 +81,13 @@ pub async fn run(replication: Arc<Replication>, lease: LeaderLease, shutdown: im
 
 /// The followers a Lease names as in sync.
 fn in_sync_of(lease: Option<&Lease>) -> Vec<String> {
-    lease
-        .and_then(|l| l.metadata.annotations.as_ref())
-        .and_then(|a| a.get(IN_SYNC_ANNOTATION))
+    annotation(lease, IN_SYNC_ANNOTATION)
         .map(|list| list.split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect())
         .unwrap_or_default()
+}
+
+fn annotation<'a>(lease: Option<&'a Lease>, key: &str) -> Option<&'a String> {
+    lease?.metadata.annotations.as_ref()?.get(key)
 }
 
 /// The peer address in an identity (`<host>_<IP:PORT>_<suffix>`, see the binary).
@@ -86,18 +99,13 @@ fn peer_address_of(identity: &str) -> Option<String> {
 }
 
 /// The peer address of the replica holding `lease`, when someone else holds it and it is live.
-fn live_leader(lease: Option<&Lease>, me: &str, now: Timestamp) -> Option<String> {
-    let lease = lease?;
-    let spec = lease.spec.as_ref()?;
-    let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty() && *h != me)?;
-    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
-    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
-    if renewed.checked_add(duration).is_ok_and(|end| end < now) {
+fn live_leader(lease: Option<&Lease>, me: &str, expiry: Expiry) -> Option<String> {
+    let spec = lease?.spec.as_ref()?;
+    spec.holder_identity.as_deref().filter(|h| !h.is_empty() && *h != me)?;
+    if expiry.expired {
         return None;
     }
-    let address = lease.metadata.annotations.as_ref()?.get(PEER_ADDRESS_ANNOTATION)?;
-    tracing::trace!(holder, address, "live leader");
-    Some(address.clone())
+    annotation(lease, PEER_ADDRESS_ANNOTATION).cloned()
 }
 
 impl Replication {
@@ -106,52 +114,51 @@ impl Replication {
         BTreeMap::from([
             (PEER_ADDRESS_ANNOTATION.to_owned(), self.advertise.clone()),
             (IN_SYNC_ANNOTATION.to_owned(), self.published_in_sync().join(",")),
+            (REVISION_ANNOTATION.to_owned(), self.store.head_revision().to_string()),
         ])
     }
 
-    /// Whether this replica may take a free or expired Lease: it must hold every acknowledged
-    /// write, which the in-sync followers the Lease names do. With none named (the leader was
-    /// alone), any replica that holds data may, and anyone may create a Lease that does not
-    /// exist yet.
+    /// Whether this replica may take a free or expired Lease (see the module's notes).
     fn eligible(&self, lease: Option<&Lease>) -> bool {
         let synced = self.following.synced.load(Ordering::Acquire);
         let in_sync = in_sync_of(lease);
-        let named =
-            if in_sync.is_empty() { synced || lease.is_none() } else { synced && in_sync.contains(&self.identity) };
+        let named = synced && (in_sync.is_empty() || in_sync.contains(&self.identity));
         named || self.in_sync_gone.load(Ordering::Acquire)
     }
 
-    /// When the Lease has been free for a while and this replica may not take it: asks each
-    /// follower the Lease names whether it is alive. None answering (a cold start: every replica
-    /// is new) makes the Lease anyone's, instead of waiting for it to be orphaned.
-    async fn probe_in_sync(&self, lease: Option<&Lease>, now: Timestamp, retry: Duration) {
-        self.in_sync_gone.store(false, Ordering::Release);
-        if self.eligible(lease) || decide(lease, &self.identity, now, true) == Decision::Wait {
+    /// Watches, while this replica may not take the Lease, whether the followers the Lease
+    /// names are alive: none answering for a whole lease duration (a cold start: every
+    /// replica is new) makes the Lease anyone's.
+    async fn probe_in_sync(&self, lease: Option<&Lease>, duration: Duration, gone_since: &mut Option<Instant>) {
+        let synced = self.following.synced.load(Ordering::Acquire);
+        let in_sync = in_sync_of(lease);
+        if synced && (in_sync.is_empty() || in_sync.contains(&self.identity)) {
+            *gone_since = None;
+            self.in_sync_gone.store(false, Ordering::Release);
             return;
         }
-        // Give the named followers, which look at the Lease every retry period, the first go.
-        let grace = SignedDuration::try_from(retry * 2).unwrap_or(SignedDuration::ZERO);
-        if lease.and_then(|l| l.spec.as_ref()).and_then(|s| s.renew_time.as_ref()).is_some_and(|renewed| {
-            let seconds = i64::from(lease.and_then(|l| l.spec.as_ref()?.lease_duration_seconds).unwrap_or(0));
-            renewed.0.checked_add(SignedDuration::from_secs(seconds) + grace).is_ok_and(|t| t > now)
-        }) {
-            return;
-        }
-        for identity in in_sync_of(lease) {
-            let Some(address) = peer_address_of(&identity) else { continue };
-            let alive = tokio::time::timeout(PROBE_TIMEOUT, self.leader_status(&address)).await;
-            if matches!(alive, Ok(Ok(_))) {
+        for identity in &in_sync {
+            let Some(address) = peer_address_of(identity) else { continue };
+            if self.peer_status(&address).await.is_ok_and(|status| status.identity == *identity) {
+                *gone_since = None;
+                self.in_sync_gone.store(false, Ordering::Release);
                 return;
             }
         }
-        tracing::info!("no follower named in sync by the Lease answers; the Lease is anyone's");
-        self.in_sync_gone.store(true, Ordering::Release);
+        let since = *gone_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= duration && !self.in_sync_gone.swap(true, Ordering::AcqRel) {
+            tracing::info!(
+                ?in_sync,
+                "no follower the Lease names has answered for a lease duration; the Lease is anyone's"
+            );
+        }
     }
 
     /// Follows the live leader until this replica holds the Lease.
     async fn campaign(self: &Arc<Self>, lease: &LeaderLease) {
         let wake = Arc::new(Notify::new());
         let mut following: Option<(String, JoinHandle<()>)> = None;
+        let mut gone_since = None;
         let stop_following = |following: &mut Option<(String, JoinHandle<()>)>| {
             if let Some((_, task)) = following.take() {
                 task.abort();
@@ -160,10 +167,17 @@ impl Replication {
         loop {
             match lease.read().await {
                 Ok(current) => {
-                    let now = Timestamp::now();
-                    self.probe_in_sync(current.as_ref(), now, lease.timings().retry).await;
+                    let expiry = lease.observe(current.as_ref());
+                    if let Some(revision) =
+                        annotation(current.as_ref(), REVISION_ANNOTATION).and_then(|r| r.parse().ok())
+                    {
+                        self.high_water.fetch_max(revision, Ordering::AcqRel);
+                    }
+                    if expiry.expired || current.as_ref().is_none_or(|l| l.spec.is_none()) {
+                        self.probe_in_sync(current.as_ref(), lease.timings().duration, &mut gone_since).await;
+                    }
                     let eligible = self.eligible(current.as_ref());
-                    if decide(current.as_ref(), &self.identity, now, eligible) != Decision::Wait {
+                    if decide(current.as_ref(), &self.identity, expiry, eligible) != Decision::Wait {
                         // What the new leader's writes wait for, and what its first Lease
                         // write publishes: the followers the previous leader named.
                         self.start_leading_with(in_sync_of(current.as_ref()));
@@ -175,7 +189,7 @@ impl Replication {
                             Ok(false) => {}
                             Err(error) => tracing::warn!(%error, "leader election"),
                         }
-                    } else if let Some(address) = live_leader(current.as_ref(), &self.identity, now) {
+                    } else if let Some(address) = live_leader(current.as_ref(), &self.identity, expiry) {
                         if following.as_ref().map(|(at, _)| at) != Some(&address) {
                             stop_following(&mut following);
                             tracing::info!(leader = %address, "following the leader");
@@ -197,12 +211,15 @@ impl Replication {
         }
     }
 
-    /// Takes over: the sequence jumps past the current time in microseconds (no revision a
-    /// former leader handed out, acknowledged or not, is used again), then writes are served.
+    /// Takes over: the sequence jumps past every revision a former leader may have handed out
+    /// (the last one it published on the Lease, with a margin, and the current time in
+    /// microseconds), so none is used again for something else; then writes are served.
     fn promote(&self) {
         let now_micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
-        self.store.advance_to(now_micros);
+        let published = self.high_water.load(Ordering::Acquire).saturating_add(REVISION_MARGIN);
+        self.store.advance_to(now_micros.max(published));
         self.following.synced.store(true, Ordering::Release);
+        self.in_sync_gone.store(false, Ordering::Release);
         // What this replica holds now counts as committed: the followers it had resync to it.
         self.commit_floor(self.store.head_revision());
         self.set_role(Role::Leader);
@@ -210,14 +227,18 @@ impl Replication {
         tracing::info!(revision = self.store.head_revision(), objects = self.store.len(), "leading the store");
     }
 
-    /// At shutdown: stop taking writes, then give the Lease to an in-sync follower that holds
-    /// everything (or release it when none does).
+    /// At shutdown: stop taking writes, give the Lease to an in-sync follower that holds
+    /// everything (or release it when none does), then forward to that follower until the
+    /// listeners stop.
     async fn hand_over(&self, lease: &LeaderLease) {
         self.set_role(Role::Stopping);
         let revision = self.store.head_revision();
         match self.successor(revision).await {
             Some(successor) if lease.hand_over(&successor).await => {
                 tracing::info!(%successor, revision, "handed the Lease over");
+                if let Some(address) = peer_address_of(&successor) {
+                    self.set_role(Role::Follower { address });
+                }
             }
             _ => {
                 tracing::info!("no follower holds everything; releasing the Lease");
@@ -232,11 +253,14 @@ impl Replication {
 async fn follow_loop(replication: Arc<Replication>, address: String, wake: Arc<Notify>) {
     let mut backoff = RECONNECT_BACKOFF;
     loop {
-        match replication.follow(&address).await {
-            Ok(()) => backoff = RECONNECT_BACKOFF,
-            Err(error) => tracing::info!(%error, leader = %address, "following the leader stopped"),
+        let started = Instant::now();
+        if let Err(error) = replication.follow(&address).await {
+            tracing::info!(%error, leader = %address, "following the leader stopped");
         }
         wake.notify_one();
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = RECONNECT_BACKOFF;
+        }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }

@@ -1,15 +1,32 @@
 //! The follower's side: synchronize with the leader, then apply its stream and acknowledge.
+//!
+//! Synchronizing keeps what can be kept: the follower drops the changes it holds beyond what
+//! the leader committed (no client saw them: clients see committed changes only), checks its
+//! state against the leader's at that revision (an exact LIST), and resumes the stream from
+//! there, so no watch on this replica notices a thing. Only when that fails (this replica fell
+//! behind the leader's history, or never held anything) does it take a snapshot that starts
+//! the stream, and its earlier watches get 410 and relist.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
 
 use futures_util::AsyncBufReadExt;
 use numaresources_api::nrt::NodeResourceTopology;
 use serde::Deserialize;
 
-use super::peer::{Ack, Bookmark, PeerStatus, StreamEvent, WARM_ANNOTATION, event_type};
-use super::{Replication, STREAM_SILENCE};
+use super::peer::{
+    Ack, Bookmark, COMMITTED_ANNOTATION, OBJECTS_ANNOTATION, PeerStatus, SNAPSHOT, StreamEvent, WARM_ANNOTATION,
+    event_type,
+};
+use super::{PeerClient, Replication, STREAM_SILENCE};
+
+/// How long a peer request other than the stream may take (status, acknowledgement, the exact
+/// LIST of a resynchronization).
+pub(super) const PEER_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most objects a snapshot may announce (far above any cluster's node count).
+const SNAPSHOT_OBJECTS_LIMIT: usize = 1_000_000;
 
 /// Why following stopped (the election loop reconnects, or follows someone else).
 #[derive(Debug, thiserror::Error)]
@@ -24,10 +41,12 @@ pub(super) enum FollowError {
     Decode(#[from] serde_json::Error),
     #[error("reading the leader's stream: {0}")]
     Read(#[from] std::io::Error),
-    #[error("the leader said nothing for {0:?}")]
-    Silent(std::time::Duration),
+    #[error("the leader did not answer within {0:?}")]
+    Silent(Duration),
     #[error("the leader ended the stream")]
     Ended,
+    #[error("the leader's stream is malformed: {0}")]
+    Malformed(String),
     #[error(transparent)]
     Replica(#[from] crate::store::ReplicaError),
     #[error(transparent)]
@@ -37,26 +56,39 @@ pub(super) enum FollowError {
 /// A LIST as the leader answers it.
 #[derive(Debug, Deserialize)]
 struct List {
-    metadata: ListMeta,
     items: Vec<NodeResourceTopology>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ListMeta {
-    resource_version: String,
 }
 
 fn collection() -> String {
     format!("/apis/{}/{}/{}", numaresources_api::nrt::GROUP, crate::discovery::VERSION, numaresources_api::nrt::PLURAL)
 }
 
+/// Aborts the acknowledging task when following stops, whichever way.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A random name for one stream.
+fn stream_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    format!("{:016x}", hasher.finish())
+}
+
 impl Replication {
-    /// A client of the leader's peer listener at `address` (cached per address).
+    /// A client of the leader's peer listener at `address` (cached per address; built anew when
+    /// the peer certificate on disk changed, so a rotated certificate is used).
     pub(super) fn peer_client(&self, address: &str) -> Result<kube::Client, FollowError> {
+        let modified = std::fs::metadata(&self.tls.cert_file).and_then(|m| m.modified()).ok();
         let mut cached = self.peer_clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(cached) = cached.as_ref()
             && cached.address == address
+            && cached.modified == modified
         {
             return Ok(cached.client.clone());
         }
@@ -66,21 +98,23 @@ impl Replication {
         config.auth_info.client_certificate = Some(self.tls.cert_file.display().to_string());
         config.auth_info.client_key = Some(self.tls.key_file.display().to_string());
         config.tls_server_name = Some(self.tls.server_name.clone());
+        // The stream is long-lived (its silence is watched instead); every other peer request
+        // has its own timeout.
         config.read_timeout = None;
-        config.connect_timeout = Some(std::time::Duration::from_secs(2));
+        config.connect_timeout = Some(PEER_REQUEST_TIMEOUT);
         let client = kube::Client::try_from(config)?;
-        *cached = Some(super::PeerClient { address: address.to_owned(), client: client.clone() });
+        *cached = Some(PeerClient { address: address.to_owned(), modified, client: client.clone() });
         Ok(client)
     }
 
-    /// The leader's status.
-    pub(super) async fn leader_status(&self, address: &str) -> Result<PeerStatus, FollowError> {
+    /// The status of the replica at `address` (the leader, or one a candidate probes).
+    pub(super) async fn peer_status(&self, address: &str) -> Result<PeerStatus, FollowError> {
         let client = self.peer_client(address)?;
         let request = http::Request::get("/replication/v1/status").body(Vec::new())?;
-        let text = client.request_text(request).await?;
-        let status: PeerStatus = serde_json::from_str(&text)?;
-        self.heard_from_leader(status.revision, status.warm);
-        Ok(status)
+        let text = tokio::time::timeout(PEER_REQUEST_TIMEOUT, client.request_text(request))
+            .await
+            .map_err(|_| FollowError::Silent(PEER_REQUEST_TIMEOUT))??;
+        Ok(serde_json::from_str(&text)?)
     }
 
     /// Follows the leader at `address` until its stream ends or fails.
@@ -88,43 +122,95 @@ impl Replication {
         let client = self.peer_client(address)?;
         self.following.caught_up.store(false, Ordering::Release);
         self.refresh_readiness();
-        self.synchronize(&client).await?;
-        self.following.synced.store(true, Ordering::Release);
-
-        let after = self.store.head_revision();
+        let resume = if self.following.synced.load(Ordering::Acquire) { self.resumable(&client).await } else { None };
+        let token = stream_token();
+        let query = match resume {
+            Some(after) => format!("after={after}"),
+            None => "snapshot=true".to_owned(),
+        };
         let request = http::Request::get(format!(
-            "/replication/v1/stream?after={after}&identity={}",
+            "/replication/v1/stream?{query}&token={token}&identity={}",
             super::peer::percent_encode(&self.identity)
         ))
         .body(Vec::new())?;
-        let reader = client.request_stream(request).await?;
-        let acks = tokio::spawn(acknowledge(self.clone(), client.clone()));
-        let result = self.apply_stream(reader).await;
-        acks.abort();
+        let reader = tokio::time::timeout(PEER_REQUEST_TIMEOUT, client.request_stream(request))
+            .await
+            .map_err(|_| FollowError::Silent(PEER_REQUEST_TIMEOUT))??;
+        let _acks = AbortOnDrop(tokio::spawn(acknowledge(self.clone(), client.clone(), token)));
+        let result = self.apply_stream(reader, resume.is_none()).await;
         self.refresh_readiness();
         result
     }
 
-    async fn apply_stream(&self, reader: impl futures_util::AsyncBufRead + Unpin) -> Result<(), FollowError> {
+    /// Where the stream may resume without disturbing this replica's watches: its committed
+    /// revision, once the uncommitted tail is dropped and the state there matches the leader's.
+    async fn resumable(&self, client: &kube::Client) -> Option<u64> {
+        let committed = self.store.revision();
+        if !self.store.truncate_to(committed) {
+            return None;
+        }
+        let (mine, revision) = self.store.revisions_by_name();
+        let exact =
+            http::Request::get(format!("{}?resourceVersion={revision}&resourceVersionMatch=Exact", collection()))
+                .body(Vec::new())
+                .ok()?;
+        let text = tokio::time::timeout(PEER_REQUEST_TIMEOUT * 5, client.request_text(exact)).await.ok()?.ok()?;
+        let list: List = serde_json::from_str(&text).ok()?;
+        if !same_state(&mine, &list.items) {
+            tracing::warn!(revision, "this replica's state differs from the leader's; taking a snapshot");
+            return None;
+        }
+        tracing::info!(revision, objects = mine.len(), "this replica agrees with the leader; resuming");
+        Some(revision)
+    }
+
+    async fn apply_stream(
+        &self,
+        reader: impl futures_util::AsyncBufRead + Unpin,
+        snapshot: bool,
+    ) -> Result<(), FollowError> {
         let mut lines = reader.lines();
-        loop {
-            let line = match tokio::time::timeout(STREAM_SILENCE, futures_util::StreamExt::next(&mut lines)).await {
-                Err(_) => return Err(FollowError::Silent(STREAM_SILENCE)),
-                Ok(None) => return Err(FollowError::Ended),
-                Ok(Some(line)) => line?,
-            };
-            if line.is_empty() {
-                continue;
+        if snapshot {
+            let header = next_event(&mut lines).await?;
+            if header.kind != SNAPSHOT {
+                return Err(FollowError::Malformed(format!("expected {SNAPSHOT}, got {}", header.kind)));
             }
-            let event: StreamEvent = serde_json::from_str(&line)?;
+            let header: Bookmark = serde_json::from_str(header.object.get())?;
+            let revision = parse_revision(&header.metadata.resource_version)?;
+            let count = header
+                .metadata
+                .annotations
+                .get(OBJECTS_ANNOTATION)
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n <= SNAPSHOT_OBJECTS_LIMIT)
+                .ok_or_else(|| FollowError::Malformed("a snapshot without a sane object count".into()))?;
+            let mut items = Vec::with_capacity(count);
+            for _ in 0..count {
+                items.push(serde_json::from_str::<NodeResourceTopology>(next_event(&mut lines).await?.object.get())?);
+            }
+            tracing::info!(revision, objects = items.len(), "taking the leader's snapshot");
+            self.metrics.resyncs.inc();
+            self.store.set_visible(Some(revision));
+            self.store.reset(items, revision)?;
+            self.following.synced.store(true, Ordering::Release);
+        }
+        loop {
+            let event = next_event(&mut lines).await?;
             if event.kind == "BOOKMARK" {
                 let bookmark: Bookmark = serde_json::from_str(event.object.get())?;
-                let revision = bookmark.metadata.resource_version.parse().unwrap_or(0);
-                let warm = bookmark.metadata.annotations.get(WARM_ANNOTATION).is_some_and(|w| w == "true");
-                self.store.advance_to(revision);
-                self.heard_from_leader(revision, warm);
+                let head = parse_revision(&bookmark.metadata.resource_version)?;
+                let annotations = &bookmark.metadata.annotations;
+                let warm = annotations.get(WARM_ANNOTATION).is_some_and(|w| w == "true");
+                let committed = annotations.get(COMMITTED_ANNOTATION).and_then(|c| c.parse().ok()).unwrap_or(head);
+                self.store.advance_to(head);
+                self.store.set_visible(Some(committed));
+                self.heard_from_leader(head, warm);
                 if !self.following.caught_up.swap(true, Ordering::AcqRel) {
-                    tracing::info!(revision, objects = self.store.len(), "caught up with the leader");
+                    tracing::info!(revision = head, objects = self.store.len(), "caught up with the leader");
+                    if warm {
+                        // Caught up with a warm leader: this store is as warm as the leader's.
+                        self.readiness.set(super::STORE_WARM_CHECK, true);
+                    }
                     self.refresh_readiness();
                 }
                 continue;
@@ -137,44 +223,21 @@ impl Replication {
             self.store.apply_replicated(kind, object)?;
         }
     }
+}
 
-    /// Makes this store agree with the leader's: kept when it matches the leader's state at this
-    /// store's revision (no watch on this replica notices a thing), else replaced by the
-    /// leader's current state (watches from before get 410 and relist).
-    async fn synchronize(&self, client: &kube::Client) -> Result<(), FollowError> {
-        let (mine, revision) = self.store.revisions_by_name();
-        if self.following.synced.load(Ordering::Acquire) {
-            let exact =
-                http::Request::get(format!("{}?resourceVersion={revision}&resourceVersionMatch=Exact", collection()))
-                    .body(Vec::new())?;
-            if let Ok(text) = client.request_text(exact).await
-                && let Ok(list) = serde_json::from_str::<List>(&text)
-                && same_state(&mine, &list.items)
-            {
-                tracing::info!(revision, objects = mine.len(), "this replica agrees with the leader; resuming");
-                return Ok(());
-            }
-        }
-        let text = client.request_text(http::Request::get(collection()).body(Vec::new())?).await?;
-        let list: List = serde_json::from_str(&text)?;
-        let leader_revision = list.metadata.resource_version.parse().unwrap_or(0);
-        if self.following.synced.load(Ordering::Acquire) && leader_revision < revision {
-            tracing::warn!(
-                from = revision,
-                to = leader_revision,
-                "going back to the leader's earlier revision: this replica held changes no leader acknowledged"
-            );
-        }
-        tracing::info!(
-            from = revision,
-            to = leader_revision,
-            objects = list.items.len(),
-            "taking the leader's state whole"
-        );
-        self.metrics.resyncs.inc();
-        self.store.reset(list.items, leader_revision)?;
-        Ok(())
+/// The next line of the stream, within [`STREAM_SILENCE`].
+async fn next_event<R: futures_util::AsyncBufRead + Unpin>(
+    lines: &mut futures_util::io::Lines<R>,
+) -> Result<StreamEvent, FollowError> {
+    match tokio::time::timeout(STREAM_SILENCE, futures_util::StreamExt::next(lines)).await {
+        Err(_) => Err(FollowError::Silent(STREAM_SILENCE)),
+        Ok(None) => Err(FollowError::Ended),
+        Ok(Some(line)) => Ok(serde_json::from_str::<StreamEvent>(&line?)?),
     }
+}
+
+fn parse_revision(text: &str) -> Result<u64, FollowError> {
+    text.parse().map_err(|_| FollowError::Malformed(format!("resourceVersion {text:?} is not a number")))
 }
 
 fn same_state(mine: &HashMap<String, u64>, theirs: &[NodeResourceTopology]) -> bool {
@@ -186,9 +249,10 @@ fn same_state(mine: &HashMap<String, u64>, theirs: &[NodeResourceTopology]) -> b
         })
 }
 
-/// Tells the leader how far this replica has applied, whenever that changes (coalesced: one
-/// acknowledgement in flight at a time).
-async fn acknowledge(replication: Arc<Replication>, client: kube::Client) {
+/// Tells the leader how far this replica has applied on stream `token`, whenever that changes
+/// (coalesced: one acknowledgement in flight at a time), and takes the leader's committed
+/// revision from the answer.
+async fn acknowledge(replication: Arc<Replication>, client: kube::Client, token: String) {
     let mut changes = match replication.store.watch(None) {
         Ok(start) => start.changes,
         Err(_) => return,
@@ -197,28 +261,37 @@ async fn acknowledge(replication: Arc<Replication>, client: kube::Client) {
     loop {
         let revision = replication.store.head_revision();
         if revision > acked {
-            let ack = Ack { identity: replication.identity.clone(), revision };
+            let ack = Ack { identity: replication.identity.clone(), token: token.clone(), revision };
             let request = serde_json::to_vec(&ack).map_err(|e| e.to_string()).and_then(|body| {
                 http::Request::post("/replication/v1/ack")
                     .header(http::header::CONTENT_TYPE, "application/json")
                     .body(body)
                     .map_err(|e| e.to_string())
             });
-            match request {
-                Ok(request) => match client.request_text(request).await {
-                    Ok(text) => {
-                        if let Ok(status) = serde_json::from_str::<PeerStatus>(&text) {
-                            replication.heard_from_leader(status.revision, status.warm);
-                        }
-                        acked = revision;
+            let request = match request {
+                Ok(request) => request,
+                Err(error) => {
+                    tracing::error!(%error, "building an acknowledgement");
+                    return;
+                }
+            };
+            match tokio::time::timeout(PEER_REQUEST_TIMEOUT, client.request_text(request)).await {
+                Ok(Ok(text)) => {
+                    if let Ok(status) = serde_json::from_str::<PeerStatus>(&text) {
+                        replication.store.set_visible(Some(status.committed));
+                        replication.heard_from_leader(status.revision, status.warm);
                     }
-                    Err(error) => {
-                        tracing::debug!(%error, "acknowledging to the leader failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                Err(error) => tracing::error!(%error, "building an acknowledgement"),
+                    acked = revision;
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "acknowledging to the leader failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(_) => {
+                    tracing::debug!("acknowledging to the leader timed out");
+                    continue;
+                }
             }
         }
         if changes.changed().await.is_err() {

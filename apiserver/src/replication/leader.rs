@@ -4,8 +4,13 @@
 //! Two sets, on purpose: `waiting` is what a write waits for, `published` is what the Lease
 //! says (who may take over). A follower joins `waiting` as soon as it has caught up (stricter
 //! at once, and safe before the Lease says so) and `published` with the next Lease write. It
-//! leaves `published` first, with a Lease write, and only then `waiting`: no write is ever
-//! acknowledged without a follower the Lease still names as a possible successor.
+//! leaves `published` first, with a Lease write, and only once that write succeeded `waiting`:
+//! no write is ever acknowledged without a follower the Lease still names as a possible
+//! successor.
+//!
+//! Acknowledgements count only when they come with the token of the follower's live stream: an
+//! acknowledgement meant for an earlier leader, or sent after the stream ended, says nothing
+//! about what this leader sent.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -13,7 +18,7 @@ use std::sync::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{ACK_TIMEOUT, Replication};
+use super::{ACK_TIMEOUT, Replication, Role};
 use crate::status::ApiError;
 
 #[derive(Debug, Default)]
@@ -21,16 +26,29 @@ pub(super) struct InSync {
     state: Mutex<Followers>,
     /// Bumped on every acknowledgement and membership change: wakes waiting writes.
     progress: watch::Sender<u64>,
+    /// One change of the Lease's in-sync list at a time (writes that time out together drop
+    /// their laggards once, not each).
+    dropping: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, Default)]
 struct Followers {
     /// What counts as committed whatever the followers say (the state a new leader took over).
     floor: u64,
-    /// Each follower's highest acknowledged revision.
+    /// Each live stream's token, by follower.
+    streams: HashMap<String, String>,
+    /// Each follower's highest acknowledged revision (followers with a live stream only).
     acked: HashMap<String, u64>,
     waiting: BTreeSet<String>,
     published: BTreeSet<String>,
+}
+
+impl Followers {
+    /// The revision every follower writes wait for holds (None: none is waited for).
+    fn committed(&self) -> Option<u64> {
+        let slowest = self.waiting.iter().map(|id| self.acked.get(id).copied().unwrap_or(0)).min()?;
+        Some(slowest.max(self.floor))
+    }
 }
 
 impl InSync {
@@ -41,13 +59,6 @@ impl InSync {
     fn bump(&self) {
         self.progress.send_modify(|n| *n = n.wrapping_add(1));
     }
-
-    /// The revision every followers writes wait for holds (None: no follower is waited for).
-    fn committed(&self) -> Option<u64> {
-        let followers = self.lock();
-        let slowest = followers.waiting.iter().map(|id| followers.acked.get(id).copied().unwrap_or(0)).min()?;
-        Some(slowest.max(followers.floor))
-    }
 }
 
 impl Replication {
@@ -57,6 +68,7 @@ impl Replication {
         let mut followers = self.in_sync.lock();
         let previous: BTreeSet<String> = previous.into_iter().filter(|id| *id != self.identity).collect();
         followers.acked.clear();
+        followers.streams.clear();
         followers.waiting = previous.clone();
         followers.published = previous;
         self.metrics.in_sync_followers.set(i64::try_from(followers.waiting.len()).unwrap_or(i64::MAX));
@@ -71,8 +83,9 @@ impl Replication {
 
     /// Lets clients see what every in-sync follower holds (a leader's business only).
     pub(super) fn update_visibility(&self) {
-        if matches!(self.role(), super::Role::Leader | super::Role::Stopping) {
-            self.store.set_visible(self.in_sync.committed());
+        if matches!(self.role(), Role::Leader | Role::Stopping) {
+            let committed = self.in_sync.lock().committed();
+            self.store.set_visible(committed);
         }
     }
 
@@ -81,15 +94,36 @@ impl Replication {
         self.in_sync.lock().published.iter().cloned().collect()
     }
 
-    /// Follower `identity` has applied everything up to `revision`. Returns whether it just
-    /// joined the in-sync set.
-    pub(super) fn acknowledge(&self, identity: &str, revision: u64) -> bool {
-        let head = self.store.head_revision();
+    /// Writes the in-sync list on the Lease (after a follower joined).
+    pub(super) async fn publish_in_sync(&self) {
+        if let Some(lease) = self.lease.get()
+            && matches!(self.role(), Role::Leader | Role::Stopping)
+            && !lease.renew().await
+        {
+            tracing::warn!("could not record the in-sync followers on the Lease");
+        }
+    }
+
+    /// A follower opened a stream: from now on only its acknowledgements with `token` count.
+    pub(super) fn stream_started(&self, identity: &str, token: &str) {
+        let mut followers = self.in_sync.lock();
+        followers.streams.insert(identity.to_owned(), token.to_owned());
+        followers.acked.remove(identity);
+    }
+
+    /// Follower `identity` has applied everything up to `revision` on its stream `token`.
+    /// Returns whether it just joined the in-sync set.
+    pub(super) fn acknowledge(&self, identity: &str, token: &str, revision: u64) -> bool {
+        // A follower joins once it holds everything clients may see.
+        let committed = self.store.revision();
         let mut guard = self.in_sync.lock();
         let followers = &mut *guard;
+        if followers.streams.get(identity).is_none_or(|live| live != token) {
+            return false;
+        }
         let acked = followers.acked.entry(identity.to_owned()).or_default();
         *acked = (*acked).max(revision);
-        let joined = revision >= head && followers.waiting.insert(identity.to_owned());
+        let joined = revision >= committed && followers.waiting.insert(identity.to_owned());
         if joined {
             followers.published.insert(identity.to_owned());
             self.metrics.in_sync_followers.set(i64::try_from(followers.waiting.len()).unwrap_or(i64::MAX));
@@ -103,20 +137,19 @@ impl Replication {
         joined
     }
 
-    /// Writes the in-sync list on the Lease (after a follower joined).
-    pub(super) async fn publish_in_sync(&self) {
-        if let Some(lease) = self.lease.get()
-            && self.role() == super::Role::Leader
-            && !lease.renew().await
-        {
-            tracing::warn!("could not record the in-sync followers on the Lease");
-        }
-    }
-
-    /// A follower's stream ended: it no longer receives writes, so writes stop waiting for it
-    /// (the Lease first).
-    pub(super) async fn follower_gone(&self, identity: &str) {
-        if self.in_sync.lock().waiting.contains(identity) {
+    /// A follower's stream `token` ended: it no longer receives writes, so writes stop waiting
+    /// for it (the Lease first).
+    pub(super) async fn follower_gone(&self, identity: &str, token: &str) {
+        let waited_for = {
+            let mut followers = self.in_sync.lock();
+            if followers.streams.get(identity).is_none_or(|live| live != token) {
+                return; // a newer stream of the same follower is live
+            }
+            followers.streams.remove(identity);
+            followers.acked.remove(identity);
+            followers.waiting.contains(identity)
+        };
+        if waited_for {
             tracing::info!(follower = identity, "a follower disconnected; it leaves the in-sync set");
             self.drop_from_sync(&[identity.to_owned()]).await;
         }
@@ -124,12 +157,18 @@ impl Replication {
 
     /// Waits until every in-sync follower has `revision` (the leader's semi-synchronous
     /// acknowledgement). Followers that do not acknowledge within [`ACK_TIMEOUT`] leave the
-    /// in-sync set. Fails only when leadership is lost meanwhile: the write was applied here but
-    /// may be lost, so the caller gets kube-apiserver's "may or may not have happened".
+    /// in-sync set. Fails when leadership is lost meanwhile: the write was applied here but may
+    /// be lost, so the caller gets kube-apiserver's "may or may not have happened".
     pub(super) async fn replicated(&self, revision: u64) -> Result<(), ApiError> {
-        let deadline = Instant::now() + ACK_TIMEOUT;
+        let mut deadline = Instant::now() + ACK_TIMEOUT;
         let mut progress = self.in_sync.progress.subscribe();
         loop {
+            if !matches!(self.role(), Role::Leader | Role::Stopping) {
+                return Err(ApiError::timeout(
+                    "leadership was lost before the write was replicated; it may or may not have been applied",
+                    1,
+                ));
+            }
             let missing: Vec<String> = {
                 let followers = self.in_sync.lock();
                 if followers.waiting.is_empty() {
@@ -146,36 +185,44 @@ impl Replication {
             if missing.is_empty() {
                 return Ok(());
             }
-            if self.role() != super::Role::Leader && self.role() != super::Role::Stopping {
-                return Err(ApiError::timeout(
-                    "leadership was lost before the write was replicated; it may or may not have been applied",
-                    1,
-                ));
-            }
             if tokio::time::timeout_at(deadline, progress.changed()).await.is_err() {
                 tracing::warn!(?missing, revision, "followers did not acknowledge in time; they leave the in-sync set");
                 self.drop_from_sync(&missing).await;
+                deadline = Instant::now() + ACK_TIMEOUT;
             }
         }
     }
 
-    /// Removes `identities` from the Lease's in-sync list (a Lease write), then from what writes
-    /// wait for.
+    /// Removes `identities` from the Lease's in-sync list (a Lease write), then, once the Lease
+    /// says so, from what writes wait for. When the Lease cannot be written they stay waited
+    /// for: the write waits on, until the Lease is written or leadership is lost.
     async fn drop_from_sync(&self, identities: &[String]) {
-        {
+        let _one_at_a_time = self.in_sync.dropping.lock().await;
+        let dropping: Vec<String> = {
             let mut followers = self.in_sync.lock();
-            for identity in identities {
+            let dropping: Vec<String> =
+                identities.iter().filter(|id| followers.waiting.contains(*id)).cloned().collect();
+            for identity in &dropping {
                 followers.published.remove(identity);
             }
+            dropping
+        };
+        if dropping.is_empty() {
+            return; // another write dropped them meanwhile
         }
-        if let Some(lease) = self.lease.get()
-            && self.role() == super::Role::Leader
-            && !lease.renew().await
-        {
-            tracing::error!("could not record the in-sync followers on the Lease");
-        }
+        let recorded = match self.lease.get() {
+            Some(lease) => lease.renew().await,
+            None => true,
+        };
         let mut followers = self.in_sync.lock();
-        for identity in identities {
+        if !recorded {
+            tracing::error!(?dropping, "could not record on the Lease that followers left the in-sync set");
+            for identity in dropping {
+                followers.published.insert(identity);
+            }
+            return;
+        }
+        for identity in &dropping {
             followers.waiting.remove(identity);
         }
         self.metrics.in_sync_followers.set(i64::try_from(followers.waiting.len()).unwrap_or(i64::MAX));

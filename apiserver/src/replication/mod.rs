@@ -137,6 +137,8 @@ pub struct Replication {
     /// Set by the campaign when none of the followers the Lease names as in sync answers: the
     /// Lease is then anyone's to take (they are all gone, as at a cold start).
     in_sync_gone: AtomicBool,
+    /// The highest head revision a leader published on the Lease: a new leader starts past it.
+    high_water: AtomicU64,
     /// The leader's view of its followers.
     in_sync: leader::InSync,
     metrics: Metrics,
@@ -145,6 +147,8 @@ pub struct Replication {
 /// A client of a leader's peer listener, with the address it is for.
 struct PeerClient {
     address: String,
+    /// When the peer certificate file last changed, as the client was built.
+    modified: Option<std::time::SystemTime>,
     client: kube::Client,
 }
 
@@ -226,6 +230,7 @@ impl Replication {
             peer_clients: Mutex::new(None),
             following: Following::default(),
             in_sync_gone: AtomicBool::new(false),
+            high_water: AtomicU64::new(0),
             in_sync: leader::InSync::default(),
             metrics: Metrics::default(),
         }
@@ -260,10 +265,6 @@ impl Replication {
             true
         });
         if changed {
-            if !matches!(role, Role::Leader | Role::Stopping) {
-                // Only a leader holds changes back from its clients.
-                self.store.set_visible(None);
-            }
             self.metrics.is_leader.set(i64::from(role == Role::Leader));
             self.metrics.leader_changes.inc();
             self.refresh_readiness();
@@ -315,14 +316,15 @@ impl Replication {
         self.readiness.set(REPLICATION_CHECK, ready);
     }
 
-    /// Waits until this replica's store has reached `revision`, for at most `wait`. True when it
-    /// did.
+    /// Waits until clients of this replica see `revision`, for at most `wait`. True when they
+    /// do.
     async fn reached(&self, revision: u64, wait: Duration) -> bool {
         let mut changes = match self.store.watch(None) {
             Ok(start) => start.changes,
             Err(_) => return false,
         };
-        let reached = changes.wait_for(|current| *current >= revision);
-        tokio::time::timeout(wait, reached).await.is_ok_and(|r| r.is_ok()) || self.store.head_revision() >= revision
+        let store = self.store.clone();
+        let reached = changes.wait_for(move |_| store.revision() >= revision);
+        tokio::time::timeout(wait, reached).await.is_ok_and(|r| r.is_ok()) || self.store.revision() >= revision
     }
 }

@@ -134,8 +134,16 @@ fn percent_decode(key: &str) -> String {
 
 #[derive(Debug, Deserialize)]
 struct StreamParams {
+    /// Where the follower stands (ignored with `snapshot`).
+    #[serde(default)]
     after: u64,
     identity: String,
+    /// The follower's name for this stream: its acknowledgements carry it, and the leader
+    /// counts only those of a follower's live stream.
+    token: String,
+    /// Start with every object (a follower that synchronizes from nothing).
+    #[serde(default)]
+    snapshot: bool,
 }
 
 /// One line of the replication stream: a watch event.
@@ -146,7 +154,8 @@ pub(super) struct StreamEvent {
     pub object: Box<serde_json::value::RawValue>,
 }
 
-/// A bookmark's object: the leader's revision and whether its store is warm.
+/// A bookmark's (or a snapshot header's) object: the leader's revision, and in annotations
+/// what it has committed, whether its store is warm, and how many objects a snapshot holds.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Bookmark {
     pub metadata: BookmarkMetadata,
@@ -162,10 +171,17 @@ pub(super) struct BookmarkMetadata {
 
 /// The bookmark annotation saying the leader's store is warm.
 pub(super) const WARM_ANNOTATION: &str = "nodetopology.openshift.io/warm";
+/// The bookmark annotation with the leader's committed revision (what clients may see).
+pub(super) const COMMITTED_ANNOTATION: &str = "nodetopology.openshift.io/committed";
+/// The snapshot header's annotation with the number of objects that follow it.
+pub(super) const OBJECTS_ANNOTATION: &str = "nodetopology.openshift.io/objects";
+/// The type of the line that starts a snapshot.
+pub(super) const SNAPSHOT: &str = "SNAPSHOT";
 
-/// The leader's changes after `after`, as newline-delimited watch events carrying its
-/// resourceVersions, with a bookmark whenever the stream has caught up and at least every
-/// [`STREAM_HEARTBEAT`].
+/// The leader's changes after `after` (or, with `snapshot`, every object and then the changes
+/// after them), as newline-delimited watch events carrying its resourceVersions, with a
+/// bookmark whenever the stream has caught up, whenever the committed revision moves, and at
+/// least every [`STREAM_HEARTBEAT`].
 async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamParams>) -> Response {
     let Some(replication) = state.replication.clone() else {
         return ApiError::no_such_path("/replication/v1/stream").into_response();
@@ -177,35 +193,48 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
         Ok(start) => start.changes,
         Err(_) => return ApiError::unavailable("the store is not ready", 1).into_response(),
     };
-    if let Err(WatchRefusal::TooOld { oldest }) = state.store.replication_events_after(params.after, 0) {
-        return ApiError::expired(format!("too old resource version: {} ({oldest})", params.after)).into_response();
+    let mut first = Vec::new();
+    let mut after = params.after;
+    if params.snapshot {
+        let (objects, revision) = state.store.replication_snapshot();
+        let annotations = BTreeMap::from([(OBJECTS_ANNOTATION.to_owned(), objects.len().to_string())]);
+        line(&mut first, SNAPSHOT, &bookmark_object(revision, annotations));
+        for object in &objects {
+            line(&mut first, "ADDED", &object.json);
+        }
+        after = revision;
+    } else if let Err(WatchRefusal::TooOld { oldest }) = state.store.replication_events_after(after, 0) {
+        return ApiError::expired(format!("too old resource version: {after} ({oldest})")).into_response();
     }
-    tracing::info!(follower = %params.identity, after = params.after, "a follower is streaming");
+    tracing::info!(follower = %params.identity, after, snapshot = params.snapshot, "a follower is streaming");
+    replication.stream_started(&params.identity, &params.token);
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(STREAM_BUFFER);
     let stopping = state.stopping.clone();
-    let identity = params.identity;
+    let (identity, token) = (params.identity, params.token);
     tokio::spawn(async move {
-        let mut after = params.after;
+        let mut chunk = first;
         loop {
-            let events = match state.store.replication_events_after(after, STREAM_CHUNK) {
-                Ok(events) => events,
+            let batch = match state.store.replication_events_after(after, STREAM_CHUNK) {
+                Ok(batch) => batch,
                 Err(_) => break, // fell behind the history: the follower resynchronizes
             };
-            let mut chunk = Vec::new();
-            for event in &events {
-                chunk.extend_from_slice(b"{\"type\":\"");
-                chunk.extend_from_slice(event.kind.as_str().as_bytes());
-                chunk.extend_from_slice(b"\",\"object\":");
-                chunk.extend_from_slice(&event.object.json);
-                chunk.extend_from_slice(b"}\n");
+            for event in &batch.events {
+                line(&mut chunk, event.kind.as_str(), &event.object.json);
                 after = event.revision;
             }
-            let caught_up = events.len() < STREAM_CHUNK;
+            // The events and the head come from one look at the store: with fewer events than
+            // asked for, none is missing up to the head, and the bookmark may say so.
+            let caught_up = batch.events.len() < STREAM_CHUNK;
             if caught_up {
-                after = after.max(bookmark(&mut chunk, &state, &replication));
+                after = after.max(batch.head);
+                let annotations = BTreeMap::from([
+                    (WARM_ANNOTATION.to_owned(), replication.locally_warm().to_string()),
+                    (COMMITTED_ANNOTATION.to_owned(), batch.visible.to_string()),
+                ]);
+                line(&mut chunk, "BOOKMARK", &bookmark_object(batch.head, annotations));
             }
             let leading = matches!(replication.role(), Role::Leader | Role::Stopping);
-            if sender.send(Ok(Bytes::from(chunk))).await.is_err() || !leading {
+            if sender.send(Ok(Bytes::from(std::mem::take(&mut chunk)))).await.is_err() || !leading {
                 break;
             }
             if caught_up {
@@ -216,30 +245,34 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
                 }
             }
         }
-        replication.follower_gone(&identity).await;
+        replication.follower_gone(&identity, &token).await;
     });
     let mut response = axum::body::Body::from_stream(ReceiverStream::new(receiver)).into_response();
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json;stream=watch"));
     response
 }
 
-/// Appends a bookmark at the store's revision; returns that revision.
-fn bookmark(chunk: &mut Vec<u8>, state: &AppState, replication: &super::Replication) -> u64 {
-    let revision = state.store.head_revision();
-    let mut annotations = BTreeMap::new();
-    annotations.insert(WARM_ANNOTATION.to_owned(), replication.locally_warm().to_string());
-    let bookmark = Bookmark { metadata: BookmarkMetadata { resource_version: revision.to_string(), annotations } };
-    chunk.extend_from_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
-    // A struct of strings always serializes.
-    chunk.extend_from_slice(&serde_json::to_vec(&bookmark).unwrap_or_default());
+/// Appends one stream line.
+fn line(chunk: &mut Vec<u8>, kind: &str, object: &[u8]) {
+    chunk.extend_from_slice(b"{\"type\":\"");
+    chunk.extend_from_slice(kind.as_bytes());
+    chunk.extend_from_slice(b"\",\"object\":");
+    chunk.extend_from_slice(object);
     chunk.extend_from_slice(b"}\n");
-    revision
+}
+
+/// A bookmark's object at `revision`.
+fn bookmark_object(revision: u64, annotations: BTreeMap<String, String>) -> Vec<u8> {
+    let bookmark = Bookmark { metadata: BookmarkMetadata { resource_version: revision.to_string(), annotations } };
+    // A struct of strings always serializes.
+    serde_json::to_vec(&bookmark).unwrap_or_default()
 }
 
 /// A follower's acknowledgement.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Ack {
     pub identity: String,
+    pub token: String,
     pub revision: u64,
 }
 
@@ -249,6 +282,9 @@ pub(super) struct PeerStatus {
     pub identity: String,
     pub leading: bool,
     pub revision: u64,
+    /// What clients may see (the leader's committed revision).
+    #[serde(default)]
+    pub committed: u64,
     pub warm: bool,
 }
 
@@ -259,7 +295,7 @@ async fn ack(State(state): State<Arc<AppState>>, axum::Json(ack): axum::Json<Ack
     if !matches!(replication.role(), Role::Leader | Role::Stopping) {
         return ApiError::unavailable("this replica does not lead", 1).into_response();
     }
-    if replication.acknowledge(&ack.identity, ack.revision) {
+    if replication.acknowledge(&ack.identity, &ack.token, ack.revision) {
         let replication = replication.clone();
         tokio::spawn(async move { replication.publish_in_sync().await });
     }
@@ -278,6 +314,7 @@ fn peer_status(state: &AppState, replication: &super::Replication) -> PeerStatus
         identity: replication.identity.clone(),
         leading: replication.role() == Role::Leader,
         revision: state.store.head_revision(),
+        committed: state.store.revision(),
         warm: replication.locally_warm(),
     }
 }

@@ -104,16 +104,20 @@ pub async fn route(State(state): State<Arc<AppState>>, request: Request, next: N
         )
         .into_response(),
         (Kind::ConsistentList, Role::Follower { address }) if !forwarded => {
-            match replication.leader_status(&address).await {
-                Ok(leader) if replication.reached(leader.revision, CONSISTENT_READ_WAIT).await => {
+            match replication.peer_status(&address).await {
+                Ok(leader) if replication.reached(leader.committed, CONSISTENT_READ_WAIT).await => {
                     next.run(request).await
                 }
                 Ok(_) => replication.forward(&address, request, state.limits.max_body_bytes).await,
                 Err(error) => {
-                    // The leader is unreachable: nothing newer can be acknowledged without it
-                    // noticing us gone, so this replica's data is the freshest to be had.
-                    tracing::debug!(%error, "consistent read: the leader is unreachable; serving from this replica");
-                    next.run(request).await
+                    // Without the leader this replica cannot know what was acknowledged since.
+                    tracing::debug!(%error, "consistent read: the leader is unreachable");
+                    ApiError::unavailable(
+                        "the leader of the NodeResourceTopology store cannot be reached for a consistent read; \
+                         retry, or list with resourceVersion=0 for this replica's state",
+                        1,
+                    )
+                    .into_response()
                 }
             }
         }
@@ -148,24 +152,24 @@ impl Replication {
             Ok(request) => request,
             Err(error) => return ApiError::internal("forwarding the request", &error).into_response(),
         };
-        let answer = match client.send(forwarded).await {
-            Ok(answer) => answer,
-            Err(error) => {
-                tracing::debug!(%error, leader = address, "forwarding to the leader failed");
+        let answer = match tokio::time::timeout(FORWARD_TIMEOUT, client.send(forwarded)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(error)) if never_sent(&error) => {
+                tracing::debug!(%error, leader = address, "the leader cannot be reached");
                 return ApiError::unavailable(
                     "the leader of the NodeResourceTopology store cannot be reached; retry",
                     1,
                 )
                 .into_response();
             }
+            Ok(Err(error)) => return may_have_happened(&error.to_string()),
+            Err(_) => return may_have_happened(&format!("no answer within {FORWARD_TIMEOUT:?}")),
         };
         let (parts, body) = answer.into_parts();
-        let body = match body.collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(error) => {
-                return ApiError::timeout(format!("the leader's answer was cut off ({error}); retry"), 1)
-                    .into_response();
-            }
+        let body = match tokio::time::timeout(FORWARD_TIMEOUT, body.collect()).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(error)) => return may_have_happened(&error.to_string()),
+            Err(_) => return may_have_happened(&format!("no answer within {FORWARD_TIMEOUT:?}")),
         };
         let revision = parts.headers.get(LEADER_REVISION).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
         if let Some(revision) = revision {
@@ -179,6 +183,29 @@ impl Replication {
         }
         response
     }
+}
+
+/// How long a forwarded request may take at the leader (kube-apiserver's default request
+/// timeout).
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Whether forwarding failed before the request could reach the leader (connecting), so that
+/// retrying cannot apply a write twice.
+fn never_sent(error: &kube::Error) -> bool {
+    format!("{error:?}").contains("Connect")
+}
+
+/// The request reached the leader, or may have, and no answer came: kube-apiserver's Timeout
+/// (504, no Retry-After: a client must not blindly repeat a write that may have happened).
+fn may_have_happened(why: &str) -> Response {
+    tracing::debug!(why, "a forwarded request got no answer from the leader");
+    let mut response = ApiError::timeout(
+        format!("the leader did not answer ({why}); the request may or may not have been applied"),
+        0,
+    )
+    .into_response();
+    response.headers_mut().remove(RETRY_AFTER);
+    response
 }
 
 fn with_identity(mut request: http::request::Builder, user: &UserInfo) -> http::request::Builder {

@@ -118,10 +118,29 @@ fn clients_see_only_what_followers_hold() {
     let initial = leader.watch_with_snapshot();
     assert_eq!((initial.backlog.len(), initial.revision), (1, 101));
     // Followers: everything, so that they come to hold it.
-    assert_eq!(leader.replication_events_after(101, 10).unwrap().len(), 2);
+    let batch = leader.replication_events_after(101, 10).unwrap();
+    assert_eq!((batch.events.len(), batch.head, batch.visible), (2, 103, 101));
     assert_eq!(leader.head_revision(), 103);
 
     leader.set_visible(None);
     assert_eq!(leader.events_after(101, 10).unwrap().len(), 2);
     assert_eq!(leader.snapshot().revision, 103);
+}
+
+#[test]
+fn a_follower_drops_its_uncommitted_tail_without_touching_what_clients_saw() {
+    let follower = Store::starting_at(100, 1000);
+    follower.create(nrt("a", 4), false).unwrap();
+    follower.set_visible(Some(101));
+    follower.create(nrt("b", 4), false).unwrap();
+    follower.update(nrt("a", 2), &Preconditions::default(), false).unwrap();
+    assert!(follower.truncate_to(101));
+    assert_eq!(follower.head_revision(), 101);
+    let names: Vec<(String, u64)> =
+        follower.snapshot().items.iter().map(|s| (s.name().to_owned(), s.revision)).collect();
+    assert_eq!(names, [("a".to_owned(), 101)]);
+    assert!(follower.replication_events_after(101, 10).unwrap().events.is_empty());
+    // The history still serves a watch from before the dropped tail.
+    assert_eq!(follower.events_after(100, 10).unwrap().len(), 1);
+    assert!(!follower.truncate_to(50), "older than the history");
 }
