@@ -342,13 +342,20 @@ fn the_deployment_is_sized_and_scheduled_as_designed() {
 /// The kubelet's grace period covers the preStop sleep and the server's drain after SIGTERM.
 #[test]
 fn termination_grace_covers_prestop_and_the_drain() {
-    // The binary serves with `serve` (the default options), whose drain is read here from the
-    // options' Debug form: `shutdown_grace: 30s`.
+    // The binary serves with the default drain (its options never set `shutdown_grace`), read
+    // here from the options' Debug form: `shutdown_grace: 30s`. Before draining, a leader hands
+    // its Lease over for at most HAND_OVER_GRACE.
     let apiserver = std::fs::read_to_string(workspace_root().join("cmd/src/apiserver.rs")).unwrap();
     assert!(
-        apiserver.contains("serve(listener") && !apiserver.contains("serve_with"),
-        "cmd/src/apiserver.rs no longer serves with the default options: update this test"
+        !apiserver.contains(".shutdown_grace("),
+        "cmd/src/apiserver.rs no longer serves with the default drain: update this test"
     );
+    let hand_over: i64 = apiserver
+        .split("const HAND_OVER_GRACE: Duration = Duration::from_secs(")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|digits| digits.parse().ok())
+        .expect("cmd/src/apiserver.rs names HAND_OVER_GRACE in whole seconds");
     let options = format!("{:?}", numaresources_certs::ServeOptions::default());
     let grace = options
         .split("shutdown_grace: ")
@@ -364,8 +371,8 @@ fn termination_grace_covers_prestop_and_the_drain() {
     assert!(sleep.seconds >= 1, "preStop sleep");
     let period = m.single_pod_spec().termination_grace_period_seconds.expect("no terminationGracePeriodSeconds");
     assert!(
-        period > sleep.seconds + grace,
-        "terminationGracePeriodSeconds {period} must exceed preStop {}s + drain {grace}s",
+        period > sleep.seconds + hand_over + grace,
+        "terminationGracePeriodSeconds {period} must exceed preStop {}s + hand-over {hand_over}s + drain {grace}s",
         sleep.seconds
     );
 }
