@@ -347,7 +347,14 @@ mod tests {
         let command = ApiserverArgs::augment_args(Command::new("apiserver"));
         for arg in command.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
-            let expected = format!("NUMARESOURCES_APISERVER_{}", long.to_uppercase().replace('-', "_"));
+            let variable = long.to_uppercase().replace('-', "_");
+            let shared =
+                ConnectionFlags::augment_args(Command::new("c")).get_arguments().any(|a| a.get_long() == Some(long));
+            let expected = if shared {
+                format!("NUMARESOURCES_{variable}")
+            } else {
+                format!("NUMARESOURCES_APISERVER_{variable}")
+            };
             assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(expected.as_str()), "--{long}");
         }
     }
@@ -370,24 +377,26 @@ mod tests {
 }
 
 /// How the HTTPS listener bounds its clients (`apiserver` and `webhook`): idle and stalled
-/// connections, HTTP/2 keep-alive, connections per client address.
+/// connections, HTTP/2 keep-alive, connections per client address. Shared by both components,
+/// so their environment variables carry no component in their names (`NUMARESOURCES_<FLAG>`;
+/// each component runs in its own pod).
 #[derive(Debug, clap::Args)]
 pub struct ConnectionFlags {
     /// Close a connection with no request open for this long (HTTP/2 gets a GOAWAY; HTTP/1.1
     /// keep-alive connections close after 30 s between requests).
-    #[arg(long, default_value = "90s", value_parser = parse_period)]
+    #[arg(long, env = "NUMARESOURCES_IDLE_CONNECTION_TIMEOUT", default_value = "90s", value_parser = parse_period)]
     idle_connection_timeout: GoDuration,
     /// Drop a connection whose client has read nothing of what it was sent for this long.
-    #[arg(long, default_value = "60s", value_parser = parse_period)]
+    #[arg(long, env = "NUMARESOURCES_WRITE_STALL_TIMEOUT", default_value = "60s", value_parser = parse_period)]
     write_stall_timeout: GoDuration,
     /// HTTP/2: ping an idle peer this often.
-    #[arg(long, default_value = "30s", value_parser = parse_period)]
+    #[arg(long, env = "NUMARESOURCES_HTTP2_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = parse_period)]
     http2_keepalive_interval: GoDuration,
     /// HTTP/2: close the connection when a ping goes unanswered this long.
-    #[arg(long, default_value = "20s", value_parser = parse_period)]
+    #[arg(long, env = "NUMARESOURCES_HTTP2_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_period)]
     http2_keepalive_timeout: GoDuration,
     /// Connections one client address may hold at once; more are closed on accept.
-    #[arg(long, default_value_t = numaresources_certs::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
+    #[arg(long, env = "NUMARESOURCES_MAX_CONNECTIONS_PER_CLIENT", default_value_t = numaresources_certs::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
     max_connections_per_client: usize,
 }
 

@@ -80,6 +80,9 @@ async fn one_of_two_candidates_leads_and_the_other_takes_over_after_a_release() 
     assert_eq!(double.holder(NAMESPACE, NAME).as_deref(), Some("b"));
 }
 
+/// A little more than the one-second leases these tests write.
+const LEASE_SECOND: Duration = Duration::from_millis(1_100);
+
 #[tokio::test]
 async fn two_candidates_racing_for_a_free_lease_yield_exactly_one_leader() {
     let double = LeaseDouble::start().await.unwrap();
@@ -97,6 +100,10 @@ async fn an_expired_lease_is_taken_and_counts_a_transition() {
     let double = LeaseDouble::start().await.unwrap();
     held_by(&double, "gone", Duration::from_secs(5), 1).await;
     let c = candidate(&double, "c").await;
+    // Expiry is judged as client-go judges it: by this candidate's clock since it first saw the
+    // Lease unchanged, never by the holder's timestamps (which may be skewed).
+    assert!(!c.try_acquire_or_renew().await.unwrap(), "first seen: as good as just renewed");
+    tokio::time::sleep(LEASE_SECOND).await;
     assert!(c.try_acquire_or_renew().await.unwrap());
     assert_eq!(double.holder(NAMESPACE, NAME).as_deref(), Some("c"));
     assert_eq!(transitions(&double), 5);
@@ -117,13 +124,16 @@ async fn an_ineligible_candidate_waits_while_an_eligible_one_takes_the_lease() {
     // Expired (1 s lease, renewed 2 s ago) but not orphaned.
     held_by(&double, "gone", Duration::from_secs(2), 1).await;
     let behind = candidate(&double, "behind").await.with_eligibility(|_| false);
-    assert!(!behind.try_acquire_or_renew().await.unwrap(), "a candidate that is behind must not lead");
-    assert_eq!(double.holder(NAMESPACE, NAME).as_deref(), Some("gone"));
-
     let in_sync = candidate(&double, "in-sync").await.with_eligibility(|lease| {
         let annotations = lease.and_then(|l| l.metadata.annotations.as_ref());
         annotations.and_then(|a| a.get("in-sync")).is_none_or(|list| list.split(',').any(|id| id == "in-sync"))
     });
+    // Both see the Lease first, then it stays unrenewed for its duration.
+    assert!(!behind.try_acquire_or_renew().await.unwrap());
+    assert!(!in_sync.try_acquire_or_renew().await.unwrap());
+    tokio::time::sleep(LEASE_SECOND).await;
+    assert!(!behind.try_acquire_or_renew().await.unwrap(), "a candidate that is behind must not lead");
+    assert_eq!(double.holder(NAMESPACE, NAME).as_deref(), Some("gone"));
     assert!(in_sync.try_acquire_or_renew().await.unwrap());
     assert_eq!(double.holder(NAMESPACE, NAME).as_deref(), Some("in-sync"));
 }
@@ -134,6 +144,8 @@ async fn an_ineligible_candidate_takes_an_orphaned_lease() {
     let orphaned = u64::try_from(ORPHANED_AFTER_LEASES + 2).unwrap();
     held_by(&double, "gone", Duration::from_secs(orphaned), 1).await;
     let behind = candidate(&double, "behind").await.with_eligibility(|_| false);
+    assert!(!behind.try_acquire_or_renew().await.unwrap(), "first seen");
+    tokio::time::sleep(LEASE_SECOND * (u32::try_from(ORPHANED_AFTER_LEASES).unwrap() + 1)).await;
     assert!(behind.try_acquire_or_renew().await.unwrap(), "nobody took it: availability wins");
     assert_eq!(double.holder(NAMESPACE, NAME).as_deref(), Some("behind"));
 }
