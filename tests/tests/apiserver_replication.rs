@@ -225,13 +225,16 @@ struct Writes {
     /// Creates that were refused, then found to exist on a retry (409): the refused attempt
     /// was applied after all. Not acknowledged, so no promise is attached; not a failure either.
     landed_unacknowledged: usize,
+    /// Writes in flight when the leader died: 504 Timeout, "may or may not have been applied"
+    /// (kube-apiserver's answer when it cannot know). Not acknowledged, not a failure.
+    outcome_unknown: usize,
     refusals: Vec<Answer>,
     failures: Vec<String>,
 }
 
 impl Writes {
     fn settled(&self) -> usize {
-        self.acknowledged.len() + self.landed_unacknowledged
+        self.acknowledged.len() + self.landed_unacknowledged + self.outcome_unknown
     }
 }
 
@@ -250,6 +253,7 @@ async fn write_many(client: kube::Client, prefix: String, count: u64, written: A
                         writes.acknowledged.insert(name, version);
                     }
                     _ if answer.status == 409 && retried => writes.landed_unacknowledged += 1,
+                    _ if answer.status == 504 && answer.body["reason"] == "Timeout" => writes.outcome_unknown += 1,
                     _ => writes.failures.push(format!("{name}: {answer:?}")),
                 }
             }

@@ -19,6 +19,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{ACK_TIMEOUT, Replication, Role};
+
+/// How long writes wait for the last connected in-sync followers before the leader goes on
+/// acknowledging alone (a follower whose stream ends leaves at once).
+pub(super) const ALONE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::status::ApiError;
 
 #[derive(Debug, Default)]
@@ -160,7 +164,8 @@ impl Replication {
     /// in-sync set. Fails when leadership is lost meanwhile: the write was applied here but may
     /// be lost, so the caller gets kube-apiserver's "may or may not have happened".
     pub(super) async fn replicated(&self, revision: u64) -> Result<(), ApiError> {
-        let mut deadline = Instant::now() + ACK_TIMEOUT;
+        let started = Instant::now();
+        let mut deadline = started + ACK_TIMEOUT;
         let mut progress = self.in_sync.progress.subscribe();
         loop {
             if !matches!(self.role(), Role::Leader | Role::Stopping) {
@@ -186,6 +191,14 @@ impl Replication {
                 return Ok(());
             }
             if tokio::time::timeout_at(deadline, progress.changed()).await.is_err() {
+                // Dropping every follower would leave the leader acknowledging alone, and a
+                // write acknowledged alone is lost with the leader: the last followers, slow but
+                // connected, are waited for longer.
+                let everyone = missing.len() >= self.in_sync.lock().waiting.len();
+                if everyone && started.elapsed() < ALONE_AFTER {
+                    deadline = Instant::now() + ACK_TIMEOUT;
+                    continue;
+                }
                 tracing::warn!(?missing, revision, "followers did not acknowledge in time; they leave the in-sync set");
                 self.drop_from_sync(&missing).await;
                 deadline = Instant::now() + ACK_TIMEOUT;
