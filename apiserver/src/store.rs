@@ -1005,13 +1005,14 @@ fn unix_seconds(time: Timestamp) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use numaresources_api::nrt::{AttributeInfo, ResourceInfo, Zone};
     use numaresources_api::quantity::Quantity;
 
     use super::*;
 
-    fn nrt(name: &str, cpus: i64) -> NodeResourceTopology {
+    /// A one-zone object with `cpus` CPUs (the replication tests use it too).
+    pub(crate) fn nrt(name: &str, cpus: i64) -> NodeResourceTopology {
         let mut object = NodeResourceTopology::new(name);
         object.zones = vec![Zone {
             name: "node-0".into(),

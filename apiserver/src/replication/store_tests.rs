@@ -1,26 +1,10 @@
 //! The store operations a follower uses: applying the leader's changes at the leader's
 //! revisions, bookmarks, and a reset that ends every earlier watch.
 
-use numaresources_api::nrt::{NodeResourceTopology, ResourceInfo, Zone};
-use numaresources_api::quantity::Quantity;
+use numaresources_api::nrt::NodeResourceTopology;
 
+use crate::store::tests::nrt;
 use crate::store::{EventType, Preconditions, Store, WatchRefusal};
-
-fn nrt(name: &str, cpus: i64) -> NodeResourceTopology {
-    let mut object = NodeResourceTopology::new(name);
-    object.zones = vec![Zone {
-        name: "node-0".into(),
-        zone_type: "Node".into(),
-        resources: vec![ResourceInfo {
-            name: "cpu".into(),
-            capacity: Quantity::from_i64(cpus),
-            allocatable: Quantity::from_i64(cpus),
-            available: Quantity::from_i64(cpus),
-        }],
-        ..Zone::default()
-    }];
-    object
-}
 
 /// What the leader's stream carries for each of its events: the object as stored.
 fn replicate(leader: &Store, follower: &Store, after: u64) -> u64 {
