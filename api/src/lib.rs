@@ -5,6 +5,7 @@
 //!   nrt       NodeResourceTopology v1alpha2 (+ v1alpha1), canonical form, semantic equality
 //!   operator  NUMAResourcesOperator, NUMAResourcesScheduler: types, defaults, validation
 //!   crds      the CustomResourceDefinitions generated from those types
+//!   direct_write  the exporter → API server direct path: flags, token audience, extras
 //!   metadata  apimachinery's ObjectMeta validation (names, labels, annotations, finalizers)
 //!   quantity, duration, selector, field
 //!             the apimachinery pieces they are made of, with Go-identical text forms
@@ -14,6 +15,7 @@
 //! types, so what one accepts the others understand.
 
 pub mod crds;
+pub mod direct_write;
 pub mod duration;
 pub mod field;
 pub mod fit;

@@ -1,0 +1,59 @@
+//! The direct write path: the contract between the exporter (`numaresources rte`), the API
+//! server and the controllers that render both.
+//!
+//! Exporters publish their NodeResourceTopology to our API server's Service directly instead of
+//! through kube-apiserver's aggregator, which would otherwise terminate TLS, authenticate,
+//! authorize and proxy every write. The exporter proves who it is with a projected
+//! ServiceAccount token whose audience is ours alone, so the token is useless against
+//! kube-apiserver; our server reviews it with that audience (TokenReview) and lets a bound pod
+//! write only the object of the node it runs on.
+
+/// The exporter's flag (and, as `NUMARESOURCES_NRT_SERVER`, environment variable) naming our
+/// API server's base URL, e.g. `https://numaresources-apiserver.numaresources.svc:443`.
+/// Absent: the exporter publishes through kube-apiserver.
+pub const NRT_SERVER_FLAG: &str = "--nrt-server";
+
+/// The exporter's flag naming the PEM bundle that verifies our server's certificate.
+pub const NRT_SERVER_CA_FILE_FLAG: &str = "--nrt-server-ca-file";
+
+/// The exporter's flag naming the projected token file it presents (re-read on every refresh,
+/// since the kubelet rotates it).
+pub const NRT_TOKEN_FILE_FLAG: &str = "--nrt-token-file";
+
+/// The audience of the projected token. kube-apiserver's own audience differs, so a stolen
+/// token of this audience cannot be replayed against it.
+pub const TOKEN_AUDIENCE: &str = "numaresources-apiserver";
+
+/// How long the kubelet makes the projected token live before rotating it (the minimum
+/// kube-apiserver accepts is 10 minutes).
+pub const TOKEN_EXPIRATION_SECONDS: i64 = 3600;
+
+/// Where the rendered DaemonSet mounts the projected token and the CA bundle.
+pub const TOKEN_MOUNT_DIR: &str = "/var/run/secrets/numaresources/nrt-server";
+/// The file names inside [`TOKEN_MOUNT_DIR`].
+pub const TOKEN_FILE_NAME: &str = "token";
+pub const CA_FILE_NAME: &str = "ca.crt";
+
+/// The TokenReview extras a bound service-account token carries (kube-apiserver sets them for
+/// pod-bound tokens; `node-name` only from 1.30 with the pod-node token feature).
+pub const EXTRA_NODE_NAME: &str = "authentication.kubernetes.io/node-name";
+pub const EXTRA_POD_NAME: &str = "authentication.kubernetes.io/pod-name";
+pub const EXTRA_POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+
+/// The base URL of our API server's Service, as the controllers render it.
+pub fn service_url(service: &str, namespace: &str) -> String {
+    format!("https://{service}.{namespace}.svc:443")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_url_names_the_service_in_its_namespace() {
+        assert_eq!(
+            service_url("numaresources-apiserver", "numaresources"),
+            "https://numaresources-apiserver.numaresources.svc:443"
+        );
+    }
+}
