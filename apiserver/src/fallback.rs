@@ -1,5 +1,5 @@
 //! Every client error answer as a `metav1.Status`, including the ones our handlers never see: the
-//! router's own 404 and 405, and the extractors' plain-text rejections (a duplicate or malformed
+//! router's own 404 and 405, and the extractors' plain-text rejections (a malformed
 //! query parameter, a path that does not decode). kubectl and client-go read the message and
 //! reason of a Status; from an empty or plain-text body they show only the HTTP code.
 

@@ -16,9 +16,11 @@ use crate::status::ApiError;
 pub const MAX_WATCH_TIMEOUT_SECONDS: u64 = 7 * 24 * 60 * 60;
 
 /// The raw query string, as axum decodes it. Unknown parameters are ignored, as kube-apiserver
-/// does (e.g. `shardSelector` from newer clients).
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// does (e.g. `shardSelector` from newer clients). A parameter given twice is not an error:
+/// apimachinery's query decoding (and Go's `url.Values.Get`) takes the first value of each
+/// single-valued option, and keeps every value of the one list-valued option we read, `dryRun`
+/// (each must then be `All`).
+#[derive(Debug, Default)]
 pub struct RawQuery {
     label_selector: Option<String>,
     field_selector: Option<String>,
@@ -28,15 +30,68 @@ pub struct RawQuery {
     allow_watch_bookmarks: Option<String>,
     timeout_seconds: Option<String>,
     send_initial_events: Option<String>,
-    dry_run: Option<String>,
+    dry_run: Vec<String>,
     include_object: Option<String>,
     field_validation: Option<String>,
-    #[serde(rename = "continue")]
     continue_: Option<String>,
     limit: Option<String>,
     propagation_policy: Option<String>,
     orphan_dependents: Option<String>,
     grace_period_seconds: Option<String>,
+}
+
+impl RawQuery {
+    /// Takes one `key=value` pair of the query string, in order.
+    fn take(&mut self, key: &str, value: String) {
+        let slot = match key {
+            "labelSelector" => &mut self.label_selector,
+            "fieldSelector" => &mut self.field_selector,
+            "resourceVersion" => &mut self.resource_version,
+            "resourceVersionMatch" => &mut self.resource_version_match,
+            "watch" => &mut self.watch,
+            "allowWatchBookmarks" => &mut self.allow_watch_bookmarks,
+            "timeoutSeconds" => &mut self.timeout_seconds,
+            "sendInitialEvents" => &mut self.send_initial_events,
+            "includeObject" => &mut self.include_object,
+            "fieldValidation" => &mut self.field_validation,
+            "continue" => &mut self.continue_,
+            "limit" => &mut self.limit,
+            "propagationPolicy" => &mut self.propagation_policy,
+            "orphanDependents" => &mut self.orphan_dependents,
+            "gracePeriodSeconds" => &mut self.grace_period_seconds,
+            "dryRun" => {
+                self.dry_run.push(value);
+                return;
+            }
+            _ => return,
+        };
+        slot.get_or_insert(value);
+    }
+}
+
+impl<'de> Deserialize<'de> for RawQuery {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(FirstValueWins)
+    }
+}
+
+/// Reads the query's pairs in order into a [`RawQuery`] (see there for duplicates).
+struct FirstValueWins;
+
+impl<'de> serde::de::Visitor<'de> for FirstValueWins {
+    type Value = RawQuery;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("query parameters")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut pairs: A) -> Result<RawQuery, A::Error> {
+        let mut raw = RawQuery::default();
+        while let Some((key, value)) = pairs.next_entry::<String, String>()? {
+            raw.take(&key, value);
+        }
+        Ok(raw)
+    }
 }
 
 impl RawQuery {
@@ -245,15 +300,7 @@ impl TryFrom<RawQuery> for Options {
                 (seconds > 0).then_some(seconds.min(MAX_WATCH_TIMEOUT_SECONDS))
             }
         };
-        options.dry_run = match raw.dry_run.as_deref() {
-            None | Some("") => false,
-            Some("All") => true,
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "dryRun: Unsupported value: {other:?}: supported values: \"All\""
-                )));
-            }
-        };
+        options.dry_run = dry_run(&raw.dry_run)?;
         options.field_validation = match raw.field_validation.as_deref() {
             None | Some("") | Some("Warn") => FieldValidation::Warn,
             Some("Ignore") => FieldValidation::Ignore,
@@ -289,6 +336,20 @@ impl TryFrom<RawQuery> for Options {
         };
         Ok(options)
     }
+}
+
+/// `dryRun`, every value of it: all must be `All` (an empty one is read as absent).
+fn dry_run(values: &[String]) -> Result<bool, ApiError> {
+    let mut dry_run = false;
+    for value in values.iter().filter(|v| !v.is_empty()) {
+        if value != "All" {
+            return Err(ApiError::bad_request(format!(
+                "dryRun: Unsupported value: {value:?}: supported values: \"All\""
+            )));
+        }
+        dry_run = true;
+    }
+    Ok(dry_run)
 }
 
 fn flag(value: Option<&str>, name: &str) -> Result<bool, ApiError> {
@@ -480,7 +541,7 @@ mod tests {
         let raw = RawQuery {
             resource_version: Some("0".into()),
             watch: Some("1".into()),
-            dry_run: Some("All".into()),
+            dry_run: vec!["All".into()],
             timeout_seconds: Some("290".into()),
             ..RawQuery::default()
         };
@@ -490,7 +551,7 @@ mod tests {
         assert_eq!(options.timeout_seconds, Some(290));
         let raw = RawQuery { resource_version_match: Some("Exact".into()), ..RawQuery::default() };
         assert!(Options::try_from(raw).unwrap().check_list().is_err(), "a list's match needs a resourceVersion");
-        let raw = RawQuery { dry_run: Some("Maybe".into()), ..RawQuery::default() };
+        let raw = RawQuery { dry_run: vec!["Maybe".into()], ..RawQuery::default() };
         assert!(Options::try_from(raw).is_err());
         let raw = RawQuery { resource_version: Some("abc".into()), ..RawQuery::default() };
         assert!(Options::try_from(raw).is_err());

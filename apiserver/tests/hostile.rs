@@ -86,8 +86,9 @@ async fn every_error_answer_is_a_status() {
     let address = server(Limits::default()).await;
     create(address, "worker-0").await;
     for (method, path, code, reason) in [
-        ("GET", format!("{BASE}?limit=1&limit=2"), 400, "BadRequest"),
+        ("GET", format!("{BASE}?limit=x"), 400, "BadRequest"),
         ("GET", format!("{BASE}?watch=maybe&watch=true"), 400, "BadRequest"),
+        ("POST", format!("{BASE}?dryRun=All&dryRun=Maybe"), 400, "BadRequest"),
         ("POST", "/version".to_owned(), 405, "MethodNotAllowed"),
         ("PUT", "/metrics".to_owned(), 405, "MethodNotAllowed"),
         (
@@ -109,6 +110,36 @@ async fn every_error_answer_is_a_status() {
         assert_eq!(status["reason"], reason, "{method} {path}: {status}");
         assert!(!status["message"].as_str().unwrap().is_empty(), "{method} {path}: {status}");
     }
+}
+
+/// kube-apiserver decodes query parameters with apimachinery's conversions, which take the first
+/// value of a single-valued option and every value of `dryRun`: a repeated parameter is no error.
+#[tokio::test]
+async fn a_repeated_query_parameter_counts_once_with_its_first_value() {
+    let address = server(Limits::default()).await;
+    create(address, "worker-0").await;
+    create(address, "worker-1").await;
+    let list = |query: &'static str| async move {
+        let answer = request(address, "GET", &format!("{BASE}?{query}"), "", b"").await;
+        assert_eq!(answer.code, 200, "{query}: {:?}", String::from_utf8_lossy(&answer.body));
+        json_of(&answer)
+    };
+    assert_eq!(list("limit=1&limit=2").await["items"].as_array().unwrap().len(), 1);
+    assert_eq!(list("limit=2&limit=1").await["items"].as_array().unwrap().len(), 2);
+    let named = list("fieldSelector=metadata.name%3Dworker-1&fieldSelector=metadata.name%3Dworker-0").await;
+    assert_eq!(named["items"][0]["metadata"]["name"], "worker-1", "{named}");
+    assert_eq!(named["items"].as_array().unwrap().len(), 1, "{named}");
+    // `watch=false` first: a list, answered at once.
+    assert_eq!(list("watch=false&watch=true").await["kind"], "NodeResourceTopologyList");
+
+    // Every dryRun value counts: all `All` is a dry run.
+    let body = serde_json::to_vec(&nrt("worker-2")).unwrap();
+    let dry =
+        request(address, "POST", &format!("{BASE}?dryRun=All&dryRun=All"), "content-type: application/json\r\n", &body)
+            .await;
+    assert_eq!(dry.code, 201, "{:?}", String::from_utf8_lossy(&dry.body));
+    let absent = request(address, "GET", &format!("{BASE}/worker-2"), "", b"").await;
+    assert_eq!(absent.code, 404, "a dry run stores nothing");
 }
 
 #[tokio::test]
