@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod body;
 pub mod discovery;
+pub mod exporter_pods;
 mod fallback;
 mod health;
 mod merge_patch;
@@ -25,6 +26,7 @@ pub mod patch_limits;
 pub mod query;
 pub mod render;
 pub mod replication;
+pub mod request_head;
 mod rest;
 pub mod status;
 pub mod store;
@@ -125,14 +127,15 @@ impl AppState {
     }
 }
 
-/// Every route the server answers, behind metrics, authentication, error rendering and the
-/// replication middleware (which forwards writes to the leader and holds reads back on a cold
-/// store).
+/// Every route the server answers, behind metrics, the request-head bounds, authentication, error
+/// rendering and the replication middleware (which forwards writes to the leader and holds reads
+/// back on a cold store).
 pub fn router(state: Arc<AppState>) -> Router {
     routes()
         .layer(axum::middleware::from_fn_with_state(state.clone(), replication::route))
         .layer(axum::middleware::from_fn_with_state(state.clone(), fallback::errors_as_status))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::check))
+        .layer(axum::middleware::from_fn(request_head::check))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .with_state(state)
 }

@@ -120,6 +120,26 @@ impl ApiError {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge", message)
     }
 
+    /// 414 for a request URI longer than `limit`. Kubernetes names no reason for this code: the
+    /// reason is left out (`StatusReasonUnknown`), as apimachinery does for such codes.
+    pub fn uri_too_long(length: usize, limit: usize) -> Self {
+        Self::new(
+            StatusCode::URI_TOO_LONG,
+            "",
+            format!("the request URI is {length} bytes long, more than the limit of {limit} bytes"),
+        )
+    }
+
+    /// 431 for a request whose URI and headers together are larger than `limit` (no reason, as
+    /// for 414).
+    pub fn header_fields_too_large(size: usize, limit: usize) -> Self {
+        Self::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "",
+            format!("the request's URI and headers are {size} bytes, more than the limit of {limit} bytes"),
+        )
+    }
+
     /// 415.
     pub fn unsupported_media_type(content_type: &str, supported: &[&str]) -> Self {
         Self::new(
@@ -237,6 +257,10 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code.as_u16(),
         });
+        if self.reason.is_empty() {
+            // metav1.Status omits an empty (unknown) reason.
+            status.as_object_mut().map(|fields| fields.remove("reason"));
+        }
         if let Some(details) = &self.details {
             status["details"] = details.clone();
         }

@@ -203,3 +203,27 @@ async fn a_watch_whose_client_stops_reading_is_ended() {
     }
     drop(stalled);
 }
+
+/// A URI or headers past our bounds (but inside hyper's own) get a Status, not hyper's empty
+/// answer.
+#[tokio::test]
+async fn an_oversized_uri_or_head_is_answered_with_a_status() {
+    use numaresources_apiserver::request_head::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_URI_BYTES};
+    let address = server(Limits::default()).await;
+    let selector = "a".repeat(MAX_REQUEST_URI_BYTES);
+    let long_uri = request(address, "GET", &format!("{BASE}?labelSelector={selector}"), "", b"").await;
+    let padding = "b".repeat(MAX_REQUEST_HEAD_BYTES / 2);
+    let big_head = request(address, "GET", BASE, &format!("x-pad-1: {padding}\r\nx-pad-2: {padding}\r\n"), b"").await;
+    for (answer, code) in [(long_uri, 414), (big_head, 431)] {
+        assert_eq!(answer.code, code, "{}", answer.head);
+        let status = json_of(&answer);
+        assert_eq!(status["kind"], "Status", "{status}");
+        assert_eq!(status["code"], code, "{status}");
+        assert!(status["message"].as_str().unwrap().contains("more than the limit"), "{status}");
+        assert!(status.get("reason").is_none(), "Kubernetes names no reason for {code}: {status}");
+    }
+    // Just under both bounds, the request is served.
+    let fits = "a".repeat(MAX_REQUEST_URI_BYTES - BASE.len() - 100);
+    let answer = request(address, "GET", &format!("{BASE}?x={fits}"), "", b"").await;
+    assert_eq!(answer.code, 200, "{}", answer.head);
+}
