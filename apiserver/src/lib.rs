@@ -15,6 +15,7 @@ pub mod body;
 pub mod discovery;
 pub mod exporter_pods;
 mod fallback;
+pub mod headroom;
 mod health;
 mod merge_patch;
 pub mod metrics;

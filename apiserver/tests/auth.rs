@@ -28,8 +28,8 @@ struct StandIn {
 }
 
 /// A kube-apiserver that knows three tokens (`alice-token` → alice; `bob-token` → bob;
-/// `rte-token` → a node-bound service account) and allows alice and the service account
-/// everything, nobody else anything.
+/// `rte-token` → the exporter's service account on worker-0), all of our audience, and allows
+/// alice and the service account everything, nobody else anything.
 fn fake_kube_apiserver(stand_in: Arc<StandIn>) -> kube::Client {
     let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<kube::client::Body>>();
     tokio::spawn(async move {
@@ -47,11 +47,15 @@ fn fake_kube_apiserver(stand_in: Arc<StandIn>) -> kube::Client {
                     let user = match review["spec"]["token"].as_str() {
                         Some("alice-token") => json!({"username": "alice", "uid": "u-1", "groups": ["dev"]}),
                         Some("bob-token") => json!({"username": "bob", "uid": "u-2"}),
-                        Some("rte-token") => json!({"username": "system:serviceaccount:numaresources:rte",
-                            "extra": {"authentication.kubernetes.io/node-name": ["worker-0"]}}),
+                        Some("rte-token") => {
+                            json!({"username": "system:serviceaccount:numaresources:numaresources-rte",
+                            "extra": {"authentication.kubernetes.io/node-name": ["worker-0"]}})
+                        }
                         _ => Value::Null,
                     };
-                    review["status"] = json!({"authenticated": !user.is_null(), "user": user});
+                    assert_eq!(review["spec"]["audiences"], json!(["numaresources-apiserver"]));
+                    review["status"] = json!({"authenticated": !user.is_null(), "user": user,
+                                              "audiences": ["numaresources-apiserver"]});
                 }
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
                     stand_in.access_reviews.fetch_add(1, Ordering::SeqCst);

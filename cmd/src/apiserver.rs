@@ -12,7 +12,9 @@ use anyhow::Context;
 use numaresources_api::GoDuration;
 use numaresources_apiserver::auth::{Auth, Delegated, RequestHeaderConfig, Standalone};
 use numaresources_apiserver::replication::{Role, STORE_WARM_CHECK};
-use numaresources_apiserver::warmup::{Exporters, warm_up};
+use numaresources_apiserver::auth::NodeRestriction;
+use numaresources_apiserver::exporter_pods::ExporterPods;
+use numaresources_apiserver::warmup::warm_up;
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{CaBundle, ClientCaVerifier, ServeOptions, ServerConfigBuilder, WatchOptions, serve_with};
 
@@ -126,6 +128,14 @@ pub struct ApiserverArgs {
         default_value = "app.kubernetes.io/component=rte,app.kubernetes.io/part-of=numaresources"
     )]
     exporter_selector: String,
+    /// The exporters' service account: its identities may write only their own node's
+    /// NodeResourceTopology (as may any identity whose token is bound to an exporter pod).
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_EXPORTER_SERVICE_ACCOUNT",
+        default_value = numaresources_apiserver::auth::node_restriction::DEFAULT_EXPORTER_SERVICE_ACCOUNT
+    )]
+    exporter_service_account: String,
     /// How many changes the watch history keeps for resuming watches.
     #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY", default_value_t = numaresources_apiserver::store::DEFAULT_HISTORY)]
     watch_history: usize,
@@ -210,6 +220,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     let mut background = None;
     let mut nodes_task = None;
     let mut warm_task = None;
+    let mut pods_task = None;
     match standalone {
         Some(standalone) => {
             tracing::warn!(
@@ -228,22 +239,23 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
                     move || replication.as_ref().is_none_or(|r| r.role() == Role::Leader)
                 },
             )));
-            let exporters =
-                Exporters { namespace: args.exporter_namespace.clone(), selector: args.exporter_selector.clone() };
+            // One watch of the exporter pods serves the warm-up and the node restriction.
+            let exporters = Arc::new(ExporterPods::new(&args.exporter_namespace));
             let warmup = args.store_warmup.to_std().unwrap_or(Duration::from_secs(60));
             state.readiness.set(STORE_WARM_CHECK, false);
-            warm_task = Some(tokio::spawn(warm_up(
-                client.clone(),
-                state.store.clone(),
-                state.readiness.clone(),
-                exporters,
-                warmup,
-            )));
+            let (follower, selector) = (exporters.clone(), args.exporter_selector.clone());
+            let follow_client = client.clone();
+            pods_task = Some(tokio::spawn(async move { follower.follow(follow_client, &selector).await }));
+            warm_task =
+                Some(tokio::spawn(warm_up(state.store.clone(), state.readiness.clone(), exporters.clone(), warmup)));
             let authentication_client = match &args.authentication_kubeconfig {
                 Some(path) => kube_client(Some(path)).await?,
                 None => client.clone(),
             };
-            let mut delegated = Delegated::new(authentication_client, Some(client_cas));
+            let restriction = NodeRestriction::new(&args.exporter_namespace, &args.exporter_service_account)
+                .with_pods(exporters);
+            let mut delegated =
+                Delegated::new(authentication_client, Some(client_cas)).with_node_restriction(restriction);
             if let Some(path) = &args.authorization_kubeconfig {
                 delegated = delegated.with_authorization_client(kube_client(Some(path)).await?);
             }
@@ -293,7 +305,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         stopping.cancel();
     };
     let served = serve_with(listener, tls, router(state), shutdown, args.connections.serve_options()).await;
-    for task in [background, nodes_task, warm_task].into_iter().flatten() {
+    for task in [background, nodes_task, warm_task, pods_task].into_iter().flatten() {
         task.abort();
     }
     served.context("serving")

@@ -27,7 +27,7 @@ pub struct UserInfo {
 }
 
 /// The extra attribute bound service-account tokens carry for the node they run on.
-pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+pub const NODE_NAME_EXTRA: &str = numaresources_api::direct_write::EXTRA_NODE_NAME;
 
 impl UserInfo {
     /// The anonymous user.

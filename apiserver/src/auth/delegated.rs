@@ -1,5 +1,8 @@
 //! Delegation to kube-apiserver: TokenReview for bearer tokens and SubjectAccessReview for every
-//! request. Answers are cached for 10 s, negative ones as well as positive (an unknown token, a
+//! request. Bearer tokens presented to us directly must be meant for us: the TokenReview asks for
+//! our audience ([`TOKEN_AUDIENCE`]) and the answer must name it in `status.audiences`, as
+//! TokenReview requires of audience-aware clients (an authenticated answer without audiences
+//! means a token for kube-apiserver itself, which must not be replayable here). Answers are cached for 10 s, negative ones as well as positive (an unknown token, a
 //! denial), as k8s.io/apiserver's delegating authenticator and authorizer do, so a client
 //! retrying a bad token does not become a TokenReview storm. A review that fails (kube-apiserver
 //! unreachable, a 5xx) is not an answer and is never cached: the request fails (401 for
@@ -16,11 +19,13 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
+use numaresources_api::direct_write::TOKEN_AUDIENCE;
 use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_certs::{CaBundle, ClientCaVerifier};
 
 use super::attributes::Attributes;
 use super::authn::{AuthenticationConfig, RequestHeaderConfig, UserInfo};
+use super::node_restriction::NodeRestriction;
 use crate::discovery::VERSION;
 
 /// How long decisions are remembered.
@@ -57,6 +62,7 @@ pub struct Delegated {
     tokens: moka::sync::Cache<String, Option<UserInfo>>,
     decisions: moka::sync::Cache<String, bool>,
     verifier: Option<Arc<ClientCaVerifier>>,
+    node_restriction: NodeRestriction,
 }
 
 impl std::fmt::Debug for Delegated {
@@ -78,7 +84,21 @@ impl Delegated {
             tokens: moka::sync::Cache::builder().max_capacity(10_000).time_to_live(CACHE_TTL).build(),
             decisions: moka::sync::Cache::builder().max_capacity(100_000).time_to_live(CACHE_TTL).build(),
             verifier,
+            node_restriction: NodeRestriction::default(),
         }
+    }
+
+    /// Binds exporters as `restriction` says (default: the exporter service account of the
+    /// default namespace, without a pod cache).
+    #[must_use]
+    pub fn with_node_restriction(mut self, restriction: NodeRestriction) -> Self {
+        self.node_restriction = restriction;
+        self
+    }
+
+    /// Who is node-bound.
+    pub fn node_restriction(&self) -> &NodeRestriction {
+        &self.node_restriction
     }
 
     /// Sends SubjectAccessReviews through `client` instead (`--authorization-kubeconfig`).
@@ -206,13 +226,14 @@ impl Delegated {
         }
     }
 
-    /// The identity a bearer token stands for (`None`: not a valid token), via TokenReview.
+    /// The identity a bearer token stands for (`None`: not a valid token, or not one for our
+    /// audience), via TokenReview.
     pub async fn token_review(&self, token: &str) -> Result<Option<UserInfo>, DelegationError> {
         if let Some(cached) = self.tokens.get(token) {
             return Ok(cached);
         }
         let review = TokenReview {
-            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: Some(vec![TOKEN_AUDIENCE.to_owned()]) },
             ..TokenReview::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());
@@ -220,15 +241,20 @@ impl Delegated {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|source| DelegationError::Request { what: "TokenReview", source })?;
-        let user = answer.status.filter(|s| s.authenticated == Some(true)).and_then(|s| s.user).map(|user| {
-            UserInfo {
-                name: user.username.unwrap_or_default(),
-                uid: user.uid.unwrap_or_default(),
-                groups: user.groups.unwrap_or_default(),
-                extra: user.extra.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
-            }
-            .authenticated()
-        });
+        let user = answer
+            .status
+            .filter(|s| s.authenticated == Some(true))
+            .filter(|s| s.audiences.as_ref().is_some_and(|a| a.iter().any(|a| a == TOKEN_AUDIENCE)))
+            .and_then(|s| s.user)
+            .map(|user| {
+                UserInfo {
+                    name: user.username.unwrap_or_default(),
+                    uid: user.uid.unwrap_or_default(),
+                    groups: user.groups.unwrap_or_default(),
+                    extra: user.extra.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
+                }
+                .authenticated()
+            });
         self.tokens.insert(token.to_owned(), user.clone());
         Ok(user)
     }

@@ -1,12 +1,13 @@
 //! Delegated authentication and authorization, as k8s.io/apiserver does it for extension API
 //! servers: identities from the front proxy's request headers, client certificates or
 //! TokenReview; decisions from SubjectAccessReview; health paths open to everyone;
-//! `system:masters` never asks. An identity bound to a node (bound service-account tokens carry
-//! `authentication.kubernetes.io/node-name`) may write only that node's object.
+//! `system:masters` never asks. An exporter may write only its own node's object (see
+//! [`node_restriction`] for who counts as one and how its node is found).
 
 mod attributes;
 pub mod authn;
 mod delegated;
+pub mod node_restriction;
 mod standalone;
 
 use std::sync::Arc;
@@ -15,12 +16,14 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::header::AUTHORIZATION;
+use numaresources_api::direct_write::EXTRA_NODE_NAME;
 use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_certs::PeerInfo;
 
 pub use attributes::{Attributes, always_allowed};
 pub use authn::{AuthenticationConfig, RequestHeaderConfig, UserInfo};
 pub use delegated::{Delegated, DelegationError, review_spec};
+pub use node_restriction::{Binding, NodeRestriction};
 pub use standalone::{Standalone, TokenFileError, UnknownToken};
 
 use crate::AppState;
@@ -81,18 +84,34 @@ pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, nex
         }
     };
     let attributes = Attributes::of(request.method(), &path, request.uri().query());
-    if let Some(node) = user.node_name().map(str::to_owned)
-        && attributes.is_write()
-    {
-        match &attributes {
-            Attributes::Resource { name: Some(name), .. } if *name != node => {
-                return forbidden_for_node(&node, name).into_response();
-            }
-            Attributes::Resource { verb: "deletecollection", .. } => {
-                return forbidden_for_node(&node, "*").into_response();
-            }
-            _ => {
+    // The node found through the token's pod, recorded on the identity once authorized so a
+    // write forwarded to the leader stays bound to it there.
+    let mut placed_through_pod = None;
+    if attributes.is_write() {
+        match node_binding(&state.auth, &user) {
+            Binding::Unbound => {}
+            Binding::Node { node, through_pod } => {
+                match &attributes {
+                    Attributes::Resource { name: Some(name), .. } if *name != node => {
+                        return forbidden_for_node(&node, name).into_response();
+                    }
+                    Attributes::Resource { verb: "deletecollection", .. } => {
+                        return forbidden_for_node(&node, "*").into_response();
+                    }
+                    _ => {}
+                }
+                if through_pod {
+                    placed_through_pod = Some(node.clone());
+                }
                 request.extensions_mut().insert(NodeScope(node));
+            }
+            Binding::Refused(reason) => return forbidden_unplaced(&attributes, &reason).into_response(),
+            Binding::Unknown => {
+                return ApiError::unavailable(
+                    "the node restriction cannot place this exporter until the exporter pods are listed; retry shortly",
+                    1,
+                )
+                .into_response();
             }
         }
     }
@@ -112,8 +131,24 @@ pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, nex
         return forbidden(&user, &attributes).into_response();
     }
     tracing::trace!(user = %user.name, ?attributes, "authorized");
+    let mut user = user;
+    if let Some(node) = placed_through_pod {
+        user.extra.insert(EXTRA_NODE_NAME.to_owned(), vec![node]);
+    }
     request.extensions_mut().insert(user);
     next.run(request).await
+}
+
+/// The node restriction of the mode: delegated mode's (exporters, placed by token or pod);
+/// elsewhere identities carry no pod-bound tokens, and a named node binds as it says.
+fn node_binding(auth: &Auth, user: &UserInfo) -> Binding {
+    match auth {
+        Auth::Delegated(delegated) => delegated.node_restriction().binding(user),
+        Auth::Standalone(_) | Auth::Disabled => match user.node_name() {
+            Some(node) => Binding::Node { node: node.to_owned(), through_pod: false },
+            None => Binding::Unbound,
+        },
+    }
 }
 
 fn bearer(request: &Request) -> Option<String> {
@@ -142,6 +177,17 @@ fn forbidden(user: &UserInfo, attributes: &Attributes) -> ApiError {
 /// A node-bound identity writing another node's object.
 pub(crate) fn forbidden_for_node(node: &str, name: &str) -> ApiError {
     ApiError::forbidden(format!(
-        "{PLURAL}.{GROUP} \"{name}\" is forbidden: the caller is bound to node \"{node}\" and may write only the NodeResourceTopology named \"{node}\""
+        "{PLURAL}.{GROUP} \"{name}\" is forbidden: node restriction: the caller is bound to node \"{node}\" and may write only the NodeResourceTopology named \"{node}\""
+    ))
+}
+
+/// An exporter whose node cannot be told (or whose pod is gone) writing.
+fn forbidden_unplaced(attributes: &Attributes, reason: &str) -> ApiError {
+    let object = match attributes {
+        Attributes::Resource { name: Some(name), .. } => format!("{PLURAL}.{GROUP} \"{name}\""),
+        _ => format!("{PLURAL}.{GROUP}"),
+    };
+    ApiError::forbidden(format!(
+        "{object} is forbidden: node restriction: an exporter may write only its own node's NodeResourceTopology, and {reason}"
     ))
 }
