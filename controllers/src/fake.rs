@@ -2,8 +2,11 @@
 //! `tower-test` (controller-rs's `ApiServerVerifier`, grown into a stateful fake so a scenario
 //! asserts on outcomes — what exists, what changed — instead of the exact request order).
 //!
-//! It understands GET (object, list with equality label selectors; a watch is held open and
-//! never sends an event), POST, DELETE (held by finalizers), and PATCH as
+//! It understands GET (object, list with equality label selectors; a watch is held open, and
+//! answered with the changes a test makes through [`FakeApi::insert`], [`FakeApi::edit`] and
+//! [`FakeApi::remove`] after its resourceVersion, then closed, as a real server may close a
+//! watch; the controllers' own writes are not echoed, so a scenario goes quiet after them), POST,
+//! DELETE (held by finalizers), and PATCH as
 //! server-side apply (object and `/status`; an identical re-apply changes nothing, as on a real
 //! server), JSON patch and merge patch. Every object write bumps a global resourceVersion; a
 //! spec change bumps `generation`. Failures can be injected per method and path. Every request
@@ -37,9 +40,28 @@ struct Failure {
     remaining: usize,
 }
 
+/// A watch request waiting for a change of its collection.
+#[derive(Debug)]
+struct HeldWatch {
+    collection: String,
+    selector: String,
+    respond: tower_test::mock::SendResponse<Response<Body>>,
+}
+
+/// A change a test made, as a watch event.
+#[derive(Debug)]
+struct Change {
+    version: u64,
+    path: String,
+    kind: &'static str,
+    object: Value,
+}
+
 #[derive(Debug, Default)]
 struct State {
     objects: BTreeMap<String, Value>,
+    changes: Vec<Change>,
+    watches: Vec<HeldWatch>,
     applied: BTreeMap<String, Value>,
     calls: Vec<Call>,
     failures: Vec<Failure>,
@@ -60,9 +82,6 @@ impl FakeApi {
         let fake = Self::default();
         let server = fake.clone();
         tokio::spawn(async move {
-            // Watches stay open with no events, as on a quiet cluster: a running Controller lists
-            // once and then waits (the fake does not stream changes).
-            let mut quiet_watches = Vec::new();
             while let Some((request, respond)) = handle.next_request().await {
                 if let Some(forbidden) = server.authorize(&request) {
                     respond.send_response(forbidden);
@@ -70,7 +89,7 @@ impl FakeApi {
                 }
                 let watch = request.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
                 if watch {
-                    quiet_watches.push(respond);
+                    server.hold_watch(&request, respond);
                     continue;
                 }
                 let (parts, body) = request.into_parts();
@@ -93,14 +112,38 @@ impl FakeApi {
         if meta.get("generation").is_none() {
             meta["generation"] = json!(1);
         }
-        state.objects.insert(path.to_owned(), object);
+        let kind = if state.objects.contains_key(path) { "MODIFIED" } else { "ADDED" };
+        state.objects.insert(path.to_owned(), object.clone());
+        state.record(path, kind, object);
     }
 
     /// Removes the object at `path`, as someone deleting it by hand would.
     pub fn remove(&self, path: &str) {
         let mut state = self.state.lock().unwrap();
-        state.objects.remove(path);
         state.applied.remove(path);
+        if let Some(mut object) = state.objects.remove(path) {
+            state.version += 1;
+            object["metadata"]["resourceVersion"] = json!(state.version.to_string());
+            state.record(path, "DELETED", object);
+        }
+    }
+
+    /// Holds a watch until a change of its collection after its resourceVersion (answered at
+    /// once when one is already there).
+    fn hold_watch(&self, request: &Request<Body>, respond: tower_test::mock::SendResponse<Response<Body>>) {
+        let query = request.uri().query().unwrap_or_default();
+        let since = query_param(query, "resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let watch = HeldWatch {
+            collection: request.uri().path().to_owned(),
+            selector: query_param(query, "labelSelector").unwrap_or_default(),
+            respond,
+        };
+        let mut state = self.state.lock().unwrap();
+        let state = &mut *state;
+        match watch_events(&state.changes, &watch, since) {
+            Some(body) => watch.respond.send_response(Response::new(Body::from(body))),
+            None => state.watches.push(watch),
+        }
     }
 
     /// The object at `path`.
@@ -142,6 +185,8 @@ impl FakeApi {
             let generation = object["metadata"]["generation"].as_i64().unwrap_or(1);
             object["metadata"]["generation"] = json!(generation + 1);
         }
+        let object = object.clone();
+        state.record(path, "MODIFIED", object);
     }
 
     /// Requests seen so far (and forgets them).
@@ -348,7 +393,35 @@ fn content_keys(object: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The watch body of the changes after `since` that `watch` sees (one JSON event a line), if any.
+fn watch_events(changes: &[Change], watch: &HeldWatch, since: u64) -> Option<Vec<u8>> {
+    let prefix = format!("{}/", watch.collection);
+    let mut body = Vec::new();
+    for change in changes.iter().filter(|c| c.version > since) {
+        let in_collection = change.path.strip_prefix(&prefix).is_some_and(|name| !name.contains('/'));
+        if in_collection && matches_selector(&change.object, &watch.selector) {
+            body.extend(serde_json::to_vec(&json!({"type": change.kind, "object": change.object})).unwrap());
+            body.push(b'\n');
+        }
+    }
+    (!body.is_empty()).then_some(body)
+}
+
 impl State {
+    /// Records a change a test made and answers the held watches that see it.
+    fn record(&mut self, path: &str, kind: &'static str, object: Value) {
+        let version = self.version;
+        self.changes.push(Change { version, path: path.to_owned(), kind, object });
+        let (answered, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.watches)
+            .into_iter()
+            .map(|watch| (watch_events(&self.changes[self.changes.len() - 1..], &watch, version - 1), watch))
+            .partition(|(body, _)| body.is_some());
+        self.watches = held.into_iter().map(|(_, watch)| watch).collect();
+        for (body, watch) in answered {
+            watch.respond.send_response(Response::new(Body::from(body.unwrap_or_default())));
+        }
+    }
+
     fn bump(&mut self) -> String {
         self.version += 1;
         self.version.to_string()

@@ -38,6 +38,7 @@ fn every_rendered_configuration_parses_as_the_agent_expects() {
     assert_eq!(defaults.pods_fingerprint_method, "with-exclusive-resources");
     assert_eq!(defaults.verbosity, Some(4));
     assert_eq!(defaults.sysfs.to_str(), Some("/host-sys"));
+    assert_eq!(defaults.podresources_poll_interval, "0", "Periodic: periodic scans only");
 
     let events = parse(
         &NodeGroupConfig {
@@ -49,6 +50,7 @@ fn every_rendered_configuration_parses_as_the_agent_expects() {
         &MetricsMode::HttpTls { min_version: "VersionTLS13".into(), cipher_suites: String::new() },
     );
     assert_eq!(events.sleep_interval, "0");
+    assert_eq!(events.podresources_poll_interval, numaresources_controllers::render::rte::ALLOCATION_POLL_INTERVAL);
     assert!(events.notify_file.is_some() && !events.pods_fingerprint && events.no_publish);
     assert_eq!(events.metrics_mode, "httptls");
     assert_eq!(events.metrics_tls_min_version.as_deref(), Some("VersionTLS13"));

@@ -16,7 +16,12 @@
 //! `KubeletConfigConsistent=False` condition. Nodes that cannot be asked (kubelet down, a node
 //! with no address: `no preferred addresses`) are skipped and reported once per node, as a
 //! Warning Event and log line when that starts and an info line when it ends ([`unreachable`]).
-//! configz has no watch, so the pass repeats every [`RESYNC`].
+//!
+//! When a pass runs: at once when what it reads changes — a KubeletConfig (created, changed,
+//! deleted) on OpenShift; on plain Kubernetes, where configz has no watch, a Node whose kubelet
+//! may run a new configuration ([`kubelet_incarnation`]: the kubelet restarted or the node
+//! rebooted) — and when node labels change (group membership). [`RESYNC`] stays as a safety
+//! net for a change no watched object shows (a kubelet restart that never reported NotReady).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -39,7 +44,7 @@ use crate::names::{self, ANNOTATION_PAUSE};
 use crate::nodegroups;
 use crate::render::kubeletconfig::{self as render, TopologyManager};
 
-/// How often the kubelets are asked again.
+/// How often the kubelets are asked again whatever the watches saw.
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// Kubelets asked at once.
 const CONCURRENCY: usize = 8;
@@ -211,28 +216,72 @@ fn from_kubelet_configs(configs: &[DynamicObject], pool_labels: &BTreeMap<String
         .unwrap_or_default()
 }
 
+/// The KubeletConfig API, read dynamically (OpenShift only).
+fn kubelet_config_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", "KubeletConfig"))
+}
+
 async fn list_kubelet_configs(ctx: &Context) -> Result<Vec<DynamicObject>> {
-    let resource =
-        ApiResource::from_gvk(&GroupVersionKind::gvk("machineconfiguration.openshift.io", "v1", "KubeletConfig"));
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &kubelet_config_resource());
     let list = api.list(&ListParams::default()).await.map_err(|e| Error::kube("list KubeletConfigs", e))?;
     Ok(list.items)
 }
 
+/// What of a Node says its kubelet may run a new configuration, or the node changed group: its
+/// labels, its boot, the kubelet's version, and when its Ready condition last changed. A kubelet
+/// restarted to take a new configuration reports NotReady until its runtime and pod lifecycle
+/// checks first pass, so Ready's transition time moves; a reboot changes the boot ID. The
+/// heartbeat (`lastHeartbeatTime`, every few seconds) is left out: it says nothing new.
+pub fn kubelet_incarnation(node: &Node) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let status = node.status.as_ref();
+    let info = status.and_then(|s| s.node_info.as_ref());
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| (c.status.clone(), c.last_transition_time.as_ref().map(|t| format!("{:?}", t.0))));
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (node.labels(), info.map(|i| (&i.boot_id, &i.kubelet_version)), ready).hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// Every change that should start a pass over every `NUMAResourcesOperator` at once.
+fn triggers(ctx: &Context) -> futures_util::stream::BoxStream<'static, ()> {
+    let client = ctx.client.clone();
+    if ctx.settings.kubelet_configs {
+        // OpenShift: the KubeletConfigs are the source; Nodes matter for their labels only.
+        let node_labels =
+            watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
+                .touched_objects()
+                .predicate_filter(predicates::labels, Default::default())
+                .filter_map(|node| async move { node.ok().map(|_| ()) });
+        let kubelet_configs = watcher::watcher(
+            Api::<DynamicObject>::all_with(client, &kubelet_config_resource()),
+            watcher::Config::default(),
+        )
+        .touched_objects()
+        .filter_map(|kc| async move { kc.ok().map(|_| ()) });
+        futures_util::stream::select(node_labels, kubelet_configs).boxed()
+    } else {
+        // configz has no watch: a Node whose kubelet may run a new configuration stands for it.
+        watcher::watcher(Api::<Node>::all(client), watcher::Config::default())
+            .touched_objects()
+            .predicate_filter(kubelet_incarnation, Default::default())
+            .filter_map(|node| async move { node.ok().map(|_| ()) })
+            .boxed()
+    }
+}
+
 /// Runs the controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let client = ctx.client.clone();
-    let node_labels = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
-        .touched_objects()
-        .predicate_filter(predicates::labels, Default::default())
-        .filter_map(|node| async move { node.ok().map(|_| ()) });
+    let triggers = triggers(&ctx);
     let resource = crate::guarded::resource::<NUMAResourcesOperator>();
     let controller = Controller::new_with(
-        crate::guarded::watched_api::<NUMAResourcesOperator>(client),
+        crate::guarded::watched_api::<NUMAResourcesOperator>(ctx.client.clone()),
         Default::default(),
         resource,
     )
-    .reconcile_all_on(node_labels);
+    .reconcile_all_on(triggers);
     let synced = crate::health::mark_when_synced(controller.store(), ctx.readiness.clone());
     let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
         |result| async move {

@@ -169,8 +169,10 @@ async fn the_running_controller_writes_the_config_map() {
     crate::fake::run_controller_until(|shutdown| run(ctx.clone(), shutdown), || fake.get(WORKER_CM).is_some()).await;
 }
 
-#[tokio::test]
-async fn on_openshift_the_kubelet_config_selecting_the_pool_is_used() {
+const KUBELET_CONFIG: &str = "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs/cnf";
+
+/// OpenShift: the group names the pool `worker`, whose KubeletConfig `cnf` sets `kubelet_config`.
+fn openshift_harness(kubelet_config: Value) -> (FakeApi, Arc<Context>) {
     let (fake, plain) = harness(&[("worker-a", "none")]);
     let mut settings = Settings::kubernetes(NS, "img");
     settings.platform = numaresources_api::operator::defaults::Platform::OpenShift(4, 20);
@@ -185,11 +187,18 @@ async fn on_openshift_the_kubelet_config_selecting_the_pool_is_used() {
             "spec": {"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}}),
     );
     fake.insert(
-        "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs/cnf",
+        KUBELET_CONFIG,
         json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "KubeletConfig", "metadata": {"name": "cnf"},
             "spec": {"machineConfigPoolSelector": {"matchLabels": {"pools.operator.machineconfiguration.openshift.io/worker": ""}},
-                "kubeletConfig": {"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"}}}),
+                "kubeletConfig": kubelet_config}}),
     );
+    (fake, ctx)
+}
+
+#[tokio::test]
+async fn on_openshift_the_kubelet_config_selecting_the_pool_is_used() {
+    let (fake, ctx) =
+        openshift_harness(json!({"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"}));
     run_once(&fake, &ctx).await;
     let (yaml, _) = config_of(&fake);
     assert_eq!(yaml["kubelet"], json!({"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"}));
@@ -221,4 +230,89 @@ async fn a_node_without_an_address_is_reported_once_and_the_others_still_configu
     assert_eq!(events[0]["type"], "Warning");
     assert_eq!(events[0]["regarding"]["kind"], "Node");
     assert_eq!(events[0]["regarding"]["name"], "worker-b");
+}
+
+fn node(labels: Value, boot: &str, version: &str, ready: &str, transition: &str, heartbeat: &str) -> Node {
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-a", "labels": labels},
+        "status": {
+            "nodeInfo": {"bootID": boot, "kubeletVersion": version, "machineID": "m", "systemUUID": "s",
+                "kernelVersion": "k", "osImage": "o", "containerRuntimeVersion": "c", "kubeProxyVersion": "",
+                "operatingSystem": "linux", "architecture": "amd64"},
+            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": transition,
+                "lastHeartbeatTime": heartbeat, "reason": "KubeletReady"}]}}),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_kubelet_restart_or_reboot_changes_the_incarnation_and_a_heartbeat_does_not() {
+    let labels = json!({"node-role.kubernetes.io/worker": ""});
+    let at = |n: &Node| kubelet_incarnation(n).unwrap();
+    let running = at(&node(labels.clone(), "b1", "v1.33.0", "True", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z"));
+    let heartbeat = at(&node(labels.clone(), "b1", "v1.33.0", "True", "2026-01-01T00:00:00Z", "2026-01-01T00:10:10Z"));
+    assert_eq!(running, heartbeat, "a heartbeat says nothing new");
+    for (what, changed) in [
+        (
+            "restarted (NotReady)",
+            node(labels.clone(), "b1", "v1.33.0", "False", "2026-01-01T00:11:00Z", "2026-01-01T00:11:00Z"),
+        ),
+        ("ready again", node(labels.clone(), "b1", "v1.33.0", "True", "2026-01-01T00:11:05Z", "2026-01-01T00:11:05Z")),
+        ("rebooted", node(labels.clone(), "b2", "v1.33.0", "True", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z")),
+        ("upgraded", node(labels.clone(), "b1", "v1.34.0", "True", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z")),
+        ("relabelled", node(json!({}), "b1", "v1.33.0", "True", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z")),
+    ] {
+        assert_ne!(at(&changed), running, "{what}");
+    }
+}
+
+/// Runs the controller until the worker ConfigMap says `policy`; the run is bounded well below
+/// [`RESYNC`], so only a watch can get it there.
+async fn run_until_policy(fake: &FakeApi, ctx: &Arc<Context>, change: impl FnOnce(&FakeApi)) {
+    assert!(RESYNC > std::time::Duration::from_secs(60), "the bound below must not reach the poll");
+    let policy_is = |wanted: &str| {
+        fake.get(WORKER_CM).is_some_and(|_| config_of(fake).0["kubelet"]["topologyManagerPolicy"] == wanted)
+    };
+    let change = std::cell::RefCell::new(Some(change));
+    crate::fake::run_controller_until(
+        |shutdown| run(ctx.clone(), shutdown),
+        || {
+            // Change the source once the controller has written what it first read.
+            if policy_is("none")
+                && let Some(change) = change.borrow_mut().take()
+            {
+                change(fake);
+            }
+            policy_is("single-numa-node")
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_kubelet_restarted_with_a_new_policy_is_seen_without_waiting_for_the_poll() {
+    let (fake, ctx) = harness(&[("worker-a", "none")]);
+    run_until_policy(&fake, &ctx, |fake| {
+        fake.insert(
+            "/api/v1/nodes/worker-a/proxy/configz",
+            json!({"kubeletconfig": {"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"}}),
+        );
+        // The restarted kubelet reports NotReady until its first checks pass.
+        fake.edit("/api/v1/nodes/worker-a", |node| {
+            node["status"] = json!({"conditions": [{"type": "Ready", "status": "False",
+                "lastTransitionTime": "2026-01-01T00:11:00Z", "lastHeartbeatTime": "2026-01-01T00:11:00Z"}]});
+        });
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_changed_kubelet_config_is_seen_without_waiting_for_the_poll() {
+    let (fake, ctx) = openshift_harness(json!({"topologyManagerPolicy": "none"}));
+    run_until_policy(&fake, &ctx, |fake| {
+        fake.edit(KUBELET_CONFIG, |kc| {
+            kc["spec"]["kubeletConfig"]["topologyManagerPolicy"] = json!("single-numa-node")
+        });
+    })
+    .await;
 }

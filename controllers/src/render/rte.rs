@@ -8,10 +8,20 @@
 //! | `logLevel` | `-v=2/4/6/8` |
 //! | `infoRefreshMode` ≠ Events | `--sleep-interval=<infoRefreshPeriod>` |
 //! | `infoRefreshMode` = Events | `--sleep-interval=0` (upstream leaves a stale 10 s: a quirk we fix) |
-//! | `infoRefreshMode` ≠ Periodic | `--notify-file=/host-run-rte/notify` |
+//! | `infoRefreshMode` ≠ Periodic | `--notify-file=/host-run-rte/notify` and `--podresources-poll-interval=500ms` |
+//! | `infoRefreshMode` = Periodic | `--podresources-poll-interval=0` |
 //! | `infoRefreshPause` = Enabled | `--no-publish` |
 //! | `podsFingerprinting` | `--pods-fingerprint=false`, or `--pods-fingerprint` with `--pods-fingerprint-method=all` / `with-exclusive-resources` and the status dump file |
 //! | always | `--sysfs`, `--podresources-socket`, `--refresh-node-resources`, `--add-nrt-owner=false`, `--metrics-mode` (+ TLS profile) |
+//!
+//! Upstream's events come from the notify file alone, which nothing touches on a plain node; ours
+//! also come from polling the kubelet's podresources `List` for a change of allocations, which
+//! works on any node. `Periodic` asks for periodic scans only, so it turns that poll off (the
+//! exporter's own default polls).
+//!
+//! The group's ConfigMap is mounted as a directory, never with `subPath`: the kubelet updates a
+//! ConfigMap volume by swapping its `..data` symlink, which a `subPath` mount never sees, and the
+//! exporter follows that swap to apply a new configuration without a restart.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
@@ -26,6 +36,15 @@ use crate::nodegroups::ResolvedPool;
 
 /// Where the exporter's refresh trigger file lives in the container.
 pub const NOTIFY_FILE: &str = "/host-run-rte/notify";
+/// How often an event-driven exporter asks the kubelet's podresources `List` whether allocations
+/// changed (a scan follows at once): fast enough to show an allocation within a second, two
+/// kubelet calls per second per node.
+pub const ALLOCATION_POLL_INTERVAL: &str = "500ms";
+/// The poll interval that turns the allocation poll off (`Periodic`).
+const ALLOCATION_POLL_OFF: &str = "0";
+/// Where the group's ConfigMap is mounted, as a directory (the exporter reads
+/// `config.yaml` in it by default).
+pub const CONFIG_DIR: &str = "/etc/resource-topology-exporter/";
 /// Where the pods fingerprint status is dumped (a memory-backed emptyDir).
 pub const PFP_STATUS_FILE: &str = "/run/pfpstatus/status.json";
 /// The Secret with the metrics serving certificate (`httptls`).
@@ -83,8 +102,11 @@ pub fn args(config: &NodeGroupConfig, verbosity: u8, metrics: &MetricsMode) -> V
         let period = config.info_refresh_period.unwrap_or(numaresources_api::operator::defaults::INFO_REFRESH_PERIOD);
         args.push(format!("--sleep-interval={period}"));
     }
-    if mode != InfoRefreshMode::Periodic {
+    if mode == InfoRefreshMode::Periodic {
+        args.push(format!("--podresources-poll-interval={ALLOCATION_POLL_OFF}"));
+    } else {
         args.push(format!("--notify-file={NOTIFY_FILE}"));
+        args.push(format!("--podresources-poll-interval={ALLOCATION_POLL_INTERVAL}"));
     }
     if config.info_refresh_pause == Some(InfoRefreshPauseMode::Enabled) {
         args.push("--no-publish".to_owned());
@@ -140,7 +162,7 @@ pub fn daemon_set(settings: &RteSettings, pool: &ResolvedPool, config_hash: &str
         json!({"name": "host-sys", "mountPath": "/host-sys", "readOnly": true}),
         json!({"name": "host-podresources", "mountPath": "/host-podresources"}),
         json!({"name": "host-run-rte", "mountPath": "/host-run-rte"}),
-        json!({"name": "rte-config-volume", "mountPath": "/etc/resource-topology-exporter/", "readOnly": true}),
+        json!({"name": "rte-config-volume", "mountPath": CONFIG_DIR, "readOnly": true}),
     ];
     let mut volumes = vec![
         json!({"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}}),

@@ -70,6 +70,7 @@ fn defaults_render_into_the_daemonset_args() {
             "--refresh-node-resources",
             "--add-nrt-owner=false",
             "--sleep-interval=10s",
+            "--podresources-poll-interval=0",
             "--pods-fingerprint",
             "--pods-fingerprint-method=with-exclusive-resources",
             "--pods-fingerprint-status-file=/run/pfpstatus/status.json",
@@ -107,7 +108,11 @@ fn every_config_knob_maps_to_its_flags() {
         (
             "period",
             NodeGroupConfig { info_refresh_period: Some(GoDuration::from_secs(90)), ..Default::default() },
-            |a| has(a, "--sleep-interval=1m30s") && !starts(a, "--notify-file"),
+            |a| {
+                has(a, "--sleep-interval=1m30s")
+                    && !starts(a, "--notify-file")
+                    && has(a, "--podresources-poll-interval=0")
+            },
         ),
         (
             "explicit zero period disables periodic scans",
@@ -119,6 +124,7 @@ fn every_config_knob_maps_to_its_flags() {
             NodeGroupConfig { info_refresh_mode: Some(InfoRefreshMode::Events), ..Default::default() },
             |a| {
                 has(a, "--notify-file=/host-run-rte/notify")
+                    && has(a, "--podresources-poll-interval=500ms")
                     && has(a, "--sleep-interval=0")
                     && !has(a, "--sleep-interval=10s")
             },
@@ -126,7 +132,11 @@ fn every_config_knob_maps_to_its_flags() {
         (
             "periodic and events: both",
             NodeGroupConfig { info_refresh_mode: Some(InfoRefreshMode::PeriodicAndEvents), ..Default::default() },
-            |a| has(a, "--notify-file=/host-run-rte/notify") && has(a, "--sleep-interval=10s"),
+            |a| {
+                has(a, "--notify-file=/host-run-rte/notify")
+                    && has(a, "--podresources-poll-interval=500ms")
+                    && has(a, "--sleep-interval=10s")
+            },
         ),
         (
             "pause enabled",
@@ -143,6 +153,40 @@ fn every_config_knob_maps_to_its_flags() {
         let args = exporter_args(&render(config));
         assert!(check(&args), "{name}: {args:?}");
     }
+}
+
+#[test]
+fn the_refresh_mode_renders_the_allocation_poll_exactly_once() {
+    // Periodic turns the exporter's default poll off; the event modes ask for it explicitly.
+    for (mode, poll) in [
+        (InfoRefreshMode::Periodic, "--podresources-poll-interval=0"),
+        (InfoRefreshMode::Events, "--podresources-poll-interval=500ms"),
+        (InfoRefreshMode::PeriodicAndEvents, "--podresources-poll-interval=500ms"),
+    ] {
+        let args =
+            exporter_args(&render(NodeGroupConfig { info_refresh_mode: Some(mode.clone()), ..Default::default() }));
+        let polls: Vec<&String> = args.iter().filter(|a| a.starts_with("--podresources-poll-interval")).collect();
+        assert_eq!(polls, [poll], "{mode:?}: {args:?}");
+    }
+}
+
+#[test]
+fn the_config_map_is_mounted_as_a_directory_so_the_kubelets_swap_reaches_the_exporter() {
+    let ds = render(NodeGroupConfig::default());
+    let mount = pod(&ds).containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "rte-config-volume")
+        .expect("the ConfigMap is mounted");
+    assert_eq!(mount.sub_path, None, "a subPath mount never sees the kubelet's ..data swap");
+    assert_eq!(mount.sub_path_expr, None);
+    assert_eq!(mount.mount_path, CONFIG_DIR);
+    // The exporter reads <dir>/config.yaml by default (rte's DEFAULT_OPERATOR_CONFIG).
+    assert_eq!(
+        format!("{}{}", CONFIG_DIR, crate::render::kubeletconfig::CONFIG_KEY),
+        "/etc/resource-topology-exporter/config.yaml"
+    );
 }
 
 #[test]
