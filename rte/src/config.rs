@@ -197,6 +197,10 @@ pub struct Args {
     #[arg(long, env = "NUMARESOURCES_RTE_REFRESH_NODE_RESOURCES", default_value_t = false,
           num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub refresh_node_resources: bool,
+
+    /// The direct write path to our API server.
+    #[command(flatten)]
+    pub direct: crate::direct::DirectArgs,
 }
 
 /// How `--output` prints the topology.
@@ -287,6 +291,7 @@ impl Default for Args {
             oneshot: false,
             verbosity: None,
             refresh_node_resources: false,
+            direct: crate::direct::DirectArgs::default(),
         }
     }
 }
@@ -340,6 +345,8 @@ pub struct Config {
     pub verbosity: Option<u8>,
     /// `--oneshot`: print the topology so.
     pub output: Option<OutputFormat>,
+    /// Our API server, written to directly (`--nrt-server`); `None`: through kube-apiserver.
+    pub nrt_server: Option<crate::direct::DirectServer>,
 }
 
 impl Config {
@@ -373,6 +380,7 @@ impl Config {
             oneshot: false,
             verbosity: None,
             output: None,
+            nrt_server: None,
         }
     }
 }
@@ -662,6 +670,8 @@ impl Args {
             _ => None,
         };
 
+        let nrt_server = self.direct.resolve().map_err(|(source, message)| problem(source, message)).ok().flatten();
+
         match (socket, sleep_interval, heartbeat, method, max_events_per_second) {
             (
                 Ok(podresources_socket),
@@ -693,6 +703,7 @@ impl Args {
                 metrics,
                 oneshot: self.oneshot,
                 verbosity: self.verbosity,
+                nrt_server,
             }),
             _ => Err(ConfigError { problems }),
         }

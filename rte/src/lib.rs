@@ -9,6 +9,7 @@ pub mod topology;
 
 pub mod agent;
 pub mod config;
+pub mod direct;
 pub mod metrics;
 pub mod podreadiness;
 pub mod publish;

@@ -213,12 +213,13 @@ pub struct KubePublisher {
 impl KubePublisher {
     /// A publisher writing through `client`; `add_owner` makes the Node own the object.
     pub fn new(client: kube::Client, add_owner: bool) -> Self {
-        Self {
-            nrts: kube::Api::all(client.clone()),
-            nodes: kube::Api::all(client),
-            add_owner,
-            exists: std::sync::Arc::default(),
-        }
+        Self::with_node_client(client.clone(), client, add_owner)
+    }
+
+    /// A publisher writing through `nrts` and reading the Node for the owner reference through
+    /// `nodes` (our API server, written to directly, serves no Nodes).
+    pub fn with_node_client(nrts: kube::Client, nodes: kube::Client, add_owner: bool) -> Self {
+        Self { nrts: kube::Api::all(nrts), nodes: kube::Api::all(nodes), add_owner, exists: std::sync::Arc::default() }
     }
 
     fn what(name: &str) -> String {

@@ -32,6 +32,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::accounting::KubeletView;
 use crate::config::{Args, Config, ConfigError};
+use crate::direct::FailoverPublisher;
 use crate::fingerprint::{self, Fingerprint, FingerprintPod};
 use crate::metrics::{Operation, PodResourcesCall};
 use crate::podreadiness::{Condition, ConditionType, PodConditions};
@@ -601,18 +602,31 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), E
         _ => None,
     };
 
+    let unused = args.direct.unused_file_flags();
+    if !unused.is_empty() {
+        tracing::warn!(flags = ?unused, "given without --nrt-server, so unused: publishing through kube-apiserver");
+    }
     let options = Options { oneshot: config.oneshot, conditions, terminal };
-    let result = match client.filter(|_| config.publish) {
-        Some(client) => {
+    let lost = Arc::new(Notify::new());
+    let result = match (client.filter(|_| config.publish), config.nrt_server.clone()) {
+        (Some(client), Some(server)) => {
+            let publisher = FailoverPublisher::new(server, &config.node_name, client, config.add_nrt_owner);
+            if !config.oneshot {
+                let node = config.node_name.clone();
+                background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
+            }
+            let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload(args.clone());
+            drive(agent, options, listener, &mut background, shutdown).await
+        }
+        (Some(client), None) => {
             let publisher = KubePublisher::new(client.clone(), config.add_nrt_owner);
-            let lost = Arc::new(Notify::new());
             if !config.oneshot {
                 background.spawn(own_object::watch(client, config.node_name.clone(), lost.clone()));
             }
             let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload(args.clone());
             drive(agent, options, listener, &mut background, shutdown).await
         }
-        None => {
+        (None, _) => {
             let agent = Agent::new(config, source, DryRun).with_config_reload(args.clone());
             drive(agent, options, listener, &mut background, shutdown).await
         }

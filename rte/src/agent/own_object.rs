@@ -6,6 +6,11 @@
 //! watches its own object (a field selector on its name): a DELETED event, or a (re)list that
 //! does not find it (the watch of a restarted server breaks, and the watcher relists with
 //! backoff), makes the agent publish again at once.
+//!
+//! With the direct write path the watch goes where the agent writes ([`follow`]): our API
+//! server while the agent writes there (kube-apiserver then carries neither the writes nor the
+//! watch), kube-apiserver while it falls back. Both show the same store, and the path checked
+//! is the one the agent relies on.
 
 use std::sync::Arc;
 
@@ -13,7 +18,7 @@ use futures_util::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use numaresources_api::nrt::NodeResourceTopology;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 /// What the watch of the own object concludes from one event, given whether the current list
 /// has shown the object so far.
@@ -59,6 +64,23 @@ pub async fn watch(client: kube::Client, node: String, lost: Arc<Notify>) {
             }
             Err(error) => tracing::debug!(%error, "watching this node's topology failed; retrying"),
         }
+    }
+}
+
+/// Watches `node`'s object through the client `clients` holds, starting again on the new one
+/// each time it changes (the agent switched between our API server and kube-apiserver), until
+/// the task is dropped.
+pub async fn follow(mut clients: watch::Receiver<kube::Client>, node: String, lost: Arc<Notify>) {
+    loop {
+        let client = clients.borrow_and_update().clone();
+        tokio::select! {
+            () = watch(client.clone(), node.clone(), Arc::clone(&lost)) => return,
+            changed = clients.changed() => if changed.is_err() {
+                // The publisher is gone; keep watching where it last wrote.
+                return watch(client, node, lost).await;
+            },
+        }
+        tracing::debug!(%node, "the agent writes elsewhere now; watching its topology there");
     }
 }
 
