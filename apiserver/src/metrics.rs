@@ -1,6 +1,7 @@
 //! Prometheus metrics on `/metrics`: requests by verb, resource and code with their latency,
 //! open watches, the number of objects, and how long ago each node's exporter last reported
-//! (a live node's object is never deleted for being late; this is how staleness shows).
+//! (a live node's object is never deleted for being late; this is how staleness shows), and
+//! the fleet's NUMA headroom ([`crate::headroom`]), computed when scraped.
 //!
 //! Requests are counted before authentication, so every request label takes its value from a
 //! fixed set (as kube-apiserver's `apiserver_request_total` does): an unknown HTTP method is
@@ -8,7 +9,7 @@
 //! empty for every other path). Whatever a client sends, the request series stay bounded.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
@@ -24,6 +25,7 @@ use prometheus_client::registry::Registry;
 
 use crate::AppState;
 use crate::auth::Attributes;
+use crate::headroom::{CPU_STEPS, Headroom, MEMORY_STEPS_GIB, RESOURCE_KINDS};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -60,6 +62,55 @@ struct NodeLabels {
     node: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AtLeastCpus {
+    at_least: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AtLeastGib {
+    at_least_gib: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceKind {
+    resource: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The fleet headroom gauges, set from [`Headroom`] on every scrape.
+#[derive(Default)]
+struct HeadroomGauges {
+    zones: Gauge<i64, AtomicI64>,
+    free_cpus: Family<AtLeastCpus, Gauge<i64, AtomicI64>>,
+    free_memory: Family<AtLeastGib, Gauge<i64, AtomicI64>>,
+    available: Family<ResourceKind, FloatGauge>,
+    allocatable: Family<ResourceKind, FloatGauge>,
+}
+
+impl HeadroomGauges {
+    fn set(&self, headroom: &Headroom) {
+        self.zones.set(gauge_value(headroom.zones));
+        for (step, count) in CPU_STEPS.iter().zip(headroom.zones_with_free_cpus) {
+            self.free_cpus.get_or_create(&AtLeastCpus { at_least: *step }).set(gauge_value(count));
+        }
+        for (step, count) in MEMORY_STEPS_GIB.iter().zip(headroom.zones_with_free_memory) {
+            self.free_memory.get_or_create(&AtLeastGib { at_least_gib: *step }).set(gauge_value(count));
+        }
+        for (kind, (available, allocatable)) in
+            RESOURCE_KINDS.iter().zip(headroom.available.iter().zip(&headroom.allocatable))
+        {
+            self.available.get_or_create(&ResourceKind { resource: kind }).set(*available);
+            self.allocatable.get_or_create(&ResourceKind { resource: kind }).set(*allocatable);
+        }
+    }
+}
+
+fn gauge_value(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
 /// The server's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -69,6 +120,7 @@ pub struct Metrics {
     terminated_watches: Counter,
     objects: Gauge<i64, AtomicI64>,
     report_age: Family<NodeLabels, Gauge<i64, AtomicI64>>,
+    headroom: HeadroomGauges,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -114,7 +166,29 @@ impl Default for Metrics {
             "Seconds since each node's exporter last reported, changed or not",
             report_age.clone(),
         );
-        Self { registry, requests, latency, watches, terminated_watches, objects, report_age }
+        let headroom = HeadroomGauges::default();
+        registry.register("fleet_numa_zones", "NUMA zones (type Node) across every NRT", headroom.zones.clone());
+        registry.register(
+            "fleet_numa_zones_free_cpus",
+            "NUMA zones with at least `at_least` CPUs available",
+            headroom.free_cpus.clone(),
+        );
+        registry.register(
+            "fleet_numa_zones_free_memory",
+            "NUMA zones with at least `at_least_gib` GiB of memory available",
+            headroom.free_memory.clone(),
+        );
+        registry.register(
+            "fleet_numa_available",
+            "Available amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)",
+            headroom.available.clone(),
+        );
+        registry.register(
+            "fleet_numa_allocatable",
+            "Allocatable amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)",
+            headroom.allocatable.clone(),
+        );
+        Self { registry, requests, latency, watches, terminated_watches, objects, report_age, headroom }
     }
 }
 
@@ -169,6 +243,8 @@ pub async fn serve(State(state): State<Arc<AppState>>) -> Response {
         let age = now.saturating_sub(stored.last_report_unix());
         metrics.report_age.get_or_create(&NodeLabels { node: stored.name().to_owned() }).set(age as i64);
     }
+    let objects: Vec<_> = snapshot.items.iter().filter_map(|stored| stored.object().ok()).collect();
+    metrics.headroom.set(&Headroom::of(objects.iter().map(|object| object.as_ref())));
     let mut body = String::new();
     if let Err(error) = prometheus_client::encoding::text::encode(&mut body, &metrics.registry) {
         return crate::status::ApiError::internal("encoding metrics", &error).into_response();

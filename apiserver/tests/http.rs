@@ -784,6 +784,29 @@ async fn metrics_count_requests_watches_and_report_ages() {
 }
 
 #[tokio::test]
+async fn metrics_give_the_fleet_headroom_per_zone_without_a_per_node_series() {
+    let (app, _) = app();
+    for (name, available) in [("worker-0", 1), ("worker-1", 9), ("worker-2", 30)] {
+        create(&app, nrt(name, available)).await;
+    }
+    let text = call(&app, Method::GET, "/metrics", &[], None).await.body.as_str().unwrap().to_owned();
+    for line in [
+        "numaresources_apiserver_fleet_numa_zones 3",
+        "numaresources_apiserver_fleet_numa_zones_free_cpus{at_least=\"1\"} 3",
+        "numaresources_apiserver_fleet_numa_zones_free_cpus{at_least=\"8\"} 2",
+        "numaresources_apiserver_fleet_numa_zones_free_cpus{at_least=\"16\"} 1",
+        "numaresources_apiserver_fleet_numa_zones_free_cpus{at_least=\"64\"} 0",
+        "numaresources_apiserver_fleet_numa_available{resource=\"cpu\"} 40",
+        "numaresources_apiserver_fleet_numa_allocatable{resource=\"cpu\"} 90",
+    ] {
+        assert!(text.lines().any(|l| l == line || l.starts_with(&format!("{line}.0"))), "{line}:\n{text}");
+    }
+    let headroom_series = text.lines().filter(|l| l.starts_with("numaresources_apiserver_fleet_")).count();
+    assert_eq!(headroom_series, 1 + 7 + 9 + 5 + 5, "fixed label sets only: {text}");
+    assert!(!text.lines().any(|l| l.starts_with("numaresources_apiserver_fleet_") && l.contains("worker-")), "{text}");
+}
+
+#[tokio::test]
 async fn stopping_ends_watches_with_a_final_bookmark() {
     let (app, state) = app();
     create(&app, nrt("worker-0", 1)).await;
