@@ -1,0 +1,180 @@
+//! The direct write path's identity and node restriction, over real TLS against a faithful
+//! kube-apiserver double (TokenReview, SubjectAccessReview, exporter pods): exporters present
+//! projected tokens for our audience straight to us, or come through the aggregator's front
+//! proxy with the same extras; either way they write only their own node's object.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use http::StatusCode;
+use numaresources_api::direct_write::{EXTRA_POD_NAME, EXTRA_POD_UID};
+use numaresources_apiserver::exporter_pods::Lookup;
+use serde_json::{Value, json};
+use support::kube_double::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, KUBE_AUDIENCE, KubeDouble, OUR_AUDIENCE};
+use support::tls::{Answer, BASE, Connection, Protocol, TlsServer, start};
+
+fn nrt(name: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+        "metadata": {"name": name},
+        "zones": [{"name": "node-0", "type": "Node",
+                   "resources": [{"name": "cpu", "capacity": "32", "allocatable": "30", "available": "30"}]}]}))
+    .unwrap()
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+async fn create(connection: &mut Connection, headers: &[(&str, &str)], name: &str) -> Answer {
+    let mut headers = headers.to_vec();
+    headers.push(("content-type", "application/json"));
+    connection.send("POST", BASE, &headers, nrt(name)).await
+}
+
+async fn patch(connection: &mut Connection, headers: &[(&str, &str)], name: &str) -> Answer {
+    let mut headers = headers.to_vec();
+    headers.push(("content-type", "application/merge-patch+json"));
+    let body = serde_json::to_vec(&json!({"attributes": [{"name": "x", "value": "y"}]})).unwrap();
+    connection.send("PATCH", &format!("{BASE}/{name}"), &headers, body).await
+}
+
+/// A 403 Status that names the node restriction.
+fn assert_refused_by_the_rule(answer: &Answer, says: &str) {
+    let status: Value = answer.json();
+    assert_eq!(answer.status, StatusCode::FORBIDDEN, "{status}");
+    assert_eq!((status["kind"].as_str(), status["reason"].as_str()), (Some("Status"), Some("Forbidden")), "{status}");
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(message.contains("node restriction") && message.contains(says), "{message}");
+}
+
+/// Waits until the server's pod cache sees `pod` as `wanted` says.
+async fn until_the_cache_sees(server: &TlsServer, pod: &str, wanted: impl Fn(&Lookup) -> bool) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !wanted(&server.exporter_pods.lookup(pod)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the pod watch delivered the change");
+}
+
+#[tokio::test]
+async fn an_exporter_writes_only_its_own_node_whether_the_token_names_it_or_its_pod_does() {
+    for (names_nodes, protocol) in [(true, Protocol::Http1), (false, Protocol::Http2)] {
+        let double = KubeDouble::new(names_nodes);
+        double.add_pod("rte-a", "worker-a");
+        let server = start(&double, |_| {}).await;
+        let token = double.exporter_token("rte-a", &[OUR_AUDIENCE]);
+        let auth = bearer(&token);
+        let headers = [("authorization", auth.as_str())];
+        let mut connection = server.connect(protocol, false).await;
+
+        assert_eq!(create(&mut connection, &headers, "worker-a").await.status, StatusCode::CREATED);
+        assert_eq!(patch(&mut connection, &headers, "worker-a").await.status, StatusCode::OK);
+        let other = create(&mut connection, &headers, "worker-b").await;
+        assert_refused_by_the_rule(&other, "bound to node \"worker-a\"");
+        server.store.create(numaresources_api::nrt::NodeResourceTopology::new("worker-b"), false).unwrap();
+        assert_refused_by_the_rule(&patch(&mut connection, &headers, "worker-b").await, "worker-a");
+        let deleted = connection.send("DELETE", &format!("{BASE}/worker-b"), &headers, Vec::new()).await;
+        assert_refused_by_the_rule(&deleted, "worker-a");
+        // Reading is not restricted.
+        let read = connection.send("GET", &format!("{BASE}/worker-b"), &headers, Vec::new()).await;
+        assert_eq!(read.status, StatusCode::OK, "names_nodes={names_nodes}");
+        assert_eq!(double.token_reviews.load(Ordering::SeqCst), 1, "one review, then the cache");
+    }
+}
+
+#[tokio::test]
+async fn a_token_whose_pod_is_gone_or_was_recreated_is_refused() {
+    for names_nodes in [false, true] {
+        let double = KubeDouble::new(names_nodes);
+        double.add_pod("rte-a", "worker-a");
+        let server = start(&double, |_| {}).await;
+        let token = double.exporter_token("rte-a", &[OUR_AUDIENCE]);
+        let auth = bearer(&token);
+        let headers = [("authorization", auth.as_str())];
+        let mut connection = server.connect(Protocol::Http1, false).await;
+        assert_eq!(create(&mut connection, &headers, "worker-a").await.status, StatusCode::CREATED);
+
+        // The pod goes: its token's review is still cached here, the pod cache refuses it.
+        double.delete_pod("rte-a");
+        until_the_cache_sees(&server, "rte-a", |l| *l == Lookup::Missing).await;
+        let answer = patch(&mut connection, &headers, "worker-a").await;
+        assert_refused_by_the_rule(&answer, "no longer exists");
+        assert_eq!(double.token_reviews.load(Ordering::SeqCst), 1, "refused by the pod cache, not a new review");
+
+        // A pod of the same name comes back (a new UID): the old token is still not its.
+        double.add_pod("rte-a", "worker-a");
+        until_the_cache_sees(&server, "rte-a", |l| matches!(l, Lookup::Found(_))).await;
+        let answer = patch(&mut connection, &headers, "worker-a").await;
+        assert_refused_by_the_rule(&answer, "no longer exists");
+        // The new pod's own token writes.
+        let fresh = bearer(&double.exporter_token("rte-a", &[OUR_AUDIENCE]));
+        let answer = patch(&mut connection, &[("authorization", fresh.as_str())], "worker-a").await;
+        assert_eq!(answer.status, StatusCode::OK, "names_nodes={names_nodes}: {}", answer.json());
+    }
+}
+
+#[tokio::test]
+async fn a_token_not_meant_for_us_is_unauthorized() {
+    let double = KubeDouble::new(true);
+    double.add_pod("rte-a", "worker-a");
+    let server = start(&double, |_| {}).await;
+    let mut connection = server.connect(Protocol::Http2, false).await;
+    // kube-apiserver's own tokens: the exporter's default token and a person's.
+    for token in
+        [double.exporter_token("rte-a", &[KUBE_AUDIENCE]), double.user_token("kubernetes-admin", &[KUBE_AUDIENCE])]
+    {
+        let auth = bearer(&token);
+        let answer = connection.send("GET", BASE, &[("authorization", auth.as_str())], Vec::new()).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{}", answer.json());
+        assert_eq!(answer.json()["reason"], "Unauthorized");
+    }
+    // A token for both audiences is fine here too.
+    let both = bearer(&double.user_token("kubernetes-admin", &[KUBE_AUDIENCE, OUR_AUDIENCE]));
+    let answer = connection.send("GET", BASE, &[("authorization", both.as_str())], Vec::new()).await;
+    assert_eq!(answer.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_aggregator_path_keeps_the_rule_for_exporters_and_only_for_them() {
+    let double = KubeDouble::new(false);
+    let uid = double.add_pod("rte-a", "worker-a");
+    let server = start(&double, |_| {}).await;
+    let mut proxy = server.connect(Protocol::Http2, true).await;
+    let exporter = format!("system:serviceaccount:{EXPORTER_NAMESPACE}:{EXPORTER_ACCOUNT}");
+    let pod_name_header = format!("X-Remote-Extra-{}", EXTRA_POD_NAME.replace('/', "%2F"));
+    let pod_uid_header = format!("X-Remote-Extra-{}", EXTRA_POD_UID.replace('/', "%2F"));
+    let as_exporter = [
+        ("x-remote-user", exporter.as_str()),
+        ("x-remote-group", "system:serviceaccounts"),
+        (pod_name_header.as_str(), "rte-a"),
+        (pod_uid_header.as_str(), uid.as_str()),
+    ];
+    assert_eq!(create(&mut proxy, &as_exporter, "worker-a").await.status, StatusCode::CREATED);
+    assert_refused_by_the_rule(&create(&mut proxy, &as_exporter, "worker-b").await, "worker-a");
+    // The exporter's account without pod extras cannot be placed: refused.
+    assert_refused_by_the_rule(
+        &create(&mut proxy, &as_exporter[..2], "worker-a").await,
+        "neither its node nor its pod",
+    );
+    // A person, and another pod-bound account (the controllers'), are not node-bound.
+    let admin = [("x-remote-user", "kubernetes-admin"), ("x-remote-group", "system:masters")];
+    assert_eq!(create(&mut proxy, &admin, "worker-b").await.status, StatusCode::CREATED);
+    let controllers = [
+        ("x-remote-user", "system:serviceaccount:numaresources:numaresources-controllers"),
+        (pod_name_header.as_str(), "controllers-0"),
+        (pod_uid_header.as_str(), "uid-c"),
+    ];
+    assert_eq!(patch(&mut proxy, &controllers, "worker-b").await.status, StatusCode::OK);
+    // Without the front proxy's certificate the same headers are nobody's.
+    let mut plain = server.connect(Protocol::Http1, false).await;
+    let answer = create(&mut plain, &as_exporter, "worker-a").await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert!(answer.json()["message"].as_str().unwrap().contains("system:anonymous"), "{}", answer.json());
+    assert_eq!(double.token_reviews.load(Ordering::SeqCst), 0, "the front proxy's identities need no review");
+}

@@ -1,0 +1,193 @@
+//! Our server on a real TLS listener (the certs crate's `serve`, as the binary runs it), in
+//! delegated mode against the kube-apiserver double, and kept-alive HTTP/1.1 or HTTP/2 client
+//! connections to it, with or without the front proxy's client certificate.
+
+#![allow(dead_code)] // each test binary uses part of the harness
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use numaresources_apiserver::auth::{Auth, AuthenticationConfig, Delegated, NodeRestriction, RequestHeaderConfig};
+use numaresources_apiserver::exporter_pods::ExporterPods;
+use numaresources_apiserver::{AppState, Store, router};
+use numaresources_certs::{
+    CaBundle, CertificateAuthority, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, serve,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use super::kube_double::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, EXPORTER_SELECTOR, KubeDouble};
+
+pub const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+/// The aggregator's client certificate CN, as kube-apiserver's front proxy presents it.
+pub const FRONT_PROXY_CN: &str = "front-proxy-client";
+const VALIDITY: Duration = Duration::from_secs(3600);
+
+/// A running server.
+pub struct TlsServer {
+    pub address: SocketAddr,
+    /// Verifies the serving certificate.
+    pub ca_pem: String,
+    /// Signs the front proxy's client certificate.
+    pub front_proxy_ca: CertificateAuthority,
+    pub store: Arc<Store>,
+    pub exporter_pods: Arc<ExporterPods>,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts our server in delegated mode against `double`, with the exporter pod watch running.
+/// `configure` may change the state before it is served.
+pub async fn start(double: &Arc<KubeDouble>, configure: impl FnOnce(&mut AppState)) -> TlsServer {
+    let dir = tempfile::tempdir().unwrap();
+    let serving_ca = CertificateAuthority::generate("serving-ca", VALIDITY).unwrap();
+    let pair = serving_ca.issue_serving(&["localhost".to_owned()], VALIDITY).unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    pair.write(&cert, &key).unwrap();
+    let front_proxy_ca = CertificateAuthority::generate("front-proxy-ca", VALIDITY).unwrap();
+
+    let client_cas = Arc::new(ClientCaVerifier::new(&[]).unwrap());
+    let tls = ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap()))
+        .client_cas(client_cas.clone())
+        .build()
+        .unwrap();
+
+    let client = double.client();
+    let exporter_pods = Arc::new(ExporterPods::new(EXPORTER_NAMESPACE));
+    let follower = exporter_pods.clone();
+    let follow_client = client.clone();
+    tokio::spawn(async move { follower.follow(follow_client, EXPORTER_SELECTOR).await });
+    let restriction = NodeRestriction::new(EXPORTER_NAMESPACE, EXPORTER_ACCOUNT).with_pods(exporter_pods.clone());
+    let delegated = Delegated::new(client, Some(client_cas)).with_node_restriction(restriction);
+    // What kube-apiserver publishes in extension-apiserver-authentication.
+    delegated.set_config(AuthenticationConfig {
+        request_header: RequestHeaderConfig {
+            client_ca: Some(CaBundle::from_pem(front_proxy_ca.cert_pem().as_bytes()).unwrap()),
+            allowed_names: vec![FRONT_PROXY_CN.to_owned()],
+            username_headers: vec!["X-Remote-User".to_owned()],
+            group_headers: vec!["X-Remote-Group".to_owned()],
+            extra_header_prefixes: vec!["X-Remote-Extra-".to_owned()],
+            uid_headers: vec!["X-Remote-Uid".to_owned()],
+        },
+        client_ca: None,
+    });
+
+    let store = Arc::new(Store::starting_at(0, 10_000));
+    let mut state = AppState::new(store.clone(), "test", "test");
+    state.auth = Auth::Delegated(Arc::new(delegated));
+    configure(&mut state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, tls, router(Arc::new(state)), std::future::pending()));
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !exporter_pods.synced() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the exporter pods were listed");
+    TlsServer { address, ca_pem: serving_ca.cert_pem().to_owned(), front_proxy_ca, store, exporter_pods, _dir: dir }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// One kept-alive connection.
+pub enum Connection {
+    Http1(http1::SendRequest<Full<Bytes>>),
+    Http2(http2::SendRequest<Full<Bytes>>),
+}
+
+/// An answer.
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl TlsServer {
+    /// A connection; `as_front_proxy` presents the aggregator's client certificate.
+    pub async fn connect(&self, protocol: Protocol, as_front_proxy: bool) -> Connection {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).unwrap()).unwrap();
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let mut config = if as_front_proxy {
+            let pair = self.front_proxy_ca.issue_client(FRONT_PROXY_CN, &[], VALIDITY).unwrap();
+            let chain = vec![CertificateDer::from_pem_slice(pair.cert_pem.as_bytes()).unwrap()];
+            let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        } else {
+            builder.with_no_client_auth()
+        };
+        config.alpn_protocols = vec![match protocol {
+            Protocol::Http1 => b"http/1.1".to_vec(),
+            Protocol::Http2 => b"h2".to_vec(),
+        }];
+        let tcp = TcpStream::connect(self.address).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let tls = TlsConnector::from(Arc::new(config))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        let io = TokioIo::new(tls);
+        match protocol {
+            Protocol::Http1 => {
+                let (sender, connection) = http1::handshake(io).await.unwrap();
+                tokio::spawn(connection);
+                Connection::Http1(sender)
+            }
+            Protocol::Http2 => {
+                let (sender, connection) = http2::handshake(TokioExecutor::new(), io).await.unwrap();
+                tokio::spawn(connection);
+                Connection::Http2(sender)
+            }
+        }
+    }
+}
+
+impl Connection {
+    /// Sends one request and reads the whole answer.
+    pub async fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
+        let builder = match self {
+            // HTTP/2 needs the scheme and authority in the URI; HTTP/1.1 takes them from Host.
+            Connection::Http1(_) => Request::builder().uri(path).header("host", "localhost"),
+            Connection::Http2(_) => Request::builder().uri(format!("https://localhost{path}")),
+        };
+        let mut builder = builder.method(method);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let request = builder.body(Full::new(Bytes::from(body))).unwrap();
+        let response = match self {
+            Connection::Http1(sender) => {
+                sender.ready().await.unwrap();
+                sender.send_request(request).await.unwrap()
+            }
+            Connection::Http2(sender) => {
+                sender.ready().await.unwrap();
+                sender.send_request(request).await.unwrap()
+            }
+        };
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Answer { status, body }
+    }
+}
