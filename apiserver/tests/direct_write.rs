@@ -62,14 +62,20 @@ async fn until_the_cache_sees(server: &TlsServer, pod: &str, wanted: impl Fn(&Lo
     .expect("the pod watch delivered the change");
 }
 
+/// A cluster with one exporter pod `rte-a` on worker-a, our server, and that pod's token for
+/// our audience as an Authorization header.
+async fn exporter_on_worker_a(names_nodes: bool) -> (std::sync::Arc<KubeDouble>, TlsServer, String) {
+    let double = KubeDouble::new(names_nodes);
+    double.add_pod("rte-a", "worker-a");
+    let server = start(&double, |_| {}).await;
+    let auth = bearer(&double.exporter_token("rte-a", &[OUR_AUDIENCE]));
+    (double, server, auth)
+}
+
 #[tokio::test]
 async fn an_exporter_writes_only_its_own_node_whether_the_token_names_it_or_its_pod_does() {
     for (names_nodes, protocol) in [(true, Protocol::Http1), (false, Protocol::Http2)] {
-        let double = KubeDouble::new(names_nodes);
-        double.add_pod("rte-a", "worker-a");
-        let server = start(&double, |_| {}).await;
-        let token = double.exporter_token("rte-a", &[OUR_AUDIENCE]);
-        let auth = bearer(&token);
+        let (double, server, auth) = exporter_on_worker_a(names_nodes).await;
         let headers = [("authorization", auth.as_str())];
         let mut connection = server.connect(protocol, false).await;
 
@@ -91,11 +97,7 @@ async fn an_exporter_writes_only_its_own_node_whether_the_token_names_it_or_its_
 #[tokio::test]
 async fn a_token_whose_pod_is_gone_or_was_recreated_is_refused() {
     for names_nodes in [false, true] {
-        let double = KubeDouble::new(names_nodes);
-        double.add_pod("rte-a", "worker-a");
-        let server = start(&double, |_| {}).await;
-        let token = double.exporter_token("rte-a", &[OUR_AUDIENCE]);
-        let auth = bearer(&token);
+        let (double, server, auth) = exporter_on_worker_a(names_nodes).await;
         let headers = [("authorization", auth.as_str())];
         let mut connection = server.connect(Protocol::Http1, false).await;
         assert_eq!(create(&mut connection, &headers, "worker-a").await.status, StatusCode::CREATED);
