@@ -191,7 +191,8 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     };
 
     let applier = Applier::new(ctx.client.clone(), nro.controller_owner_ref(&()));
-    let api_state = nrt_api::reconcile(nro, ctx, &applier).await?;
+    // Boxed: the step's future is large, and a debug build's stack holds every inlined one.
+    let api_state = Box::pin(nrt_api::reconcile(nro, ctx, &applier)).await?;
     if let ApiState::Blocked(message) = &api_state {
         write_status(nro, ctx, Outcome::degraded(cond::REASON_NRT_CRD_PRESENT, message.clone())).await?;
         return Ok(Action::requeue(BLOCKED_REQUEUE));

@@ -51,7 +51,7 @@ pub fn uses_cluster_api(nro: &NUMAResourcesOperator) -> bool {
 pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &Applier) -> Result<ApiState> {
     if uses_cluster_api(nro) {
         // Switching to the cluster's API: remove our server, APIService first (only ours).
-        super::nrt_teardown::remove_api_server(nro, ctx).await?;
+        Box::pin(super::nrt_teardown::remove_api_server(nro, ctx)).await?;
         return Ok(ApiState::External);
     }
     if ctx.settings.apiserver_deployment == ApiserverDeployment::Installed {
@@ -95,6 +95,10 @@ pub async fn reconcile(nro: &NUMAResourcesOperator, ctx: &Context, applier: &App
         applier.namespaced(service).await?;
     }
     applier.namespaced(crate::render::network_policy::apiserver(namespace)?).await?;
+    // Before the Deployment: a drain during its first rollout already keeps one replica serving.
+    if let Some(budget) = objects.disruption_budget {
+        applier.namespaced(budget).await?;
+    }
     let available = match objects.deployment {
         Some(deployment) => deployment_available(&applier.namespaced(deployment).await?),
         None => false,

@@ -95,6 +95,25 @@ async fn self_managed_the_apiservice_trusts_the_bundle_of_the_ca_secret() {
 }
 
 #[tokio::test]
+async fn the_disruption_budget_is_applied_with_the_server_and_owned_by_the_operator_object() {
+    const BUDGET: &str = "/apis/policy/v1/namespaces/numaresources/poddisruptionbudgets/numaresources-apiserver";
+    let step = Step::new(CertificateMode::SelfManaged, ApiserverDeployment::Operator);
+    step.converge().await;
+    let budget: k8s_openapi::api::policy::v1::PodDisruptionBudget = step.fake.typed(BUDGET);
+    let owner = &budget.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("NUMAResourcesOperator", "nro-uid", Some(true))
+    );
+    let spec = budget.spec.unwrap();
+    assert_eq!(spec.min_available, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)));
+    let deployment: Deployment = step.fake.typed(DEPLOYMENT);
+    let pod_labels = deployment.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+    let selected = spec.selector.unwrap().match_labels.unwrap();
+    assert!(selected.iter().all(|(k, v)| pod_labels.get(k) == Some(v)), "it covers the server's pods");
+}
+
+#[tokio::test]
 async fn cert_manager_and_service_ca_are_asked_by_annotation_and_nothing_of_ours_is_written() {
     for mode in [CertificateMode::CertManager, CertificateMode::ServiceCa] {
         let step = Step::new(mode, ApiserverDeployment::Operator);

@@ -15,6 +15,7 @@ use std::fmt::Debug;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::runtime::events::EventType;
@@ -50,6 +51,10 @@ pub async fn remove_api_server(nro: &NUMAResourcesOperator, ctx: &Context) -> Re
             delete_if_ours(&Api::<Deployment>::namespaced(client.clone(), namespace), &deployment.name_any(), &uid)
                 .await?,
         );
+    }
+    if let Some(budget) = &objects.disruption_budget {
+        let api = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
+        take(delete_if_ours(&api, &budget.name_any(), &uid).await?);
     }
     if let Some(service) = &objects.service {
         take(delete_if_ours(&Api::<Service>::namespaced(client.clone(), namespace), &service.name_any(), &uid).await?);
