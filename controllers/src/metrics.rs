@@ -1,12 +1,14 @@
 //! Prometheus metrics of the reconcilers (controller-rs's set): passes, failures by error kind,
-//! and pass duration, labelled by controller.
+//! and pass duration, labelled by controller; and the expiry of every certificate the
+//! controllers keep themselves, labelled by its Secret.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -26,6 +28,23 @@ pub struct FailureLabels {
     pub error: String,
 }
 
+/// The Secrets whose certificates the controllers issue and renew themselves: the only values of
+/// the `secret` label, so the series stay few whatever happens.
+pub const CERTIFICATE_SECRETS: [&str; 5] = [
+    crate::names::CA_SECRET,
+    crate::names::APISERVER_TLS_SECRET,
+    crate::names::WEBHOOK_TLS_SECRET,
+    crate::certificates::peer::PEER_CA_SECRET,
+    crate::certificates::peer::PEER_SECRET,
+];
+
+/// Labels of the certificate expiry gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CertificateLabels {
+    /// One of [`CERTIFICATE_SECRETS`].
+    pub secret: String,
+}
+
 /// The reconcilers' metrics, shared by every controller.
 #[derive(Clone)]
 pub struct Metrics {
@@ -33,6 +52,7 @@ pub struct Metrics {
     reconciles: Family<ControllerLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
     duration: Family<ControllerLabels, Histogram>,
+    certificate_expiry: Family<CertificateLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -52,7 +72,14 @@ impl Default for Metrics {
         registry.register("reconciliations", "Reconcile passes", reconciles.clone());
         registry.register("reconcile_failures", "Reconcile passes that failed, by error kind", failures.clone());
         registry.register("reconcile_duration_seconds", "Time a reconcile pass took", duration.clone());
-        Self { registry: Arc::new(registry), reconciles, failures, duration }
+        let certificate_expiry = Family::<CertificateLabels, Gauge>::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the certificate the controllers keep in this Secret expires (the current CA's, for a CA Secret), \
+             as Unix seconds",
+            certificate_expiry.clone(),
+        );
+        Self { registry: Arc::new(registry), reconciles, failures, duration, certificate_expiry }
     }
 }
 
@@ -68,6 +95,26 @@ impl Metrics {
     pub fn failure(&self, controller: &str, error: &crate::Error) {
         let labels = FailureLabels { controller: controller.to_owned(), error: error.metric_label().to_owned() };
         self.failures.get_or_create(&labels).inc();
+    }
+
+    /// Records when the certificate in `secret` (one of [`CERTIFICATE_SECRETS`]; any other name
+    /// is ignored) expires, from its PEM; a PEM that does not parse leaves the last value.
+    pub fn certificate_expiry(&self, secret: &str, cert_pem: &str) {
+        let Some(not_after) = numaresources_certs::rotation::not_after(cert_pem) else { return };
+        if !CERTIFICATE_SECRETS.contains(&secret) {
+            return;
+        }
+        let seconds = match not_after.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(since) => i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+            Err(_) => 0,
+        };
+        self.certificate_expiry.get_or_create(&CertificateLabels { secret: secret.to_owned() }).set(seconds);
+    }
+
+    /// Drops the series of `secret`: its certificate is no longer kept (the NRT API server,
+    /// whose peer certificate it was, is gone), so an old expiry must not alert.
+    pub fn forget_certificate(&self, secret: &str) {
+        self.certificate_expiry.remove(&CertificateLabels { secret: secret.to_owned() });
     }
 
     /// The text exposition format.
@@ -105,5 +152,24 @@ mod tests {
         assert!(text.contains("numaresources_controllers_reconciliations_total{controller=\"operator\"} 1"), "{text}");
         assert!(text.contains("reconcile_failures_total{controller=\"operator\",error=\"waiting\"} 1"), "{text}");
         assert!(text.contains("numaresources_controllers_reconcile_duration_seconds_count{controller=\"operator\"} 1"));
+    }
+
+    #[test]
+    fn certificate_expiry_is_exported_for_our_secrets_only_and_can_be_forgotten() {
+        let metrics = Metrics::default();
+        let authority =
+            numaresources_certs::CertificateAuthority::generate("test", std::time::Duration::from_secs(86_400))
+                .unwrap();
+        let expiry = authority.not_after().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        let cert = authority.cert_pem();
+        metrics.certificate_expiry(crate::names::CA_SECRET, cert);
+        metrics.certificate_expiry("someone-elses-secret", cert);
+        metrics.certificate_expiry(crate::names::WEBHOOK_TLS_SECRET, "not a certificate");
+        let text = metrics.encode().unwrap();
+        let series = "numaresources_controllers_certificate_expiry_timestamp_seconds";
+        assert!(text.contains(&format!("{series}{{secret=\"numaresources-ca\"}} {expiry}\n")), "{text}");
+        assert_eq!(text.matches(&format!("{series}{{")).count(), 1, "a fixed set of label values: {text}");
+        metrics.forget_certificate(crate::names::CA_SECRET);
+        assert!(!metrics.encode().unwrap().contains(&format!("{series}{{")));
     }
 }

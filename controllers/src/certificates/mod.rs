@@ -124,6 +124,7 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
         writes += 1;
         announce_ca(ctx, &plan).await;
     }
+    ctx.metrics.certificate_expiry(CA_SECRET, &plan.ca.cert_pem);
     let (patched, failed_patches) = consumers.inject(&ctx.client, &bundle).await;
     writes += patched;
     if restart_only && patched > 0 && write_secret(&secrets, ca_secret.as_ref(), desired_ca, &CA_KEYS).await? {
@@ -144,6 +145,7 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
         if write_secret(&secrets, existing.as_ref(), desired, &LEAF_KEYS).await? {
             writes += 1;
         }
+        ctx.metrics.certificate_expiry(leaf.secret, &pair.cert_pem);
         if let Some(reason) = issued {
             tracing::info!(%namespace, secret = leaf.secret, reason, "issued a serving certificate");
             let note = format!("issued a serving certificate for Service {}: {reason}", leaf.service);

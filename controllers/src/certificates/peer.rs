@@ -169,11 +169,13 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
             ctx.event(&reference, EventType::Normal, "PeerCertificateAuthority", "Rotate", note).await;
         }
     }
+    ctx.metrics.certificate_expiry(PEER_CA_SECRET, &plan.ca.cert_pem);
     let data = leaf_secret_data(&plan.leaf, &plan.ca.bundle());
     let desired = desired_secret(PEER_SECRET, namespace, labels, LEAF_SECRET_TYPE, data);
     if write_secret(&secrets, pair_secret.as_ref(), desired, &LEAF_KEYS).await? {
         writes += 1;
     }
+    ctx.metrics.certificate_expiry(PEER_SECRET, &plan.leaf.cert_pem);
     if let Some(reason) = plan.issued {
         tracing::info!(%namespace, secret = PEER_SECRET, reason, "issued the API server replicas' peer certificate");
         let note = format!("issued the API server replicas' peer certificate: {reason}");
@@ -199,6 +201,9 @@ pub(super) async fn step(ctx: &Context, policy: &RotationPolicy, now: SystemTime
         }
         Ok(None) => {
             ctx.reset_backoff(BACKOFF_KEY);
+            // Not kept while the API server is not deployed: an old expiry must not alert.
+            ctx.metrics.forget_certificate(PEER_CA_SECRET);
+            ctx.metrics.forget_certificate(PEER_SECRET);
             DEPLOYMENT_POLL
         }
         Err(error) => {

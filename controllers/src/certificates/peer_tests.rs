@@ -131,6 +131,27 @@ async fn operator_mode_creates_it_only_while_the_api_server_is_deployed() {
 }
 
 #[tokio::test]
+async fn the_peer_certificates_expiry_is_exported_while_the_server_is_deployed() {
+    use crate::certificates::tests::{expiry_of, exported_expiries};
+    let h = Harness::new(CertificateMode::SelfManaged, ApiserverDeployment::Operator);
+    let now = SystemTime::now();
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "numaresources-apiserver", "namespace": NS}});
+    h.fake.insert(DEPLOYMENT, deployment);
+    h.step(now).await;
+    let ca = CaState::from_secret_data(&h.data(CA)).unwrap();
+    let exported = exported_expiries(&h.ctx);
+    assert_eq!(exported["numaresources-apiserver-peer"], expiry_of(&h.data(PAIR)["tls.crt"]));
+    assert_eq!(exported["numaresources-apiserver-peer-ca"], expiry_of(&ca.cert_pem));
+
+    // The cluster's own NRT API now: the server and its peer certificate are gone, and so is
+    // the series, so a certificate nobody renews any more does not alert.
+    h.fake.remove(DEPLOYMENT);
+    assert_eq!(h.step(now).await, DEPLOYMENT_POLL);
+    assert!(exported_expiries(&h.ctx).is_empty());
+}
+
+#[tokio::test]
 async fn a_restart_keeps_both_secrets_and_writes_nothing() {
     let h = Harness::new(CertificateMode::CertManager, ApiserverDeployment::Installed);
     let now = SystemTime::now();

@@ -138,6 +138,49 @@ fn certificates_in(bundle: &str) -> usize {
     bundle.matches("BEGIN CERTIFICATE").count()
 }
 
+/// The expiry the controllers' registry exports for each Secret (Unix seconds).
+pub(super) fn exported_expiries(ctx: &Context) -> BTreeMap<String, u64> {
+    let text = ctx.metrics.encode().unwrap();
+    let prefix = "numaresources_controllers_certificate_expiry_timestamp_seconds{secret=\"";
+    text.lines()
+        .filter_map(|line| line.strip_prefix(prefix))
+        .map(|rest| {
+            let (secret, value) = rest.split_once("\"} ").unwrap();
+            (secret.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+/// A certificate's notAfter in Unix seconds.
+pub(super) fn expiry_of(cert_pem: &str) -> u64 {
+    numaresources_certs::rotation::not_after(cert_pem)
+        .unwrap()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[tokio::test]
+async fn the_expiry_of_every_kept_certificate_is_exported_and_follows_a_renewal() {
+    let h = Harness::new(CertificateMode::SelfManaged);
+    let now = SystemTime::now();
+    assert!(exported_expiries(&h.ctx).is_empty(), "nothing before a pass");
+    h.pass(now).await;
+    let expected = |h: &Harness| {
+        BTreeMap::from([
+            ("numaresources-apiserver-tls".to_owned(), expiry_of(&h.data(APISERVER_TLS)["tls.crt"])),
+            ("numaresources-ca".to_owned(), expiry_of(&h.ca().cert_pem)),
+            ("numaresources-webhook-tls".to_owned(), expiry_of(&h.data(WEBHOOK_TLS)["tls.crt"])),
+        ])
+    };
+    assert_eq!(exported_expiries(&h.ctx), expected(&h));
+    let first = exported_expiries(&h.ctx)["numaresources-webhook-tls"];
+    // Past the leaves' renewal point: the new certificates' expiry is exported.
+    h.pass(now + 6 * DAY).await;
+    assert_eq!(exported_expiries(&h.ctx), expected(&h));
+    assert!(exported_expiries(&h.ctx)["numaresources-webhook-tls"] > first, "renewed");
+}
+
 #[tokio::test]
 async fn the_first_pass_creates_the_ca_both_serving_secrets_and_every_ca_bundle() {
     let h = Harness::new(CertificateMode::SelfManaged);
