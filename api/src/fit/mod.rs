@@ -11,10 +11,12 @@
 //! ```
 //!
 //! `kubectl numa fit` answers with these, so what it says is what the scheduler decides, as
-//! long as the NRT it reads is the one the scheduler reads (the over-reserve cache may hold an
-//! older, more pessimistic copy).
+//! long as the NRT it reads is the one the scheduler reads: with the over-reserve cache the
+//! scheduler reads [`reserved_view`] instead, the NRT less the pods it placed since (which
+//! pods, a reader can only infer; see [`overreserve`]).
 
 mod filter;
+pub mod overreserve;
 mod pod;
 mod score;
 mod topology;
@@ -27,6 +29,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 pub use filter::{Filtered, Placement, Rejection, Unchecked, filter};
+pub use overreserve::{has_exclusive_resources, reserved_view};
 pub use pod::{
     ContainerRequests, PodProblem, PodRequests, QosClass, Requester, Resources, format_amount, is_hugepages, is_native,
 };

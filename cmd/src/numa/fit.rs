@@ -2,6 +2,10 @@
 //! scheduler's verdict for every node, one line each, from the rules in
 //! [`numaresources_api::fit`]: where the pod fits (and its score), why it does not, and which
 //! nodes the plugin would let through blindly (no NRT, or an NRT too old to trust).
+//!
+//! With the scheduler's over-reserve cache (its default), a node is judged as the cache shows it:
+//! the NRT less the pods placed on the node that the NRT does not cover yet, as far as those can
+//! be told from the NRT's pods fingerprint and the pods bound to the node ([`super::assumed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -13,10 +17,11 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use numaresources_api::fit::{Filtered, NodeFit, PodRequests, Requester, Unchecked, evaluate};
+use numaresources_api::fit::{Filtered, NodeFit, PodRequests, Requester, Unchecked, evaluate, reserved_view};
 use numaresources_api::operator::{ScoringStrategyParams, ScoringStrategyType};
 use serde::Serialize;
 
+use super::assumed::{self, PodSet};
 use super::fleet::{self, Report};
 use super::style::{self, Paint};
 
@@ -41,6 +46,14 @@ pub struct FitArgs {
     /// An NRT older than this is reported as stale: the scheduler decides on old numbers.
     #[arg(long, default_value = "3m", value_parser = fleet::parse_duration)]
     stale_after: Duration,
+    /// The NUMA-aware scheduler's name: the pods it placed are the ones its over-reserve cache
+    /// holds against a node.
+    #[arg(long, default_value = numaresources_api::operator::DEFAULT_SCHEDULER_NAME)]
+    scheduler_name: String,
+    /// The scheduler runs without the over-reserve cache (`cacheResyncPeriod: 0s`): it reads each
+    /// NRT as published.
+    #[arg(long)]
+    passthrough: bool,
     /// Output format: one line per node (default) or `json`.
     #[arg(short = 'o', long, value_enum)]
     output: Option<Output>,
@@ -77,6 +90,9 @@ pub struct Answer {
     pub pod_problems: Vec<String>,
     /// Whether Node objects could be read (else a request the Node lacks is not caught).
     pub nodes_known: bool,
+    /// Whether the pods bound to nodes could be read (else the over-reserve cache is not
+    /// accounted for).
+    pub pods_known: bool,
     /// One verdict per node: fits first (best score first), then unchecked, then refused.
     pub nodes: Vec<NodeAnswer>,
 }
@@ -95,6 +111,9 @@ pub struct NodeAnswer {
     /// Seconds since the last report.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report_age_seconds: Option<u64>,
+    /// How the NRT relates to the pods bound to the node, as the over-reserve cache sees it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_set: Option<PodSet>,
     /// The verdict in words.
     pub message: String,
 }
@@ -104,7 +123,8 @@ pub async fn run(client: &kube::Client, args: FitArgs) -> anyhow::Result<ExitCod
     let pod = load_pod(client, &args).await?;
     let (reports, _) = fleet::reports(client, None).await?;
     let allocatable = fleet::node_allocatable(client).await;
-    let answer = answer(&pod, &reports, allocatable.as_ref(), &args);
+    let bound = if args.passthrough { None } else { fleet::bound_pods(client).await };
+    let answer = answer(&pod, &reports, allocatable.as_ref(), bound.as_deref(), &args);
     let mut stdout = std::io::stdout();
     let text = match args.output {
         Some(Output::Json) => serde_json::to_string_pretty(&answer)? + "\n",
@@ -151,11 +171,13 @@ async fn load_pod(client: &kube::Client, args: &FitArgs) -> anyhow::Result<Pod> 
     pods.get(name).await.with_context(|| format!("getting pod {namespace}/{name}"))
 }
 
-/// Every node's verdict: the nodes with an NRT, and the Nodes without one.
+/// Every node's verdict: the nodes with an NRT, and the Nodes without one. `bound` is every pod
+/// bound to a node, when they could be listed (and the over-reserve cache is on).
 pub fn answer(
     pod: &Pod,
     reports: &[Report],
     allocatable: Option<&BTreeMap<String, BTreeSet<String>>>,
+    bound: Option<&[Pod]>,
     args: &FitArgs,
 ) -> Answer {
     let requests = PodRequests::from_pod(pod);
@@ -173,15 +195,25 @@ pub fn answer(
     if let Some(nodes) = allocatable {
         names.extend(nodes.keys().map(String::as_str));
     }
+    let by_node = bound.map(assumed::bound_by_node);
     let mut nodes: Vec<NodeAnswer> = names
         .into_iter()
         .map(|node| {
             let report = by_name.get(node);
-            let fit = evaluate(&requests, report.map(|r| &r.nrt), allocatable.and_then(|a| a.get(node)), &strategy);
+            let held = report.zip(by_node.as_ref()).map(|(report, by_node)| {
+                let on_node = by_node.get(node).map_or(&[][..], Vec::as_slice);
+                assumed::held(&report.nrt, on_node, &args.scheduler_name)
+            });
+            let seen = report.map(|r| match &held {
+                Some(held) => reserved_view(&r.nrt, &held.requests),
+                None => r.nrt.clone(),
+            });
+            let fit = evaluate(&requests, seen.as_ref(), allocatable.and_then(|a| a.get(node)), &strategy);
             let age = report.and_then(|r| r.age).map(|a| a.seconds);
             let stale = age.is_some_and(|a| a > args.stale_after.as_secs());
-            let message = message(&fit, stale.then_some(age.unwrap_or_default()));
-            NodeAnswer { node: node.to_owned(), fit, stale, report_age_seconds: age, message }
+            let pod_set = held.map(|h| h.pod_set);
+            let message = message(&fit, stale.then_some(age.unwrap_or_default()), pod_set.as_ref());
+            NodeAnswer { node: node.to_owned(), fit, stale, report_age_seconds: age, pod_set, message }
         })
         .collect();
     let rank = |n: &NodeAnswer| match n.fit.filtered {
@@ -197,12 +229,13 @@ pub fn answer(
         qos: requests.qos,
         pod_problems: requests.problems.iter().map(ToString::to_string).collect(),
         nodes_known: allocatable.is_some(),
+        pods_known: bound.is_some() || args.passthrough,
         nodes,
     }
 }
 
 /// One node's verdict in words.
-fn message(fit: &NodeFit, stale_age: Option<u64>) -> String {
+fn message(fit: &NodeFit, stale_age: Option<u64>, pod_set: Option<&PodSet>) -> String {
     let score = fit.score.map(|s| format!(" (score {s})")).unwrap_or_default();
     let mut text = match &fit.filtered {
         Filtered::Fits { placements } => {
@@ -232,6 +265,27 @@ fn message(fit: &NodeFit, stale_age: Option<u64>) -> String {
             style::age(age)
         ));
     }
+    match pod_set {
+        Some(PodSet::Behind { assumed, foreign }) => {
+            if !assumed.is_empty() {
+                text.push_str(&format!(
+                    "; counting {} placed here but not yet in its NRT against every NUMA zone, as the scheduler's cache does",
+                    assumed.join(", ")
+                ));
+            }
+            if !foreign.is_empty() {
+                text.push_str(&format!(
+                    "; {} not yet in its NRT: placed by another scheduler, the scheduler's cache may refuse this node until the NRT catches up",
+                    foreign.join(", ")
+                ));
+            }
+        }
+        Some(PodSet::Unexplained) => text.push_str(
+            "; its NRT's pods fingerprint matches none of the pods bound here less the newest: \
+             the scheduler's cache holds an older copy less pods that cannot be told from here",
+        ),
+        Some(PodSet::NoFingerprint | PodSet::InSync) | None => {}
+    }
     text
 }
 
@@ -243,6 +297,12 @@ pub fn render_text(answer: &Answer, paint: Paint) -> String {
     }
     if !answer.nodes_known {
         out.push_str("note: Nodes cannot be listed here: a request a Node does not offer at all is not caught\n");
+    }
+    if !answer.pods_known {
+        out.push_str(
+            "note: Pods cannot be listed here: pods placed on a node but not yet in its NRT, which the scheduler's \
+             over-reserve cache counts against every NUMA zone, are not counted\n",
+        );
     }
     for node in &answer.nodes {
         let line = format!("{}: {}", node.node, node.message);
@@ -315,7 +375,7 @@ mod tests {
             ("old".to_owned(), BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])),
             ("bare".to_owned(), BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])),
         ]);
-        let text = render_text(&answer(&pod, &reports, Some(&nodes), &args), Paint::new(false));
+        let text = render_text(&answer(&pod, &reports, Some(&nodes), Some(&[]), &args), Paint::new(false));
         assert_eq!(
             text,
             "pod ns/app (Guaranteed)\n\
@@ -324,5 +384,48 @@ mod tests {
              bare: passes blindly: no NodeResourceTopology for this node (the kubelet may reject the pod with TopologyAffinityError)\n\
              2 of 3 nodes fit, best fresh (score 68); 2 let through blindly (no NRT or a stale one)\n"
         );
+    }
+
+    #[test]
+    fn pods_placed_but_not_yet_in_the_nrt_count_against_every_zone_as_the_cache_counts_them() {
+        use crate::numa::assumed::tests::{nrt_covering, pod};
+        let fitting: Pod = serde_json::from_value(json!({"metadata": {"name": "app", "namespace": "ns"},
+            "spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": "4", "memory": "1Gi"}}}]}}))
+        .unwrap();
+        let mut nrt = nrt_covering(&["old"], None);
+        nrt.attributes.push(numaresources_api::nrt::AttributeInfo::new("topologyManagerPolicy", "single-numa-node"));
+        let reports = [Report { nrt, age: Some(Age { seconds: 5, source: AgeSource::Reported }) }];
+        let old = pod("old", "2", Some("2026-11-25T10:00:00Z"), "topo-aware-scheduler");
+        let pending = pod("pending", "4", None, "topo-aware-scheduler");
+        let bound = [old.clone(), pending];
+
+        let cached = Cli::parse_from(["fit", "-f", "pod.yaml"]).fit;
+        let text = render_text(&answer(&fitting, &reports, None, Some(&bound), &cached), Paint::new(false));
+        assert!(
+            text.contains(
+                "worker-0: does not fit: cpu 2 available < 4 requested by container \"app\" (2 on NUMA 0); \
+                 counting ns/pending placed here but not yet in its NRT against every NUMA zone"
+            ),
+            "{text}"
+        );
+        // Once the NRT covers it, the cache reads the NRT as published (6 available).
+        let mut synced = reports.clone();
+        synced[0].nrt = nrt_covering(&["old", "pending"], None);
+        synced[0]
+            .nrt
+            .attributes
+            .push(numaresources_api::nrt::AttributeInfo::new("topologyManagerPolicy", "single-numa-node"));
+        let text = render_text(&answer(&fitting, &synced, None, Some(&bound), &cached), Paint::new(false));
+        assert!(text.contains("worker-0: fits on NUMA 0"), "{text}");
+        // Without the cache, or without the pods, the NRT as published; the latter says so.
+        let passthrough = Cli::parse_from(["fit", "-f", "pod.yaml", "--passthrough"]).fit;
+        let text = render_text(&answer(&fitting, &reports, None, None, &passthrough), Paint::new(false));
+        assert!(text.contains("worker-0: fits on NUMA 0"), "{text}");
+        assert!(!text.contains("Pods cannot be listed"), "{text}");
+        let text = render_text(&answer(&fitting, &reports, None, None, &cached), Paint::new(false));
+        assert!(text.contains("worker-0: fits on NUMA 0"), "{text}");
+        assert!(text.contains("note: Pods cannot be listed here"), "{text}");
+        let json = serde_json::to_value(answer(&fitting, &reports, None, Some(&[old]), &cached)).unwrap();
+        assert_eq!(json["nodes"][0]["podSet"]["state"], "inSync", "{json}");
     }
 }

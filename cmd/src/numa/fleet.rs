@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use numaresources_api::nrt::NodeResourceTopology;
@@ -192,6 +192,20 @@ pub async fn node_allocatable(client: &kube::Client) -> Option<BTreeMap<String, 
         ),
         Err(error) => {
             tracing::debug!("listing nodes: {error}");
+            None
+        }
+    }
+}
+
+/// Every pod bound to a node and not terminated, or None when Pods cannot be listed (a server
+/// that serves none, such as `local`, or no permission).
+pub async fn bound_pods(client: &kube::Client) -> Option<Vec<Pod>> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let params = ListParams::default().fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed");
+    match pods.list(&params).await {
+        Ok(list) => Some(list.items),
+        Err(error) => {
+            tracing::debug!("listing pods: {error}");
             None
         }
     }

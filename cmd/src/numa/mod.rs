@@ -9,6 +9,7 @@
 //!   style   bars, colour (terminals only, never with NO_COLOR), quantities for people
 //! ```
 
+mod assumed;
 mod fit;
 mod fleet;
 mod style;
