@@ -1,0 +1,455 @@
+//! The exporter's direct write path end to end: the real agent (`Agent` with the
+//! `FailoverPublisher`, a real fake kubelet on a unix socket, a real sysfs tree) publishes over
+//! TLS to our API server on 127.0.0.1 with the projected token it reads from a file, and falls
+//! back to kube-apiserver when it cannot.
+//!
+//! kube-apiserver cannot run here. Its stand-in is a second TLS listener serving our router over
+//! the same store: through kube-apiserver a write reaches our server anyway (the aggregator
+//! proxies it), so what the tests look at is which listener the agent called, and with which
+//! token. Both listeners record every request (path, query, `Authorization`, status) before our
+//! server handles it. Both authenticate with standalone static tokens: the agent's kube-apiserver
+//! credential is known only to the stand-in, its projected tokens only to our server (the
+//! delegated TokenReview with our audience is the server side of the same issue, tested there).
+//!
+//! Every wait is bounded; nothing asserts how long anything took.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::middleware::{Next, from_fn};
+use base64::Engine;
+use numaresources_apiserver::auth::{Auth, Standalone};
+use numaresources_apiserver::replication::STORE_WARM_CHECK;
+use numaresources_apiserver::{AppState, Store, router};
+use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
+use numaresources_rte::agent::Trigger;
+use numaresources_rte::agent::{Agent, own_object};
+use numaresources_rte::config::Config;
+use numaresources_rte::direct::DirectServer;
+use numaresources_rte::direct::failover::{FailoverOptions, FailoverPublisher};
+use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
+use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
+use numaresources_rte::publish::Outcome;
+use tokio::sync::{Notify, oneshot, watch};
+
+const NODE: &str = "worker-0";
+/// What the agent's in-cluster credential presents to kube-apiserver.
+const KUBE_TOKEN: &str = "kube-apiserver-service-account-token";
+/// The projected tokens of our audience, before and after the kubelet rotates the file.
+const PROJECTED: [&str; 2] = ["projected-token-1", "projected-token-2"];
+const COLLECTION: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+
+/// Bounds a wait: a hang fails the test with `what` instead of stalling the suite.
+async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no progress in 30 s, likely deadlocked"))
+}
+
+/// Waits (bounded) until `done`.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    bounded(what, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The two listeners.
+
+/// One request as a listener saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    query: String,
+    bearer: Option<String>,
+    status: u16,
+}
+
+impl Seen {
+    fn is_nrt_write(&self) -> bool {
+        self.path.starts_with(COLLECTION) && matches!(self.method.as_str(), "POST" | "PATCH" | "PUT")
+    }
+
+    fn is_watch(&self) -> bool {
+        self.path.starts_with(COLLECTION) && self.query.contains("watch=true")
+    }
+}
+
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<Seen>>>);
+
+impl Log {
+    fn all(&self) -> Vec<Seen> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn writes(&self) -> Vec<Seen> {
+        self.all().into_iter().filter(Seen::is_nrt_write).collect()
+    }
+
+    async fn record(self, request: Request, next: Next) -> axum::response::Response {
+        let bearer = request
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        let (method, path) = (request.method().to_string(), request.uri().path().to_owned());
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        let response = next.run(request).await;
+        let status = response.status().as_u16();
+        self.0.lock().unwrap().push(Seen { method, path, query, bearer, status });
+        response
+    }
+}
+
+/// Our router over TLS on 127.0.0.1:0, recording requests.
+struct Listener {
+    address: SocketAddr,
+    state: Arc<AppState>,
+    log: Log,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Listener {
+    /// `tokens`: `(token, user)` pairs authenticated, each in `system:masters` (the standalone
+    /// authorizer lets only those write).
+    async fn start(ca: &CertificateAuthority, dir: &Path, store: &Arc<Store>, tokens: &[(&str, &str)]) -> Self {
+        let pair =
+            ca.issue_serving(&["localhost".to_owned(), "127.0.0.1".to_owned()], Duration::from_secs(3600)).unwrap();
+        let name = tokens.first().map_or("none", |(_, user)| *user).replace(':', "-");
+        let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+        pair.write(&cert, &key).unwrap();
+        let tls = ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap())).build().unwrap();
+        let mut state = AppState::new(Arc::clone(store), "0.1.0", "e2e");
+        let token_file: String =
+            tokens.iter().map(|(token, user)| format!("{token},{user},{user},\"system:masters\"\n")).collect();
+        state.auth = Auth::Standalone(Arc::new(Standalone::from_token_file(&token_file).unwrap()));
+        let state = Arc::new(state);
+        let log = Log::default();
+        let recorder = log.clone();
+        let app =
+            router(Arc::clone(&state)).layer(from_fn(move |request, next| recorder.clone().record(request, next)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let options = ServeOptions::default().shutdown_grace(Duration::from_millis(200));
+        let task = tokio::spawn(serve_with(listener, tls, app, async move { drop(stopped.await) }, options));
+        Self { address, state, log, stop: Some(stop), task }
+    }
+
+    fn url(&self) -> String {
+        format!("https://{}", self.address)
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        bounded("listener shutdown", &mut self.task).await.unwrap().unwrap();
+    }
+}
+
+/// A port on 127.0.0.1 nothing listens on (bound, then closed).
+async fn closed_port() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node: a sysfs tree, a kubelet, the mounted CA bundle and projected token.
+
+struct Node {
+    dir: tempfile::TempDir,
+    sys: PathBuf,
+    socket: PathBuf,
+    ca: CertificateAuthority,
+    kubelet: RunningKubelet,
+}
+
+impl Node {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tarball =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
+        let file = fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
+        tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path().join("machine")).unwrap();
+        let sys = dir.path().join("machine/sys");
+        let socket = dir.path().join("pod-resources.sock");
+        let kubelet = FakeKubelet {
+            list: pods(0),
+            allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
+            hang: false,
+        }
+        .serve(&socket)
+        .unwrap();
+        let ca = CertificateAuthority::generate("e2e-ca", Duration::from_secs(24 * 3600)).unwrap();
+        fs::create_dir_all(dir.path().join("nrt-server")).unwrap();
+        fs::write(dir.path().join("nrt-server/ca.crt"), ca.cert_pem()).unwrap();
+        let node = Self { dir, sys, socket, ca, kubelet };
+        node.rotate_token(PROJECTED[0]);
+        node
+    }
+
+    fn token_file(&self) -> PathBuf {
+        self.dir.path().join("nrt-server/token")
+    }
+
+    /// Writes the projected token as the kubelet does: a new file swapped in.
+    fn rotate_token(&self, token: &str) {
+        let next = self.dir.path().join("nrt-server/.token.next");
+        fs::write(&next, token).unwrap();
+        fs::rename(&next, self.token_file()).unwrap();
+    }
+
+    fn direct(&self, url: &str) -> DirectServer {
+        DirectServer {
+            url: url.parse().unwrap(),
+            ca_file: self.dir.path().join("nrt-server/ca.crt"),
+            token_file: self.token_file(),
+        }
+    }
+
+    /// The client the agent builds for kube-apiserver (in a cluster: in-cluster config).
+    async fn kube_client(&self, kube: &Listener) -> kube::Client {
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca.cert_pem());
+        let text = format!(
+            "apiVersion: v1
+kind: Config
+clusters: [{{name: kube, cluster: {{server: '{}', certificate-authority-data: {ca}}}}}]
+contexts: [{{name: kube, context: {{cluster: kube, user: rte}}}}]
+current-context: kube
+users: [{{name: rte, user: {{token: {KUBE_TOKEN}}}}}]
+",
+            kube.url()
+        );
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    fn config(&self) -> Config {
+        let mut config = Config::for_node(NODE);
+        config.sysfs.clone_from(&self.sys);
+        config.podresources_socket = Some(self.socket.clone().into());
+        config.sleep_interval = None;
+        config.heartbeat = None;
+        config.allocation_poll = None;
+        config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap();
+        // Our API server serves no Nodes to own the object.
+        config.add_nrt_owner = false;
+        config
+    }
+
+    fn kubelet_client(&self) -> PodResourcesClient {
+        let mut kubelet = ClientConfig::new(self.socket.clone().into());
+        kubelet.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 };
+        kubelet.call_timeout = Duration::from_secs(5);
+        PodResourcesClient::new(kubelet)
+    }
+
+    /// The agent writing to `direct` (falling back to `kube`), retrying the direct path quickly
+    /// so the way back is seen within a test.
+    async fn agent(&self, direct: &str, kube: &Listener) -> Agent<PodResourcesClient, FailoverPublisher> {
+        self.agent_and_path(direct, kube).await.0
+    }
+
+    /// [`Self::agent`], and the client of the path it writes through (for the own-object watch).
+    async fn agent_and_path(
+        &self,
+        direct: &str,
+        kube: &Listener,
+    ) -> (Agent<PodResourcesClient, FailoverPublisher>, watch::Receiver<kube::Client>) {
+        let options = FailoverOptions {
+            retry_initial: Duration::from_millis(20),
+            retry_max: Duration::from_millis(100),
+            ..FailoverOptions::default()
+        };
+        let publisher =
+            FailoverPublisher::with_options(self.direct(direct), NODE, self.kube_client(kube).await, false, options);
+        let path = publisher.client_in_use();
+        (Agent::new(self.config(), self.kubelet_client(), publisher), path)
+    }
+
+    /// Makes the next scan differ: `n` exclusive CPUs taken on NUMA node 0.
+    fn allocate(&self, n: usize) {
+        self.kubelet.set_list(pods(n));
+    }
+}
+
+/// One Guaranteed pod holding `n` even (NUMA node 0) CPUs.
+fn pods(n: usize) -> proto::ListPodResourcesResponse {
+    let cpu_ids = (0..n).map(|i| 2 + 2 * i as i64).collect();
+    let container = proto::ContainerResources { name: "app".into(), cpu_ids, ..Default::default() };
+    let pod = proto::PodResources { name: "dpdk".into(), namespace: "telco".into(), containers: vec![container] };
+    proto::ListPodResourcesResponse { pod_resources: vec![pod] }
+}
+
+async fn refresh(agent: &mut Agent<PodResourcesClient, FailoverPublisher>, what: &str) -> Outcome {
+    bounded(what, agent.refresh(Trigger::Reactive)).await.unwrap_or_else(|e| panic!("{what}: {e}")).unwrap()
+}
+
+/// The two listeners over one store: kube-apiserver's stand-in knows only the agent's
+/// kube-apiserver token, our server only the projected ones.
+async fn listeners(node: &Node) -> (Arc<Store>, Listener, Listener) {
+    let store = Arc::new(Store::new(1_000));
+    let kube = Listener::start(&node.ca, node.dir.path(), &store, &[(KUBE_TOKEN, "system:serviceaccount:rte")]).await;
+    let ours = Listener::start(
+        &node.ca,
+        node.dir.path(),
+        &store,
+        &[(PROJECTED[0], "projected:rte"), (PROJECTED[1], "projected:rte")],
+    )
+    .await;
+    (store, kube, ours)
+}
+
+fn bearers(seen: &[Seen]) -> Vec<Option<&str>> {
+    seen.iter().map(|s| s.bearer.as_deref()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_agent_publishes_to_our_server_directly_with_the_projected_token_and_follows_its_rotation() {
+    let node = Node::new().await;
+    let (store, kube, ours) = listeners(&node).await;
+    let mut agent = node.agent(&ours.url(), &kube).await;
+
+    assert_eq!(refresh(&mut agent, "the first publish").await, Outcome::Created);
+    let writes = ours.log.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!((writes[0].method.as_str(), writes[0].status), ("POST", 201));
+    assert_eq!(bearers(&writes), [Some(PROJECTED[0])]);
+    assert!(kube.log.all().iter().all(|s| !s.path.starts_with(COLLECTION)), "kube-apiserver saw {:?}", kube.log.all());
+    assert!(store.get(NODE).is_some());
+
+    // The kubelet rotates the token: the next write carries the new one.
+    node.rotate_token(PROJECTED[1]);
+    node.allocate(2);
+    assert_eq!(refresh(&mut agent, "the publish after the rotation").await, Outcome::Patched);
+    let writes = ours.log.writes();
+    assert_eq!(bearers(&writes), [Some(PROJECTED[0]), Some(PROJECTED[1])]);
+    assert_eq!((writes[1].method.as_str(), writes[1].status), ("PATCH", 200));
+
+    // A token our server does not accept (401) is no reason to stop publishing.
+    node.rotate_token("a-token-of-another-audience");
+    node.allocate(3);
+    assert_eq!(refresh(&mut agent, "the publish with a refused token").await, Outcome::Patched);
+    let refused = ours.log.all().last().cloned().unwrap();
+    assert_eq!((refused.status, refused.bearer.as_deref()), (401, Some("a-token-of-another-audience")));
+    let through_kube = kube.log.writes();
+    assert_eq!(bearers(&through_kube), [Some(KUBE_TOKEN)]);
+    assert_eq!(through_kube[0].status, 200);
+
+    kube.stop().await;
+    ours.stop().await;
+}
+
+#[tokio::test]
+async fn a_cold_replica_is_bypassed_through_kube_apiserver_until_it_is_warm_then_used_again() {
+    let node = Node::new().await;
+    let (store, kube, ours) = listeners(&node).await;
+    // A replica still warming up answers reads 503, as after a restart.
+    ours.state.readiness.set(STORE_WARM_CHECK, false);
+    let (mut agent, path) = node.agent_and_path(&ours.url(), &kube).await;
+    let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), Arc::new(Notify::new())));
+
+    assert_eq!(refresh(&mut agent, "the publish while cold").await, Outcome::Created);
+    assert!(ours.log.all().iter().any(|s| s.status == 503), "{:?}", ours.log.all());
+    assert!(ours.log.writes().is_empty());
+    assert_eq!(bearers(&kube.log.writes()), [Some(KUBE_TOKEN)]);
+    assert_eq!(store.len(), 1);
+    // The own-object watch moved to where the agent writes.
+    until("the watch through kube-apiserver", || kube.log.all().iter().any(Seen::is_watch)).await;
+
+    ours.state.readiness.set(STORE_WARM_CHECK, true);
+    let mut n = 0;
+    bounded("publishing directly again", async {
+        while ours.log.writes().is_empty() {
+            n += 1;
+            node.allocate(n);
+            refresh(&mut agent, "a publish after the warm-up").await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let through_kube = kube.log.writes().len();
+    n += 1;
+    node.allocate(n);
+    refresh(&mut agent, "the publish after the way back").await;
+    assert_eq!(kube.log.writes().len(), through_kube, "no write goes through kube-apiserver once back");
+    assert_eq!(bearers(&ours.log.writes()).last().copied().flatten(), Some(PROJECTED[0]));
+    until("the watch on our server again", || ours.log.all().iter().any(|s| s.is_watch() && s.status == 200)).await;
+
+    watching.abort();
+    kube.stop().await;
+    ours.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_or_untrusted_server_is_bypassed_through_kube_apiserver() {
+    let node = Node::new().await;
+    let (store, kube, ours) = listeners(&node).await;
+
+    // Nothing listens there.
+    let closed = format!("https://{}", closed_port().await);
+    let mut agent = node.agent(&closed, &kube).await;
+    assert_eq!(refresh(&mut agent, "the publish with no server").await, Outcome::Created);
+    assert_eq!(kube.log.writes().len(), 1);
+
+    // Our server's certificate is not signed by the mounted CA.
+    let other = CertificateAuthority::generate("another-ca", Duration::from_secs(3600)).unwrap();
+    fs::write(node.dir.path().join("nrt-server/ca.crt"), other.cert_pem()).unwrap();
+    let mut untrusting = node.agent(&ours.url(), &kube).await;
+    node.allocate(1);
+    refresh(&mut untrusting, "the publish to an untrusted server").await;
+    assert!(ours.log.all().is_empty(), "no request completes without a trusted handshake: {:?}", ours.log.all());
+    assert_eq!(kube.log.writes().len(), 2);
+    assert_eq!(store.len(), 1);
+
+    kube.stop().await;
+    ours.stop().await;
+}
+
+#[tokio::test]
+async fn the_own_object_watch_follows_the_direct_path_and_a_lost_object_is_published_again_there() {
+    let node = Node::new().await;
+    let (store, kube, ours) = listeners(&node).await;
+    let (agent, path) = node.agent_and_path(&ours.url(), &kube).await;
+    let metrics = agent.metrics();
+    let lost = Arc::new(Notify::new());
+    let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), lost.clone()));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(agent.with_republish(lost).run(async move { drop(stopped.await) }));
+
+    until("the first publish", || metrics.snapshot().publishes >= 1).await;
+    until("the watch on our server", || ours.log.all().iter().any(Seen::is_watch)).await;
+
+    // Someone deletes the object: the agent notices through the watch and creates it again.
+    // (The watch may have started before the first create, and made the agent publish again
+    // already: what counts is a create after the deletion.)
+    let creates = || ours.log.writes().iter().filter(|s| s.method == "POST" && s.status == 201).count();
+    let created_before = creates();
+    store.delete(NODE, &Default::default(), false).unwrap();
+    until("the object created again", || store.get(NODE).is_some() && creates() > created_before).await;
+    assert_eq!(creates(), created_before + 1);
+    assert!(kube.log.all().iter().all(|s| !s.path.starts_with(COLLECTION)), "{:?}", kube.log.all());
+
+    let _ = stop.send(());
+    bounded("agent shutdown", running).await.unwrap().unwrap();
+    watching.abort();
+    kube.stop().await;
+    ours.stop().await;
+}
