@@ -123,49 +123,62 @@ impl Answer {
 impl TlsServer {
     /// A connection; `as_front_proxy` presents the aggregator's client certificate.
     pub async fn connect(&self, protocol: Protocol, as_front_proxy: bool) -> Connection {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from_pem_slice(self.ca_pem.as_bytes()).unwrap()).unwrap();
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let mut config = if as_front_proxy {
-            let pair = self.front_proxy_ca.issue_client(FRONT_PROXY_CN, &[], VALIDITY).unwrap();
-            let chain = vec![CertificateDer::from_pem_slice(pair.cert_pem.as_bytes()).unwrap()];
-            let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
+        let client_certificate =
+            as_front_proxy.then(|| self.front_proxy_ca.issue_client(FRONT_PROXY_CN, &[], VALIDITY).unwrap());
+        let client_certificate =
+            client_certificate.as_ref().map(|pair| (pair.cert_pem.as_str(), pair.key_pem.as_str()));
+        connect(self.address, &self.ca_pem, protocol, client_certificate).await
+    }
+}
+
+/// A connection to `address`, whose certificate `ca_pem` verifies, presenting
+/// `client_certificate` (certificate and key PEM) if given.
+pub async fn connect(
+    address: SocketAddr,
+    ca_pem: &str,
+    protocol: Protocol,
+    client_certificate: Option<(&str, &str)>,
+) -> Connection {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match client_certificate {
+        Some((cert_pem, key_pem)) => {
+            let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
+            let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
             builder.with_client_auth_cert(chain, key).unwrap()
-        } else {
-            builder.with_no_client_auth()
-        };
-        config.alpn_protocols = vec![match protocol {
-            Protocol::Http1 => b"http/1.1".to_vec(),
-            Protocol::Http2 => b"h2".to_vec(),
-        }];
-        let tcp = TcpStream::connect(self.address).await.unwrap();
-        tcp.set_nodelay(true).unwrap();
-        let tls = TlsConnector::from(Arc::new(config))
-            .connect(ServerName::try_from("localhost").unwrap(), tcp)
-            .await
-            .unwrap();
-        let io = TokioIo::new(tls);
-        match protocol {
-            Protocol::Http1 => {
-                let (sender, connection) = http1::handshake(io).await.unwrap();
-                tokio::spawn(connection);
-                Connection::Http1(sender)
-            }
-            Protocol::Http2 => {
-                let (sender, connection) = http2::handshake(TokioExecutor::new(), io).await.unwrap();
-                tokio::spawn(connection);
-                Connection::Http2(sender)
-            }
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![match protocol {
+        Protocol::Http1 => b"http/1.1".to_vec(),
+        Protocol::Http2 => b"h2".to_vec(),
+    }];
+    let tcp = TcpStream::connect(address).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let tls =
+        TlsConnector::from(Arc::new(config)).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    let io = TokioIo::new(tls);
+    match protocol {
+        Protocol::Http1 => {
+            let (sender, connection) = http1::handshake(io).await.unwrap();
+            tokio::spawn(connection);
+            Connection::Http1(sender)
+        }
+        Protocol::Http2 => {
+            let (sender, connection) = http2::handshake(TokioExecutor::new(), io).await.unwrap();
+            tokio::spawn(connection);
+            Connection::Http2(sender)
         }
     }
 }
 
 impl Connection {
     /// Sends one request and reads the whole answer.
-    pub async fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
+    pub async fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Answer {
         let builder = match self {
             // HTTP/2 needs the scheme and authority in the URI; HTTP/1.1 takes them from Host.
             Connection::Http1(_) => Request::builder().uri(path).header("host", "localhost"),
@@ -175,7 +188,7 @@ impl Connection {
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }
-        let request = builder.body(Full::new(Bytes::from(body))).unwrap();
+        let request = builder.body(Full::new(body.into())).unwrap();
         let response = match self {
             Connection::Http1(sender) => {
                 sender.ready().await.unwrap();

@@ -1,0 +1,238 @@
+//! What one exporter's write costs our server on the direct path, over real TLS: a merge patch
+//! of its topology and a GET of its object, each presented with its own pod-bound token for our
+//! audience (reviewed once, then cached), on kept-alive HTTP/1.1 and HTTP/2 connections.
+//!
+//! The server runs in a child process (this binary again, `DIRECT_WRITE_BENCH_SERVER=1`) with
+//! 5,000 objects, in delegated mode against the kube-apiserver double, so its CPU is read from
+//! `/proc/<pid>/stat` alone; the load client here is plain hyper with bodies encoded up front,
+//! and its own CPU is printed too, to show it is not the bottleneck.
+//!
+//! `cargo bench -p numaresources-apiserver --bench direct_write` (`BENCH_REQUESTS=n` per phase).
+//! Figures go to BENCHMARKS.md; nothing asserts a time.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::{Value, json};
+use support::kube_double::{KubeDouble, OUR_AUDIENCE};
+use support::tls::{BASE, Protocol, connect, start};
+
+const FLEET: usize = 5_000;
+/// Exporters writing at once, each on its own connection.
+const CONNECTIONS: usize = 8;
+const SERVER_ENV: &str = "DIRECT_WRITE_BENCH_SERVER";
+/// Linux's USER_HZ: the unit of utime/stime in /proc/<pid>/stat.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// An exporter's topology: two NUMA zones of four resources, `available` CPUs free in each.
+fn topology(name: &str, available: usize) -> Value {
+    let zone = |id: usize| {
+        json!({"name": format!("node-{id}"), "type": "Node",
+               "costs": [{"name": "node-0", "value": if id == 0 {10} else {21}}, {"name": "node-1", "value": if id == 1 {10} else {21}}],
+               "resources": [
+                   {"name": "cpu", "capacity": "32", "allocatable": "30", "available": available.to_string()},
+                   {"name": "example.com/sriov_vf", "capacity": "8", "allocatable": "8", "available": "7"},
+                   {"name": "hugepages-1Gi", "capacity": "17179869184", "allocatable": "17179869184", "available": "12884901888"},
+                   {"name": "memory", "capacity": "202355617792", "allocatable": "184022315008", "available": "166842445824"}]})
+    };
+    json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+           "metadata": {"name": name},
+           "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                          {"name": "topologyManagerScope", "value": "container"},
+                          {"name": "nodeTopologyPodsFingerprint", "value": format!("pfp0v001{available:016x}")}],
+           "zones": [zone(0), zone(1)]})
+}
+
+fn node(i: usize) -> String {
+    format!("worker-{i:05}")
+}
+
+fn main() {
+    if std::env::var_os(SERVER_ENV).is_some() {
+        serve();
+    } else {
+        measure();
+    }
+}
+
+/// The child: the server with the fleet, until its stdin closes.
+fn serve() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        // Tokens name their pod, not their node (clusters before 1.30): the costlier path.
+        let double = KubeDouble::new(false);
+        for i in 0..CONNECTIONS {
+            double.add_pod(&format!("rte-{i}"), &node(i));
+        }
+        let server = start(&double, |_| {}).await;
+        for i in 0..FLEET {
+            let object = serde_json::from_value(topology(&node(i), 22)).unwrap();
+            server.store.create(object, false).unwrap();
+        }
+        let tokens: Vec<String> =
+            (0..CONNECTIONS).map(|i| double.exporter_token(&format!("rte-{i}"), &[OUR_AUDIENCE])).collect();
+        let ready = json!({"address": server.address.to_string(), "ca": server.ca_pem, "tokens": tokens});
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{ready}").unwrap();
+        stdout.flush().unwrap();
+        tokio::task::spawn_blocking(|| {
+            let mut sink = String::new();
+            while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+        })
+        .await
+        .unwrap();
+    });
+}
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) start at state (field 3).
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / TICKS_PER_SECOND
+}
+
+fn resident_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+#[derive(Clone, Copy)]
+enum Operation {
+    Patch,
+    Get,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn measure() {
+    let requests: usize = std::env::var("BENCH_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(40_000);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env(SERVER_ENV, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let ready: Value = serde_json::from_str(&line).unwrap();
+    let address: SocketAddr = ready["address"].as_str().unwrap().parse().unwrap();
+    let ca = ready["ca"].as_str().unwrap().to_owned();
+    let tokens: Vec<String> =
+        ready["tokens"].as_array().unwrap().iter().map(|t| format!("Bearer {}", t.as_str().unwrap())).collect();
+    println!(
+        "numaresources-apiserver over TLS (ring, ECDSA P-256, TLS 1.3), delegated mode, {FLEET} objects, in its own \
+         process (2 tokio workers; VmRSS {:.1} MiB); {CONNECTIONS} exporters, one kept-alive connection and one \
+         pod-bound token each; load client on one thread; {requests} requests per phase",
+        resident_mib(pid)
+    );
+    for protocol in [Protocol::Http1, Protocol::Http2] {
+        for operation in [Operation::Patch, Operation::Get] {
+            phase(address, &ca, &tokens, protocol, operation, requests, pid).await;
+        }
+    }
+    println!("server VmRSS at the end: {:.1} MiB", resident_mib(pid));
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
+
+async fn phase(
+    address: SocketAddr,
+    ca: &str,
+    tokens: &[String],
+    protocol: Protocol,
+    operation: Operation,
+    requests: usize,
+    pid: u32,
+) {
+    let per_connection = requests / CONNECTIONS;
+    let mut tasks = Vec::new();
+    let (go, _) = tokio::sync::broadcast::channel::<()>(1);
+    let (ready, mut readies) = tokio::sync::mpsc::channel::<()>(CONNECTIONS);
+    for (i, token) in tokens.iter().enumerate() {
+        let mut connection = connect(address, ca, protocol, None).await;
+        let token = token.clone();
+        let path = format!("{BASE}/{}", node(i));
+        // Patches as the exporter sends them: the zones and attributes, `available` changing.
+        let patches: Vec<Bytes> = (0..16)
+            .map(|available| {
+                let topology = topology(&node(i), available);
+                let patch = json!({"attributes": topology["attributes"], "zones": topology["zones"]});
+                Bytes::from(serde_json::to_vec(&patch).unwrap())
+            })
+            .collect();
+        let mut go = go.subscribe();
+        let ready = ready.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut send = async |n: usize| {
+                let answer = match operation {
+                    Operation::Patch => {
+                        let headers =
+                            [("authorization", token.as_str()), ("content-type", "application/merge-patch+json")];
+                        connection.send("PATCH", &path, &headers, patches[n % patches.len()].clone()).await
+                    }
+                    Operation::Get => {
+                        let headers = [("authorization", token.as_str()), ("accept", "application/json")];
+                        connection.send("GET", &path, &headers, Bytes::new()).await
+                    }
+                };
+                assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+            };
+            for n in 0..200 {
+                send(n).await; // warm-up: reviews cached, buffers grown
+            }
+            ready.send(()).await.unwrap();
+            go.recv().await.unwrap();
+            for n in 0..per_connection {
+                send(n).await;
+            }
+        }));
+    }
+    for _ in 0..CONNECTIONS {
+        readies.recv().await.unwrap();
+    }
+    let (server_before, client_before, start) = (cpu_seconds(pid), cpu_seconds(std::process::id()), Instant::now());
+    go.send(()).unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    let server = cpu_seconds(pid) - server_before;
+    let client = cpu_seconds(std::process::id()) - client_before;
+    let total = (per_connection * CONNECTIONS) as f64;
+    let name = match operation {
+        Operation::Patch => "merge patch",
+        Operation::Get => "GET",
+    };
+    let protocol = match protocol {
+        Protocol::Http1 => "HTTP/1.1",
+        Protocol::Http2 => "HTTP/2",
+    };
+    println!(
+        "{name:<11} {protocol:<8}: {:.1} µs of server CPU per request ({:.0} requests/s, server {:.2} cores, \
+         client {:.2} cores over {:.1} s)",
+        server * 1e6 / total,
+        total / elapsed.as_secs_f64(),
+        server / elapsed.as_secs_f64(),
+        client / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64(),
+    );
+    let _ = Duration::ZERO;
+}
