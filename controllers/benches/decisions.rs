@@ -77,6 +77,7 @@ fn main() {
         verbosity: 2,
         metrics: MetricsMode::Http,
         openshift_selinux: false,
+        direct_write: None,
     };
     bench("operator: render the exporter DaemonSets of 4 groups", 200, || {
         for pool in &resolution.pools {

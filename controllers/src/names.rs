@@ -70,6 +70,10 @@ pub const SHARED_POOL_CONTAINER: &str = "shared-pool-container";
 pub const APISERVER: &str = "numaresources-apiserver";
 /// Its serving certificate Secret (`kubernetes.io/tls`, plus `ca.crt`).
 pub const APISERVER_TLS_SECRET: &str = "numaresources-apiserver-tls";
+/// The ConfigMap with the CA bundle that verifies the API server's serving certificate, which
+/// the exporters mount for the direct write path (a ConfigMap, so no node's kubelet ever
+/// fetches a Secret holding a private key for it).
+pub const APISERVER_CA_CONFIG_MAP: &str = "numaresources-apiserver-ca";
 /// The admission webhook's Deployment and Service.
 pub const WEBHOOK: &str = "numaresources-webhook";
 /// Its serving certificate Secret (`kubernetes.io/tls`, plus `ca.crt`).

@@ -222,6 +222,7 @@ fn every_sample_is_valid_and_renders() {
                         verbosity: 2,
                         metrics: rte::MetricsMode::Http,
                         openshift_selinux: false,
+                        direct_write: None,
                     };
                     rte::daemon_set(&settings, &resolution.pools[0], "h").unwrap();
                 }

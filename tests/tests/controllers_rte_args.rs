@@ -67,3 +67,22 @@ fn every_rendered_configuration_parses_as_the_agent_expects() {
     assert_eq!((all.sleep_interval.as_str(), all.pods_fingerprint_method.as_str()), ("1m30s", "all"));
     assert!(all.notify_file.is_some());
 }
+
+#[test]
+fn the_direct_write_flags_parse_and_name_the_files_the_daemonset_mounts() {
+    use numaresources_api::direct_write::{CA_FILE_NAME, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, service_url};
+    use numaresources_controllers::render::rte::DirectWrite;
+
+    let direct = DirectWrite {
+        url: service_url("numaresources-apiserver", "numaresources"),
+        ca_config_map: "numaresources-apiserver-ca".into(),
+        ca_key: "ca.crt".into(),
+    };
+    let rendered = args(&NodeGroupConfig::default().normalized(), 2, &MetricsMode::Http);
+    let argv = std::iter::once("numaresources".to_owned()).chain(rendered).chain(direct.args());
+    let Command::Rte(parsed) = Cli::try_parse_from(argv).unwrap().command;
+    let server = parsed.direct.resolve().unwrap().unwrap();
+    assert_eq!(server.url.to_string(), "https://numaresources-apiserver.numaresources.svc:443/");
+    let mount = std::path::Path::new(TOKEN_MOUNT_DIR);
+    assert_eq!((server.ca_file, server.token_file), (mount.join(CA_FILE_NAME), mount.join(TOKEN_FILE_NAME)));
+}

@@ -569,6 +569,12 @@ fn the_namespace_admits_the_exporters_and_openshift_grants_them_an_scc() {
         verbosity: 2,
         metrics: rte::MetricsMode::Http,
         openshift_selinux: true,
+        // With our API server (the default): the projected token and CA volume too.
+        direct_write: Some(rte::DirectWrite {
+            url: numaresources_api::direct_write::service_url("numaresources-apiserver", NAMESPACE),
+            ca_config_map: "numaresources-apiserver-ca".into(),
+            ca_key: "service-ca.crt".into(),
+        }),
     };
     let daemon_set = rte::daemon_set(&settings, &resolution.pools[0], "hash").unwrap();
     let pod = daemon_set.spec.unwrap().template.spec.unwrap();
@@ -606,6 +612,8 @@ fn the_namespace_admits_the_exporters_and_openshift_grants_them_an_scc() {
             "emptyDir"
         } else if volume.secret.is_some() {
             "secret"
+        } else if volume.projected.is_some() {
+            "projected"
         } else {
             "other"
         };

@@ -20,7 +20,9 @@
 //! these Secrets and no CR does (the webhook outlives any `NUMAResourcesOperator`), so they carry
 //! the `app.kubernetes.io/managed-by` and `part-of` labels instead of an owner reference.
 //! `caBundle` is patched on objects that exist, never created: the install or the operator
-//! creates them.
+//! creates them. So is the ConfigMap `numaresources-apiserver-ca`, where the exporters find
+//! the bundle for their direct write path: a consumer like the others once the operator has
+//! created it.
 
 pub mod mode;
 pub mod peer;
@@ -33,7 +35,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::{ByteString, Resource as _};
@@ -234,6 +236,8 @@ struct Consumers {
     /// The install's configuration and the scheduler's pod routing one, by name.
     mutating: Vec<(&'static str, MutatingWebhookConfiguration)>,
     validating: Option<ValidatingWebhookConfiguration>,
+    /// The exporters' copy of the bundle (their direct write path), once the operator made it.
+    ca_config_map: Option<ConfigMap>,
     /// The namespace our Services live in.
     namespace: String,
     /// How many could not be read (RBAC, an API outage): they count as lacking the bundle.
@@ -246,7 +250,8 @@ fn points_at(service: Option<(&str, Option<&str>)>, name: &str, namespace: &str)
 }
 
 impl Consumers {
-    /// Reads the four objects; one that cannot be read is reported, not fatal, so the serving
+    /// Reads them (the APIService, the three webhook configurations, the exporters' CA
+    /// ConfigMap); one that cannot be read is reported, not fatal, so the serving
     /// certificates are still kept while, say, a webhook configuration is forbidden to us.
     async fn read(client: &kube::Client, namespace: &str) -> (Self, Vec<Error>) {
         let mut errors = Vec::new();
@@ -274,8 +279,11 @@ impl Consumers {
             }
         }
         let validating = kept(get_opt(&Api::all(client.clone()), WEBHOOK_CONFIGURATION).await, &mut errors);
+        let config_maps = Api::namespaced(client.clone(), namespace);
+        let ca_config_map = kept(get_opt(&config_maps, names::APISERVER_CA_CONFIG_MAP).await, &mut errors);
         let unreadable = errors.len();
-        (Self { api_service, mutating, validating, namespace: namespace.to_owned(), unreadable }, errors)
+        let namespace = namespace.to_owned();
+        (Self { api_service, mutating, validating, ca_config_map, namespace, unreadable }, errors)
     }
 
     /// Whether a webhook's clientConfig sends to our webhook Service.
@@ -295,6 +303,9 @@ impl Consumers {
         let validating = self.validating.iter().flat_map(|c| c.webhooks.iter().flatten()).map(|w| &w.client_config);
         for config in mutating.chain(validating).filter(|config| self.ours(config)) {
             bundles.push(text(config.ca_bundle.as_ref()));
+        }
+        if let Some(config_map) = &self.ca_config_map {
+            bundles.push(config_map.data.as_ref().and_then(|data| data.get(mode::CA_CONFIG_MAP_KEY)).cloned());
         }
         bundles
     }
@@ -335,6 +346,15 @@ impl Consumers {
             let result =
                 patch_configuration::<ValidatingWebhookConfiguration>(client, WEBHOOK_CONFIGURATION, &params, patch);
             results.extend(result.await);
+        }
+        if let Some(config_map) = &self.ca_config_map
+            && config_map.data.as_ref().and_then(|data| data.get(mode::CA_CONFIG_MAP_KEY)).map(String::as_str)
+                != Some(bundle)
+        {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &self.namespace);
+            let patch = Patch::Merge(json!({"data": {mode::CA_CONFIG_MAP_KEY: bundle}}));
+            let name = names::APISERVER_CA_CONFIG_MAP;
+            results.push(api.patch(name, &params, &patch).await.map(|_| ()).map_err(|e| (ConfigMap::KIND, name, e)));
         }
         let patched = results.iter().filter(|result| result.is_ok()).count();
         let failed = results

@@ -53,6 +53,20 @@ impl CertificateMode {
         }
     }
 
+    /// Where the CA bundle that verifies the API server lies in the ConfigMap
+    /// [`crate::names::APISERVER_CA_CONFIG_MAP`] (the exporters' direct write path): the key,
+    /// and the annotations that ask this mode's injector to fill it (service-ca injects into an
+    /// annotated ConfigMap under its own key; in the other modes the controllers write it).
+    pub fn ca_config_map(self) -> (&'static str, BTreeMap<String, String>) {
+        match self {
+            Self::ServiceCa => (
+                SERVICE_CA_CONFIG_MAP_KEY,
+                BTreeMap::from([(SERVICE_CA_INJECT_CABUNDLE.to_owned(), "true".to_owned())]),
+            ),
+            Self::SelfManaged | Self::Olm | Self::CertManager => (CA_CONFIG_MAP_KEY, BTreeMap::new()),
+        }
+    }
+
     /// The annotations that ask this mode's injector for the webhook's CA on a webhook
     /// configuration the controllers render (the pod routing one); empty when nothing is asked
     /// for by annotation.
@@ -71,6 +85,10 @@ impl CertificateMode {
 pub const CERT_MANAGER_INJECT_CA_FROM: &str = "cert-manager.io/inject-ca-from";
 /// service-ca: inject the service CA into `caBundle`.
 pub const SERVICE_CA_INJECT_CABUNDLE: &str = "service.beta.openshift.io/inject-cabundle";
+/// The key the controllers write a CA bundle under in a ConfigMap.
+pub const CA_CONFIG_MAP_KEY: &str = "ca.crt";
+/// The key service-ca injects its CA bundle under in an annotated ConfigMap.
+pub const SERVICE_CA_CONFIG_MAP_KEY: &str = "service-ca.crt";
 /// service-ca: write a serving certificate for this Service into the named Secret.
 pub const SERVICE_CA_SERVING_CERT_SECRET: &str = "service.beta.openshift.io/serving-cert-secret-name";
 
@@ -187,5 +205,10 @@ mod tests {
         assert_eq!(webhook[CERT_MANAGER_INJECT_CA_FROM], "ns/numaresources-webhook");
         assert_eq!(CertificateMode::ServiceCa.webhook_annotations("ns")[SERVICE_CA_INJECT_CABUNDLE], "true");
         assert!(CertificateMode::SelfManaged.webhook_annotations("ns").is_empty());
+        let (key, annotations) = CertificateMode::ServiceCa.ca_config_map();
+        assert_eq!((key, annotations[SERVICE_CA_INJECT_CABUNDLE].as_str()), ("service-ca.crt", "true"));
+        for mode in [CertificateMode::SelfManaged, CertificateMode::Olm, CertificateMode::CertManager] {
+            assert_eq!(mode.ca_config_map(), ("ca.crt", BTreeMap::new()), "{mode}: written by the controllers");
+        }
     }
 }

@@ -8,8 +8,9 @@
 //!    (`ValidationErrorUnderNodeGroups`), using the api crate's rules as the backstop of the
 //!    webhook's;
 //! 4. the NRT API ([`nrt_api`]);
-//! 5. exporters: shared ServiceAccount/RBAC, a DaemonSet per pool, removal of DaemonSets we own
-//!    that are no longer wanted (never anyone else's);
+//! 5. exporters: shared ServiceAccount/RBAC, a DaemonSet per pool (with the direct write path
+//!    to our API server while it serves the NRT API, [`direct_write`]), removal of DaemonSets we
+//!    own that are no longer wanted (never anyone else's);
 //! 6. status: conditions, per-group DaemonSet and normalized config, ready DaemonSets,
 //!    related objects; tolerable problems (a selector matching several pools, nodes in two
 //!    groups) degrade it now, after everything was applied.
@@ -17,6 +18,7 @@
 //! Errors requeue with a per-object backoff and show as `Degraded`/`InternalError` with the
 //! API server's message.
 
+pub mod direct_write;
 pub mod nrt_api;
 pub mod nrt_teardown;
 
@@ -126,8 +128,9 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
     let api: Api<NUMAResourcesOperator> = Api::all(ctx.client.clone());
     let result = finalizer(&api, FINALIZER_APISERVICE, nro.clone(), |event| async {
         match event {
-            FinalizerEvent::Apply(nro) => apply(&nro, &ctx).await,
-            FinalizerEvent::Cleanup(nro) => cleanup(&nro, &ctx).await,
+            // Boxed: these futures are large, and a debug build keeps every inlined one on the stack.
+            FinalizerEvent::Apply(nro) => Box::pin(apply(&nro, &ctx)).await,
+            FinalizerEvent::Cleanup(nro) => Box::pin(cleanup(&nro, &ctx)).await,
         }
     })
     .await
@@ -191,13 +194,13 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     };
 
     let applier = Applier::new(ctx.client.clone(), nro.controller_owner_ref(&()));
-    // Boxed: the step's future is large, and a debug build's stack holds every inlined one.
     let api_state = Box::pin(nrt_api::reconcile(nro, ctx, &applier)).await?;
     if let ApiState::Blocked(message) = &api_state {
         write_status(nro, ctx, Outcome::degraded(cond::REASON_NRT_CRD_PRESENT, message.clone())).await?;
         return Ok(Action::requeue(BLOCKED_REQUEUE));
     }
 
+    let direct_write = Box::pin(direct_write::prepare(ctx, &applier, &api_state)).await?;
     let settings = RteSettings {
         namespace: ctx.settings.namespace.clone(),
         nro_name: nro.name_any(),
@@ -205,6 +208,7 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
         verbosity: spec.log_level.as_ref().map_or(2, |l| l.klog_verbosity()),
         metrics: ctx.settings.rte_metrics.clone(),
         openshift_selinux: ctx.settings.is_openshift(),
+        direct_write,
     };
     let exporters = apply_exporters(nro, ctx, &applier, &settings, &resolution.pools).await?;
 
@@ -304,7 +308,12 @@ async fn apply_exporters(
     applier.cluster(rte::cluster_role_binding(namespace)?).await?;
     applier.namespaced(rte::role(namespace)?).await?;
     applier.namespaced(rte::role_binding(namespace)?).await?;
-    applier.namespaced(crate::render::network_policy::exporters(namespace)?).await?;
+    let policy = if settings.direct_write.is_some() {
+        crate::render::network_policy::exporters_writing_directly(namespace)?
+    } else {
+        crate::render::network_policy::exporters(namespace)?
+    };
+    applier.namespaced(policy).await?;
     if matches!(settings.metrics, rte::MetricsMode::HttpTls { .. }) {
         applier.namespaced(rte::metrics_service(namespace)?).await?;
     }

@@ -13,7 +13,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -59,6 +59,9 @@ pub async fn remove_api_server(nro: &NUMAResourcesOperator, ctx: &Context) -> Re
     if let Some(service) = &objects.service {
         take(delete_if_ours(&Api::<Service>::namespaced(client.clone(), namespace), &service.name_any(), &uid).await?);
     }
+    // The exporters' direct write path goes with the server (their DaemonSets lose it this pass).
+    let ca = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    take(delete_if_ours(&ca, crate::names::APISERVER_CA_CONFIG_MAP, &uid).await?);
     let policy = crate::render::network_policy::apiserver(namespace)?;
     take(delete_if_ours(&Api::<NetworkPolicy>::namespaced(client.clone(), namespace), &policy.name_any(), &uid).await?);
     for binding in &objects.cluster_role_bindings {

@@ -22,14 +22,14 @@ use super::*;
 use crate::context::Settings;
 use crate::fake::{FakeApi, one_pass};
 
-const NS: &str = "numaresources";
-const NRO: &str = "/apis/nodetopology.openshift.io/v1/numaresourcesoperators/numaresourcesoperator";
-const APISERVICE_PATH: &str = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha2.topology.node.k8s.io";
+pub(super) const NS: &str = "numaresources";
+pub(super) const NRO: &str = "/apis/nodetopology.openshift.io/v1/numaresourcesoperators/numaresourcesoperator";
+pub(super) const APISERVICE_PATH: &str = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha2.topology.node.k8s.io";
 const APISERVER_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/numaresources/deployments/numaresources-apiserver";
 const TLS_SECRET: &str = "/api/v1/namespaces/numaresources/secrets/numaresources-apiserver-tls";
 const CRD: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/noderesourcetopologies.topology.node.k8s.io";
 
-fn ds_path(name: &str) -> String {
+pub(super) fn ds_path(name: &str) -> String {
     format!("/apis/apps/v1/namespaces/{NS}/daemonsets/{name}")
 }
 
@@ -43,7 +43,7 @@ fn selector_group(key: &str, value: &str) -> NodeGroup {
     }
 }
 
-fn worker_group() -> NodeGroup {
+pub(super) fn worker_group() -> NodeGroup {
     selector_group("node-role.kubernetes.io/worker", "")
 }
 
@@ -54,17 +54,17 @@ fn nro_object(name: &str, groups: Vec<NodeGroup>) -> Value {
     serde_json::to_value(nro).unwrap()
 }
 
-struct Harness {
-    fake: FakeApi,
-    ctx: Arc<Context>,
+pub(super) struct Harness {
+    pub fake: FakeApi,
+    pub ctx: Arc<Context>,
 }
 
 impl Harness {
-    fn new(groups: Vec<NodeGroup>) -> Self {
+    pub fn new(groups: Vec<NodeGroup>) -> Self {
         Self::with_settings(groups, Settings::kubernetes(NS, "quay.io/numaresources/numaresources:v1"))
     }
 
-    fn with_settings(groups: Vec<NodeGroup>, settings: Settings) -> Self {
+    pub fn with_settings(groups: Vec<NodeGroup>, settings: Settings) -> Self {
         let (fake, client) = FakeApi::start();
         for (name, labels) in [
             ("worker-a", json!({"node-role.kubernetes.io/worker": ""})),
@@ -87,12 +87,12 @@ impl Harness {
         one_pass(reconcile_raw(Arc::new(obj), self.ctx.clone())).await
     }
 
-    async fn reconcile(&self) -> Result<Action> {
+    pub async fn reconcile(&self) -> Result<Action> {
         self.reconcile_path(NRO).await
     }
 
     /// Adds the finalizer, applies, rolls everything out, registers the APIService.
-    async fn converge(&self) {
+    pub async fn converge(&self) {
         self.reconcile().await.unwrap();
         self.reconcile().await.unwrap();
         self.fake.roll_out();
@@ -431,7 +431,8 @@ async fn exporters_and_the_api_server_get_their_network_policies_and_a_switch_re
     h.converge().await;
     let policy = |name: &str| format!("/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/{name}");
     for (name, rendered) in [
-        ("numaresources-rte", crate::render::network_policy::exporters(NS).unwrap()),
+        // Writing to our API server directly while it serves the NRT API.
+        ("numaresources-rte", crate::render::network_policy::exporters_writing_directly(NS).unwrap()),
         ("numaresources-apiserver", crate::render::network_policy::apiserver(NS).unwrap()),
     ] {
         let applied: k8s_openapi::api::networking::v1::NetworkPolicy = h.fake.typed(&policy(name));
@@ -442,7 +443,12 @@ async fn exporters_and_the_api_server_get_their_network_policies_and_a_switch_re
     });
     h.reconcile().await.unwrap();
     assert!(h.fake.get(&policy("numaresources-apiserver")).is_none(), "removed with the server");
-    assert!(h.fake.get(&policy("numaresources-rte")).is_some());
+    let exporters: k8s_openapi::api::networking::v1::NetworkPolicy = h.fake.typed(&policy("numaresources-rte"));
+    assert_eq!(
+        exporters.spec,
+        crate::render::network_policy::exporters(NS).unwrap().spec,
+        "back to kube-apiserver only"
+    );
 }
 
 /// The Events with `reason` the fake holds.

@@ -5,14 +5,16 @@
 //! | component | ingress | egress |
 //! |---|---|---|
 //! | scheduler | 10259 (`/healthz`, `/metrics`) | kube-apiserver |
-//! | exporters | [`RTE_METRICS_PORT`] (`/metrics`) | kube-apiserver |
+//! | exporters | [`RTE_METRICS_PORT`] (`/metrics`) | kube-apiserver; with the direct write path also DNS and the API server's [`APISERVER_PORT`] |
 //! | API server | 6443 from anywhere (kube-apiserver), 6444 from its replicas | kube-apiserver, 6444 to its replicas |
 //!
 //! kube-apiserver runs on the control plane's host network: no pod or namespace selector names
 //! it, and its address is not known when the policy is written, so it is reached by port
 //! ([`KUBE_APISERVER_PORTS`]: the `kubernetes` Service's and the usual endpoint port) and calls in
-//! on the component's serving port only. No component resolves names (each reaches
-//! kube-apiserver by the address in its environment), so there is no DNS rule.
+//! on the component's serving port only. Components reach kube-apiserver by the address in their
+//! environment, so none needs DNS, except the exporters writing to our API server's Service by
+//! its name ([`exporters_writing_directly`]): DNS is reached by port (the cluster's resolver
+//! lives in a namespace and under labels that differ between distributions).
 //!
 //! [`admits`] evaluates policies the way the NetworkPolicy API defines them; the tests (here and
 //! in the install tests) check every needed flow is admitted and the others are not.
@@ -34,6 +36,10 @@ pub const KUBE_APISERVER_PORTS: [u16; 2] = [443, 6443];
 pub const SCHEDULER_PORT: u16 = 10259;
 /// The exporters' metrics port (`METRICS_PORT`).
 pub const RTE_METRICS_PORT: u16 = 2112;
+/// The NRT API server's secure port (`--secure-port`, its Service's target).
+pub const APISERVER_PORT: u16 = 6443;
+/// DNS, over UDP and TCP.
+pub const DNS_PORT: u16 = 53;
 
 /// The namespace the checked-in API server policy is written for.
 const MANIFEST_NAMESPACE: &str = "numaresources";
@@ -76,6 +82,27 @@ pub fn scheduler(namespace: &str) -> Result<NetworkPolicy, RenderError> {
 /// The exporters' policy (every node group's DaemonSet).
 pub fn exporters(namespace: &str) -> Result<NetworkPolicy, RenderError> {
     component_policy("exporter NetworkPolicy", namespace, RTE_SERVICE_ACCOUNT, COMPONENT_RTE, &[RTE_METRICS_PORT])
+}
+
+/// The exporters' policy with the direct write path: also the cluster's DNS (the Service is
+/// addressed by name) and our API server's pods on their secure port (what the Service
+/// forwards to).
+pub fn exporters_writing_directly(namespace: &str) -> Result<NetworkPolicy, RenderError> {
+    let mut policy = exporters(namespace)?;
+    let extra: Vec<k8s_openapi::api::networking::v1::NetworkPolicyEgressRule> = typed(
+        "exporter NetworkPolicy",
+        json!([
+        {"ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}]},
+        {
+            "to": [{"podSelector": {"matchLabels": names::selector_labels(names::APISERVER, names::COMPONENT_APISERVER)}}],
+            "ports": [{"protocol": "TCP", "port": APISERVER_PORT}],
+        },
+        ]),
+    )?;
+    if let Some(spec) = policy.spec.as_mut() {
+        spec.egress.get_or_insert_with(Vec::new).extend(extra);
+    }
+    Ok(policy)
 }
 
 /// The NRT API server's policy: the install's file, moved into `namespace`.

@@ -67,6 +67,43 @@ fn exporters_serve_metrics_and_call_only_kube_apiserver() {
 }
 
 #[test]
+fn exporters_writing_directly_also_resolve_the_service_and_reach_the_api_server_pods() {
+    let objects = crate::render::apiserver::objects(NS, "img").unwrap();
+    let template = objects.deployment.unwrap().spec.unwrap().template;
+    let server_pod = template.metadata.unwrap().labels.unwrap();
+    // The Service's target port, resolved in the server's container as the kubelet does.
+    let Some(IntOrString::String(target)) =
+        objects.service.unwrap().spec.unwrap().ports.unwrap()[0].target_port.clone()
+    else {
+        panic!("the Service targets a named port");
+    };
+    let ports = template.spec.unwrap().containers[0].ports.clone().unwrap();
+    let target = ports.iter().find(|p| p.name.as_deref() == Some(target.as_str())).unwrap();
+    assert_eq!(target.container_port, i32::from(APISERVER_PORT));
+    let policies = [exporters_writing_directly(NS).unwrap(), apiserver(NS).unwrap()];
+    let mut labels = names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE);
+    labels.insert(names::LABEL_NODE_GROUP.to_owned(), "worker".to_owned());
+    let h = |t: &Traffic| admits(&policies, NS, &labels, t);
+    let to_server = tcp(Direction::Egress, pod(NS, server_pod.clone()), APISERVER_PORT);
+    assert!(h(&to_server), "the Service forwards to the server's secure port");
+    for protocol in ["UDP", "TCP"] {
+        let dns = Traffic { direction: Direction::Egress, peer: ip("10.96.0.10"), protocol, port: DNS_PORT };
+        assert!(h(&dns), "DNS over {protocol}");
+    }
+    reaches_kube_apiserver(h);
+    let stranger = pod("default", BTreeMap::from([("app".to_owned(), "curious".to_owned())]));
+    assert!(!h(&tcp(Direction::Egress, stranger, 8080)), "egress to another pod");
+    assert!(!h(&tcp(Direction::Egress, pod(NS, server_pod.clone()), 6444)), "not the peer port");
+    // And the server lets the exporters in.
+    let from_exporter = tcp(Direction::Ingress, pod(NS, labels.clone()), APISERVER_PORT);
+    assert!(admits(&policies, NS, &server_pod, &from_exporter));
+    // Without the direct path: no DNS.
+    let plain = [exporters(NS).unwrap()];
+    let dns = Traffic { direction: Direction::Egress, peer: ip("10.96.0.10"), protocol: "UDP", port: DNS_PORT };
+    assert!(!admits(&plain, NS, &labels, &dns));
+}
+
+#[test]
 fn the_api_server_takes_kube_apiserver_and_its_peers_and_nothing_else() {
     let policies = [apiserver(NS).unwrap()];
     let labels = names::labels(APISERVER, COMPONENT_APISERVER);

@@ -19,13 +19,22 @@
 //! works on any node. `Periodic` asks for periodic scans only, so it turns that poll off (the
 //! exporter's own default polls).
 //!
+//! Whenever our API server serves the NRT API, every exporter also gets the direct write path
+//! ([`DirectWrite`], the contract in `numaresources_api::direct_write`): `--nrt-server` with
+//! the Service's URL, and a projected volume with a ServiceAccount token of our server's own
+//! audience and the CA bundle that verifies it. When the cluster serves NRT itself, none of it.
+//!
 //! The group's ConfigMap is mounted as a directory, never with `subPath`: the kubelet updates a
 //! ConfigMap volume by swapping its `..data` symlink, which a `subPath` mount never sees, and the
 //! exporter follows that swap to apply a new configuration without a restart.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use numaresources_api::direct_write::{
+    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_TOKEN_FILE_FLAG, TOKEN_AUDIENCE,
+    TOKEN_EXPIRATION_SECONDS, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR,
+};
 use numaresources_api::nrt;
 use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
 use serde_json::{Value, json};
@@ -68,6 +77,74 @@ pub enum MetricsMode {
     },
 }
 
+/// The exporters' projected volume of the direct write path (token and CA bundle).
+pub const NRT_SERVER_VOLUME: &str = "nrt-server";
+
+/// The direct write path, rendered while our API server serves the NRT API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectWrite {
+    /// Our API server's Service, as a base URL.
+    pub url: String,
+    /// The ConfigMap holding the CA bundle that verifies the server's certificate.
+    pub ca_config_map: String,
+    /// The key of the bundle in it (the certificate mode's injector decides).
+    pub ca_key: String,
+}
+
+impl DirectWrite {
+    /// The exporter's flags.
+    pub fn args(&self) -> [String; 3] {
+        [
+            format!("{NRT_SERVER_FLAG}={}", self.url),
+            format!("{NRT_SERVER_CA_FILE_FLAG}={TOKEN_MOUNT_DIR}/{CA_FILE_NAME}"),
+            format!("{NRT_TOKEN_FILE_FLAG}={TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"),
+        ]
+    }
+
+    /// The projected volume: the kubelet writes a token for our server's audience (rotated
+    /// before it expires) beside the CA bundle. The ConfigMap is optional so an exporter never
+    /// waits for it: without the bundle the exporter publishes through kube-apiserver.
+    pub fn volume(&self) -> Value {
+        json!({"name": NRT_SERVER_VOLUME, "projected": {"sources": [
+            {"serviceAccountToken": {
+                "audience": TOKEN_AUDIENCE,
+                "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
+                "path": TOKEN_FILE_NAME,
+            }},
+            {"configMap": {
+                "name": self.ca_config_map,
+                "items": [{"key": self.ca_key, "path": CA_FILE_NAME}],
+                "optional": true,
+            }},
+        ]}})
+    }
+}
+
+/// The ConfigMap with the CA bundle of the direct write path
+/// ([`names::APISERVER_CA_CONFIG_MAP`]): `bundle` under `key` when the controllers write it,
+/// `annotations` when an injector fills it.
+pub fn ca_config_map(
+    namespace: &str,
+    key: &str,
+    bundle: Option<&str>,
+    annotations: std::collections::BTreeMap<String, String>,
+) -> Result<ConfigMap, RenderError> {
+    let mut config_map = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {
+            "name": names::APISERVER_CA_CONFIG_MAP, "namespace": namespace,
+            "labels": names::labels(names::APISERVER, names::COMPONENT_APISERVER),
+        },
+    });
+    if !annotations.is_empty() {
+        config_map["metadata"]["annotations"] = json!(annotations);
+    }
+    if let Some(bundle) = bundle {
+        config_map["data"] = json!({key: bundle});
+    }
+    typed("API server CA ConfigMap", config_map)
+}
+
 /// What every exporter DaemonSet shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RteSettings {
@@ -83,6 +160,8 @@ pub struct RteSettings {
     pub metrics: MetricsMode,
     /// Run under OpenShift's SELinux type for device plugins (nro.md §4.2).
     pub openshift_selinux: bool,
+    /// The direct write path, while our API server serves the NRT API.
+    pub direct_write: Option<DirectWrite>,
 }
 
 /// The exporter arguments for one node group's normalized config.
@@ -174,6 +253,12 @@ pub fn daemon_set(settings: &RteSettings, pool: &ResolvedPool, config_hash: &str
         volume_mounts.push(json!({"name": "run-pfpstatus", "mountPath": "/run/pfpstatus"}));
         volumes.push(json!({"name": "run-pfpstatus", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}));
     }
+    let mut args = args(&pool.config, settings.verbosity, &settings.metrics);
+    if let Some(direct) = &settings.direct_write {
+        args.extend(direct.args());
+        volume_mounts.push(json!({"name": NRT_SERVER_VOLUME, "mountPath": TOKEN_MOUNT_DIR, "readOnly": true}));
+        volumes.push(direct.volume());
+    }
     if tls {
         // Tied to the metrics mode, not to fingerprinting (upstream's quirk).
         volume_mounts.push(json!({"name": METRICS_CERT_SECRET, "mountPath": "/etc/secrets/rte/", "readOnly": true}));
@@ -221,7 +306,7 @@ pub fn daemon_set(settings: &RteSettings, pool: &ResolvedPool, config_hash: &str
                 "name": RTE_CONTAINER,
                 "image": settings.image,
                 "imagePullPolicy": "IfNotPresent",
-                "args": args(&pool.config, settings.verbosity, &settings.metrics),
+                "args": args,
                 "env": env,
                 "ports": [{"name": "metrics-port", "containerPort": 2112, "protocol": "TCP"}],
                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},

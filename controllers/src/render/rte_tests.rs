@@ -21,6 +21,7 @@ fn settings() -> RteSettings {
         verbosity: 2,
         metrics: MetricsMode::Http,
         openshift_selinux: false,
+        direct_write: None,
     }
 }
 
