@@ -11,6 +11,9 @@
 //!   consumers a CA rotation waits for ([`crate::certificates`]);
 //! - cert-manager and OLM: copied from the APIService their injector filled;
 //! - service-ca: the ConfigMap carries the annotation, and service-ca injects its CA itself.
+//!
+//! Under OLM the Service in front of the API server is OLM's, named after the Deployment
+//! ([`OLM_SERVICE_SUFFIX`]), and so is the certificate it serves.
 
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
@@ -22,6 +25,19 @@ use crate::certificates::{self, CertificateMode};
 use crate::context::{Context, Result};
 use crate::names::{APISERVER, APISERVER_CA_CONFIG_MAP, APISERVICE};
 use crate::render::rte::{DirectWrite, ca_config_map};
+
+/// OLM names the Service of an `apiservicedefinitions` entry `<deployment>-service`.
+pub const OLM_SERVICE_SUFFIX: &str = "-service";
+
+/// The Service in front of our API server in `mode`.
+pub fn api_server_service(mode: CertificateMode) -> String {
+    match mode {
+        CertificateMode::Olm => format!("{APISERVER}{OLM_SERVICE_SUFFIX}"),
+        CertificateMode::SelfManaged | CertificateMode::CertManager | CertificateMode::ServiceCa => {
+            APISERVER.to_owned()
+        }
+    }
+}
 
 /// The direct write path for the exporters when our API server serves the NRT API (`state`),
 /// with its CA ConfigMap applied; `None` when the cluster serves it.
@@ -50,7 +66,7 @@ pub async fn prepare(ctx: &Context, applier: &Applier, state: &ApiState) -> Resu
         }
     }
     Ok(Some(DirectWrite {
-        url: service_url(APISERVER, namespace),
+        url: service_url(&api_server_service(mode), namespace),
         ca_config_map: APISERVER_CA_CONFIG_MAP.to_owned(),
         ca_key: key.to_owned(),
     }))
@@ -61,8 +77,9 @@ async fn injected_bundle(ctx: &Context) -> Result<Option<String>> {
     let api_services: Api<APIService> = Api::all(ctx.client.clone());
     let Some(api_service) = get_opt(&api_services, APISERVICE).await? else { return Ok(None) };
     let Some(spec) = api_service.spec else { return Ok(None) };
-    let ours = spec.service.as_ref().is_some_and(|service| {
-        service.name.as_deref() == Some(APISERVER) && service.namespace.as_deref() == Some(&ctx.settings.namespace)
+    let service = api_server_service(ctx.settings.certificate_mode);
+    let ours = spec.service.as_ref().is_some_and(|s| {
+        s.name.as_deref() == Some(service.as_str()) && s.namespace.as_deref() == Some(&ctx.settings.namespace)
     });
     Ok(spec.ca_bundle.filter(|_| ours).and_then(|bundle| String::from_utf8(bundle.0).ok()).filter(|b| !b.is_empty()))
 }

@@ -44,15 +44,20 @@ fn direct_volume(pod: &PodSpec) -> Option<Volume> {
 
 /// The whole direct path in one exporter pod, its CA read from `key` of the CA ConfigMap.
 fn assert_direct_path(pod: &PodSpec, key: &str) {
+    assert_direct_path_to(pod, "numaresources-apiserver", key);
+    assert_eq!(direct_args(pod)[0], "--nrt-server=https://numaresources-apiserver.numaresources.svc:443");
+}
+
+/// [`assert_direct_path`] through the Service `service`.
+fn assert_direct_path_to(pod: &PodSpec, service: &str, key: &str) {
     assert_eq!(
         direct_args(pod),
         [
-            format!("{NRT_SERVER_FLAG}={}", service_url("numaresources-apiserver", NS)),
+            format!("{NRT_SERVER_FLAG}={}", service_url(service, NS)),
             format!("{NRT_SERVER_CA_FILE_FLAG}={TOKEN_MOUNT_DIR}/{CA_FILE_NAME}"),
             format!("{NRT_TOKEN_FILE_FLAG}={TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"),
         ]
     );
-    assert_eq!(direct_args(pod)[0], "--nrt-server=https://numaresources-apiserver.numaresources.svc:443");
     let sources = direct_volume(pod).unwrap().projected.unwrap().sources.unwrap();
     let token = sources[0].service_account_token.as_ref().unwrap();
     assert_eq!(
@@ -148,4 +153,28 @@ async fn when_the_cluster_serves_nrt_the_exporters_get_none_of_it() {
     assert!(pod.containers[0].volume_mounts.iter().flatten().all(|m| m.mount_path != TOKEN_MOUNT_DIR));
     assert!(h.fake.get(CA_CONFIG_MAP).is_none(), "removed with the server");
     assert!(!exporter_policy_egress_ports(&h).contains(&53), "no name to resolve");
+}
+
+#[tokio::test]
+async fn under_olm_the_exporters_reach_olms_service_verified_by_the_ca_olm_injected() {
+    let mut settings = Settings::kubernetes(NS, "quay.io/numaresources/numaresources:v1");
+    settings.certificate_mode = CertificateMode::Olm;
+    settings.apiserver_deployment = crate::certificates::ApiserverDeployment::Installed;
+    let h = Harness::with_settings(vec![worker_group()], settings);
+    // What OLM creates from the CSV: the Deployment, and the APIService in front of its Service.
+    h.fake.insert(
+        "/apis/apps/v1/namespaces/numaresources/deployments/numaresources-apiserver",
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "numaresources-apiserver", "namespace": NS}}),
+    );
+    let injected = ByteString(b"-----BEGIN CERTIFICATE-----\nolm\n-----END CERTIFICATE-----\n".to_vec());
+    h.fake.insert(
+        APISERVICE_PATH,
+        json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1alpha2.topology.node.k8s.io"},
+            "spec": {"group": "topology.node.k8s.io", "version": "v1alpha2", "groupPriorityMinimum": 1000, "versionPriority": 100,
+                "service": {"name": "numaresources-apiserver-service", "namespace": NS, "port": 443}, "caBundle": injected}}),
+    );
+    h.converge().await;
+    assert_direct_path_to(&exporter(&h), "numaresources-apiserver-service", "ca.crt");
+    let config_map: ConfigMap = h.fake.typed(CA_CONFIG_MAP);
+    assert_eq!(config_map.data.unwrap()["ca.crt"].as_bytes(), injected.0.as_slice());
 }
