@@ -229,9 +229,10 @@ async fn list_kubelet_configs(ctx: &Context) -> Result<Vec<DynamicObject>> {
 
 /// What of a Node says its kubelet may run a new configuration, or the node changed group: its
 /// labels, its boot, the kubelet's version, and when its Ready condition last changed. A kubelet
-/// restarted to take a new configuration reports NotReady until its runtime and pod lifecycle
-/// checks first pass, so Ready's transition time moves; a reboot changes the boot ID. The
-/// heartbeat (`lastHeartbeatTime`, every few seconds) is left out: it says nothing new.
+/// restarted to take a new configuration usually reports NotReady until its runtime and pod
+/// lifecycle checks first pass, so Ready's transition time moves (one that does not is left to
+/// [`RESYNC`]); a reboot changes the boot ID. The heartbeat (`lastHeartbeatTime`) is left out:
+/// it says nothing new.
 pub fn kubelet_incarnation(node: &Node) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let status = node.status.as_ref();
