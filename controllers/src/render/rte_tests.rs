@@ -324,3 +324,36 @@ fn the_metrics_service_asks_service_ca_for_the_certificate() {
     assert_eq!(spec.ports.unwrap()[0].port, 2112);
     assert!(!spec.selector.unwrap().contains_key(crate::names::LABEL_NODE_GROUP), "every group's exporters");
 }
+
+#[test]
+fn the_direct_write_path_is_rendered_only_when_asked_for() {
+    let plain = render(NodeGroupConfig::default());
+    assert!(!starts(&exporter_args(&plain), "--nrt-"), "{:?}", exporter_args(&plain));
+    assert!(!pod(&plain).volumes.iter().flatten().any(|v| v.name == NRT_SERVER_VOLUME));
+
+    let mut s = settings();
+    s.direct_write = Some(DirectWrite {
+        url: "https://numaresources-apiserver.numaresources.svc:443".into(),
+        ca_config_map: "numaresources-apiserver-ca".into(),
+        ca_key: "ca.crt".into(),
+    });
+    let ds = daemon_set(&s, &pool(NodeGroupConfig::default()), "h").unwrap();
+    let args = exporter_args(&ds);
+    assert_eq!(
+        args[args.len() - 3..],
+        [
+            "--nrt-server=https://numaresources-apiserver.numaresources.svc:443",
+            "--nrt-server-ca-file=/var/run/secrets/numaresources/nrt-server/ca.crt",
+            "--nrt-token-file=/var/run/secrets/numaresources/nrt-server/token",
+        ]
+    );
+    let volume = pod(&ds).volumes.iter().flatten().find(|v| v.name == NRT_SERVER_VOLUME).unwrap().clone();
+    let sources = volume.projected.unwrap().sources.unwrap();
+    let token = sources[0].service_account_token.clone().unwrap();
+    assert_eq!(
+        (token.audience.as_deref(), token.expiration_seconds, token.path.as_str()),
+        (Some("numaresources-apiserver"), Some(3600), "token")
+    );
+    let ca = sources[1].config_map.clone().unwrap();
+    assert_eq!(ca.optional, Some(true), "an exporter never waits for the bundle");
+}
