@@ -297,6 +297,10 @@ pub struct Snapshot {
 pub struct Store {
     state: RwLock<State>,
     /// The last revision written, for watchers waiting for changes.
+    ///
+    /// Lock order: `state`, then this channel (writes publish while holding `state`). Code that
+    /// holds the channel borrowed (`borrow`, `wait_for`'s closure) must never take `state`:
+    /// with a writer waiting in between, each side would wait for the other forever.
     revisions: watch::Sender<u64>,
     history_limit: usize,
     history_bytes_limit: usize,
@@ -492,6 +496,23 @@ impl Store {
     pub fn revision(&self) -> u64 {
         let state = self.read();
         self.visible_in(&state)
+    }
+
+    /// Waits until clients may see `revision`, for at most `wait`. True when they may.
+    pub async fn wait_visible(&self, revision: u64, wait: std::time::Duration) -> bool {
+        let mut changes = self.revisions.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Marked seen before the check, so a change after it ends the wait below; the
+            // borrow ends with the statement, before `revision()` takes the state lock.
+            changes.borrow_and_update();
+            if self.revision() >= revision {
+                return true;
+            }
+            if !matches!(tokio::time::timeout_at(deadline, changes.changed()).await, Ok(Ok(()))) {
+                return self.revision() >= revision;
+            }
+        }
     }
 
     /// Starts a watch after `from` (None: from now). Refused when `from` is older than the
@@ -1027,6 +1048,47 @@ pub(crate) mod tests {
         }];
         object.attributes = vec![AttributeInfo::new("topologyManagerPolicy", "single-numa-node")];
         object
+    }
+
+    /// Waiting for a revision while writes publish: a waiter that took the state lock while
+    /// holding the change channel deadlocked a replica (the writer holds them the other way).
+    #[test]
+    fn waiting_for_a_revision_while_writes_publish_never_deadlocks() {
+        const WRITES: i64 = 3_000;
+        let store = Arc::new(Store::starting_at(0, 100));
+        let (done, finished) = std::sync::mpsc::channel();
+        let run = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let runtime =
+                    tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+                runtime.block_on(async {
+                    let waiters: Vec<_> = (0..8)
+                        .map(|_| {
+                            let store = store.clone();
+                            tokio::spawn(async move {
+                                while store.revision() < WRITES as u64 {
+                                    let next = store.revision() + 1;
+                                    store.wait_visible(next, std::time::Duration::from_secs(1)).await;
+                                }
+                            })
+                        })
+                        .collect();
+                    for i in 0..WRITES {
+                        store.create(nrt(&format!("worker-{i}"), 4), false).unwrap();
+                    }
+                    for waiter in waiters {
+                        waiter.await.unwrap();
+                    }
+                });
+                let _ = done.send(());
+            })
+        };
+        // Not a timing assertion: a deadlock never ends (its threads, timers included, stay
+        // blocked), and this bound, kept outside them, turns it into a failure.
+        finished.recv_timeout(std::time::Duration::from_secs(120)).expect("waiters and the writer deadlocked");
+        run.join().unwrap();
+        assert_eq!(store.revision(), WRITES as u64);
     }
 
     #[test]

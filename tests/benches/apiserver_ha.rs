@@ -53,6 +53,11 @@ const BUCKET: Duration = Duration::from_millis(100);
 /// How often the cold-start phase looks at every replica's readiness and contents.
 const COLD_START_LOOK: Duration = Duration::from_millis(500);
 
+/// One progress line on stderr as each step ends, so a slow or stuck step shows which it is.
+fn progress(run_started: Instant, step: &str) {
+    eprintln!("[{:7.1} s] {step}", run_started.elapsed().as_secs_f64());
+}
+
 fn name(i: u64) -> String {
     format!("worker-{i:05}")
 }
@@ -101,8 +106,11 @@ struct Run {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    let began = Instant::now();
     let cluster = Cluster::start(REPLICAS, ReplicaOptions::default()).await;
+    progress(began, "replicas started");
     let leader = cluster.wait_for_leader(None, PATIENCE).await.expect("a leader");
+    progress(began, &format!("replica {leader} leads"));
     let mut clients = Vec::new();
     for i in 0..REPLICAS {
         clients.push(cluster.client(i).await);
@@ -117,7 +125,9 @@ async fn main() {
         sequence: Arc::new(AtomicU64::new(1)),
     };
     wait_ready(&run, &(0..REPLICAS).collect::<Vec<_>>()).await;
+    progress(began, "every replica Ready");
     seed(&run).await;
+    progress(began, &format!("{OBJECTS} objects created"));
     let start = current_version(&run.clients[leader]).await;
 
     // Steady phase, then kill -9 of the leader.
@@ -125,6 +135,7 @@ async fn main() {
     let writers = spawn_writers(&run, &stop);
     let watchers = spawn_watchers(&run, start, &stop);
     tokio::time::sleep(STEADY).await;
+    progress(began, "steady phase over");
     report_memory(&run, leader);
 
     let killed_at = Instant::now();
@@ -132,11 +143,13 @@ async fn main() {
     run.cluster.replicas[leader].kill();
     let new_leader = run.cluster.wait_for_leader(Some(leader), PATIENCE).await;
     let elected = killed_at.elapsed();
+    progress(began, "leader killed, election over");
     tokio::time::sleep(AFTER_KILL).await;
     stop.store(true, Ordering::Relaxed);
     for writer in writers {
         let _ = tokio::time::timeout(PATIENCE, writer).await;
     }
+    progress(began, "writers stopped");
     let survivors: Vec<usize> = (0..REPLICAS).filter(|i| *i != leader).collect();
     let lost = lost_writes(&run, &survivors).await;
     match new_leader {
@@ -159,9 +172,12 @@ async fn main() {
     run.cluster.respawn(leader);
     run.up[leader].store(true, Ordering::Relaxed);
     wait_ready(&run, &[leader]).await;
+    progress(began, &format!("replica {leader} back and Ready"));
     rolling_restart(&mut run).await;
+    progress(began, "rolling restart over");
 
     cold_start(&mut run).await;
+    progress(began, "cold start over");
 }
 
 /// Waits until each of `replicas` answers /readyz 200.
@@ -429,6 +445,7 @@ async fn rolling_restart(run: &mut Run) {
         run.cluster.respawn(i);
         wait_ready(run, &[i]).await;
         run.up[i].store(true, Ordering::Relaxed);
+        progress(began, &format!("rolling restart: replica {i} restarted and Ready"));
     }
     let took = began.elapsed();
     stop.store(true, Ordering::Relaxed);
@@ -491,6 +508,7 @@ async fn cold_start(run: &mut Run) {
     for i in 0..REPLICAS {
         run.cluster.respawn(i);
     }
+    progress(first_up, "cold start: every replica started");
     // Watch readiness and contents until every object is back on every replica.
     let deadline = Instant::now() + PATIENCE;
     while Instant::now() < deadline {

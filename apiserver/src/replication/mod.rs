@@ -319,12 +319,6 @@ impl Replication {
     /// Waits until clients of this replica see `revision`, for at most `wait`. True when they
     /// do.
     async fn reached(&self, revision: u64, wait: Duration) -> bool {
-        let mut changes = match self.store.watch(None) {
-            Ok(start) => start.changes,
-            Err(_) => return false,
-        };
-        let store = self.store.clone();
-        let reached = changes.wait_for(move |_| store.revision() >= revision);
-        tokio::time::timeout(wait, reached).await.is_ok_and(|r| r.is_ok()) || self.store.revision() >= revision
+        self.store.wait_visible(revision, wait).await
     }
 }
