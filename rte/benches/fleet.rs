@@ -1,0 +1,700 @@
+//! A fleet of exporters writing to our API server directly, as a cluster of N nodes would, with W
+//! clients watching every object (schedulers, informers):
+//!
+//! - the server is a real `numaresources apiserver` process over TLS on 127.0.0.1, in standalone
+//!   mode (one static token per agent, so each agent has its own identity), `MALLOC_ARENA_MAX=2`;
+//! - each agent is the exporter's own direct-path client (`direct_client`: the CA bundle, its
+//!   own token file read through `BearerFile`, its own connections) and publisher
+//!   (`KubePublisher`: GET, create, then merge patches), plus the exporter's own-object watch;
+//!   it publishes a changed topology at exponentially distributed intervals (mean
+//!   `--change-every`, 10 s) and resends it unchanged when nothing changed for `--heartbeat`
+//!   (60 s), as the agent does. Zones are those of the real sysfs fixtures (2-NUMA Intel, 1-NUMA
+//!   AMD with a GPU, AMD with offline CPUs), with available CPUs and memory changing;
+//! - each watcher is its own kube client streaming `?watch=true&allowWatchBookmarks=true` over
+//!   the whole collection, resuming from its last resourceVersion when a watch ends.
+//!
+//! Every change carries its sequence number and the time it was sent (two attributes), so a
+//! watcher knows each event's delivery time (sent → received, the write's own latency included)
+//! and which changes it never saw. After the run the agents stop, the watchers get a few seconds
+//! to drain, and every change an agent had acknowledged that a watcher did not see is lost.
+//!
+//! Printed: the server's CPU (cores, from /proc/<pid>/stat) and RSS over the measured window
+//! (after the ramp), this process's CPU (the clients share the machine's 2 cores with the
+//! server), publish latency, watch delivery p50/p99/max, lost and duplicate events, failed
+//! publishes and watch restarts.
+//!
+//! `cargo bench -p numaresources-rte --bench fleet` runs a small fleet (200 agents, 5 watchers,
+//! well under a minute); `-- --agents 5000 --watchers 100 --duration 120` the large one. The
+//! server binary: `NUMARESOURCES_BIN`, else `target/release/numaresources` (build it with
+//! `cargo build --release -p numaresources`). Nothing asserts a figure.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use kube::core::WatchEvent;
+use numaresources_api::nrt::well_known::{ANNOTATION_FINGERPRINT, ANNOTATION_RTE_UPDATE};
+use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology, Zone};
+use numaresources_api::quantity::Quantity;
+use numaresources_certs::CertificateAuthority;
+use numaresources_rte::agent::own_object;
+use numaresources_rte::direct::DirectServer;
+use numaresources_rte::direct::bearer::BearerFile;
+use numaresources_rte::direct::client::direct_client;
+use numaresources_rte::publish::{KubePublisher, Publisher};
+use serde::Deserialize;
+use tokio::sync::Notify;
+
+const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+const FIXTURES: [&str; 3] = ["intel-2numa-24cpu", "amd64-1numa-nvidia", "amd64-offline-cpus"];
+const GIB: i64 = 1 << 30;
+const SEQUENCE: &str = "benchSequence";
+const SENT: &str = "benchSentMicros";
+/// How long the watchers get after the agents stop to show what they were sent.
+const DRAIN: Duration = Duration::from_secs(15);
+/// How long the server may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the server's RSS is sampled during the window.
+const RSS_EVERY: Duration = Duration::from_secs(10);
+/// Linux's USER_HZ on the architectures we build for.
+const TICKS_PER_SECOND: u64 = 100;
+
+// ---------------------------------------------------------------------------------------------
+// Options.
+
+#[derive(Debug, Clone)]
+struct Options {
+    agents: usize,
+    watchers: usize,
+    /// The measured window, after the ramp and a settling period.
+    duration: Duration,
+    /// Agents start spread over this long.
+    ramp: Duration,
+    change_every: Duration,
+    heartbeat: Duration,
+    agent_watches: bool,
+}
+
+impl Options {
+    fn parse() -> Self {
+        let mut options = Self {
+            agents: 200,
+            watchers: 5,
+            duration: Duration::from_secs(20),
+            ramp: Duration::from_secs(10),
+            change_every: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(60),
+            agent_watches: true,
+        };
+        let mut args = std::env::args().skip(1);
+        let secs = |value: Option<String>| Duration::from_secs_f64(value.unwrap().parse().unwrap());
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--agents" => options.agents = args.next().unwrap().parse().unwrap(),
+                "--watchers" => options.watchers = args.next().unwrap().parse().unwrap(),
+                "--duration" => options.duration = secs(args.next()),
+                "--ramp" => options.ramp = secs(args.next()),
+                "--change-every" => options.change_every = secs(args.next()),
+                "--heartbeat" => options.heartbeat = secs(args.next()),
+                "--no-agent-watches" => options.agent_watches = false,
+                "--bench" => {}
+                other => panic!("unknown argument {other:?}"),
+            }
+        }
+        options
+    }
+
+    /// Past the ramp, every agent has created its object and its watch is listed.
+    fn settle(&self) -> Duration {
+        self.ramp + Duration::from_secs(5)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Time, randomness and a histogram shared by the tasks.
+
+fn now_micros() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// xorshift64*: enough randomness for arrival times, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Exponentially distributed with mean `mean` (a Poisson process's gaps).
+    fn exponential(&mut self, mean: Duration) -> Duration {
+        mean.mul_f64(-(1.0 - self.unit()).ln())
+    }
+}
+
+/// Latencies in 100 µs buckets up to 10 s (and one bucket above).
+struct Histogram {
+    buckets: Vec<AtomicU64>,
+    max: AtomicU64,
+}
+
+impl Histogram {
+    const BUCKET_MICROS: u64 = 100;
+    const BUCKETS: usize = 100_000;
+
+    fn new() -> Self {
+        Self { buckets: (0..=Self::BUCKETS).map(|_| AtomicU64::new(0)).collect(), max: AtomicU64::new(0) }
+    }
+
+    fn record(&self, micros: u64) {
+        let bucket = ((micros / Self::BUCKET_MICROS) as usize).min(Self::BUCKETS);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.max.fetch_max(micros, Ordering::Relaxed);
+    }
+
+    fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The upper bound of the bucket holding quantile `q`, in ms.
+    fn quantile_ms(&self, q: f64) -> f64 {
+        let total = self.count();
+        let wanted = ((total as f64) * q).ceil() as u64;
+        let mut seen = 0;
+        for (i, bucket) in self.buckets.iter().enumerate() {
+            seen += bucket.load(Ordering::Relaxed);
+            if seen >= wanted.max(1) {
+                return ((i as u64 + 1) * Self::BUCKET_MICROS) as f64 / 1000.0;
+            }
+        }
+        f64::NAN
+    }
+
+    fn max_ms(&self) -> f64 {
+        self.max.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server process.
+
+struct Server {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn binary() -> PathBuf {
+        std::env::var_os("NUMARESOURCES_BIN").map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/numaresources"),
+            PathBuf::from,
+        )
+    }
+
+    fn start(dir: &Path, port: u16) -> Self {
+        let binary = Self::binary();
+        assert!(
+            binary.exists(),
+            "{}: build it with `cargo build --release -p numaresources` or set NUMARESOURCES_BIN",
+            binary.display()
+        );
+        let mut child = Command::new(&binary)
+            .args(["apiserver", "--bind-address", "127.0.0.1", "--secure-port", &port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(dir.join("serving.crt"))
+            .arg("--tls-private-key-file")
+            .arg(dir.join("serving.key"))
+            .arg("--cert-dir")
+            .arg(dir.join("cert-dir"))
+            .arg("--token-auth-file")
+            .arg(dir.join("tokens.csv"))
+            // Every simulated node connects from 127.0.0.1; real ones each have their own address.
+            .args(["--max-connections-per-client", "100000"])
+            .env("MALLOC_ARENA_MAX", "2")
+            .env("NUMARESOURCES_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut lines = lines.lock().unwrap();
+                if lines.len() < 1_000 {
+                    lines.push(line);
+                }
+            }
+        });
+        let server = Self { child, log };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !server.log.lock().unwrap().iter().any(|l| l.contains("serving HTTPS")) {
+            assert!(Instant::now() < deadline, "the server did not start: {:?}", server.log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    /// CPU time used so far (user + system).
+    fn cpu(&self) -> Duration {
+        proc_cpu(&format!("/proc/{}/stat", self.child.id()))
+    }
+
+    fn rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let kib: f64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN);
+        kib / 1024.0
+    }
+}
+
+/// utime + stime of a /proc/<pid>/stat file.
+fn proc_cpu(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    // The command name (field 2) is parenthesised and may hold spaces: count from after it.
+    let fields: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 1)..].split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    Duration::from_millis((ticks(11) + ticks(12)) * 1000 / TICKS_PER_SECOND)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fleet.
+
+/// What agents and watchers share.
+struct Fleet {
+    options: Options,
+    url: http::Uri,
+    dir: PathBuf,
+    /// Changes (create included) each agent's server acknowledged.
+    acked: Vec<AtomicU64>,
+    publish_failures: AtomicU64,
+    heartbeats: AtomicU64,
+    changes: AtomicU64,
+    publish_latency: Histogram,
+    delivery: Histogram,
+    /// Only events sent inside the window count for delivery times.
+    window: Mutex<Option<(u64, u64)>>,
+    stop_agents: AtomicBool,
+    lost: AtomicU64,
+    duplicates: AtomicU64,
+    watch_restarts: AtomicU64,
+    watch_errors: AtomicU64,
+}
+
+fn name(i: usize) -> String {
+    format!("fleet-{i:05}")
+}
+
+/// The capacity zones of each fixture machine.
+fn fixture_zones() -> Vec<Vec<Zone>> {
+    FIXTURES
+        .iter()
+        .map(|fixture| {
+            let dir = tempfile::tempdir().unwrap();
+            let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sysfs/{fixture}.tar.gz"));
+            let file = std::fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
+            tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
+            let machine = numaresources_rte::sysfs::discover(dir.path().join("sys")).unwrap().machine;
+            numaresources_rte::sysfs::capacity_zones(&machine)
+        })
+        .collect()
+}
+
+/// Agent `i`'s topology at change `sequence`: 2 CPUs and 2 GiB reserved per zone, a random share
+/// of the rest taken by exclusive allocations.
+fn topology(i: usize, zones: &[Zone], sequence: u64, rng: &mut Rng) -> NodeResourceTopology {
+    let mut nrt = NodeResourceTopology::new(&name(i));
+    nrt.zones = zones.to_vec();
+    for zone in &mut nrt.zones {
+        for resource in &mut zone.resources {
+            let capacity = resource.capacity.as_i64().unwrap_or(0);
+            let (allocatable, available) = match resource.name.as_str() {
+                "cpu" => {
+                    let allocatable = (capacity - 2).max(0);
+                    (allocatable, allocatable - (rng.next() % (allocatable as u64 / 2 + 1)) as i64)
+                }
+                "memory" => {
+                    let allocatable = (capacity - 2 * GIB).max(0);
+                    let gib = allocatable / GIB;
+                    (allocatable, allocatable - (rng.next() % (gib as u64 / 2 + 1)) as i64 * GIB)
+                }
+                _ => (capacity, capacity),
+            };
+            resource.allocatable = Quantity::from_i64(allocatable);
+            resource.available = Quantity::from_i64(available);
+        }
+    }
+    let fingerprint = format!("pfp0v001{:016x}", rng.next());
+    nrt.attributes = vec![
+        AttributeInfo::new("nodeTopologyPodsFingerprint", fingerprint.clone()),
+        AttributeInfo::new("topologyManagerPolicy", "single-numa-node"),
+        AttributeInfo::new("topologyManagerScope", "pod"),
+        AttributeInfo::new(SEQUENCE, sequence.to_string()),
+        AttributeInfo::new(SENT, now_micros().to_string()),
+    ];
+    nrt.metadata.annotations = Some(
+        [(ANNOTATION_RTE_UPDATE.to_owned(), "reactive".to_owned()), (ANNOTATION_FINGERPRINT.to_owned(), fingerprint)]
+            .into(),
+    );
+    nrt
+}
+
+async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Instant) {
+    let mut rng = Rng::new(i as u64 + 1);
+    let options = &fleet.options;
+    tokio::time::sleep(options.ramp.mul_f64(rng.unit())).await;
+    let server = DirectServer {
+        url: fleet.url.clone(),
+        ca_file: fleet.dir.join("ca.crt"),
+        token_file: fleet.dir.join(format!("tokens/{i}")),
+    };
+    let bearer = Arc::new(BearerFile::new(server.token_file.clone()));
+    let client = direct_client(&server, bearer).unwrap();
+    let lost = Arc::new(Notify::new());
+    let watch = options.agent_watches.then(|| tokio::spawn(own_object::watch(client.clone(), name(i), lost.clone())));
+    let publisher = KubePublisher::new(client, false);
+    let zones = &zones[i % zones.len()];
+
+    let publish = async |nrt: &NodeResourceTopology| {
+        let started = now_micros();
+        let result = publisher.publish(nrt.clone()).await;
+        fleet.publish_latency.record(now_micros() - started);
+        result.map_err(|_| fleet.publish_failures.fetch_add(1, Ordering::Relaxed)).is_ok()
+    };
+    let mut sequence = 0;
+    let mut current = topology(i, zones, sequence, &mut rng);
+    if publish(&current).await {
+        fleet.acked[i].fetch_add(1, Ordering::Relaxed);
+    }
+    let mut last_publish = tokio::time::Instant::now();
+    let mut next_change = last_publish + rng.exponential(options.change_every);
+    let end = tokio::time::Instant::from_std(end);
+    while !fleet.stop_agents.load(Ordering::Relaxed) {
+        let heartbeat = last_publish + options.heartbeat;
+        tokio::select! {
+            () = tokio::time::sleep_until(end) => break,
+            () = tokio::time::sleep_until(next_change) => {
+                sequence += 1;
+                current = topology(i, zones, sequence, &mut rng);
+                fleet.changes.fetch_add(1, Ordering::Relaxed);
+                if publish(&current).await {
+                    fleet.acked[i].fetch_add(1, Ordering::Relaxed);
+                }
+                next_change = tokio::time::Instant::now() + rng.exponential(options.change_every);
+            }
+            // The heartbeat (and a republish when the own-object watch finds it gone) resends
+            // the last object unchanged.
+            () = tokio::time::sleep_until(heartbeat) => {
+                fleet.heartbeats.fetch_add(1, Ordering::Relaxed);
+                publish(&current).await;
+            }
+            () = lost.notified() => {
+                publish(&current).await;
+            }
+        }
+        last_publish = tokio::time::Instant::now();
+    }
+    if let Some(watch) = watch {
+        watch.abort();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The watchers.
+
+/// The part of an event a watcher reads.
+#[derive(Clone, Deserialize)]
+struct Seen {
+    metadata: SeenMeta,
+    #[serde(default)]
+    attributes: Vec<SeenAttribute>,
+}
+
+#[derive(Clone, Deserialize)]
+struct SeenMeta {
+    name: String,
+}
+
+#[derive(Clone, Deserialize)]
+struct SeenAttribute {
+    name: String,
+    value: String,
+}
+
+impl Seen {
+    fn attribute(&self, name: &str) -> Option<u64> {
+        self.attributes.iter().find(|a| a.name == name).and_then(|a| a.value.parse().ok())
+    }
+}
+
+/// What one watcher saw of each object: (the next sequence number it expects, how many it saw).
+struct WatcherState {
+    objects: Vec<(u64, u64)>,
+}
+
+impl WatcherState {
+    fn saw(&mut self, fleet: &Fleet, object: &Seen) {
+        let received = now_micros();
+        let Some(index) = object.metadata.name.strip_prefix("fleet-").and_then(|n| n.parse::<usize>().ok()) else {
+            return;
+        };
+        let (Some(sequence), Some(sent)) = (object.attribute(SEQUENCE), object.attribute(SENT)) else { return };
+        let Some((next, seen)) = self.objects.get_mut(index) else { return };
+        if sequence < *next {
+            fleet.duplicates.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *next = sequence + 1;
+        *seen += 1;
+        if let Some((from, to)) = *fleet.window.lock().unwrap()
+            && (from..to).contains(&sent)
+        {
+            fleet.delivery.record(received.saturating_sub(sent));
+        }
+    }
+}
+
+async fn watcher(fleet: Arc<Fleet>, client: kube::Client, state: Arc<Mutex<WatcherState>>) {
+    let mut resource_version: Option<String> = None;
+    loop {
+        let from = resource_version.as_ref().map(|rv| format!("&resourceVersion={rv}")).unwrap_or_default();
+        let request =
+            http::Request::get(format!("{BASE}?watch=true&allowWatchBookmarks=true{from}")).body(Vec::new()).unwrap();
+        match client.request_events::<Seen>(request).await {
+            Ok(events) => {
+                let mut events = std::pin::pin!(events);
+                while let Some(event) = events.next().await {
+                    match event {
+                        Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => {
+                            state.lock().unwrap().saw(&fleet, &object);
+                        }
+                        Ok(WatchEvent::Bookmark(bookmark)) => {
+                            resource_version = Some(bookmark.metadata.resource_version);
+                        }
+                        Ok(WatchEvent::Deleted(_)) => {}
+                        Ok(WatchEvent::Error(error)) => {
+                            fleet.watch_errors.fetch_add(1, Ordering::Relaxed);
+                            if error.code == 410 {
+                                resource_version = None;
+                            }
+                        }
+                        Err(_) => {
+                            fleet.watch_errors.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                }
+                fleet.watch_restarts.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                fleet.watch_errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Writes the CA, the serving pair, the token file and each agent's token file.
+fn write_files(dir: &Path, agents: usize) {
+    let day = Duration::from_secs(24 * 3600);
+    let ca = CertificateAuthority::generate("fleet-ca", day).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.cert_pem()).unwrap();
+    let serving = ca.issue_serving(&["localhost".to_owned(), "127.0.0.1".to_owned()], day).unwrap();
+    serving.write(&dir.join("serving.crt"), &dir.join("serving.key")).unwrap();
+    std::fs::create_dir_all(dir.join("tokens")).unwrap();
+    let mut csv = String::from("watcher-token,watcher,uid-watcher\n");
+    for i in 0..agents {
+        // A projected token is a ~1 KiB JWT; the length matters to parsing and hashing.
+        let token = format!("agent-{i:05}-{}", "x".repeat(900));
+        std::fs::write(dir.join(format!("tokens/{i}")), &token).unwrap();
+        let user = format!("system:serviceaccount:numaresources:rte-{i:05}");
+        csv.push_str(&format!("{token},{user},uid-{i},\"system:masters\"\n"));
+    }
+    std::fs::write(dir.join("tokens.csv"), csv).unwrap();
+}
+
+async fn watcher_client(dir: &Path, url: &http::Uri) -> kube::Client {
+    let mut config = kube::Config::new(url.clone());
+    let pem = std::fs::read(dir.join("ca.crt")).unwrap();
+    let bundle = numaresources_certs::CaBundle::from_pem(&pem).unwrap();
+    config.root_cert = Some(bundle.certificates().iter().map(|c| c.to_vec()).collect());
+    config.default_retry = false;
+    config.headers = vec![(http::header::AUTHORIZATION, "Bearer watcher-token".parse().unwrap())];
+    kube::Client::try_from(config).unwrap()
+}
+
+fn main() {
+    let options = Options::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(run(options));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+}
+
+async fn run(options: Options) {
+    now_micros();
+    println!(
+        "fleet: {} agents (a change every ~{:?}, heartbeat {:?}, own-object watches: {}), {} watchers, \
+         window {:?} after {:?}",
+        options.agents,
+        options.change_every,
+        options.heartbeat,
+        options.agent_watches,
+        options.watchers,
+        options.duration,
+        options.settle()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_files(dir.path(), options.agents);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = Server::start(dir.path(), port);
+    let url: http::Uri = format!("https://127.0.0.1:{port}").parse().unwrap();
+    let zones = Arc::new(fixture_zones());
+
+    let fleet = Arc::new(Fleet {
+        acked: (0..options.agents).map(|_| AtomicU64::new(0)).collect(),
+        options: options.clone(),
+        url: url.clone(),
+        dir: dir.path().to_owned(),
+        publish_failures: AtomicU64::new(0),
+        heartbeats: AtomicU64::new(0),
+        changes: AtomicU64::new(0),
+        publish_latency: Histogram::new(),
+        delivery: Histogram::new(),
+        window: Mutex::new(None),
+        stop_agents: AtomicBool::new(false),
+        lost: AtomicU64::new(0),
+        duplicates: AtomicU64::new(0),
+        watch_restarts: AtomicU64::new(0),
+        watch_errors: AtomicU64::new(0),
+    });
+
+    let mut watchers = tokio::task::JoinSet::new();
+    let mut states = Vec::new();
+    for _ in 0..options.watchers {
+        let state = Arc::new(Mutex::new(WatcherState { objects: vec![(0, 0); options.agents] }));
+        states.push(Arc::clone(&state));
+        watchers.spawn(watcher(Arc::clone(&fleet), watcher_client(dir.path(), &url).await, state));
+    }
+    let started = Instant::now();
+    let end = started + options.settle() + options.duration;
+    let mut agents = tokio::task::JoinSet::new();
+    for i in 0..options.agents {
+        agents.spawn(agent(i, Arc::clone(&fleet), Arc::clone(&zones), end));
+    }
+
+    tokio::time::sleep(options.settle()).await;
+    let (cpu_before, own_before, window_start) = (server.cpu(), proc_cpu("/proc/self/stat"), Instant::now());
+    let window_from = now_micros();
+    *fleet.window.lock().unwrap() = Some((window_from, u64::MAX));
+    let (changes_before, heartbeats_before) =
+        (fleet.changes.load(Ordering::Relaxed), fleet.heartbeats.load(Ordering::Relaxed));
+    let mut rss = vec![server.rss_mib()];
+    while Instant::now() + RSS_EVERY <= end {
+        tokio::time::sleep(RSS_EVERY).await;
+        rss.push(server.rss_mib());
+    }
+    tokio::time::sleep(end.saturating_duration_since(Instant::now())).await;
+    let window = window_start.elapsed();
+    let (cpu, own) = (server.cpu() - cpu_before, proc_cpu("/proc/self/stat") - own_before);
+    *fleet.window.lock().unwrap() = Some((window_from, now_micros()));
+    let changes = fleet.changes.load(Ordering::Relaxed) - changes_before;
+    let heartbeats = fleet.heartbeats.load(Ordering::Relaxed) - heartbeats_before;
+    rss.push(server.rss_mib());
+
+    fleet.stop_agents.store(true, Ordering::Relaxed);
+    while agents.join_next().await.is_some() {}
+    // Drain: until every watcher saw every acknowledged change, or DRAIN.
+    let acked: Vec<u64> = fleet.acked.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+    let missing = || -> u64 {
+        states
+            .iter()
+            .map(|state| {
+                let state = state.lock().unwrap();
+                acked.iter().zip(&state.objects).map(|(acked, (_, seen))| acked.saturating_sub(*seen)).sum::<u64>()
+            })
+            .sum()
+    };
+    let drain_until = Instant::now() + DRAIN;
+    while missing() > 0 && Instant::now() < drain_until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    fleet.lost.store(missing(), Ordering::Relaxed);
+    watchers.abort_all();
+
+    let cores = cpu.as_secs_f64() / window.as_secs_f64();
+    let per_second = |n: u64| n as f64 / window.as_secs_f64();
+    println!(
+        "window {:.1} s: {} changes ({:.0}/s), {} heartbeats ({:.0}/s), {} failed publishes (whole run)",
+        window.as_secs_f64(),
+        changes,
+        per_second(changes),
+        heartbeats,
+        per_second(heartbeats),
+        fleet.publish_failures.load(Ordering::Relaxed)
+    );
+    println!(
+        "server CPU {:.3} cores ({:.0} µs per publish, watch fan-out and own-object watches included), RSS {:.1} MiB at the end (samples every {:?}: {})",
+        cores,
+        cpu.as_secs_f64() * 1e6 / (changes + heartbeats).max(1) as f64,
+        rss.last().copied().unwrap_or(f64::NAN),
+        RSS_EVERY,
+        rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(" ")
+    );
+    println!("bench process (agents + watchers) CPU {:.3} cores", own.as_secs_f64() / window.as_secs_f64());
+    println!(
+        "publish latency (whole run) p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
+        fleet.publish_latency.quantile_ms(0.5),
+        fleet.publish_latency.quantile_ms(0.99),
+        fleet.publish_latency.max_ms()
+    );
+    println!(
+        "watch delivery ({} events sent in the window) p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
+        fleet.delivery.count(),
+        fleet.delivery.quantile_ms(0.5),
+        fleet.delivery.quantile_ms(0.99),
+        fleet.delivery.max_ms()
+    );
+    println!(
+        "lost events {} (acknowledged changes a watcher never saw, after {:?} of drain), duplicates {}, \
+         watch restarts {}, watch errors {}",
+        fleet.lost.load(Ordering::Relaxed),
+        DRAIN,
+        fleet.duplicates.load(Ordering::Relaxed),
+        fleet.watch_restarts.load(Ordering::Relaxed),
+        fleet.watch_errors.load(Ordering::Relaxed)
+    );
+    drop(server);
+}
