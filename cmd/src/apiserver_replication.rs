@@ -86,6 +86,7 @@ pub struct Replicas {
     peer_addr: SocketAddr,
     peer_tls: Arc<rustls::ServerConfig>,
     _certificate_watcher: numaresources_certs::CertificateWatcher,
+    _ca_watcher: numaresources_certs::CertificateWatcher,
 }
 
 impl ReplicationArgs {
@@ -118,14 +119,12 @@ impl ReplicationArgs {
             key_file: self.peer_client_key_file.clone(),
             server_name: self.peer_server_name.clone(),
         };
-        let ca = std::fs::read(&tls.ca_file).with_context(|| format!("reading {}", tls.ca_file.display()))?;
-        let ca = CaBundle::from_pem(&ca).with_context(|| tls.ca_file.display().to_string())?;
+        let client_cas = Arc::new(ClientCaVerifier::new(&[read_peer_ca(&tls.ca_file)?])?);
+        let ca_watcher = follow_peer_ca(&tls.ca_file, client_cas.clone())?;
         let certificate = ReloadingCertificate::load(&tls.cert_file, &tls.key_file)
             .with_context(|| format!("loading the peer certificate {}", tls.cert_file.display()))?;
         let watcher = certificate.watch(WatchOptions::default())?;
-        let peer_tls = ServerConfigBuilder::new(Arc::new(certificate))
-            .client_cas(Arc::new(ClientCaVerifier::new(&[ca])?))
-            .build()?;
+        let peer_tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(client_cas).build()?;
         let client = crate::kube_client::kube_client(kubeconfig).await?;
         let lease = LeaderLease::new(
             client,
@@ -143,8 +142,40 @@ impl ReplicationArgs {
             peer_addr: SocketAddr::new(bind, port),
             peer_tls,
             _certificate_watcher: watcher,
+            _ca_watcher: ca_watcher,
         }))
     }
+}
+
+fn read_peer_ca(path: &std::path::Path) -> anyhow::Result<CaBundle> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    CaBundle::from_pem(&pem).with_context(|| path.display().to_string())
+}
+
+/// Trusts the peer CA file's current bundle for the peer listener's next handshakes whenever the
+/// file changes (a CA rotation writes both CAs first, then the new certificates, then drops the
+/// old CA). A bundle that does not parse leaves the previous one in force.
+fn follow_peer_ca(
+    path: &std::path::Path,
+    verifier: Arc<ClientCaVerifier>,
+) -> anyhow::Result<numaresources_certs::CertificateWatcher> {
+    let owned = path.to_path_buf();
+    let last = std::sync::Mutex::new(std::fs::read(path).ok());
+    let watcher = numaresources_certs::follow_files(&[path], WatchOptions::default(), "the peer CA", move |why| {
+        let Ok(pem) = std::fs::read(&owned) else { return };
+        let mut last = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.as_deref() == Some(pem.as_slice()) {
+            return;
+        }
+        match CaBundle::from_pem(&pem).map_err(anyhow::Error::from).and_then(|ca| Ok(verifier.replace(&[ca])?)) {
+            Ok(()) => {
+                tracing::info!(file = %owned.display(), trigger = why, "the peer CA changed; trusting the new bundle");
+                *last = Some(pem);
+            }
+            Err(error) => tracing::warn!(file = %owned.display(), "keeping the previous peer CA: {error:#}"),
+        }
+    })?;
+    Ok(watcher)
 }
 
 impl Replicas {

@@ -82,9 +82,11 @@ fn stream_token() -> String {
 
 impl Replication {
     /// A client of the leader's peer listener at `address` (cached per address; built anew when
-    /// the peer certificate on disk changed, so a rotated certificate is used).
+    /// the peer certificate or the peer CA on disk changed, so a rotated certificate or CA is
+    /// used).
     pub(super) fn peer_client(&self, address: &str) -> Result<kube::Client, FollowError> {
-        let modified = std::fs::metadata(&self.tls.cert_file).and_then(|m| m.modified()).ok();
+        let modified_at = |path: &std::path::Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let modified = [modified_at(&self.tls.cert_file), modified_at(&self.tls.ca_file)];
         let mut cached = self.peer_clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(cached) = cached.as_ref()
             && cached.address == address

@@ -147,8 +147,8 @@ pub struct Replication {
 /// A client of a leader's peer listener, with the address it is for.
 struct PeerClient {
     address: String,
-    /// When the peer certificate file last changed, as the client was built.
-    modified: Option<std::time::SystemTime>,
+    /// When the peer certificate and CA files last changed, as the client was built.
+    modified: [Option<std::time::SystemTime>; 2],
     client: kube::Client,
 }
 
