@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use numaresources_api::GoDuration;
-use numaresources_apiserver::auth::{Auth, Delegated, RequestHeaderConfig, Standalone};
-use numaresources_apiserver::replication::{Role, STORE_WARM_CHECK};
 use numaresources_apiserver::auth::NodeRestriction;
+use numaresources_apiserver::auth::{Auth, Delegated, RequestHeaderConfig, Standalone};
 use numaresources_apiserver::exporter_pods::ExporterPods;
+use numaresources_apiserver::replication::{Role, STORE_WARM_CHECK};
 use numaresources_apiserver::warmup::warm_up;
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{CaBundle, ClientCaVerifier, ServeOptions, ServerConfigBuilder, WatchOptions, serve_with};
@@ -187,6 +187,22 @@ pub fn run(args: ApiserverArgs) -> anyhow::Result<()> {
     runtime.block_on(serve_api(args))
 }
 
+/// Starts following the exporter pods and holds the store-warm check until the store is warm
+/// (see [`warm_up`]); returns both tasks.
+fn start_warm_up(
+    args: &ApiserverArgs,
+    state: &AppState,
+    client: kube::Client,
+    exporters: Arc<ExporterPods>,
+) -> (Option<tokio::task::JoinHandle<()>>, Option<tokio::task::JoinHandle<()>>) {
+    let warmup = args.store_warmup.to_std().unwrap_or(Duration::from_secs(60));
+    state.readiness.set(STORE_WARM_CHECK, false);
+    let (follower, selector) = (exporters.clone(), args.exporter_selector.clone());
+    let pods = tokio::spawn(async move { follower.follow(client, &selector).await });
+    let warm = tokio::spawn(warm_up(state.store.clone(), state.readiness.clone(), exporters, warmup));
+    (Some(pods), Some(warm))
+}
+
 async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     let certificate = crate::tls::serving_certificate(
         &args.tls_cert_file,
@@ -228,6 +244,13 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
                  (system:masters may write, every other authenticated user may read); not for a cluster"
             );
             state.auth = Auth::Standalone(Arc::new(standalone));
+            // Replicated standalone replicas (a test bed) reach a kube-apiserver for the Lease: they
+            // warm up from its exporter pods as a cluster's replicas do.
+            if state.replication.is_some() {
+                let client = kube_client(args.kubeconfig.as_deref()).await?;
+                let exporters = Arc::new(ExporterPods::new(&args.exporter_namespace));
+                (pods_task, warm_task) = start_warm_up(&args, &state, client, exporters);
+            }
         }
         None => {
             let client = kube_client(args.kubeconfig.as_deref()).await?;
@@ -241,19 +264,13 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
             )));
             // One watch of the exporter pods serves the warm-up and the node restriction.
             let exporters = Arc::new(ExporterPods::new(&args.exporter_namespace));
-            let warmup = args.store_warmup.to_std().unwrap_or(Duration::from_secs(60));
-            state.readiness.set(STORE_WARM_CHECK, false);
-            let (follower, selector) = (exporters.clone(), args.exporter_selector.clone());
-            let follow_client = client.clone();
-            pods_task = Some(tokio::spawn(async move { follower.follow(follow_client, &selector).await }));
-            warm_task =
-                Some(tokio::spawn(warm_up(state.store.clone(), state.readiness.clone(), exporters.clone(), warmup)));
+            (pods_task, warm_task) = start_warm_up(&args, &state, client.clone(), exporters.clone());
             let authentication_client = match &args.authentication_kubeconfig {
                 Some(path) => kube_client(Some(path)).await?,
                 None => client.clone(),
             };
-            let restriction = NodeRestriction::new(&args.exporter_namespace, &args.exporter_service_account)
-                .with_pods(exporters);
+            let restriction =
+                NodeRestriction::new(&args.exporter_namespace, &args.exporter_service_account).with_pods(exporters);
             let mut delegated =
                 Delegated::new(authentication_client, Some(client_cas)).with_node_restriction(restriction);
             if let Some(path) = &args.authorization_kubeconfig {

@@ -468,7 +468,10 @@ async fn cold_start(run: &mut Run) {
     for replica in &mut run.cluster.replicas {
         replica.kill();
     }
-    run.cluster.options.store_warmup = "15s".to_owned();
+    run.cluster.options.store_warmup = "60s".to_owned();
+    // Every simulated agent runs as a Running exporter pod on its node: the replicas' warm-up
+    // waits for their objects (the bound above is for exporters that never report).
+    run.cluster.double.set_exporter_pods((0..OBJECTS).map(name).collect());
     let first_up = Instant::now();
     let everything_back = Arc::new(Mutex::new(None::<Instant>));
     let ready_too_early = Arc::new(AtomicUsize::new(0));

@@ -14,6 +14,11 @@
 //! - a body whose name or namespace disagrees with the URL: 400 `BadRequest`; unknown paths 404,
 //!   other verbs 405, as metav1.Status bodies.
 //!
+//! Beside the Leases it lists the exporter pods an API server replica watches to decide when its
+//! store is warm (`GET /api/v1/namespaces/{ns}/pods`, [`LeaseDouble::set_exporter_pods`]: each a
+//! Running pod on its node; none by default, so a replica has no exporter to wait for), and holds
+//! a watch of them open without events, as kube-apiserver does while nothing changes.
+//!
 //! Nothing needs discovery: kube-rs' `Api<Lease>` goes straight to these paths. Tests can read
 //! the Lease as stored ([`LeaseDouble::lease`]) and make the endpoint unavailable
 //! ([`LeaseDouble::set_available`]: every request then answers 503, as an unreachable
@@ -52,6 +57,8 @@ struct Leases {
     /// Uids handed out so far (each is unique).
     uids: u64,
     unavailable: bool,
+    /// The nodes that run a Running exporter pod.
+    exporter_nodes: Vec<String>,
 }
 
 type Shared = Arc<Mutex<Leases>>;
@@ -104,6 +111,11 @@ impl LeaseDouble {
         lease.spec?.holder_identity.filter(|holder| !holder.is_empty())
     }
 
+    /// Serves one Running exporter pod on each of `nodes` from now on.
+    pub fn set_exporter_pods(&self, nodes: Vec<String>) {
+        lock(&self.leases).exporter_nodes = nodes;
+    }
+
     /// Makes every request answer 503 (false) or be served again (true).
     pub fn set_available(&self, available: bool) {
         lock(&self.leases).unavailable = !available;
@@ -140,9 +152,39 @@ fn router(leases: Shared) -> Router {
     Router::new()
         .route(base, post(create).fallback(method_not_allowed))
         .route(&format!("{base}/{{name}}"), get(read).put(replace).fallback(method_not_allowed))
+        .route("/api/v1/namespaces/{namespace}/pods", get(pods).fallback(method_not_allowed))
         .fallback(not_found_path)
         .layer(axum::middleware::from_fn_with_state(leases.clone(), availability))
         .with_state(leases)
+}
+
+/// The exporter pods (a list), or a watch of them that stays open with no event.
+async fn pods(
+    State(leases): State<Shared>,
+    UrlPath(namespace): UrlPath<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    if query.unwrap_or_default().split('&').any(|pair| pair == "watch=true" || pair == "watch=1") {
+        let quiet = futures_util::stream::pending::<Result<Bytes, std::convert::Infallible>>();
+        return ([(axum::http::header::CONTENT_TYPE, "application/json")], axum::body::Body::from_stream(quiet))
+            .into_response();
+    }
+    let leases = lock(&leases);
+    let items: Vec<Value> = leases
+        .exporter_nodes
+        .iter()
+        .map(|node| {
+            json!({
+                "metadata": {"name": format!("numaresources-rte-{node}"), "namespace": namespace,
+                             "uid": format!("uid-{node}"), "resourceVersion": "1",
+                             "labels": {"app.kubernetes.io/component": "rte", "app.kubernetes.io/part-of": "numaresources"}},
+                "spec": {"nodeName": node, "containers": []},
+                "status": {"phase": "Running"},
+            })
+        })
+        .collect();
+    axum::Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}))
+        .into_response()
 }
 
 async fn availability(

@@ -371,19 +371,21 @@ async fn a_replica_that_is_not_caught_up_is_not_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cold_store_answers_discovery_and_reads_with_503_until_it_is_warm() {
+async fn a_cold_store_answers_discovery_and_reads_with_503_until_every_exporter_has_reported() {
+    const NODES: u64 = 20;
     let (mut cluster, leader) = three_ready_replicas().await;
     let writer = cluster.client(leader).await;
-    for i in 0..20 {
+    for i in 0..NODES {
         create(&writer, &format!("worker-{i}"), i).await;
     }
 
-    // Every replica gone at once (a cluster restart), then back with a warm-up long enough to
-    // look at them while cold.
+    // Every replica gone at once (a cluster restart). Each node runs an exporter pod; the
+    // warm-up bound is far away, so only the exporters' reports can make the store warm.
     for replica in &mut cluster.replicas {
         replica.kill();
     }
-    cluster.options.store_warmup = "30s".to_owned();
+    cluster.double.set_exporter_pods((0..NODES).map(|i| format!("worker-{i}")).collect());
+    cluster.options.store_warmup = "1h".to_owned();
     for index in 0..3 {
         cluster.respawn(index);
         let client = cluster.client(index).await;
@@ -395,10 +397,29 @@ async fn a_cold_store_answers_discovery_and_reads_with_503_until_it_is_warm() {
             assert_eq!(answer.body["reason"], "ServiceUnavailable", "{answer:?}");
         }
     }
-    // Bounded: warm at the latest once the warm-up has passed.
-    cluster.wait_for_leader(None, PATIENCE).await.expect("a leader after the restart");
+    // A leader, and every exporter but one has reported: still cold.
+    let leader = cluster.wait_for_leader(None, PATIENCE).await.expect("a leader after the restart");
+    let writer = cluster.client(leader).await;
+    for i in 1..NODES {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let (answer, _) =
+            write_retrying(&writer, Method::POST, NRT_PATH, &nrt(&format!("worker-{i}"), i), deadline).await.unwrap();
+        assert_eq!(answer.status, 201, "an exporter re-creates its object on a cold store: {answer:?}");
+    }
+    for index in 0..3 {
+        let client = cluster.client(index).await;
+        let ready = request(&client, Method::GET, "/readyz", None).await.unwrap();
+        assert_eq!(ready.status, 500, "replica {index} is Ready before worker-0's exporter reported: {ready:?}");
+        let answer = request(&client, Method::GET, NRT_PATH, None).await.unwrap();
+        assert_eq!(answer.status, 503, "replica {index} answered a LIST missing worker-0: {answer:?}");
+    }
+    // The last one reports: every replica is warm, and answers with every object.
+    create(&writer, "worker-0", 0).await;
     bounded("warm again", all_ready(&cluster)).await;
-    let client = cluster.client(0).await;
-    let discovery = request(&client, Method::GET, DISCOVERY, None).await.unwrap();
-    assert_eq!(discovery.status, 200, "{discovery:?}");
+    for index in 0..3 {
+        let client = cluster.client(index).await;
+        let discovery = request(&client, Method::GET, DISCOVERY, None).await.unwrap();
+        assert_eq!(discovery.status, 200, "{discovery:?}");
+        assert_eq!(listed(&client, "").await.len(), usize::try_from(NODES).unwrap());
+    }
 }
