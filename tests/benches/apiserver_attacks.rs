@@ -3,12 +3,20 @@
 //!
 //! - **metric series**: 80,000 pipelined requests with made-up methods (`M<random> /x`);
 //! - **stalled watchers**: 200 watches whose clients never read, while 1,000 objects are patched;
-//! - **stalled watchers, large objects**: 10 such watches and 70 patches of a 1 MB object.
+//! - **stalled watchers, large objects**: 10 such watches and 70 patches of a 1 MB object;
+//! - **YAML**: bodies of `a: ` and 100,000 `[` (quadratic to the old parser), 4 at a time;
+//! - **JSON patch**: a 1 KB object copied into itself 18 times (doubling), and a linear
+//!   variant copying an 8 KB one 2,500 times, 4 at a time;
+//! - **idle HTTP/2**: 900 connections that complete the handshake and never send a request,
+//!   until the server's idle timeout (90 s) closes them.
 //!
 //! For each: the GET latency (p50/p99/max) during the attack next to the quiet baseline, the
-//! process's peak RSS above its idle RSS (server and clients share the process; the stalled
-//! clients hold nothing themselves, their unread bytes sit in kernel socket buffers), and what
-//! the server reports. The YAML and JSON-patch attacks can be added as further phases.
+//! process's RSS before the attack, its peak and after it, and whether the peak stays within
+//! 64 MiB above the RSS before it (server and clients share the process; the stalled clients hold
+//! nothing themselves, their unread bytes sit in kernel socket buffers), and what the server
+//! reports. Phases run in order in one process, so what the allocator keeps from one phase
+//! shows in the next one's "above idle"; name phases on the command line to run only those in
+//! a fresh process (`methods`, `watchers`, `large`, `yaml`, `patch`, `idle-http2`).
 //!
 //! `cargo bench -p numaresources-tests --bench apiserver_attacks` prints the figures; nothing
 //! asserts a time. Traffic goes to 127.0.0.1 only and every loop is bounded.
@@ -17,14 +25,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder, serve};
 use rustls::pki_types::pem::PemObject;
@@ -50,6 +58,23 @@ const LARGE_PATCHES: usize = 70;
 const LARGE_OBJECT_BYTES: usize = 1 << 20;
 /// How long each attack's aftermath is watched (the watchers' blocked limit is 10 s).
 const SETTLE: Duration = Duration::from_secs(15);
+/// What an attack may add to the idle RSS (issue 12's bar).
+const RSS_BUDGET: u64 = 64 << 20;
+const YAML_BODIES: usize = 100;
+const YAML_BRACKETS: usize = 100_000;
+const PATCH_BODIES: usize = 200;
+/// Copies in the doubling patch (2^18 KB unbounded) and in the linear one.
+const DOUBLING_COPIES: usize = 18;
+const LINEAR_COPIES: usize = 2_500;
+/// The object the patches copy: 1 KB for the doubling one, 8 KB for the linear one (2,500
+/// copies: 20 MB unbounded, under the 10,000-operation limit).
+const DOUBLING_VALUE_BYTES: usize = 1024;
+const LINEAR_VALUE_BYTES: usize = 8 * 1024;
+/// Attack connections at once for the YAML and JSON-patch phases.
+const ATTACKERS: usize = 4;
+const IDLE_HTTP2_CONNECTIONS: usize = 900;
+/// The server's idle timeout (`numaresources_certs::DEFAULT_IDLE_TIMEOUT`) and a margin.
+const IDLE_WAIT: Duration = Duration::from_secs(100);
 
 fn nrt(name: &str, filler: &str) -> serde_json::Value {
     serde_json::json!({
@@ -107,6 +132,7 @@ impl RssPeak {
 
 struct Tls {
     connector: TlsConnector,
+    connector_h2: TlsConnector,
     address: SocketAddr,
 }
 
@@ -117,6 +143,19 @@ impl Tls {
         self.connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap()
     }
 
+    /// An HTTP/2 connection that completes its handshake (ALPN `h2`, the preface and SETTINGS)
+    /// and then sends nothing; `closed` counts it once the server has closed it.
+    async fn idle_http2(&self, closed: Arc<AtomicUsize>) -> http2::SendRequest<Full<Bytes>> {
+        let tcp = TcpStream::connect(self.address).await.unwrap();
+        let tls = self.connector_h2.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+        let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.unwrap();
+        tokio::spawn(async move {
+            let _ = connection.await;
+            closed.fetch_add(1, Ordering::Relaxed);
+        });
+        sender
+    }
+
     async fn http1(&self) -> http1::SendRequest<Full<Bytes>> {
         let (sender, connection) = http1::handshake(TokioIo::new(self.connect().await)).await.unwrap();
         tokio::spawn(connection);
@@ -124,7 +163,7 @@ impl Tls {
     }
 }
 
-fn connector(ca_pem: &str) -> TlsConnector {
+fn connector(ca_pem: &str, alpn: &[u8]) -> TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -132,7 +171,7 @@ fn connector(ca_pem: &str) -> TlsConnector {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     TlsConnector::from(Arc::new(config))
 }
 
@@ -235,14 +274,86 @@ async fn request_series(tls: &Tls) -> usize {
     String::from_utf8_lossy(&body).lines().filter(|l| l.starts_with("numaresources_apiserver_requests_total{")).count()
 }
 
-async fn report(what: &str, prober: &Prober, rss: &RssPeak, idle: u64, extra: String) {
-    let peak = rss.peak();
+/// One attack's line: the GETs during it, RSS before it (`before`), at its peak and now, and
+/// whether the peak stayed within [`RSS_BUDGET`] above `before`.
+async fn report(what: &str, prober: &Prober, rss: &RssPeak, idle: u64, before: u64, extra: String) {
+    let (peak, after) = (rss.peak(), rss_bytes());
+    let added = peak.saturating_sub(before);
     println!(
-        "{what}: {}; peak RSS {} ({} above idle); {extra}",
+        "{what}: {}; RSS before {}, peak {} (+{} over before, within 64 MiB: {}; {} above idle), after {}; {extra}",
         prober.take().await,
+        mib(before),
         mib(peak),
-        mib(peak.saturating_sub(idle))
+        mib(added),
+        if added <= RSS_BUDGET { "yes" } else { "NO" },
+        mib(peak.saturating_sub(idle)),
+        mib(after),
     );
+}
+
+/// Whether the command line asks for `phase` (no phase named: every one).
+fn wanted(phase: &str) -> bool {
+    let named: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    named.is_empty() || named.iter().any(|n| n == phase)
+}
+
+/// Sends `bodies` requests made by `request`, `ATTACKERS` connections at a time; the answers'
+/// codes and how many of each.
+async fn flood(
+    tls: &Tls,
+    bodies: usize,
+    request: impl Fn(usize) -> Request<Full<Bytes>> + Clone + Send + 'static,
+) -> std::collections::BTreeMap<u16, usize> {
+    let mut tasks = Vec::new();
+    for attacker in 0..ATTACKERS {
+        let mut sender = tls.http1().await;
+        let request = request.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut codes = Vec::new();
+            for k in (attacker..bodies).step_by(ATTACKERS) {
+                codes.push(send(&mut sender, request(k)).await.0.as_u16());
+            }
+            codes
+        }));
+    }
+    let mut counts = std::collections::BTreeMap::new();
+    for task in tasks {
+        for code in task.await.unwrap() {
+            *counts.entry(code).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// `a: ` and [`YAML_BRACKETS`] opening brackets, as `application/yaml`.
+fn yaml_bomb(body: Bytes) -> impl Fn(usize) -> Request<Full<Bytes>> + Clone + Send + 'static {
+    move |_| {
+        Request::post(BASE)
+            .header("host", "localhost")
+            .header("content-type", "application/yaml")
+            .body(Full::new(body.clone()))
+            .unwrap()
+    }
+}
+
+/// A JSON patch that adds an object at `/zz` and then copies `/zz` `copies` times: into itself
+/// (each copy doubles it) or side by side (each copy adds its size).
+fn copy_patch(copies: usize, doubling: bool) -> Bytes {
+    let value_bytes = if doubling { DOUBLING_VALUE_BYTES } else { LINEAR_VALUE_BYTES };
+    let mut ops = vec![serde_json::json!({"op": "add", "path": "/zz", "value": {"s": "x".repeat(value_bytes)}})];
+    for n in 0..copies {
+        let path = if doubling { format!("/zz/c{n}") } else { format!("/zz{n}") };
+        ops.push(serde_json::json!({"op": "copy", "from": "/zz", "path": path}));
+    }
+    Bytes::from(serde_json::to_vec(&ops).unwrap())
+}
+
+fn json_patch(name: String, body: Bytes) -> Request<Full<Bytes>> {
+    Request::patch(format!("{BASE}/{name}"))
+        .header("host", "localhost")
+        .header("content-type", "application/json-patch+json")
+        .body(Full::new(body))
+        .unwrap()
 }
 
 /// 80,000 requests with made-up methods, pipelined on a few connections.
@@ -295,7 +406,11 @@ fn main() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(serve(listener, server_tls, router(state), std::future::pending()));
-        let tls = Tls { connector: connector(ca.cert_pem()), address };
+        let tls = Tls {
+            connector: connector(ca.cert_pem(), b"http/1.1"),
+            connector_h2: connector(ca.cert_pem(), b"h2"),
+            address,
+        };
 
         let mut writer = tls.http1().await;
         for i in 0..FLEET {
@@ -320,27 +435,32 @@ fn main() {
         );
         println!("quiet: {}", prober.take().await);
 
-        // (5) Made-up methods.
-        rss.reset();
-        let start = Instant::now();
-        made_up_methods(&tls).await;
-        let elapsed = start.elapsed();
-        let (others, _) = server_metric(&tls, "numaresources_apiserver_requests_total{verb=\"other\"").await;
-        let series = request_series(&tls).await;
-        report(
-            &format!("{PIPELINED_REQUESTS} pipelined made-up methods ({:.1} s)", elapsed.as_secs_f64()),
-            &prober,
-            &rss,
-            idle,
-            format!("{series} request series on /metrics; {others}"),
-        )
-        .await;
-
-        // (6a) 200 watches that never read, while the fleet is patched.
-        rss.reset();
-        let mut stalled = Vec::new();
-        for _ in 0..STALLED_WATCHERS {
-            stalled.push(stalled_watch(&tls).await);
+        if wanted("methods") {
+            // (5) Made-up methods.
+            let before = rss_bytes();
+            rss.reset();
+            let start = Instant::now();
+            made_up_methods(&tls).await;
+            let elapsed = start.elapsed();
+            let (others, _) = server_metric(&tls, "numaresources_apiserver_requests_total{verb=\"other\"").await;
+            let series = request_series(&tls).await;
+            report(
+                &format!("{PIPELINED_REQUESTS} pipelined made-up methods ({:.1} s)", elapsed.as_secs_f64()),
+                &prober,
+                &rss,
+                idle,
+                before,
+                format!("{series} request series on /metrics; {others}"),
+            )
+            .await;
+        }
+        if wanted("watchers") {
+            // (6a) 200 watches that never read, while the fleet is patched.
+            let before = rss_bytes();
+            rss.reset();
+            let mut stalled = Vec::new();
+            for _ in 0..STALLED_WATCHERS {
+                stalled.push(stalled_watch(&tls).await);
         }
         let start = Instant::now();
         for k in 0..FLEET_PATCHES {
@@ -359,27 +479,31 @@ fn main() {
             &prober,
             &rss,
             idle,
+            before,
             format!("after {} s: {open}, {ended}", SETTLE.as_secs()),
         )
         .await;
         drop(stalled);
+        }
 
-        // (6b) 10 watches that never read, 70 patches of a 1 MB object; first the same patches
-        // with no watcher, to tell what the writes cost from what the watchers hold.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        rss.reset();
-        let big = "x".repeat(LARGE_OBJECT_BYTES);
-        let body = serde_json::to_vec(&nrt("large", &big)).unwrap();
-        let request = Request::post(BASE)
-            .header("host", "localhost")
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
-        assert_eq!(send(&mut writer, request).await.0, StatusCode::CREATED);
-        let start = Instant::now();
-        for k in 0..LARGE_PATCHES {
-            let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("{k}{big}")}]});
-            assert_eq!(send(&mut writer, merge_patch("large", &patch)).await.0, StatusCode::OK);
+        if wanted("large") {
+            // (6b) 10 watches that never read, 70 patches of a 1 MB object; first the same patches
+            // with no watcher, to tell what the writes cost from what the watchers hold.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let before = rss_bytes();
+            rss.reset();
+            let big = "x".repeat(LARGE_OBJECT_BYTES);
+            let body = serde_json::to_vec(&nrt("large", &big)).unwrap();
+            let request = Request::post(BASE)
+                .header("host", "localhost")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap();
+            assert_eq!(send(&mut writer, request).await.0, StatusCode::CREATED);
+            let start = Instant::now();
+            for k in 0..LARGE_PATCHES {
+                let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("{k}{big}")}]});
+                assert_eq!(send(&mut writer, merge_patch("large", &patch)).await.0, StatusCode::OK);
         }
         let patching = start.elapsed();
         report(
@@ -387,9 +511,11 @@ fn main() {
             &prober,
             &rss,
             idle,
+            before,
             "the writes alone".to_owned(),
         )
         .await;
+        let before = rss_bytes();
         rss.reset();
         let mut stalled = Vec::new();
         for _ in 0..LARGE_WATCHERS {
@@ -412,9 +538,97 @@ fn main() {
             &prober,
             &rss,
             idle,
+            before,
             format!("after {} s: {open}, {ended}", SETTLE.as_secs()),
         )
         .await;
         drop(stalled);
+        }
+
+        if wanted("yaml") {
+            // (1) YAML bodies that cost the old parser quadratic CPU.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let before = rss_bytes();
+            rss.reset();
+            let bomb = Bytes::from(format!("a: {}", "[".repeat(YAML_BRACKETS)));
+            let start = Instant::now();
+            let codes = flood(&tls, YAML_BODIES, yaml_bomb(bomb)).await;
+            let elapsed = start.elapsed();
+            report(
+                &format!(
+                    "{YAML_BODIES} YAML bodies of {YAML_BRACKETS} brackets, {ATTACKERS} at a time, {:.1} s",
+                    elapsed.as_secs_f64()
+                ),
+                &prober,
+                &rss,
+                idle,
+                before,
+                format!("answers {codes:?}"),
+            )
+            .await;
+        }
+        if wanted("patch") {
+            // (2) JSON patches whose copies double an object, or add to it until past the body limit.
+            let before = rss_bytes();
+            rss.reset();
+            let (doubling, linear) = (copy_patch(DOUBLING_COPIES, true), copy_patch(LINEAR_COPIES, false));
+            let start = Instant::now();
+            let doubled = flood(&tls, PATCH_BODIES, move |k| json_patch(format!("worker-{:04}", k % FLEET), doubling.clone())).await;
+            let lined = flood(&tls, PATCH_BODIES / 4, move |k| json_patch(format!("worker-{:04}", k % FLEET), linear.clone())).await;
+            let elapsed = start.elapsed();
+            report(
+                &format!(
+                    "{PATCH_BODIES} doubling JSON patches ({DOUBLING_COPIES} copies of 1 KB) and {} linear ones ({LINEAR_COPIES} copies of 8 KB), {ATTACKERS} at a time, {:.1} s",
+                    PATCH_BODIES / 4,
+                    elapsed.as_secs_f64()
+                ),
+                &prober,
+                &rss,
+                idle,
+                before,
+                format!("answers: doubling {doubled:?}, linear {lined:?}"),
+            )
+            .await;
+        }
+        if wanted("idle-http2") {
+            // (6c) Idle HTTP/2 connections, held until the server's idle timeout closes them. Last:
+            // the writer's kept-alive HTTP/1.1 connection does not outlive this wait.
+            let before = rss_bytes();
+            rss.reset();
+            let closed = Arc::new(AtomicUsize::new(0));
+            let mut idle_connections = Vec::new();
+            let start = Instant::now();
+            for _ in 0..IDLE_HTTP2_CONNECTIONS {
+                idle_connections.push(tls.idle_http2(Arc::clone(&closed)).await);
+        }
+        let opened = start.elapsed();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let held = rss_bytes();
+        report(
+            &format!("{IDLE_HTTP2_CONNECTIONS} idle HTTP/2 connections (opened in {:.1} s), held 5 s", opened.as_secs_f64()),
+            &prober,
+            &rss,
+            idle,
+            before,
+            format!("RSS while held {}; {} closed so far", mib(held), closed.load(Ordering::Relaxed)),
+        )
+        .await;
+        tokio::time::sleep(IDLE_WAIT).await;
+        let mut fresh = tls.http1().await;
+        let (status, _) = send(&mut fresh, get(&format!("{BASE}/worker-0001"))).await;
+        report(
+            &format!("the same after {} s", IDLE_WAIT.as_secs()),
+            &prober,
+            &rss,
+            idle,
+            held,
+            format!(
+                "{} of {IDLE_HTTP2_CONNECTIONS} closed by the server; a new client's GET: {status}",
+                closed.load(Ordering::Relaxed)
+            ),
+        )
+        .await;
+        drop(idle_connections);
+        }
     });
 }
