@@ -14,6 +14,7 @@ pub mod auth;
 pub mod body;
 pub mod discovery;
 pub mod exporter_pods;
+mod fair;
 mod fallback;
 pub mod headroom;
 mod health;
@@ -128,9 +129,9 @@ impl AppState {
     }
 }
 
-/// Every route the server answers, behind metrics, the request-head bounds, authentication, error
-/// rendering and the replication middleware (which forwards writes to the leader and holds reads
-/// back on a cold store).
+/// Every route the server answers, behind a yield for fairness between connections, metrics, the
+/// request-head bounds, authentication, error rendering and the replication middleware (which
+/// forwards writes to the leader and holds reads back on a cold store).
 pub fn router(state: Arc<AppState>) -> Router {
     routes()
         .layer(axum::middleware::from_fn_with_state(state.clone(), replication::route))
@@ -138,6 +139,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::check))
         .layer(axum::middleware::from_fn(request_head::check))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(axum::middleware::from_fn(fair::yield_when_back_to_back))
         .with_state(state)
 }
 
