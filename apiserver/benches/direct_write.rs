@@ -7,7 +7,8 @@
 //! `/proc/<pid>/stat` alone; the load client here is plain hyper with bodies encoded up front,
 //! and its own CPU is printed too, to show it is not the bottleneck.
 //!
-//! `cargo bench -p numaresources-apiserver --bench direct_write` (`BENCH_REQUESTS=n` per phase).
+//! `cargo bench -p numaresources-apiserver --bench direct_write` (`BENCH_REQUESTS=n` per phase;
+//! `BENCH_ONLY=patch|get` and `BENCH_PROTOCOL=1|2` run one kind, e.g. to profile the child).
 //! Figures go to BENCHMARKS.md; nothing asserts a time.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
@@ -18,7 +19,7 @@ mod support;
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -52,6 +53,17 @@ fn topology(name: &str, available: usize) -> Value {
            "zones": [zone(0), zone(1)]})
 }
 
+/// Exporter `i`'s patches as it sends them: the zones and attributes, `available` changing.
+fn patch_bodies(i: usize) -> Vec<Bytes> {
+    (0..16)
+        .map(|available| {
+            let topology = topology(&node(i), available);
+            let patch = json!({"attributes": topology["attributes"], "zones": topology["zones"]});
+            Bytes::from(serde_json::to_vec(&patch).unwrap())
+        })
+        .collect()
+}
+
 fn node(i: usize) -> String {
     format!("worker-{i:05}")
 }
@@ -73,13 +85,21 @@ fn serve() {
         for i in 0..CONNECTIONS {
             double.add_pod(&format!("rte-{i}"), &node(i));
         }
-        let server = start(&double, |_| {}).await;
+        // BENCH_AUTH=off: the same server without authentication, to see what it costs.
+        let auth_off = std::env::var("BENCH_AUTH").is_ok_and(|v| v == "off");
+        let server = start(&double, |state| {
+            if auth_off {
+                state.auth = numaresources_apiserver::auth::Auth::Disabled;
+            }
+        })
+        .await;
         for i in 0..FLEET {
             let object = serde_json::from_value(topology(&node(i), 22)).unwrap();
             server.store.create(object, false).unwrap();
         }
         let tokens: Vec<String> =
             (0..CONNECTIONS).map(|i| double.exporter_token(&format!("rte-{i}"), &[OUR_AUDIENCE])).collect();
+        in_process(&server.app, &tokens).await;
         let ready = json!({"address": server.address.to_string(), "ca": server.ca_pem, "tokens": tokens});
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{ready}").unwrap();
@@ -91,6 +111,44 @@ fn serve() {
         .await
         .unwrap();
     });
+}
+
+/// The same requests through the router in this process, without sockets or TLS: what our
+/// handlers and middlewares cost, for comparison (printed to stderr, before the server is used).
+async fn in_process(app: &axum::Router, tokens: &[String]) {
+    use tower::ServiceExt;
+    let requests = std::env::var("BENCH_IN_PROCESS_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let bodies: Vec<Vec<Bytes>> = (0..CONNECTIONS).map(patch_bodies).collect();
+    let authorizations: Vec<String> = tokens.iter().map(|t| format!("Bearer {t}")).collect();
+    let paths: Vec<String> = (0..CONNECTIONS).map(|i| format!("{BASE}/{}", node(i))).collect();
+    for operation in [Operation::Patch, Operation::Get] {
+        let run = async |count: usize| {
+            for n in 0..count {
+                let i = n % CONNECTIONS;
+                let request =
+                    http::Request::builder().uri(paths[i].as_str()).header("authorization", authorizations[i].as_str());
+                let request = match operation {
+                    Operation::Patch => request
+                        .method("PATCH")
+                        .header("content-type", "application/merge-patch+json")
+                        .body(axum::body::Body::from(bodies[i][n % 16].clone())),
+                    Operation::Get => request.method("GET").body(axum::body::Body::empty()),
+                };
+                let response = app.clone().oneshot(request.unwrap()).await.unwrap();
+                assert_eq!(response.status(), StatusCode::OK);
+                let _ = http_body_util::BodyExt::collect(response.into_body()).await.unwrap();
+            }
+        };
+        run(500).await;
+        let before = cpu_seconds(std::process::id());
+        run(requests).await;
+        let spent = cpu_seconds(std::process::id()) - before;
+        let name = match operation {
+            Operation::Patch => "merge patch",
+            Operation::Get => "GET",
+        };
+        eprintln!("in process, through the router: {name} {:.1} µs of CPU per request ", spent * 1e6 / requests as f64);
+    }
 }
 
 /// utime + stime of a process, in seconds.
@@ -143,8 +201,12 @@ async fn measure() {
          pod-bound token each; load client on one thread; {requests} requests per phase",
         resident_mib(pid)
     );
-    for protocol in [Protocol::Http1, Protocol::Http2] {
-        for operation in [Operation::Patch, Operation::Get] {
+    let only = |variable: &str, value: &str| std::env::var(variable).map_or(true, |v| v == value);
+    for (protocol, protocol_name) in [(Protocol::Http1, "1"), (Protocol::Http2, "2")] {
+        for (operation, operation_name) in [(Operation::Patch, "patch"), (Operation::Get, "get")] {
+            if !only("BENCH_PROTOCOL", protocol_name) || !only("BENCH_ONLY", operation_name) {
+                continue;
+            }
             phase(address, &ca, &tokens, protocol, operation, requests, pid).await;
         }
     }
@@ -170,14 +232,7 @@ async fn phase(
         let mut connection = connect(address, ca, protocol, None).await;
         let token = token.clone();
         let path = format!("{BASE}/{}", node(i));
-        // Patches as the exporter sends them: the zones and attributes, `available` changing.
-        let patches: Vec<Bytes> = (0..16)
-            .map(|available| {
-                let topology = topology(&node(i), available);
-                let patch = json!({"attributes": topology["attributes"], "zones": topology["zones"]});
-                Bytes::from(serde_json::to_vec(&patch).unwrap())
-            })
-            .collect();
+        let patches = patch_bodies(i);
         let mut go = go.subscribe();
         let ready = ready.clone();
         tasks.push(tokio::spawn(async move {
@@ -234,5 +289,4 @@ async fn phase(
         client / elapsed.as_secs_f64(),
         elapsed.as_secs_f64(),
     );
-    let _ = Duration::ZERO;
 }

@@ -1,6 +1,8 @@
 //! What a request asks to do, in the terms of a SubjectAccessReview: a verb on our resource (with
 //! its name), or a verb on a non-resource path.
 
+use std::sync::LazyLock;
+
 use http::Method;
 use numaresources_api::nrt::{GROUP, PLURAL};
 
@@ -36,11 +38,12 @@ impl Attributes {
     /// Classifies a request.
     pub fn of(method: &Method, path: &str, query: Option<&str>) -> Self {
         let watch_query = query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
-        let collection = format!("/apis/{GROUP}/{VERSION}/{PLURAL}");
-        let watch_collection = format!("/apis/{GROUP}/{VERSION}/watch/{PLURAL}");
-        let (rest, legacy_watch) = if let Some(rest) = path.strip_prefix(&watch_collection) {
+        // Built once: this runs on every request.
+        static COLLECTION: LazyLock<String> = LazyLock::new(|| format!("/apis/{GROUP}/{VERSION}/{PLURAL}"));
+        static WATCH_COLLECTION: LazyLock<String> = LazyLock::new(|| format!("/apis/{GROUP}/{VERSION}/watch/{PLURAL}"));
+        let (rest, legacy_watch) = if let Some(rest) = path.strip_prefix(WATCH_COLLECTION.as_str()) {
             (rest, true)
-        } else if let Some(rest) = path.strip_prefix(&collection) {
+        } else if let Some(rest) = path.strip_prefix(COLLECTION.as_str()) {
             (rest, false)
         } else {
             return Self::non_resource(method, path);

@@ -14,7 +14,7 @@ use rustls_pki_types::CertificateDer;
 use serde::Deserialize;
 
 /// An authenticated identity.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct UserInfo {
     /// User name.
     pub name: String,
@@ -183,15 +183,23 @@ fn from_request_headers(config: &RequestHeaderConfig, headers: &HeaderMap) -> Op
 }
 
 /// Removes every header the front proxy may set, so no handler ever sees a claimed identity.
+/// Runs on every request: nothing is allocated unless an extra header is there to remove.
 pub fn strip_identity_headers(config: &RequestHeaderConfig, headers: &mut HeaderMap) {
     for name in config.username_headers.iter().chain(&config.group_headers).chain(&config.uid_headers) {
         headers.remove(name.as_str());
     }
-    let prefixes: Vec<String> = config.extra_header_prefixes.iter().map(|p| p.to_ascii_lowercase()).collect();
-    let doomed: Vec<http::HeaderName> =
-        headers.keys().filter(|name| prefixes.iter().any(|p| name.as_str().starts_with(p.as_str()))).cloned().collect();
-    for name in doomed {
-        headers.remove(name);
+    // Header names are lower case; the configured prefixes may not be.
+    let extra = |name: &http::HeaderName| {
+        config
+            .extra_header_prefixes
+            .iter()
+            .any(|prefix| name.as_str().get(..prefix.len()).is_some_and(|start| start.eq_ignore_ascii_case(prefix)))
+    };
+    if headers.keys().any(extra) {
+        let doomed: Vec<http::HeaderName> = headers.keys().filter(|name| extra(name)).cloned().collect();
+        for name in doomed {
+            headers.remove(name);
+        }
     }
 }
 

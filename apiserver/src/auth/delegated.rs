@@ -47,6 +47,13 @@ pub enum DelegationError {
     },
 }
 
+/// What a SubjectAccessReview decision depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DecisionKey {
+    user: Arc<UserInfo>,
+    attributes: Attributes,
+}
+
 /// Delegated authentication and authorization.
 pub struct Delegated {
     /// Reads the authentication ConfigMap and sends TokenReviews (`--authentication-kubeconfig`).
@@ -59,8 +66,11 @@ pub struct Delegated {
     /// ConfigMap's `client-ca-file`.
     client_ca_override: Option<CaBundle>,
     config: RwLock<Option<Arc<AuthenticationConfig>>>,
-    tokens: moka::sync::Cache<String, Option<UserInfo>>,
-    decisions: moka::sync::Cache<String, bool>,
+    /// Identities by token, shared with the requests that present them.
+    tokens: moka::sync::Cache<String, Option<Arc<UserInfo>>>,
+    /// Decisions by identity and request attributes (hashed as they are: no encoding per
+    /// request).
+    decisions: moka::sync::Cache<DecisionKey, bool>,
     verifier: Option<Arc<ClientCaVerifier>>,
     node_restriction: NodeRestriction,
 }
@@ -228,7 +238,7 @@ impl Delegated {
 
     /// The identity a bearer token stands for (`None`: not a valid token, or not one for our
     /// audience), via TokenReview.
-    pub async fn token_review(&self, token: &str) -> Result<Option<UserInfo>, DelegationError> {
+    pub async fn token_review(&self, token: &str) -> Result<Option<Arc<UserInfo>>, DelegationError> {
         if let Some(cached) = self.tokens.get(token) {
             return Ok(cached);
         }
@@ -254,19 +264,19 @@ impl Delegated {
                     extra: user.extra.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
                 }
                 .authenticated()
-            });
+            })
+            .map(Arc::new);
         self.tokens.insert(token.to_owned(), user.clone());
         Ok(user)
     }
 
     /// Whether `user` may do `attributes`, via SubjectAccessReview.
-    pub async fn authorize(&self, user: &UserInfo, attributes: &Attributes) -> Result<bool, DelegationError> {
-        let spec = review_spec(user, attributes);
-        let key = serde_json::to_string(&spec).unwrap_or_default();
+    pub async fn authorize(&self, user: &Arc<UserInfo>, attributes: &Attributes) -> Result<bool, DelegationError> {
+        let key = DecisionKey { user: user.clone(), attributes: attributes.clone() };
         if let Some(allowed) = self.decisions.get(&key) {
             return Ok(allowed);
         }
-        let review = SubjectAccessReview { spec, ..SubjectAccessReview::default() };
+        let review = SubjectAccessReview { spec: review_spec(user, attributes), ..SubjectAccessReview::default() };
         let api: Api<SubjectAccessReview> = Api::all(self.authorization_client.clone());
         let answer = api
             .create(&PostParams::default(), &review)

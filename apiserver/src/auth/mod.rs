@@ -46,32 +46,38 @@ pub enum Auth {
 pub struct NodeScope(pub String);
 
 /// The middleware: authenticate, strip identity headers, authorize, then run the handler.
+///
+/// It runs on every request, so it borrows what it can: the URI and the bearer token are cheap
+/// clones of what hyper parsed, and a token's identity is shared with the review cache.
 pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
-    let path = request.uri().path().to_owned();
-    let chain = request.extensions().get::<PeerInfo>().map(|p| p.client_chain().to_vec()).unwrap_or_default();
-    let token = bearer(&request);
-    let user = match &state.auth {
+    let uri = request.uri().clone();
+    let path = uri.path();
+    let peer = request.extensions().get::<PeerInfo>().cloned();
+    let chain = peer.as_ref().map_or(&[][..], PeerInfo::client_chain);
+    let authorization = request.headers().get(AUTHORIZATION).cloned();
+    let token = authorization.as_ref().and_then(bearer);
+    let user: Arc<UserInfo> = match &state.auth {
         Auth::Disabled => return next.run(request).await,
-        Auth::Standalone(standalone) => match standalone.authenticate(&chain, request.headers(), token.as_deref()) {
-            _ if always_allowed(&path) => return next.run(request).await,
-            Ok(user) => user.unwrap_or_else(UserInfo::anonymous),
+        Auth::Standalone(standalone) => match standalone.authenticate(chain, request.headers(), token) {
+            _ if always_allowed(path) => return next.run(request).await,
+            Ok(user) => Arc::new(user.unwrap_or_else(UserInfo::anonymous)),
             Err(_) => return ApiError::unauthorized("Unauthorized").into_response(),
         },
         Auth::Delegated(delegated) => {
             let Some(config) = delegated.config() else {
-                if always_allowed(&path) {
+                if always_allowed(path) {
                     return next.run(request).await;
                 }
                 return ApiError::unavailable("the authentication configuration is not loaded yet", 1).into_response();
             };
-            let from_connection = authn::from_connection(&config, &chain, request.headers());
+            let from_connection = authn::from_connection(&config, chain, request.headers());
             authn::strip_identity_headers(&config.request_header, request.headers_mut());
-            if always_allowed(&path) {
+            if always_allowed(path) {
                 return next.run(request).await;
             }
             match (from_connection, token) {
-                (Some(user), _) => user,
-                (None, Some(token)) => match delegated.token_review(&token).await {
+                (Some(user), _) => Arc::new(user),
+                (None, Some(token)) => match delegated.token_review(token).await {
                     Ok(Some(user)) => user,
                     Ok(None) => return ApiError::unauthorized("Unauthorized").into_response(),
                     Err(error) => {
@@ -79,11 +85,11 @@ pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, nex
                         return ApiError::unauthorized("Unauthorized").into_response();
                     }
                 },
-                (None, None) => UserInfo::anonymous(),
+                (None, None) => Arc::new(UserInfo::anonymous()),
             }
         }
     };
-    let attributes = Attributes::of(request.method(), &path, request.uri().query());
+    let attributes = Attributes::of(request.method(), path, uri.query());
     // The node found through the token's pod, recorded on the identity once authorized so a
     // write forwarded to the leader stays bound to it there.
     let mut placed_through_pod = None;
@@ -131,7 +137,7 @@ pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, nex
         return forbidden(&user, &attributes).into_response();
     }
     tracing::trace!(user = %user.name, ?attributes, "authorized");
-    let mut user = user;
+    let mut user = Arc::unwrap_or_clone(user);
     if let Some(node) = placed_through_pod {
         user.extra.insert(EXTRA_NODE_NAME.to_owned(), vec![node]);
     }
@@ -151,10 +157,10 @@ fn node_binding(auth: &Auth, user: &UserInfo) -> Binding {
     }
 }
 
-fn bearer(request: &Request) -> Option<String> {
-    let value = request.headers().get(AUTHORIZATION)?.to_str().ok()?;
+fn bearer(value: &http::HeaderValue) -> Option<&str> {
+    let value = value.to_str().ok()?;
     let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))?.trim();
-    (!token.is_empty()).then(|| token.to_owned())
+    (!token.is_empty()).then_some(token)
 }
 
 /// kube-apiserver's wording for a denied request.

@@ -106,22 +106,23 @@ impl NodeRestriction {
                 ),
             };
         };
-        let pod = format!("{}/{pod_name}", self.namespace);
+        let pod = || format!("{}/{pod_name}", self.namespace);
         match lookup {
             Some(Lookup::Found(found)) if found.uid != pod_uid => Binding::Refused(format!(
-                "the token is bound to pod {pod} with uid {pod_uid}, which no longer exists (that name is now uid {})",
+                "the token is bound to pod {} with uid {pod_uid}, which no longer exists (that name is now uid {})",
+                pod(),
                 found.uid
             )),
             Some(Lookup::Found(found)) => match (found.node, node_extra) {
                 (Some(node), Some(named)) if node != named => {
-                    Binding::Refused(format!("the token names node {named:?} but its pod {pod} runs on {node:?}"))
+                    Binding::Refused(format!("the token names node {named:?} but its pod {} runs on {node:?}", pod()))
                 }
                 (Some(node), _) => Binding::Node { node, through_pod: node_extra.is_none() },
                 (None, Some(named)) => Binding::Node { node: named.to_owned(), through_pod: false },
-                (None, None) => Binding::Refused(format!("the token's pod {pod} is not scheduled to a node yet")),
+                (None, None) => Binding::Refused(format!("the token's pod {} is not scheduled to a node yet", pod())),
             },
             Some(Lookup::Missing) => {
-                Binding::Refused(format!("the token is bound to pod {pod}, which no longer exists"))
+                Binding::Refused(format!("the token is bound to pod {}, which no longer exists", pod()))
             }
             // kube-apiserver checked the pod when it reviewed the token; the node it named holds.
             Some(Lookup::NotSynced) | None if node_extra.is_some() => {

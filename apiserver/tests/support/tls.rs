@@ -40,6 +40,8 @@ pub struct TlsServer {
     pub front_proxy_ca: CertificateAuthority,
     pub store: Arc<Store>,
     pub exporter_pods: Arc<ExporterPods>,
+    /// The router the listener serves, for in-process comparisons.
+    pub app: axum::Router,
     _dir: tempfile::TempDir,
 }
 
@@ -85,7 +87,8 @@ pub async fn start(double: &Arc<KubeDouble>, configure: impl FnOnce(&mut AppStat
     configure(&mut state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(serve(listener, tls, router(Arc::new(state)), std::future::pending()));
+    let app = router(Arc::new(state));
+    tokio::spawn(serve(listener, tls, app.clone(), std::future::pending()));
     tokio::time::timeout(Duration::from_secs(10), async {
         while !exporter_pods.synced() {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -93,7 +96,8 @@ pub async fn start(double: &Arc<KubeDouble>, configure: impl FnOnce(&mut AppStat
     })
     .await
     .expect("the exporter pods were listed");
-    TlsServer { address, ca_pem: serving_ca.cert_pem().to_owned(), front_proxy_ca, store, exporter_pods, _dir: dir }
+    let ca_pem = serving_ca.cert_pem().to_owned();
+    TlsServer { address, ca_pem, front_proxy_ca, store, exporter_pods, app, _dir: dir }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
