@@ -288,6 +288,17 @@ fn proc_cpu(path: &str) -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 1000 / TICKS_PER_SECOND)
 }
 
+/// The whole machine's busy CPU time so far (every process: other work on the machine shows as
+/// the difference from the server's and this process's).
+fn machine_busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> =
+        stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal: idle and iowait are not busy.
+    let busy: u64 = ticks.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, t)| t).sum();
+    Duration::from_millis(busy * 1000 / TICKS_PER_SECOND)
+}
+
 // ---------------------------------------------------------------------------------------------
 // The fleet.
 
@@ -310,6 +321,13 @@ struct Fleet {
     duplicates: AtomicU64,
     watch_restarts: AtomicU64,
     watch_errors: AtomicU64,
+}
+
+impl Fleet {
+    /// True when `micros` falls in the measured window.
+    fn in_window(&self, micros: u64) -> bool {
+        self.window.lock().unwrap().is_some_and(|(from, to)| (from..to).contains(&micros))
+    }
 }
 
 fn name(i: usize) -> String {
@@ -389,7 +407,9 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
     let publish = async |nrt: &NodeResourceTopology| {
         let started = now_micros();
         let result = publisher.publish(nrt.clone()).await;
-        fleet.publish_latency.record(now_micros() - started);
+        if fleet.in_window(started) {
+            fleet.publish_latency.record(now_micros() - started);
+        }
         result.map_err(|_| fleet.publish_failures.fetch_add(1, Ordering::Relaxed)).is_ok()
     };
     let mut sequence = 0;
@@ -477,9 +497,7 @@ impl WatcherState {
         }
         *next = sequence + 1;
         *seen += 1;
-        if let Some((from, to)) = *fleet.window.lock().unwrap()
-            && (from..to).contains(&sent)
-        {
+        if fleet.in_window(sent) {
             fleet.delivery.record(received.saturating_sub(sent));
         }
     }
@@ -616,7 +634,8 @@ async fn run(options: Options) {
     }
 
     tokio::time::sleep(options.settle()).await;
-    let (cpu_before, own_before, window_start) = (server.cpu(), proc_cpu("/proc/self/stat"), Instant::now());
+    let (cpu_before, own_before, busy_before, window_start) =
+        (server.cpu(), proc_cpu("/proc/self/stat"), machine_busy(), Instant::now());
     let window_from = now_micros();
     *fleet.window.lock().unwrap() = Some((window_from, u64::MAX));
     let (changes_before, heartbeats_before) =
@@ -629,6 +648,7 @@ async fn run(options: Options) {
     tokio::time::sleep(end.saturating_duration_since(Instant::now())).await;
     let window = window_start.elapsed();
     let (cpu, own) = (server.cpu() - cpu_before, proc_cpu("/proc/self/stat") - own_before);
+    let busy = machine_busy().saturating_sub(busy_before);
     *fleet.window.lock().unwrap() = Some((window_from, now_micros()));
     let changes = fleet.changes.load(Ordering::Relaxed) - changes_before;
     let heartbeats = fleet.heartbeats.load(Ordering::Relaxed) - heartbeats_before;
@@ -673,9 +693,17 @@ async fn run(options: Options) {
         RSS_EVERY,
         rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(" ")
     );
-    println!("bench process (agents + watchers) CPU {:.3} cores", own.as_secs_f64() / window.as_secs_f64());
+    let cores_of = |d: Duration| d.as_secs_f64() / window.as_secs_f64();
     println!(
-        "publish latency (whole run) p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
+        "bench process (agents + watchers) CPU {:.3} cores; the machine was busy {:.3} of {} cores \
+         ({:.3} by other processes)",
+        cores_of(own),
+        cores_of(busy),
+        std::thread::available_parallelism().map_or(0, usize::from),
+        cores_of(busy.saturating_sub(cpu + own))
+    );
+    println!(
+        "publish latency (publishes started in the window) p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
         fleet.publish_latency.quantile_ms(0.5),
         fleet.publish_latency.quantile_ms(0.99),
         fleet.publish_latency.max_ms()
