@@ -98,6 +98,30 @@ struct TriggerLabels {
 
 type Milliseconds = Gauge<f64, AtomicU64>;
 
+/// The direct write path's metrics (`--nrt-server`), shared with the publisher that switches.
+#[derive(Debug, Clone, Default)]
+pub struct DirectPathMetrics {
+    in_use: Gauge,
+    fallbacks: Counter,
+}
+
+impl DirectPathMetrics {
+    /// Whether publishes go to the NRT API server directly now.
+    pub fn set_in_use(&self, in_use: bool) {
+        self.in_use.set(i64::from(in_use));
+    }
+
+    /// One publish made through kube-apiserver because the direct path could not be used.
+    pub fn fell_back(&self) {
+        self.fallbacks.inc();
+    }
+
+    /// (in use, fallbacks so far).
+    pub fn get(&self) -> (bool, u64) {
+        (self.in_use.get() == 1, self.fallbacks.get())
+    }
+}
+
 /// Counters the agent keeps; shared with the `/metrics` server.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -113,6 +137,7 @@ pub struct Metrics {
     writes: Family<WriteLabels, Counter>,
     operation_delay: Family<OperationLabels, Milliseconds>,
     wakeup_delay: Family<TriggerLabels, Milliseconds>,
+    direct: DirectPathMetrics,
 }
 
 /// A snapshot of [`Metrics`].
@@ -153,6 +178,11 @@ impl Metrics {
             condition_writes: self.condition_writes.get(),
             condition_failures: self.condition_failures.get(),
         }
+    }
+
+    /// The direct write path's metrics, for the publisher.
+    pub fn direct_path(&self) -> &DirectPathMetrics {
+        &self.direct
     }
 
     pub(crate) fn scan_started(&self, trigger: Trigger, since_last: Duration) {
@@ -241,6 +271,16 @@ impl Metrics {
         for (name, help, counter) in counters {
             ours.register(name, help, counter.clone());
         }
+        ours.register(
+            "direct_write_in_use",
+            "1 while publishes go to the NRT API server directly (--nrt-server), 0 otherwise",
+            self.direct.in_use.clone(),
+        );
+        ours.register(
+            "direct_write_fallbacks",
+            "Publishes made through kube-apiserver because the NRT API server could not be used directly",
+            self.direct.fallbacks.clone(),
+        );
         registry
     }
 

@@ -782,6 +782,8 @@ async fn metrics_are_scraped_over_loopback_with_upstream_names_after_a_scan() {
         r#"numaresources_rte_publishes_total{node="worker-0"} 1"#,
         r#"numaresources_rte_skipped_unchanged_total{node="worker-0"} 1"#,
         r#"numaresources_rte_scan_failures_total{node="worker-0"} 0"#,
+        r#"numaresources_rte_direct_write_in_use{node="worker-0"} 0"#,
+        r#"numaresources_rte_direct_write_fallbacks_total{node="worker-0"} 0"#,
     ] {
         assert!(body.lines().any(|l| l == line), "missing {line:?} in\n{body}");
     }

@@ -33,6 +33,7 @@ use numaresources_rte::agent::{Agent, own_object};
 use numaresources_rte::config::Config;
 use numaresources_rte::direct::DirectServer;
 use numaresources_rte::direct::failover::{FailoverOptions, FailoverPublisher};
+use numaresources_rte::metrics::DirectPathMetrics;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
 use numaresources_rte::publish::Outcome;
@@ -270,16 +271,18 @@ users: [{{name: rte, user: {{token: {KUBE_TOKEN}}}}}]
         &self,
         direct: &str,
         kube: &Listener,
-    ) -> (Agent<PodResourcesClient, FailoverPublisher>, watch::Receiver<kube::Client>) {
+    ) -> (Agent<PodResourcesClient, FailoverPublisher>, watch::Receiver<kube::Client>, DirectPathMetrics) {
         let options = FailoverOptions {
             retry_initial: Duration::from_millis(20),
             retry_max: Duration::from_millis(100),
             ..FailoverOptions::default()
         };
+        let metrics = DirectPathMetrics::default();
         let publisher =
-            FailoverPublisher::with_options(self.direct(direct), NODE, self.kube_client(kube).await, false, options);
+            FailoverPublisher::with_options(self.direct(direct), NODE, self.kube_client(kube).await, false, options)
+                .with_metrics(metrics.clone());
         let path = publisher.client_in_use();
-        (Agent::new(self.config(), self.kubelet_client(), publisher), path)
+        (Agent::new(self.config(), self.kubelet_client(), publisher), path, metrics)
     }
 
     /// Makes the next scan differ: `n` exclusive CPUs taken on NUMA node 0.
@@ -363,7 +366,7 @@ async fn a_cold_replica_is_bypassed_through_kube_apiserver_until_it_is_warm_then
     let (store, kube, ours) = listeners(&node).await;
     // A replica still warming up answers reads 503, as after a restart.
     ours.state.readiness.set(STORE_WARM_CHECK, false);
-    let (mut agent, path) = node.agent_and_path(&ours.url(), &kube).await;
+    let (mut agent, path, metrics) = node.agent_and_path(&ours.url(), &kube).await;
     let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), Arc::new(Notify::new())));
 
     assert_eq!(refresh(&mut agent, "the publish while cold").await, Outcome::Created);
@@ -371,6 +374,7 @@ async fn a_cold_replica_is_bypassed_through_kube_apiserver_until_it_is_warm_then
     assert!(ours.log.writes().is_empty());
     assert_eq!(bearers(&kube.log.writes()), [Some(KUBE_TOKEN)]);
     assert_eq!(store.len(), 1);
+    assert_eq!(metrics.get(), (false, 1), "(in use, fallbacks)");
     // The own-object watch moved to where the agent writes.
     until("the watch through kube-apiserver", || kube.log.all().iter().any(Seen::is_watch)).await;
 
@@ -390,6 +394,7 @@ async fn a_cold_replica_is_bypassed_through_kube_apiserver_until_it_is_warm_then
     node.allocate(n);
     refresh(&mut agent, "the publish after the way back").await;
     assert_eq!(kube.log.writes().len(), through_kube, "no write goes through kube-apiserver once back");
+    assert_eq!(metrics.get(), (true, through_kube as u64), "(in use, fallbacks)");
     assert_eq!(bearers(&ours.log.writes()).last().copied().flatten(), Some(PROJECTED[0]));
     until("the watch on our server again", || ours.log.all().iter().any(|s| s.is_watch() && s.status == 200)).await;
 
@@ -427,7 +432,7 @@ async fn an_unreachable_or_untrusted_server_is_bypassed_through_kube_apiserver()
 async fn the_own_object_watch_follows_the_direct_path_and_a_lost_object_is_published_again_there() {
     let node = Node::new().await;
     let (store, kube, ours) = listeners(&node).await;
-    let (agent, path) = node.agent_and_path(&ours.url(), &kube).await;
+    let (agent, path, _) = node.agent_and_path(&ours.url(), &kube).await;
     let metrics = agent.metrics();
     let lost = Arc::new(Notify::new());
     let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), lost.clone()));

@@ -222,6 +222,13 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         self
     }
 
+    /// Counts into `metrics` (shared with its publisher) instead of counters of its own.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     /// Its counters, shared.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.metrics)
@@ -610,12 +617,17 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), E
     let lost = Arc::new(Notify::new());
     let result = match (client.filter(|_| config.publish), config.nrt_server.clone()) {
         (Some(client), Some(server)) => {
-            let publisher = FailoverPublisher::new(server, &config.node_name, client, config.add_nrt_owner);
+            let metrics = Arc::new(Metrics::default());
+            let publisher = FailoverPublisher::new(server, &config.node_name, client, config.add_nrt_owner)
+                .with_metrics(metrics.direct_path().clone());
             if !config.oneshot {
                 let node = config.node_name.clone();
                 background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
             }
-            let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload(args.clone());
+            let agent = Agent::new(config, source, publisher)
+                .with_metrics(metrics)
+                .with_republish(lost)
+                .with_config_reload(args.clone());
             drive(agent, options, listener, &mut background, shutdown).await
         }
         (Some(client), None) => {

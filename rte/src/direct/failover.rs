@@ -27,6 +27,7 @@ use xxhash_rust::xxh64::xxh64;
 use super::DirectServer;
 use super::bearer::BearerFile;
 use super::client::direct_client;
+use crate::metrics::DirectPathMetrics;
 use crate::publish::{KubePublisher, Outcome, PublishError, Publisher};
 
 /// The first delay before the direct path is tried again after a failure.
@@ -147,6 +148,7 @@ pub struct FailoverPublisher {
     state: Mutex<State>,
     /// The client of the path in use, for the own-object watch.
     in_use: watch::Sender<kube::Client>,
+    metrics: DirectPathMetrics,
 }
 
 impl std::fmt::Debug for FailoverPublisher {
@@ -185,6 +187,7 @@ impl FailoverPublisher {
             kube,
             state: Mutex::new(State { route: Route::default(), direct: None }),
             in_use,
+            metrics: DirectPathMetrics::default(),
         };
         // Built now so the own-object watch starts on the direct path; a CA bundle that is not
         // there yet switches to kube-apiserver at once.
@@ -192,6 +195,14 @@ impl FailoverPublisher {
             publisher.in_use.send_replace(client);
         }
         publisher
+    }
+
+    /// Reports the path in use and the fallbacks to `metrics` (the agent's).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: DirectPathMetrics) -> Self {
+        metrics.set_in_use(self.route().is_direct());
+        self.metrics = metrics;
+        self
     }
 
     /// The client of the path in use, changing with it.
@@ -240,6 +251,7 @@ impl FailoverPublisher {
                     "cannot publish to the NRT API server directly; publishing through kube-apiserver until it can"
                 );
                 self.in_use.send_replace(self.kube.clone());
+                self.metrics.set_in_use(false);
             }
             _ => {
                 tracing::debug!(server = %self.server.url, %reason, retry_in = ?delay, "the NRT API server still cannot be used directly")
@@ -251,6 +263,7 @@ impl FailoverPublisher {
         let mut state = self.lock();
         if state.route.worked() == Switch::ToDirect {
             tracing::info!(server = %self.server.url, "publishing to the NRT API server directly again");
+            self.metrics.set_in_use(true);
             if let Some((_, client)) = &state.direct {
                 self.in_use.send_replace(client.clone());
             }
@@ -275,6 +288,7 @@ impl FailoverPublisher {
             };
             self.failed(&mut self.lock(), &reason);
         }
+        self.metrics.fell_back();
         self.fallback.publish(desired).await
     }
 }
