@@ -8,7 +8,9 @@
 //! and its own CPU is printed too, to show it is not the bottleneck.
 //!
 //! `cargo bench -p numaresources-apiserver --bench direct_write` (`BENCH_REQUESTS=n` per phase;
-//! `BENCH_ONLY=patch|get` and `BENCH_PROTOCOL=1|2` run one kind, e.g. to profile the child).
+//! `BENCH_ONLY=patch|get` and `BENCH_PROTOCOL=1|2` run one kind, e.g. to profile the child;
+//! `BENCH_ONLY=memory` instead prints the server's VmRSS through 5,000 creates, 5,000 patches
+//! and 3 LISTs over TLS, from an empty store).
 //! Figures go to BENCHMARKS.md; nothing asserts a time.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
@@ -93,14 +95,19 @@ fn serve() {
             }
         })
         .await;
-        for i in 0..FLEET {
-            let object = serde_json::from_value(topology(&node(i), 22)).unwrap();
-            server.store.create(object, false).unwrap();
-        }
         let tokens: Vec<String> =
             (0..CONNECTIONS).map(|i| double.exporter_token(&format!("rte-{i}"), &[OUR_AUDIENCE])).collect();
-        in_process(&server.app, &tokens).await;
-        let ready = json!({"address": server.address.to_string(), "ca": server.ca_pem, "tokens": tokens});
+        // The memory run starts empty: its objects come over TLS.
+        if !memory_run() {
+            for i in 0..FLEET {
+                let object = serde_json::from_value(topology(&node(i), 22)).unwrap();
+                server.store.create(object, false).unwrap();
+            }
+            in_process(&server.app, &tokens).await;
+        }
+        let admin = double.user_token("kubernetes-admin", &[OUR_AUDIENCE]);
+        let ready =
+            json!({"address": server.address.to_string(), "ca": server.ca_pem, "tokens": tokens, "admin": admin});
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{ready}").unwrap();
         stdout.flush().unwrap();
@@ -111,6 +118,11 @@ fn serve() {
         .await
         .unwrap();
     });
+}
+
+/// `BENCH_ONLY=memory`: the server's memory after 5,000 creates and 5,000 patches over TLS.
+fn memory_run() -> bool {
+    std::env::var("BENCH_ONLY").is_ok_and(|v| v == "memory")
 }
 
 /// The same requests through the router in this process, without sockets or TLS: what our
@@ -195,6 +207,13 @@ async fn measure() {
     let ca = ready["ca"].as_str().unwrap().to_owned();
     let tokens: Vec<String> =
         ready["tokens"].as_array().unwrap().iter().map(|t| format!("Bearer {}", t.as_str().unwrap())).collect();
+    if memory_run() {
+        let admin = format!("Bearer {}", ready["admin"].as_str().unwrap());
+        memory(address, &ca, &admin, pid).await;
+        drop(child.stdin.take());
+        let _ = child.wait();
+        return;
+    }
     println!(
         "numaresources-apiserver over TLS (ring, ECDSA P-256, TLS 1.3), delegated mode, {FLEET} objects, in its own \
          process (2 tokio workers; VmRSS {:.1} MiB); {CONNECTIONS} exporters, one kept-alive connection and one \
@@ -213,6 +232,51 @@ async fn measure() {
     println!("server VmRSS at the end: {:.1} MiB", resident_mib(pid));
     drop(child.stdin.take());
     let _ = child.wait();
+}
+
+/// Creates the fleet over TLS, patches every object once, lists three times, and prints the
+/// server's VmRSS after each step.
+async fn memory(address: SocketAddr, ca: &str, admin: &str, pid: u32) {
+    let arenas = std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "unset".to_owned());
+    println!("memory: server VmRSS at start (empty store) {:.1} MiB; MALLOC_ARENA_MAX={arenas}", resident_mib(pid));
+    for (step, steps) in [("create", "creates"), ("patch", "patches")] {
+        let mut tasks = Vec::new();
+        for c in 0..CONNECTIONS {
+            let mut connection = connect(address, ca, Protocol::Http1, None).await;
+            let admin = admin.to_owned();
+            tasks.push(tokio::spawn(async move {
+                for i in (c..FLEET).step_by(CONNECTIONS) {
+                    let answer = if step == "create" {
+                        let body = serde_json::to_vec(&topology(&node(i), 22)).unwrap();
+                        let headers = [("authorization", admin.as_str()), ("content-type", "application/json")];
+                        connection.send("POST", BASE, &headers, body).await
+                    } else {
+                        let topology = topology(&node(i), 21);
+                        let body = serde_json::to_vec(
+                            &json!({"attributes": topology["attributes"], "zones": topology["zones"]}),
+                        )
+                        .unwrap();
+                        let headers =
+                            [("authorization", admin.as_str()), ("content-type", "application/merge-patch+json")];
+                        connection.send("PATCH", &format!("{BASE}/{}", node(i)), &headers, body).await
+                    };
+                    assert!(answer.status.is_success(), "{step} {}: {:?}", node(i), answer.body);
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        println!("memory: server VmRSS after {FLEET} {steps} over TLS: {:.1} MiB", resident_mib(pid));
+    }
+    let mut connection = connect(address, ca, Protocol::Http1, None).await;
+    for _ in 0..3 {
+        let answer = connection.send("GET", BASE, &[("authorization", admin)], Bytes::new()).await;
+        assert_eq!(answer.status, StatusCode::OK);
+    }
+    println!("memory: server VmRSS after 3 LISTs: {:.1} MiB", resident_mib(pid));
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    println!("memory: server VmRSS 2 s later, connections closed but the last: {:.1} MiB", resident_mib(pid));
 }
 
 async fn phase(
