@@ -208,6 +208,8 @@ pub struct KubePublisher {
     add_owner: bool,
     /// Set once the object is known to exist, so later publishes go straight to a patch.
     exists: std::sync::Arc<AtomicBool>,
+    /// Never GET before the patch ([`Self::patch_first`]).
+    patch_first: bool,
 }
 
 impl KubePublisher {
@@ -219,7 +221,22 @@ impl KubePublisher {
     /// A publisher writing through `nrts` and reading the Node for the owner reference through
     /// `nodes` (our API server, written to directly, serves no Nodes).
     pub fn with_node_client(nrts: kube::Client, nodes: kube::Client, add_owner: bool) -> Self {
-        Self { nrts: kube::Api::all(nrts), nodes: kube::Api::all(nodes), add_owner, exists: std::sync::Arc::default() }
+        Self {
+            nrts: kube::Api::all(nrts),
+            nodes: kube::Api::all(nodes),
+            add_owner,
+            exists: std::sync::Arc::default(),
+            patch_first: false,
+        }
+    }
+
+    /// Starts with a merge patch instead of a GET (a 404 creates the object, in the same
+    /// publish). For our API server written to directly: a replica still warming up answers reads
+    /// 503 but takes writes, which are what warm it.
+    #[must_use]
+    pub fn patch_first(mut self) -> Self {
+        self.patch_first = true;
+        self
     }
 
     fn what(name: &str) -> String {
@@ -285,7 +302,7 @@ impl KubePublisher {
 
     async fn publish_inner(&self, desired: NodeResourceTopology) -> Result<Outcome, PublishError> {
         let name = desired.metadata.name.clone().unwrap_or_default();
-        if !self.exists.load(Ordering::Relaxed) {
+        if !self.patch_first && !self.exists.load(Ordering::Relaxed) {
             if self.get(&name).await?.is_none() {
                 return self.create(&desired).await;
             }
@@ -297,8 +314,11 @@ impl KubePublisher {
             // The object is gone (deleted, or the API server lost its store): create it in
             // this same publish rather than at the next heartbeat.
             Err(error) if error.is_not_found() => {
-                tracing::info!(node = %name, "the object is gone; creating it again");
-                self.exists.store(false, Ordering::Relaxed);
+                if self.exists.swap(false, Ordering::Relaxed) {
+                    tracing::info!(node = %name, "the object is gone; creating it again");
+                } else {
+                    tracing::debug!(node = %name, "no object yet; creating it");
+                }
                 self.create(&desired).await
             }
             Err(error) => {

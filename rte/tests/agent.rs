@@ -491,6 +491,26 @@ async fn an_object_lost_by_the_server_is_created_again_by_the_same_publish() {
 }
 
 #[tokio::test]
+async fn patching_first_never_reads_so_a_replica_that_refuses_reads_while_warming_up_is_written() {
+    let (publisher, mut server) = mock_publisher(false);
+    let publisher = publisher.patch_first();
+    let api = tokio::spawn(async move {
+        let path = format!("{NRT_PATH}/worker-0");
+        server.expect("PATCH", &path, 404, status(404, "NotFound", "not found")).await;
+        server.expect("POST", NRT_PATH, 201, existing("1")).await;
+        server.expect("PATCH", &path, 200, existing("2")).await;
+        server
+    });
+    assert_eq!(bounded("publish", publisher.publish(desired())).await.unwrap(), Outcome::Created);
+    assert_eq!(bounded("publish again", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
+    let mut server = bounded("api server scenario", api).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), server.0.next_request()).await.is_err(),
+        "no extra request"
+    );
+}
+
+#[tokio::test]
 async fn a_conflicting_patch_falls_back_to_get_and_put_with_the_fresh_resource_version() {
     let (publisher, mut server) = mock_publisher(true);
     let api = tokio::spawn(async move {

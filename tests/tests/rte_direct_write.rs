@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use axum::middleware::{Next, from_fn};
+use axum::response::IntoResponse as _;
 use base64::Engine;
 use numaresources_apiserver::auth::{Auth, Standalone};
 use numaresources_apiserver::replication::STORE_WARM_CHECK;
@@ -37,6 +38,7 @@ use numaresources_rte::metrics::DirectPathMetrics;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
 use numaresources_rte::publish::Outcome;
+use serde_json::json;
 use tokio::sync::{Notify, oneshot, watch};
 
 const NODE: &str = "worker-0";
@@ -86,16 +88,23 @@ impl Seen {
     }
 }
 
+/// The requests a listener saw; while `unavailable`, it answers every request 503 as a replica
+/// does while no replica leads (an election under way), before our router sees it.
 #[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<Seen>>>);
+struct Log(Arc<Mutex<Vec<Seen>>>, Arc<std::sync::atomic::AtomicBool>);
 
 impl Log {
     fn all(&self) -> Vec<Seen> {
         self.0.lock().unwrap().clone()
     }
 
+    fn set_unavailable(&self, unavailable: bool) {
+        self.1.store(unavailable, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The NRT writes the server accepted.
     fn writes(&self) -> Vec<Seen> {
-        self.all().into_iter().filter(Seen::is_nrt_write).collect()
+        self.all().into_iter().filter(|s| s.is_nrt_write() && s.status < 300).collect()
     }
 
     async fn record(self, request: Request, next: Next) -> axum::response::Response {
@@ -107,7 +116,14 @@ impl Log {
             .map(str::to_owned);
         let (method, path) = (request.method().to_string(), request.uri().path().to_owned());
         let query = request.uri().query().unwrap_or_default().to_owned();
-        let response = next.run(request).await;
+        let response = if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "no replica leads the NodeResourceTopology store right now (an election is under way); retry",
+                "reason": "ServiceUnavailable", "code": 503});
+            (http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(status)).into_response()
+        } else {
+            next.run(request).await
+        };
         let status = response.status().as_u16();
         self.0.lock().unwrap().push(Seen { method, path, query, bearer, status });
         response
@@ -361,15 +377,14 @@ async fn the_agent_publishes_to_our_server_directly_with_the_projected_token_and
 }
 
 #[tokio::test]
-async fn a_cold_replica_is_bypassed_through_kube_apiserver_until_it_is_warm_then_used_again() {
+async fn a_replica_answering_503_is_bypassed_through_kube_apiserver_until_it_answers_then_used_again() {
     let node = Node::new().await;
     let (store, kube, ours) = listeners(&node).await;
-    // A replica still warming up answers reads 503, as after a restart.
-    ours.state.readiness.set(STORE_WARM_CHECK, false);
+    ours.log.set_unavailable(true);
     let (mut agent, path, metrics) = node.agent_and_path(&ours.url(), &kube).await;
     let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), Arc::new(Notify::new())));
 
-    assert_eq!(refresh(&mut agent, "the publish while cold").await, Outcome::Created);
+    assert_eq!(refresh(&mut agent, "the publish while our server answers 503").await, Outcome::Created);
     assert!(ours.log.all().iter().any(|s| s.status == 503), "{:?}", ours.log.all());
     assert!(ours.log.writes().is_empty());
     assert_eq!(bearers(&kube.log.writes()), [Some(KUBE_TOKEN)]);
@@ -378,13 +393,13 @@ async fn a_cold_replica_is_bypassed_through_kube_apiserver_until_it_is_warm_then
     // The own-object watch moved to where the agent writes.
     until("the watch through kube-apiserver", || kube.log.all().iter().any(Seen::is_watch)).await;
 
-    ours.state.readiness.set(STORE_WARM_CHECK, true);
+    ours.log.set_unavailable(false);
     let mut n = 0;
     bounded("publishing directly again", async {
         while ours.log.writes().is_empty() {
             n += 1;
             node.allocate(n);
-            refresh(&mut agent, "a publish after the warm-up").await;
+            refresh(&mut agent, "a publish once it answers").await;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
@@ -399,6 +414,28 @@ async fn a_cold_replica_is_bypassed_through_kube_apiserver_until_it_is_warm_then
     until("the watch on our server again", || ours.log.all().iter().any(|s| s.is_watch() && s.status == 200)).await;
 
     watching.abort();
+    kube.stop().await;
+    ours.stop().await;
+}
+
+#[tokio::test]
+async fn a_cold_replica_is_written_directly_since_the_exporters_writes_are_what_warm_it() {
+    let node = Node::new().await;
+    let (store, kube, ours) = listeners(&node).await;
+    // A replica still warming up (after every replica was gone) answers reads 503, and through
+    // kube-apiserver nothing reaches it then (the APIService is unavailable); writes it takes.
+    ours.state.readiness.set(STORE_WARM_CHECK, false);
+    let (mut agent, _, metrics) = node.agent_and_path(&ours.url(), &kube).await;
+
+    assert_eq!(refresh(&mut agent, "the publish to a cold replica").await, Outcome::Created);
+    let attempts: Vec<(String, u16)> =
+        ours.log.all().into_iter().filter(Seen::is_nrt_write).map(|s| (s.method, s.status)).collect();
+    assert_eq!(attempts, [("PATCH".to_owned(), 404), ("POST".to_owned(), 201)]);
+    assert!(ours.log.all().iter().all(|s| s.status != 503), "no read was tried: {:?}", ours.log.all());
+    assert!(kube.log.writes().is_empty());
+    assert!(store.get(NODE).is_some());
+    assert_eq!(metrics.get(), (true, 0), "(in use, fallbacks)");
+
     kube.stop().await;
     ours.stop().await;
 }

@@ -1,7 +1,8 @@
 //! Which path a publish takes: our API server directly while that works, kube-apiserver
 //! whenever it does not, and our server again after a growing delay.
 //!
-//! Every publish that may use the direct path tries it first. A failure that the other path
+//! Every publish that may use the direct path tries it first, starting with a merge patch (a
+//! cold replica refuses reads until the exporters have reported, but takes their writes). A failure that the other path
 //! might not share (no connection, TLS, a timeout, 401/403, 429, a 5xx such as a cold
 //! replica's 503) makes the same publish go through kube-apiserver at once, and the direct path
 //! is not tried again before [`FailoverOptions::delay`] has passed: 10 s, doubling up to 5
@@ -228,7 +229,8 @@ impl FailoverPublisher {
         if state.direct.is_none() {
             match direct_client(&self.server, Arc::clone(&self.bearer)) {
                 Ok(client) => {
-                    let publisher = KubePublisher::with_node_client(client.clone(), self.kube.clone(), self.add_owner);
+                    let publisher = KubePublisher::with_node_client(client.clone(), self.kube.clone(), self.add_owner)
+                        .patch_first();
                     state.direct = Some((publisher, client));
                 }
                 Err(error) => {
