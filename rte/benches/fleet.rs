@@ -5,7 +5,8 @@
 //!   mode (one static token per agent, so each agent has its own identity), `MALLOC_ARENA_MAX=2`;
 //! - each agent is the exporter's own direct-path client (`direct_client`: the CA bundle, its
 //!   own token file read through `BearerFile`, its own connections) and publisher
-//!   (`KubePublisher`: GET, create, then merge patches), plus the exporter's own-object watch;
+//!   (`KubePublisher` as the direct path uses it: merge patches, a create after the first 404),
+//!   plus the exporter's own-object watch;
 //!   it publishes a changed topology at exponentially distributed intervals (mean
 //!   `--change-every`, 10 s) and resends it unchanged when nothing changed for `--heartbeat`
 //!   (60 s), as the agent does. Zones are those of the real sysfs fixtures (2-NUMA Intel, 1-NUMA
@@ -401,7 +402,8 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
     let client = direct_client(&server, bearer).unwrap();
     let lost = Arc::new(Notify::new());
     let watch = options.agent_watches.then(|| tokio::spawn(own_object::watch(client.clone(), name(i), lost.clone())));
-    let publisher = KubePublisher::new(client, false);
+    // As `FailoverPublisher` builds it for the direct path.
+    let publisher = KubePublisher::new(client, false).patch_first();
     let zones = &zones[i % zones.len()];
 
     let publish = async |nrt: &NodeResourceTopology| {
