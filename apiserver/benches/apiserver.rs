@@ -21,29 +21,16 @@ use http::Request;
 use http_body_util::BodyExt;
 use numaresources_apiserver::store::{DEFAULT_HISTORY, DEFAULT_HISTORY_BYTES};
 use numaresources_apiserver::{AppState, Store, router};
-use serde_json::{Value, json};
+use serde_json::json;
 use tower::ServiceExt;
+
+#[path = "../tests/support/fleet.rs"]
+mod fleet;
+
+use fleet::worker;
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 const NODES: usize = 5_000;
-
-fn worker(name: &str, available: i64) -> Value {
-    let zone = |id: i64| {
-        json!({"name": format!("node-{id}"), "type": "Node",
-               "costs": [{"name": "node-0", "value": if id == 0 {10} else {21}}, {"name": "node-1", "value": if id == 1 {10} else {21}}],
-               "resources": [
-                   {"name": "cpu", "capacity": "32", "allocatable": "30", "available": available.to_string()},
-                   {"name": "example.com/sriov_vf", "capacity": "8", "allocatable": "8", "available": "7"},
-                   {"name": "hugepages-1Gi", "capacity": "17179869184", "allocatable": "17179869184", "available": "12884901888"},
-                   {"name": "memory", "capacity": "202355617792", "allocatable": "184022315008", "available": "166842445824"}]})
-    };
-    json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-           "metadata": {"name": name},
-           "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
-                          {"name": "topologyManagerScope", "value": "container"},
-                          {"name": "nodeTopologyPodsFingerprint", "value": "pfp0v001a9cddfe43845cd3a"}],
-           "zones": [zone(0), zone(1)]})
-}
 
 async fn send(app: &Router, request: Request<Body>) -> usize {
     let response = app.clone().oneshot(request).await.unwrap();

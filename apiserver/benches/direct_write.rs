@@ -26,6 +26,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Value, json};
+use support::fleet::worker;
 use support::kube_double::{KubeDouble, OUR_AUDIENCE};
 use support::tls::{BASE, Protocol, connect, start};
 
@@ -36,23 +37,12 @@ const SERVER_ENV: &str = "DIRECT_WRITE_BENCH_SERVER";
 /// Linux's USER_HZ: the unit of utime/stime in /proc/<pid>/stat.
 const TICKS_PER_SECOND: f64 = 100.0;
 
-/// An exporter's topology: two NUMA zones of four resources, `available` CPUs free in each.
+/// An exporter's topology, `available` CPUs free in each zone and a pods fingerprint that
+/// changes with it.
 fn topology(name: &str, available: usize) -> Value {
-    let zone = |id: usize| {
-        json!({"name": format!("node-{id}"), "type": "Node",
-               "costs": [{"name": "node-0", "value": if id == 0 {10} else {21}}, {"name": "node-1", "value": if id == 1 {10} else {21}}],
-               "resources": [
-                   {"name": "cpu", "capacity": "32", "allocatable": "30", "available": available.to_string()},
-                   {"name": "example.com/sriov_vf", "capacity": "8", "allocatable": "8", "available": "7"},
-                   {"name": "hugepages-1Gi", "capacity": "17179869184", "allocatable": "17179869184", "available": "12884901888"},
-                   {"name": "memory", "capacity": "202355617792", "allocatable": "184022315008", "available": "166842445824"}]})
-    };
-    json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-           "metadata": {"name": name},
-           "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
-                          {"name": "topologyManagerScope", "value": "container"},
-                          {"name": "nodeTopologyPodsFingerprint", "value": format!("pfp0v001{available:016x}")}],
-           "zones": [zone(0), zone(1)]})
+    let mut topology = worker(name, available as i64);
+    topology["attributes"][2]["value"] = json!(format!("pfp0v001{available:016x}"));
+    topology
 }
 
 /// Exporter `i`'s patches as it sends them: the zones and attributes, `available` changing.
