@@ -41,6 +41,7 @@ use numaresources_api::nrt::NodeResourceTopology;
 use tokio::sync::watch;
 
 use crate::table::RowParts;
+use crate::watch::wakeups::{NameEvents, Wakeups};
 
 /// The server-set annotation holding when the object last changed (RFC 3339, UTC, seconds).
 /// Named in our own API domain; clients cannot set it: a value they send is replaced, and a stale
@@ -296,12 +297,13 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct Store {
     state: RwLock<State>,
-    /// The last revision written, for watchers waiting for changes.
+    /// The last revision written, for watchers waiting for changes: of every object, or of one
+    /// name only ([`Wakeups`]: a change wakes the watchers of its own name, not every watch).
     ///
     /// Lock order: `state`, then this channel (writes publish while holding `state`). Code that
     /// holds the channel borrowed (`borrow`, `wait_for`'s closure) must never take `state`:
     /// with a writer waiting in between, each side would wait for the other forever.
-    revisions: watch::Sender<u64>,
+    revisions: Wakeups,
     history_limit: usize,
     history_bytes_limit: usize,
     uid_seed: std::collections::hash_map::RandomState,
@@ -404,7 +406,7 @@ impl Store {
 
     /// An empty store whose first write gets revision `start + 1`.
     pub fn starting_at(start: u64, history_limit: usize) -> Self {
-        let revisions = watch::Sender::new(start);
+        let revisions = Wakeups::new(start);
         Self {
             state: RwLock::new(State {
                 objects: HashMap::new(),
@@ -538,6 +540,51 @@ impl Store {
         let state = self.read();
         let visible = self.visible_in(&state);
         Self::events_in(&state, after, max, visible)
+    }
+
+    /// Tells of the changes to the object named `name` (and of changes to the store as a whole),
+    /// not of others: what a watch whose selector pins the name waits on.
+    pub fn subscribe_named(&self, name: &str) -> watch::Receiver<u64> {
+        // Under the lock, so every event after the index's start is indexed.
+        let state = self.read();
+        self.revisions.subscribe_named(name, state.revision)
+    }
+
+    /// Up to `max` events of the object named `name` after revision `after` that clients may
+    /// see, oldest first, and the revision read through: the watcher has seen every event of
+    /// that name up to it. Refused when one of them left the history: the watcher fell behind.
+    /// A watcher that has read everything of its name is not behind when other objects' changes
+    /// push the history past it.
+    pub fn named_events_after(
+        &self,
+        name: &str,
+        after: u64,
+        max: usize,
+    ) -> Result<(Vec<Arc<Event>>, u64), WatchRefusal> {
+        let state = self.read();
+        let visible = self.visible_in(&state);
+        let oldest = state.oldest_resumable;
+        let revisions = match self.revisions.events_of(name, after, oldest) {
+            NameEvents::At(revisions) => revisions,
+            NameEvents::Lost => return Err(WatchRefusal::TooOld { oldest }),
+            NameEvents::Unknown if after < oldest => return Err(WatchRefusal::TooOld { oldest }),
+            NameEvents::Unknown => return Ok(scan_named(&state, name, after, max, visible)),
+        };
+        let mut events: Vec<Arc<Event>> = revisions
+            .into_iter()
+            .filter(|&revision| revision <= visible)
+            .filter_map(|revision| event_at(&state, revision))
+            .filter(|event| event.object.name() == name)
+            .cloned()
+            .collect();
+        events.sort_unstable_by_key(|event| event.revision);
+        events.dedup_by_key(|event| event.revision);
+        if events.len() > max {
+            events.truncate(max);
+            let through = events.last().map_or(after, |event| event.revision);
+            return Ok((events, through));
+        }
+        Ok((events, visible.max(after)))
     }
 
     /// Like [`Store::events_after`], visible or not (what a leader streams to its followers),
@@ -889,8 +936,9 @@ impl Store {
                 state.oldest_resumable = dropped.revision;
             }
         }
-        // Watchers read the event from the history; this only wakes them.
-        self.revisions.send_replace(event.revision);
+        // Watchers read the event from the history; this only wakes them: the watchers of every
+        // object, and those of this object's name alone.
+        self.revisions.publish(event.revision, object.name(), state.oldest_resumable);
     }
 
     /// A random version-4-shaped UUID (no extra dependency: the std hasher is seeded randomly
@@ -938,6 +986,28 @@ fn rebuild(state: &State, revision: u64) -> HashMap<String, Arc<Stored>> {
         };
     }
     objects
+}
+
+/// The history's event at exactly `revision`.
+fn event_at(state: &State, revision: u64) -> Option<&Arc<Event>> {
+    let at = state.history.partition_point(|event| event.revision < revision);
+    state.history.get(at).filter(|event| event.revision == revision)
+}
+
+/// [`Store::named_events_after`] without the index: every visible event after `after` read in
+/// turn (a watcher that resumes from before the index followed its name).
+fn scan_named(state: &State, name: &str, after: u64, max: usize, visible: u64) -> (Vec<Arc<Event>>, u64) {
+    let first = state.history.partition_point(|event| event.revision <= after);
+    let mut events = Vec::new();
+    for event in state.history.range(first..).take_while(|event| event.revision <= visible) {
+        if event.object.name() == name {
+            events.push(event.clone());
+            if events.len() == max {
+                return (events, event.revision);
+            }
+        }
+    }
+    (events, visible.max(after))
 }
 
 /// Swaps the history's reference to `current`, the version a write is replacing, for a slim
@@ -1415,6 +1485,35 @@ pub(crate) mod tests {
         assert!(paused.changes.has_changed().unwrap());
         let kinds: Vec<EventType> = store.events_after(paused.revision, 10).unwrap().iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [EventType::Modified; 3]);
+    }
+
+    /// The fan-out to watches of one name each does not grow with their number: a change wakes
+    /// its name's watchers and no other, and each reads its own events alone.
+    #[test]
+    fn a_change_wakes_only_the_watchers_of_its_name() {
+        for watched in [10, 1_000, 5_000] {
+            let store = Store::starting_at(0, 100);
+            let mut receivers: Vec<_> = (0..watched)
+                .map(|i| {
+                    store.create(nrt(&format!("n{i}"), 1), false).unwrap();
+                    store.subscribe_named(&format!("n{i}"))
+                })
+                .collect();
+            let after = store.revision();
+            for cpus in 2..12 {
+                store.update(nrt("n3", cpus), &Preconditions::default(), false).unwrap();
+            }
+            let woken = receivers.iter_mut().filter(|r| r.has_changed().unwrap()).count();
+            assert_eq!(woken, 1, "{watched} watched names");
+            let (events, through) = store.named_events_after("n3", after, 64).unwrap();
+            assert_eq!(events.len(), 10);
+            assert_eq!(through, store.revision());
+            let (events, _) = store.named_events_after("n4", after, 64).unwrap();
+            assert!(events.is_empty());
+            // Read in pieces, each ending at its last event.
+            let (events, through) = store.named_events_after("n3", after, 4).unwrap();
+            assert_eq!((events.len(), through), (4, after + 4));
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::store::{Event, EventType, WatchRefusal, WatchStart};
 use crate::table::{self, Columns};
 
 mod buffer;
+pub(crate) mod wakeups;
 
 const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 /// How many events a watcher takes from the history at a time (and fewer when they weigh more
@@ -68,7 +69,6 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
         store: state.store.clone(),
         open: state.metrics.watch_opened(),
         stopping: state.stopping.clone(),
-        options,
         representation,
         sender,
         buffer_bytes: state.limits.watch_buffer_bytes,
@@ -76,9 +76,16 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
         bookmark_every: state.limits.bookmark_interval,
         deadline: Instant::now() + timeout,
         headers_sent: false,
+        pinned: pinned_name(&options),
+        options,
     };
     match start {
-        Ok(start) => {
+        Ok(mut start) => {
+            if let Some(name) = &stream.pinned {
+                // Subscribed after the start was taken: the watcher's first read, after the
+                // subscription, finds whatever was written in between.
+                start.changes = state.store.subscribe_named(name);
+            }
             tokio::spawn(stream.run(start));
         }
         Err((from, oldest)) => {
@@ -113,6 +120,19 @@ struct Watch {
     bookmark_every: Duration,
     deadline: Instant,
     headers_sent: bool,
+    /// The one name the field selector lets through, if it pins one: the watch then wakes
+    /// only on that object's changes and reads only its events.
+    pinned: Option<String>,
+}
+
+/// Where a watcher stands in the history.
+struct Cursor {
+    /// Every event up to this revision has been sent (or was not for this watcher).
+    position: u64,
+    /// Every event up to this revision has been sent or is in `ready`.
+    read_through: u64,
+    /// Events read but not yet sent.
+    ready: Vec<Arc<Event>>,
 }
 
 impl Watch {
@@ -126,21 +146,14 @@ impl Watch {
         if self.options.send_initial_events && !self.send(self.bookmark(revision, true)).await {
             return;
         }
-        // The revision of the last event handled: the changes after it are next.
-        let mut position = revision;
-        let mut ready: Vec<Arc<Event>> = Vec::new();
+        let mut cursor = Cursor { position: revision, read_through: revision, ready: Vec::new() };
         let mut bookmarks = tokio::time::interval_at(Instant::now() + self.bookmark_every, self.bookmark_every);
         loop {
-            if ready.is_empty() {
+            if cursor.ready.is_empty() {
                 // Marked seen before reading, so a write after the read wakes the wait below.
                 changes.borrow_and_update();
-                match self.store.events_after(position, READ_AT_ONCE) {
-                    Ok(events) => ready = within(events, self.buffer_bytes),
-                    Err(_) => {
-                        tracing::warn!(position, "a watcher fell behind the history; telling it to relist");
-                        self.expired(format!("the watch fell behind the history at {position}; relist")).await;
-                        return;
-                    }
+                if !self.read(&mut cursor).await {
+                    return;
                 }
             }
             // Biased: the deadline and stopping come first even while events keep coming.
@@ -151,25 +164,31 @@ impl Watch {
                     // A last bookmark lets the client resume from here against another replica
                     // (or this one after a restart, which answers 410 and it relists).
                     if self.options.allow_bookmarks {
-                        self.send(self.bookmark(position, false)).await;
+                        self.send(self.bookmark(cursor.position, false)).await;
                     }
                     return;
                 }
                 _ = self.sender.closed() => return,
                 _ = bookmarks.tick(), if self.options.allow_bookmarks => {
-                    if !self.send(self.bookmark(position, false)).await {
+                    // A watch of one name is not woken by other objects' changes: it reads
+                    // first, so its bookmark carries a current resourceVersion.
+                    if self.pinned.is_some() && cursor.ready.is_empty() && !self.read(&mut cursor).await {
+                        return;
+                    }
+                    if !self.send(self.bookmark(cursor.position, false)).await {
                         return;
                     }
                 }
-                () = std::future::ready(()), if !ready.is_empty() => {
-                    for event in std::mem::take(&mut ready) {
-                        position = event.revision;
+                () = std::future::ready(()), if !cursor.ready.is_empty() => {
+                    for event in std::mem::take(&mut cursor.ready) {
+                        cursor.position = event.revision;
                         if !self.send_event(&event).await {
                             return;
                         }
                     }
+                    cursor.position = cursor.read_through;
                 }
-                changed = changes.changed(), if ready.is_empty() => {
+                changed = changes.changed(), if cursor.ready.is_empty() => {
                     if changed.is_err() {
                         return;
                     }
@@ -178,8 +197,40 @@ impl Watch {
         }
     }
 
+    /// Reads the next events after `cursor.read_through` into `cursor.ready`. False when the
+    /// watcher fell behind the history: it has told the client to relist.
+    async fn read(&self, cursor: &mut Cursor) -> bool {
+        let after = cursor.read_through;
+        let read = match &self.pinned {
+            Some(name) => self.store.named_events_after(name, after, READ_AT_ONCE),
+            None => self.store.events_after(after, READ_AT_ONCE).map(|events| {
+                let through = events.last().map_or(after, |event| event.revision);
+                (events, through)
+            }),
+        };
+        let Ok((events, through)) = read else {
+            tracing::warn!(position = after, "a watcher fell behind the history; telling it to relist");
+            self.send_expired(format!("the watch fell behind the history at {after}; relist")).await;
+            return false;
+        };
+        let read = events.len();
+        cursor.ready = within(events, self.buffer_bytes);
+        cursor.read_through = match cursor.ready.last() {
+            Some(last) if cursor.ready.len() < read => last.revision,
+            _ => through,
+        };
+        if cursor.ready.is_empty() {
+            cursor.position = cursor.read_through;
+        }
+        true
+    }
+
     /// Sends one ERROR event carrying a 410 Expired Status, then ends the stream.
     async fn expired(self, message: String) {
+        self.send_expired(message).await;
+    }
+
+    async fn send_expired(&self, message: String) {
         let status = ApiError::expired(message).to_status();
         let line = line("ERROR", &Bytes::from(serde_json::to_vec(&status).unwrap_or_default()));
         self.send(line).await;
@@ -267,6 +318,15 @@ impl Watch {
     }
 }
 
+/// The name a watch's field selector pins (`metadata.name=x`), if it pins one: no other object
+/// can pass it.
+fn pinned_name(options: &Options) -> Option<String> {
+    if options.selects_nothing {
+        return None;
+    }
+    options.fields.iter().find(|term| !term.negated).map(|term| term.value.clone())
+}
+
 /// The first of `events` that fit in `budget` bytes (at least one): a watcher whose client
 /// stopped reading keeps no more replaced versions alive than its buffer would hold.
 fn within(mut events: Vec<Arc<Event>>, budget: usize) -> Vec<Arc<Event>> {
@@ -311,4 +371,121 @@ fn line(kind: &str, object: &Bytes) -> buffer::Line {
 
 fn to_bytes(value: &Value) -> Bytes {
     Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use futures_util::StreamExt;
+    use http::Request;
+    use numaresources_api::nrt::NodeResourceTopology;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::store::{Preconditions, Store, tests::nrt};
+    use crate::{Limits, router};
+
+    const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+
+    fn app(history: usize) -> (axum::Router, Arc<AppState>) {
+        let mut state = AppState::new(Arc::new(Store::starting_at(1000, history)), "0.1.0", "test");
+        state.limits = Limits { bookmark_interval: Duration::from_millis(200), ..Limits::default() };
+        let state = Arc::new(state);
+        (router(state.clone()), state)
+    }
+
+    fn write(store: &Store, object: NodeResourceTopology) {
+        store.update(object, &Preconditions::default(), false).unwrap();
+    }
+
+    /// Reads `count` lines of a watch (bounded wait: a watch that stalls fails the test).
+    async fn lines(
+        body: &mut (impl futures_util::Stream<Item = Result<Bytes, axum::Error>> + Unpin),
+        count: usize,
+    ) -> Vec<Value> {
+        let mut buffer = Vec::new();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while out.len() < count {
+                let Some(chunk) = body.next().await else { break };
+                buffer.extend_from_slice(&chunk.unwrap());
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    out.push(serde_json::from_slice(&line).unwrap());
+                }
+            }
+        })
+        .await
+        .expect("the watch events did not arrive");
+        out
+    }
+
+    async fn watch(
+        app: &axum::Router,
+        query: &str,
+    ) -> impl futures_util::Stream<Item = Result<Bytes, axum::Error>> + Unpin {
+        let request = Request::get(format!("{BASE}?watch=true&{query}")).body(Body::empty()).unwrap();
+        app.clone().oneshot(request).await.unwrap().into_body().into_data_stream()
+    }
+
+    fn summary(event: &Value) -> (String, String) {
+        let name = event["object"]["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        (event["type"].as_str().unwrap().to_owned(), name)
+    }
+
+    /// A watch pinned to one name sees exactly that object's events, its deletion and
+    /// re-creation included, never another's; others' changes push the history far past where
+    /// it last read without making it relist; its bookmarks carry the current revision.
+    #[tokio::test]
+    async fn a_watch_of_one_name_sees_exactly_its_objects_events_and_current_bookmarks() {
+        let (app, state) = app(4);
+        let store = &state.store;
+        store.create(nrt("mine", 1), false).unwrap(); // 1001
+        store.create(nrt("other", 1), false).unwrap(); // 1002
+        let mut mine =
+            watch(&app, "resourceVersion=1002&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dmine").await;
+        let mut pinned_from_now = watch(&app, "fieldSelector=metadata.name%3Dmine").await;
+        // Ten changes of another object: the four-event history no longer reaches 1001.
+        for cpus in 2..12 {
+            write(store, nrt("other", cpus));
+        }
+        write(store, nrt("mine", 2)); // 1013
+        store.delete("mine", &Preconditions::default(), false).unwrap(); // 1014
+        store.create(nrt("mine", 3), false).unwrap(); // 1015
+        let seen: Vec<_> = lines(&mut mine, 3).await.iter().map(summary).collect();
+        let mine_events = [("MODIFIED", "mine"), ("DELETED", "mine"), ("ADDED", "mine")];
+        assert_eq!(seen, mine_events.map(|(kind, name)| (kind.to_owned(), name.to_owned())));
+        for cpus in 12..20 {
+            write(store, nrt("other", cpus));
+        }
+        let bookmark = lines(&mut mine, 1).await.remove(0);
+        assert_eq!(bookmark["type"], "BOOKMARK");
+        assert_eq!(bookmark["object"]["metadata"]["resourceVersion"], store.revision().to_string());
+        // The one started with the state sees it first, then the same changes.
+        let seen: Vec<_> = lines(&mut pinned_from_now, 4).await.iter().map(summary).collect();
+        assert_eq!(seen[0], ("ADDED".to_owned(), "mine".to_owned()));
+        assert_eq!(seen[1..], mine_events.map(|(kind, name)| (kind.to_owned(), name.to_owned())));
+    }
+
+    /// A pinned watch resuming from before the index followed its name reads its events from
+    /// the history, and one from before the history reaches is told to relist.
+    #[tokio::test]
+    async fn a_pinned_watch_resumes_from_the_history_or_expires() {
+        let (app, state) = app(4);
+        let store = &state.store;
+        store.create(nrt("mine", 1), false).unwrap(); // 1001
+        write(store, nrt("mine", 2)); // 1002
+        store.create(nrt("other", 1), false).unwrap(); // 1003
+        let mut resumed = watch(&app, "resourceVersion=1001&fieldSelector=metadata.name%3Dmine").await;
+        let seen = lines(&mut resumed, 1).await;
+        assert_eq!(summary(&seen[0]), ("MODIFIED".to_owned(), "mine".to_owned()));
+        assert_eq!(seen[0]["object"]["metadata"]["resourceVersion"], "1002");
+        for cpus in 2..8 {
+            write(store, nrt("other", cpus));
+        }
+        let mut expired = watch(&app, "resourceVersion=1001&fieldSelector=metadata.name%3Dmine").await;
+        let seen = lines(&mut expired, 1).await;
+        assert_eq!(seen[0]["type"], "ERROR");
+        assert_eq!(seen[0]["object"]["code"], 410);
+    }
 }
