@@ -515,7 +515,7 @@ async fn cold_start(run: &mut Run) {
     let everything_back = Arc::new(Mutex::new(None::<Instant>));
     let ready_too_early = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    // Agents: each re-creates its object when a replica says it is gone, retrying 503s.
+    // Agents: each creates its object until a replica has it (201, or 409 when it is there).
     let agents: Vec<_> = (0..AGENT_TASKS)
         .map(|t| {
             let (clients, stop) = (run.clients.clone(), stop.clone());
@@ -527,19 +527,12 @@ async fn cold_start(run: &mut Run) {
                         if published.contains(&i) {
                             continue;
                         }
+                        // As the exporters do: write first (a cold replica refuses reads, and
+                        // writes are what warm it); an object that is there already is fine.
                         let client = &clients[usize::try_from(i).unwrap() % REPLICAS];
-                        let path = format!("{NRT_PATH}/{}", name(i));
-                        match request(client, Method::GET, &path, None).await {
-                            Ok(answer) if answer.status == 200 => {
-                                published.insert(i);
-                            }
-                            Ok(answer) if answer.status == 404 => {
-                                let created = request(client, Method::POST, NRT_PATH, Some(&nrt(&name(i), 0))).await;
-                                if created.is_ok_and(|a| a.status == 201 || a.status == 409) {
-                                    published.insert(i);
-                                }
-                            }
-                            _ => {}
+                        let created = request(client, Method::POST, NRT_PATH, Some(&nrt(&name(i), 0))).await;
+                        if created.is_ok_and(|a| a.status == 201 || a.status == 409) {
+                            published.insert(i);
                         }
                     }
                     tokio::time::sleep(AGENT_PERIOD).await;

@@ -235,7 +235,10 @@ impl Replica {
             .arg(&files.peer_key)
             .args(["--peer-server-name", PEER_SERVER_NAME])
             .args(&options.extra)
-            .env("NUMARESOURCES_LOG", "info")
+            .env("NUMARESOURCES_LOG", std::env::var("NUMARESOURCES_REPLICA_LOG").unwrap_or_else(|_| "info".into()))
+            // As the Deployment runs them (glibc's default arena count inflates every replica's
+            // memory by a different amount, which the memory figures compare).
+            .env("MALLOC_ARENA_MAX", "2")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -244,9 +247,19 @@ impl Replica {
         self.child = Some(child);
         let log = Arc::new(Mutex::new(Vec::new()));
         self.log = log.clone();
+        // NUMARESOURCES_REPLICA_LOG_DIR keeps every replica's whole log on disk as well
+        // (replica-<index>.log, appended across restarts), to look into a bench run afterwards.
+        let mut on_disk = std::env::var_os("NUMARESOURCES_REPLICA_LOG_DIR").and_then(|dir| {
+            let path = std::path::Path::new(&dir).join(format!("replica-{}.log", self.index));
+            std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
+        });
         if let Some(stderr) = stderr {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(file) = on_disk.as_mut() {
+                        use std::io::Write;
+                        let _ = writeln!(file, "{line}");
+                    }
                     let Ok(mut lines) = log.lock() else { break };
                     if lines.len() == LOG_LINES_KEPT {
                         lines.remove(0);
