@@ -157,7 +157,7 @@ mod tests {
         let lease = &objects.roles[0];
         assert_eq!(lease.metadata.namespace.as_deref(), Some("numa-system"));
         let pods = lease.rules.iter().flatten().find(|rule| rule.resources.iter().flatten().any(|r| r == "pods"));
-        assert_eq!(pods.unwrap().verbs, ["get", "list"], "the warm-up lists the exporter pods of its namespace");
+        assert_eq!(pods.unwrap().verbs, ["get", "list", "watch"], "one watch of the exporter pods of its namespace");
         let lease_binding = objects.role_bindings.iter().find(|b| b.role_ref.name == APISERVER).unwrap();
         assert_eq!(lease_binding.metadata.namespace.as_deref(), Some("numa-system"));
         let budget = objects.disruption_budget.unwrap();
