@@ -244,6 +244,9 @@ pub async fn patch(
         max_copy_bytes: limits.max_body_bytes,
         max_depth: limits.max_nesting_depth,
     };
+    if let (PatchKind::Json, Some(current)) = (kind, state.store.get(&name)) {
+        try_json_patch(current, &patch, &name, bounds, options.field_validation).await?;
+    }
     let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| {
         let next = match typed {
             Some((typed, checked)) => {
@@ -260,6 +263,33 @@ pub async fn patch(
     let (stored, changed) = result.map_err(|e| patch_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, changed, "patched");
     Ok(with_warnings(json_response(StatusCode::OK, stored.json.clone()), &warnings))
+}
+
+/// How many JSON patches are tried (see [`try_json_patch`]) at once: each may build up to the
+/// body limit in copies and keeps an async worker busy meanwhile, so one at a time leaves the
+/// other workers to everything else (writes are one at a time anyway).
+const JSON_PATCHES_TRIED_AT_ONCE: usize = 1;
+
+/// Applies a JSON patch to the current object once before the write, outside the store's write
+/// lock, and answers its error. A JSON patch may copy up to the body limit before it fails (the
+/// copy bomb of issue 12): applied only under the write lock, which every read also takes, it
+/// held back every GET meanwhile. The write then applies it again to the object as it is at that
+/// moment. (On the blocking pool instead, the copies' memory stayed in another allocator arena:
+/// twice the RSS under the attack.)
+async fn try_json_patch(
+    current: Arc<Stored>,
+    patch: &Value,
+    name: &str,
+    bounds: PatchBounds,
+    validation: FieldValidation,
+) -> Result<(), ApiError> {
+    static TRYING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(JSON_PATCHES_TRIED_AT_ONCE);
+    let _permit = TRYING.acquire().await.map_err(|e| ApiError::internal("waiting to apply the patch", &e))?;
+    let object = current.object().map_err(|e| ApiError::internal("decoding the stored object", &e))?;
+    match apply_patch(&object, patch, PatchKind::Json, name, &bounds, validation, &mut Vec::new()) {
+        Err(PatchError::Api(error)) => Err(error),
+        Ok(_) | Err(PatchError::Store(_)) => Ok(()),
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
