@@ -163,16 +163,14 @@ impl Watch {
                 () = self.stopping.cancelled() => {
                     // A last bookmark lets the client resume from here against another replica
                     // (or this one after a restart, which answers 410 and it relists).
-                    if self.options.allow_bookmarks {
+                    if self.options.allow_bookmarks && self.catch_up(&mut cursor).await {
                         self.send(self.bookmark(cursor.position, false)).await;
                     }
                     return;
                 }
                 _ = self.sender.closed() => return,
                 _ = bookmarks.tick(), if self.options.allow_bookmarks => {
-                    // A watch of one name is not woken by other objects' changes: it reads
-                    // first, so its bookmark carries a current resourceVersion.
-                    if self.pinned.is_some() && cursor.ready.is_empty() && !self.read(&mut cursor).await {
+                    if !self.catch_up(&mut cursor).await {
                         return;
                     }
                     if !self.send(self.bookmark(cursor.position, false)).await {
@@ -195,6 +193,16 @@ impl Watch {
                 }
             }
         }
+    }
+
+    /// Before a bookmark: a watch of one name is not woken by other objects' changes, so it
+    /// reads first, and its bookmark carries a current resourceVersion (events it finds are sent
+    /// after the bookmark, which then names the revision before them). False as [`Watch::read`].
+    async fn catch_up(&self, cursor: &mut Cursor) -> bool {
+        if self.pinned.is_none() || !cursor.ready.is_empty() {
+            return true;
+        }
+        self.read(cursor).await
     }
 
     /// Reads the next events after `cursor.read_through` into `cursor.ready`. False when the
