@@ -247,7 +247,10 @@ pub async fn patch(
     if let (PatchKind::Json, Some(current)) = (kind, state.store.get(&name)) {
         try_json_patch(current, &patch, &name, bounds, options.field_validation).await?;
     }
-    let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| {
+    // Every patch's result is validated as an update is, and must fit where a body had to: the
+    // store measures the encoding it makes of the result (no second serialization).
+    let max_bytes = limits.max_body_bytes;
+    let result = state.store.modify_within(&name, &Preconditions::default(), options.dry_run, max_bytes, |current| {
         let next = match typed {
             Some((typed, checked)) => {
                 warnings.extend(checked.map_err(PatchError::Api)?);
@@ -255,9 +258,7 @@ pub async fn patch(
             }
             None => apply_patch(current, &patch, kind, &name, &bounds, options.field_validation, &mut warnings)?,
         };
-        // Every patch's result is validated as an update is, and must fit where a body had to.
         validate_update(&next, current).map_err(PatchError::Api)?;
-        check_encoded_size(&next, limits.max_body_bytes).map_err(PatchError::Api)?;
         Ok(next)
     });
     let (stored, changed) = result.map_err(|e| patch_error(e, &name))?;
@@ -553,6 +554,7 @@ pub fn store_error(error: StoreError, name: &str) -> ApiError {
         StoreError::AlreadyExists => ApiError::already_exists(name),
         StoreError::Conflict(why) => ApiError::conflict(name, &why),
         StoreError::Serialize(e) => ApiError::internal("serializing the object", &e),
+        StoreError::TooLarge { limit } => ApiError::too_large(limit),
     }
 }
 

@@ -250,6 +250,12 @@ pub enum StoreError {
     /// always serialize, and the stored bytes are their serialization).
     #[error("encoding the object: {0}")]
     Serialize(#[from] serde_json::Error),
+    /// The written object's JSON is larger than the caller allows.
+    #[error("the object is larger than {limit} bytes once encoded")]
+    TooLarge {
+        /// The most bytes allowed.
+        limit: usize,
+    },
 }
 
 /// What a leader streams next to a follower.
@@ -714,6 +720,20 @@ impl Store {
         dry_run: bool,
         change: impl FnOnce(&NodeResourceTopology) -> Result<NodeResourceTopology, E>,
     ) -> Result<(Arc<Stored>, bool), E> {
+        self.modify_within(name, preconditions, dry_run, usize::MAX, change)
+    }
+
+    /// [`Store::modify`], refusing ([`StoreError::TooLarge`]) a new version whose JSON, as stored
+    /// (server-set metadata included), is larger than `max_json_bytes`: the size is read off the
+    /// encoding the store makes anyway rather than from a second serialization.
+    pub fn modify_within<E: From<StoreError>>(
+        &self,
+        name: &str,
+        preconditions: &Preconditions,
+        dry_run: bool,
+        max_json_bytes: usize,
+        change: impl FnOnce(&NodeResourceTopology) -> Result<NodeResourceTopology, E>,
+    ) -> Result<(Arc<Stored>, bool), E> {
         let mut state = self.write();
         let current = state.objects.get(name).cloned().ok_or(StoreError::NotFound)?;
         check_preconditions(&current, preconditions)?;
@@ -763,7 +783,11 @@ impl Store {
         stamp_last_change(meta, now);
         // A deletion that waited for finalizers completes when the last one is removed.
         let finished = next.metadata.deletion_timestamp.is_some() && finalizers(&next.metadata).is_empty();
-        let stored = Arc::new(stored(next, revision, current.last_report.clone()).map_err(E::from)?);
+        let capacity = current.json.len().saturating_add(ENCODING_SLACK_BYTES);
+        let stored = Arc::new(stored_sized(next, revision, current.last_report.clone(), capacity).map_err(E::from)?);
+        if stored.json.len() > max_json_bytes {
+            return Err(StoreError::TooLarge { limit: max_json_bytes }.into());
+        }
         if dry_run {
             return Ok((stored, true));
         }
@@ -1032,9 +1056,28 @@ fn retire(state: &mut State, current: &Arc<Stored>) -> Arc<Stored> {
 }
 
 fn stored(object: NodeResourceTopology, revision: u64, last_report: Arc<AtomicU64>) -> Result<Stored, StoreError> {
-    let mut json = serde_json::to_vec(&object)?;
-    // The serializer grows its buffer by doubling; versions live long (in the map, then in the
-    // history), so they keep only the bytes they use.
+    stored_sized(object, revision, last_report, INITIAL_ENCODING_BYTES)
+}
+
+/// What an encoding buffer starts with when nothing better is known (serde_json's own start).
+const INITIAL_ENCODING_BYTES: usize = 128;
+/// Room a new version's encoding gets beyond the size of the version it replaces: a write
+/// changes a few numbers, a timestamp and the resourceVersion, rarely more.
+const ENCODING_SLACK_BYTES: usize = 256;
+
+/// [`stored`], encoding into a buffer of `capacity` bytes to begin with: a new version is about
+/// as large as the one it replaces, so sizing the buffer from it saves the serializer's
+/// doublings (each a reallocation and a copy).
+fn stored_sized(
+    object: NodeResourceTopology,
+    revision: u64,
+    last_report: Arc<AtomicU64>,
+    capacity: usize,
+) -> Result<Stored, StoreError> {
+    let mut json = Vec::with_capacity(capacity);
+    serde_json::to_writer(&mut json, &object)?;
+    // Versions live long (in the map, then in the history), so they keep only the bytes they
+    // use.
     json.shrink_to_fit();
     let json = Bytes::from(json);
     Ok(Stored { content: Content::Typed(Box::new(object)), json, revision, last_report, row_parts: OnceLock::new() })
@@ -1485,6 +1528,28 @@ pub(crate) mod tests {
         assert!(paused.changes.has_changed().unwrap());
         let kinds: Vec<EventType> = store.events_after(paused.revision, 10).unwrap().iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [EventType::Modified; 3]);
+    }
+
+    /// The size bound is read off the stored encoding: a larger new version is refused (dry run
+    /// too) and nothing is written; one that fits is written as `modify` writes it.
+    #[test]
+    fn a_bounded_modification_refuses_a_version_larger_than_the_bound() {
+        let store = Store::starting_at(0, 10);
+        let created = store.create(nrt("n", 1), false).unwrap();
+        let size = created.json.len();
+        for dry_run in [true, false] {
+            let refused = store.modify_within("n", &Preconditions::default(), dry_run, size, |_| {
+                let mut bigger = nrt("n", 1);
+                bigger.metadata.labels = Some(BTreeMap::from([("grown".to_owned(), "x".repeat(64))]));
+                Ok::<_, StoreError>(bigger)
+            });
+            assert!(matches!(refused, Err(StoreError::TooLarge { limit }) if limit == size), "{refused:?}");
+        }
+        assert_eq!(store.revision(), 1, "nothing was written");
+        let (written, changed) = store
+            .modify_within("n", &Preconditions::default(), false, size + 16, |_| Ok::<_, StoreError>(nrt("n", 2)))
+            .unwrap();
+        assert!(changed && written.json.len() <= size + 16);
     }
 
     /// The fan-out to watches of one name each does not grow with their number: a change wakes
