@@ -645,14 +645,24 @@ impl Store {
 
     /// Starts a watch with every current object as a synthetic `ADDED` event, then every change.
     pub fn watch_with_snapshot(&self) -> WatchStart {
+        self.watch_with_snapshot_of(None)
+    }
+
+    /// [`Store::watch_with_snapshot`], the backlog holding only the object named `name` when one
+    /// is given (a watch whose selector pins the name: it would drop every other one).
+    pub fn watch_with_snapshot_of(&self, name: Option<&str>) -> WatchStart {
         let state = self.read();
         let revision = self.visible_in(&state);
         let visible_objects;
-        let mut objects: Vec<&Arc<Stored>> = if revision < state.revision {
+        let all = if revision < state.revision {
             visible_objects = rebuild(&state, revision);
-            visible_objects.values().collect()
+            &visible_objects
         } else {
-            state.objects.values().collect()
+            &state.objects
+        };
+        let mut objects: Vec<&Arc<Stored>> = match name {
+            Some(name) => all.get(name).into_iter().collect(),
+            None => all.values().collect(),
         };
         objects.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         let backlog = objects
@@ -1528,6 +1538,23 @@ pub(crate) mod tests {
         assert!(paused.changes.has_changed().unwrap());
         let kinds: Vec<EventType> = store.events_after(paused.revision, 10).unwrap().iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [EventType::Modified; 3]);
+    }
+
+    /// A watch of one name starts with that object alone (at the visible revision), not with
+    /// every object for the selector to drop.
+    #[test]
+    fn a_snapshot_watch_of_one_name_starts_with_that_object_alone() {
+        let store = Store::starting_at(0, 10);
+        for i in 0..3 {
+            store.create(nrt(&format!("n{i}"), 1), false).unwrap();
+        }
+        let names = |start: WatchStart| start.backlog.iter().map(|e| e.object.name().to_owned()).collect::<Vec<_>>();
+        assert_eq!(names(store.watch_with_snapshot_of(Some("n1"))), ["n1"]);
+        assert!(names(store.watch_with_snapshot_of(Some("absent"))).is_empty());
+        assert_eq!(names(store.watch_with_snapshot()), ["n0", "n1", "n2"]);
+        // Clients see up to revision 1: n1 did not exist yet.
+        store.visible.store(1, Ordering::Release);
+        assert!(names(store.watch_with_snapshot_of(Some("n1"))).is_empty());
     }
 
     /// The size bound is read off the stored encoding: a larger new version is refused (dry run

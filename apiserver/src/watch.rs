@@ -52,8 +52,11 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
             "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
         ));
     }
+    let pinned = pinned_name(&options);
     let start = match (options.send_initial_events, options.resource_version) {
-        (true, _) | (false, None | Some(ResourceVersion::Any)) => Ok(state.store.watch_with_snapshot()),
+        (true, _) | (false, None | Some(ResourceVersion::Any)) => {
+            Ok(state.store.watch_with_snapshot_of(pinned.as_deref()))
+        }
         (false, Some(ResourceVersion::At(from))) => match state.store.watch(Some(from)) {
             Ok(start) => Ok(start),
             Err(WatchRefusal::TooOld { oldest }) => Err((from, oldest)),
@@ -76,7 +79,7 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
         bookmark_every: state.limits.bookmark_interval,
         deadline: Instant::now() + timeout,
         headers_sent: false,
-        pinned: pinned_name(&options),
+        pinned,
         options,
     };
     match start {
