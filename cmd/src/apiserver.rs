@@ -319,6 +319,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         {
             tracing::warn!(grace = ?HAND_OVER_GRACE, "the Lease hand-over did not finish in time");
         }
+        tracing::info!("the election has ended; ending watches and replication streams");
         stopping.cancel();
     };
     let served = serve_with(listener, tls, router(state), shutdown, args.connections.serve_options()).await;

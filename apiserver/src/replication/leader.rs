@@ -191,6 +191,8 @@ impl Replication {
                 return Ok(());
             }
             if tokio::time::timeout_at(deadline, progress.changed()).await.is_err() {
+                tracing::debug!(?missing, revision, waited = ?started.elapsed(), role = ?self.role(),
+                    "a write still waits for followers");
                 // Dropping every follower would leave the leader acknowledging alone, and a
                 // write acknowledged alone is lost with the leader: the last followers, slow but
                 // connected, are waited for longer.

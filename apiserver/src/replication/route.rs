@@ -152,7 +152,13 @@ impl Replication {
             Ok(request) => request,
             Err(error) => return ApiError::internal("forwarding the request", &error).into_response(),
         };
-        let answer = match tokio::time::timeout(FORWARD_TIMEOUT, client.send(forwarded)).await {
+        let sent = tokio::time::timeout(FORWARD_TIMEOUT, client.send(forwarded));
+        let answer = match tokio::select! {
+            answer = sent => answer,
+            () = self.leader_moved_from(address) => {
+                return may_have_happened("the leader changed while the request was on its way");
+            }
+        } {
             Ok(Ok(answer)) => answer,
             Ok(Err(error)) if never_sent(&error) => {
                 tracing::debug!(%error, leader = address, "the leader cannot be reached");
@@ -185,9 +191,32 @@ impl Replication {
     }
 }
 
-/// How long a forwarded request may take at the leader (kube-apiserver's default request
-/// timeout).
-const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a forwarded request may take at the leader: a leader answers a write once its
+/// followers have it, waiting for the last ones up to [`super::leader::ALONE_AFTER`] and then
+/// for a Lease write (bounded by the renew deadline); more than this means the request or its
+/// answer is lost (kube-apiserver's own 60 s request timeout would keep the writer waiting a
+/// minute).
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// How long a forwarded request may still wait for its answer once this replica follows another
+/// leader. A leader that hands over answers what it holds within this; a leader that is gone
+/// never answers, and a connection to it may not report that (a request hyper retried on a new
+/// connection to a listener that was closing was seen to wait out the whole timeout).
+const FORWARD_GRACE_AFTER_LEADER_CHANGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Replication {
+    /// Completes [`FORWARD_GRACE_AFTER_LEADER_CHANGE`] after this replica stops following the
+    /// leader at `address` (at once if it already has); never while it follows it.
+    async fn leader_moved_from(&self, address: &str) {
+        let mut roles = self.roles();
+        let follows = |role: &Role| matches!(role, Role::Follower { address: leader } if leader == address);
+        // `wait_for` checks the current role first; its closure takes no other lock.
+        if roles.wait_for(|role| !follows(role)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(FORWARD_GRACE_AFTER_LEADER_CHANGE).await;
+    }
+}
 
 /// Whether forwarding failed before the request could reach the leader (connecting), so that
 /// retrying cannot apply a write twice.
