@@ -129,7 +129,7 @@ pub async fn get(
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
     let representation = negotiate(accept(&headers))?;
-    let stored = state.store.get(&name).ok_or_else(|| ApiError::not_found(&name))?;
+    let stored = state.store.get_visible(&name).ok_or_else(|| ApiError::not_found(&name))?;
     Ok(json_response(StatusCode::OK, render::object(&stored, representation, options.include_object)?))
 }
 

@@ -441,6 +441,22 @@ impl Store {
         self.read().objects.get(name).cloned()
     }
 
+    /// The object named `name` as clients may see it: at the visible revision, so a version a
+    /// replicated leader holds back (its followers do not have it yet) is never handed out.
+    pub fn get_visible(&self, name: &str) -> Option<Arc<Stored>> {
+        let state = self.read();
+        let visible = self.visible_in(&state);
+        let mut answer = state.objects.get(name).cloned();
+        // Walk back over the changes clients may not see yet: the object as it was before the
+        // first of them (as `rebuild` does for every object).
+        for event in state.history.iter().rev().take_while(|event| event.revision > visible) {
+            if event.object.name() == name {
+                answer = event.previous.clone();
+            }
+        }
+        answer
+    }
+
     /// Every object clients may see, sorted by name, and the revision they reflect.
     pub fn snapshot(&self) -> Snapshot {
         let state = self.read();
@@ -1171,6 +1187,29 @@ pub(crate) mod tests {
         }];
         object.attributes = vec![AttributeInfo::new("topologyManagerPolicy", "single-numa-node")];
         object
+    }
+
+    #[test]
+    fn a_get_shows_only_what_clients_may_see() {
+        let store = Store::starting_at(0, 100);
+        store.create(nrt("kept", 1), false).unwrap();
+        store.create(nrt("changed", 1), false).unwrap();
+        store.create(nrt("deleted", 1), false).unwrap();
+        let visible = store.head_revision();
+        store.set_visible(Some(visible));
+        store.update(nrt("changed", 8), &Preconditions::default(), false).unwrap();
+        store.delete("deleted", &Preconditions::default(), false).unwrap();
+        store.create(nrt("added", 1), false).unwrap();
+
+        let version = |stored: Option<Arc<Stored>>| stored.map(|s| s.revision);
+        assert_eq!(version(store.get_visible("changed")), Some(2), "the held-back update is not shown");
+        assert!(store.get_visible("deleted").is_some(), "the held-back deletion is not shown");
+        assert!(store.get_visible("added").is_none(), "the held-back creation is not shown");
+        assert_eq!(version(store.get_visible("kept")), Some(1));
+        store.set_visible(None);
+        assert!(store.get_visible("changed").unwrap().revision > visible);
+        assert!(store.get_visible("deleted").is_none());
+        assert!(store.get_visible("added").is_some());
     }
 
     /// Waiting for a revision while writes publish: a waiter that took the state lock while

@@ -29,7 +29,8 @@ pub async fn warm_up(store: Arc<Store>, readiness: Arc<Readiness>, exporters: Ar
     loop {
         let missing = match exporters.running_nodes() {
             Some(nodes) => {
-                let missing: Vec<String> = nodes.iter().filter(|node| store.get(node).is_none()).cloned().collect();
+                let missing: Vec<String> =
+                    nodes.iter().filter(|node| store.get_visible(node).is_none()).cloned().collect();
                 if missing.is_empty() {
                     tracing::info!(
                         objects = store.len(),
