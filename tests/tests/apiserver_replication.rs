@@ -420,10 +420,7 @@ async fn a_cold_store_answers_discovery_and_reads_with_503_until_every_exporter_
     let leader = cluster.wait_for_leader(None, PATIENCE).await.expect("a leader after the restart");
     let writer = cluster.client(leader).await;
     for i in 1..NODES {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        let (answer, _) =
-            write_retrying(&writer, Method::POST, NRT_PATH, &nrt(&format!("worker-{i}"), i), deadline).await.unwrap();
-        assert_eq!(answer.status, 201, "an exporter re-creates its object on a cold store: {answer:?}");
+        publish_like_an_exporter(&writer, &format!("worker-{i}"), i).await;
     }
     for index in 0..3 {
         let client = cluster.client(index).await;
@@ -433,12 +430,29 @@ async fn a_cold_store_answers_discovery_and_reads_with_503_until_every_exporter_
         assert_eq!(answer.status, 503, "replica {index} answered a LIST missing worker-0: {answer:?}");
     }
     // The last one reports: every replica is warm, and answers with every object.
-    create(&writer, "worker-0", 0).await;
+    publish_like_an_exporter(&writer, "worker-0", 0).await;
     bounded("warm again", all_ready(&cluster)).await;
     for index in 0..3 {
         let client = cluster.client(index).await;
         let discovery = request(&client, Method::GET, DISCOVERY, None).await.unwrap();
         assert_eq!(discovery.status, 200, "{discovery:?}");
         assert_eq!(listed(&client, "").await.len(), usize::try_from(NODES).unwrap());
+    }
+}
+
+/// Creates `name` as an exporter does after a restart: a 503 is retried (Retry-After), and so is
+/// an unknown outcome (504 Timeout: the replica's leader changed while the write was on its
+/// way), after which a 409 means the earlier attempt landed.
+async fn publish_like_an_exporter(client: &kube::Client, name: &str, sequence: u64) {
+    let deadline = Instant::now() + PATIENCE;
+    let mut unknown = false;
+    loop {
+        let (answer, _) = write_retrying(client, Method::POST, NRT_PATH, &nrt(name, sequence), deadline).await.unwrap();
+        match answer.status {
+            201 => return,
+            409 if unknown => return,
+            504 if answer.body["reason"] == "Timeout" && Instant::now() < deadline => unknown = true,
+            _ => panic!("an exporter re-creates its object on a cold store: {answer:?}"),
+        }
     }
 }
