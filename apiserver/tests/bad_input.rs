@@ -5,19 +5,14 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+mod socket;
 
-use numaresources_apiserver::{AppState, Limits, Store, router};
+use std::net::SocketAddr;
+
+use numaresources_apiserver::Limits;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
-/// A hang guard, not a figure: before the fixes the YAML bodies here took minutes of CPU in a
-/// debug build; now every request answers within milliseconds.
-const PATIENCE: Duration = Duration::from_secs(30);
 /// Below the annotations' own 256 KiB, so that a large annotation meets the body limit first.
 const BODY_LIMIT: usize = 128 * 1024;
 
@@ -31,12 +26,7 @@ async fn server() -> SocketAddr {
 }
 
 async fn server_with_body_limit(max_body_bytes: usize) -> SocketAddr {
-    let mut state = AppState::new(Arc::new(Store::starting_at(1000, 100)), "0.1.0", "test");
-    state.limits = Limits { max_body_bytes, ..Limits::default() };
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(Arc::new(state))).await });
-    address
+    socket::serve(Limits { max_body_bytes, ..Limits::default() }).await
 }
 
 /// An answer read off the socket.
@@ -55,44 +45,9 @@ impl Answer {
 
 /// One request on a fresh connection, read to the end.
 async fn send(address: SocketAddr, method: &str, path: &str, headers: &str, body: &[u8]) -> Answer {
-    let exchange = async {
-        let mut stream = TcpStream::connect(address).await.unwrap();
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: {}\r\n{headers}\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(body).await.unwrap();
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.unwrap();
-        raw
-    };
-    let raw = tokio::time::timeout(PATIENCE, exchange).await.expect("the server answers");
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let warnings = head
-        .lines()
-        .filter_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("warning")))
-        .map(|(_, v)| v.trim().to_owned())
-        .collect();
-    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
-    let body = if chunked { dechunk(&raw[split + 4..]) } else { raw[split + 4..].to_vec() };
-    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    Answer { code, warnings, body }
-}
-
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(std::str::from_utf8(&raw[..end]).unwrap().trim(), 16).unwrap();
-        if size == 0 {
-            break;
-        }
-        out.extend_from_slice(&raw[end + 2..end + 2 + size]);
-        raw = &raw[end + 2 + size + 2..];
-    }
-    out
+    let raw = socket::request(address, method, path, headers, body).await;
+    let body = serde_json::from_slice(&raw.body).unwrap_or(Value::Null);
+    Answer { code: raw.code, warnings: raw.headers("warning"), body }
 }
 
 fn nrt(name: &str) -> Value {

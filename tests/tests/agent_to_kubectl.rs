@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
+mod sysfs_fixture;
+
 use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -52,11 +54,7 @@ struct Workspace {
 impl Workspace {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let tarball =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-        let file = fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
-        tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path().join("machine")).unwrap();
-        let sys = dir.path().join("machine/sys");
+        let sys = sysfs_fixture::unpack_intel_2numa_24cpu(dir.path());
         let socket = dir.path().join("kubelet/pod-resources.sock");
         fs::create_dir_all(socket.parent().unwrap()).unwrap();
         let notify = dir.path().join("run/rte/notify");

@@ -15,6 +15,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
+mod sysfs_fixture;
+
 use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -196,11 +198,7 @@ struct Node {
 impl Node {
     async fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let tarball =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-        let file = fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
-        tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path().join("machine")).unwrap();
-        let sys = dir.path().join("machine/sys");
+        let sys = sysfs_fixture::unpack_intel_2numa_24cpu(dir.path());
         let socket = dir.path().join("pod-resources.sock");
         let kubelet = FakeKubelet {
             list: pods(0),
