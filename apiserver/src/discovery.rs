@@ -7,10 +7,19 @@
 //! `/version` and `/api` are for clients talking to us directly (standalone and `local` modes).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 
+use axum::extract::State;
+use axum::response::Response;
 use bytes::Bytes;
+use http::header::ACCEPT;
+use http::{HeaderMap, StatusCode};
 use numaresources_api::nrt::{GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR};
 use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::etag::with_etag;
+use crate::rest::json_response;
 
 /// The version this API server serves.
 pub const VERSION: &str = "v1alpha2";
@@ -140,6 +149,39 @@ impl Discovery {
             core: bytes(&json!({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []})),
         }
     }
+}
+
+/// `GET /apis`: legacy or aggregated, as `Accept` asks.
+pub async fn apis(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let d = &state.discovery;
+    match wants_aggregated(accept) {
+        None => json_response(StatusCode::OK, d.group_list.clone()),
+        Some(v2beta1) => {
+            let body = if v2beta1 { d.aggregated_v2beta1.clone() } else { d.aggregated_v2.clone() };
+            with_etag(&headers, body, &d.etag, aggregated_media_type(v2beta1))
+        }
+    }
+}
+
+/// `GET /apis/<group>`.
+pub async fn group(State(state): State<Arc<AppState>>) -> Response {
+    json_response(StatusCode::OK, state.discovery.group.clone())
+}
+
+/// `GET /apis/<group>/<version>`, the aggregator's availability probe: never touches the store.
+pub async fn resources(State(state): State<Arc<AppState>>) -> Response {
+    json_response(StatusCode::OK, state.discovery.resource_list.clone())
+}
+
+/// `GET /version`.
+pub async fn version(State(state): State<Arc<AppState>>) -> Response {
+    json_response(StatusCode::OK, state.discovery.version.clone())
+}
+
+/// `GET /api`.
+pub async fn core(State(state): State<Arc<AppState>>) -> Response {
+    json_response(StatusCode::OK, state.discovery.core.clone())
 }
 
 fn go_arch() -> &'static str {

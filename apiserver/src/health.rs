@@ -1,20 +1,15 @@
-//! Non-resource endpoints: discovery, `/version`, OpenAPI, and the health checks.
+//! The health checks: `/healthz`, `/livez`, `/readyz` (kube's `[+]`/`[-]` format) and named
+//! readiness checks.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use axum::extract::{Path, Query, RawQuery as AxumRawQuery, State};
+use axum::extract::{Path, RawQuery as AxumRawQuery, State};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, ETAG, HeaderValue, IF_NONE_MATCH};
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
+use http::header::{CONTENT_TYPE, HeaderValue};
 
 use crate::AppState;
-use crate::discovery::{aggregated_media_type, wants_aggregated};
-use crate::negotiate::{OPENAPI_V2_PROTOBUF, OpenApiForm, openapi_form};
-use crate::query::{FieldTerm, RawQuery};
-use crate::rest::json_response;
-use crate::status::ApiError;
 
 /// Named readiness checks: `/readyz` is 200 only when every one passes. A check that was never
 /// set counts as passing, so components register theirs as failing until they are ready.
@@ -37,85 +32,6 @@ impl Readiness {
     fn snapshot(&self) -> BTreeMap<String, bool> {
         self.checks.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
-}
-
-pub async fn apis(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let d = &state.discovery;
-    match wants_aggregated(accept) {
-        None => json_response(StatusCode::OK, d.group_list.clone()),
-        Some(v2beta1) => {
-            let body = if v2beta1 { d.aggregated_v2beta1.clone() } else { d.aggregated_v2.clone() };
-            with_etag(&headers, body, &d.etag, aggregated_media_type(v2beta1))
-        }
-    }
-}
-
-pub async fn group(State(state): State<Arc<AppState>>) -> Response {
-    json_response(StatusCode::OK, state.discovery.group.clone())
-}
-
-/// The aggregator's availability probe: never touches the store.
-pub async fn resources(State(state): State<Arc<AppState>>) -> Response {
-    json_response(StatusCode::OK, state.discovery.resource_list.clone())
-}
-
-pub async fn version(State(state): State<Arc<AppState>>) -> Response {
-    json_response(StatusCode::OK, state.discovery.version.clone())
-}
-
-pub async fn core(State(state): State<Arc<AppState>>) -> Response {
-    json_response(StatusCode::OK, state.discovery.core.clone())
-}
-
-pub async fn openapi_v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let docs = &state.openapi;
-    let mut response = match openapi_form(headers.get(ACCEPT).and_then(|v| v.to_str().ok()), true)? {
-        OpenApiForm::Json => with_etag(&headers, docs.v2.clone(), &docs.v2_etag, "application/json"),
-        OpenApiForm::Protobuf => {
-            with_etag(&headers, docs.v2_protobuf.clone(), &docs.v2_protobuf_etag, OPENAPI_V2_PROTOBUF)
-        }
-    };
-    // One URL, two forms: a cache (kubectl keeps one on disk) must key on Accept too.
-    response.headers_mut().insert(http::header::VARY, HeaderValue::from_static("Accept"));
-    Ok(response)
-}
-
-pub async fn openapi_v3_index(State(state): State<Arc<AppState>>) -> Response {
-    json_response(StatusCode::OK, state.openapi.v3_index.clone())
-}
-
-pub async fn openapi_v3(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    openapi_form(headers.get(ACCEPT).and_then(|v| v.to_str().ok()), false)?;
-    let mut response =
-        with_etag(&headers, state.openapi.v3_group_version.clone(), &state.openapi.v3_etag, "application/json");
-    // The hash in the URL pins the content, so clients may cache it for good.
-    response.headers_mut().insert("cache-control", HeaderValue::from_static("public, immutable"));
-    Ok(response)
-}
-
-/// The legacy `/watch/<plural>` prefix: a watch on the collection.
-pub async fn legacy_watch(
-    state: State<Arc<AppState>>,
-    Query(mut raw): Query<RawQuery>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    raw.force_watch();
-    crate::rest::list_or_watch(state, Query(raw), headers).await
-}
-
-/// The legacy `/watch/<plural>/<name>` prefix: a watch on one object.
-pub async fn legacy_watch_one(
-    State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
-    Query(mut raw): Query<RawQuery>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    raw.force_watch();
-    let mut options = crate::query::Options::try_from(raw)?;
-    options.fields.push(FieldTerm { value: name, negated: false });
-    let representation = crate::negotiate::negotiate(headers.get(ACCEPT).and_then(|v| v.to_str().ok()))?;
-    crate::watch::serve(&state, options, representation)
 }
 
 pub async fn healthz(query: AxumRawQuery) -> Response {
@@ -162,20 +78,5 @@ fn checks_response(checks: &BTreeMap<String, bool>, query: Option<&str>) -> Resp
 fn text(status: StatusCode, body: String) -> Response {
     let mut response = (status, body).into_response();
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    response
-}
-
-/// 304 when the client already has this version, else the body with its ETag.
-fn with_etag(headers: &HeaderMap, body: Bytes, etag: &str, content_type: &'static str) -> Response {
-    let etag_value = HeaderValue::from_str(etag).unwrap_or(HeaderValue::from_static("\"\""));
-    let matches = headers
-        .get(IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag || tag.trim() == "*"));
-    let mut response =
-        if matches { StatusCode::NOT_MODIFIED.into_response() } else { (StatusCode::OK, body).into_response() };
-    let out = response.headers_mut();
-    out.insert(ETAG, etag_value);
-    out.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }

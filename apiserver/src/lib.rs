@@ -13,11 +13,13 @@
 pub mod auth;
 pub mod body;
 pub mod discovery;
+mod etag;
 pub mod exporter_pods;
 mod fair;
 mod fallback;
 pub mod headroom;
 mod health;
+mod legacy_watch;
 mod merge_patch;
 pub mod metrics;
 pub mod negotiate;
@@ -154,9 +156,9 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
     let watch_collection = format!("/apis/{group}/{version}/watch/{plural}");
     let watch_item = format!("{watch_collection}/{{name}}");
     Router::new()
-        .route("/apis", get(health::apis))
-        .route(&format!("/apis/{group}"), get(health::group).fallback(rest::method_not_allowed))
-        .route(&format!("/apis/{group}/{version}"), get(health::resources).fallback(rest::method_not_allowed))
+        .route("/apis", get(discovery::apis))
+        .route(&format!("/apis/{group}"), get(discovery::group).fallback(rest::method_not_allowed))
+        .route(&format!("/apis/{group}/{version}"), get(discovery::resources).fallback(rest::method_not_allowed))
         .route(
             &collection,
             get(rest::list_or_watch)
@@ -168,13 +170,13 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
             &item,
             get(rest::get).put(rest::update).patch(rest::patch).delete(rest::delete).fallback(rest::method_not_allowed),
         )
-        .route(&watch_collection, get(health::legacy_watch))
-        .route(&watch_item, get(health::legacy_watch_one))
-        .route("/version", get(health::version))
-        .route("/api", get(health::core))
-        .route("/openapi/v2", get(health::openapi_v2))
-        .route("/openapi/v3", get(health::openapi_v3_index))
-        .route(&format!("/openapi/v3/apis/{group}/{version}"), get(health::openapi_v3))
+        .route(&watch_collection, get(legacy_watch::collection))
+        .route(&watch_item, get(legacy_watch::object))
+        .route("/version", get(discovery::version))
+        .route("/api", get(discovery::core))
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::v3_index))
+        .route(&format!("/openapi/v3/apis/{group}/{version}"), get(openapi::v3))
         .route("/metrics", get(metrics::serve))
         .route("/healthz", get(health::healthz))
         .route("/livez", get(health::livez))

@@ -3,13 +3,23 @@
 //! rendered once; every top-level kind carries `x-kubernetes-group-version-kind`.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 
+use axum::extract::State;
+use axum::response::Response;
 use bytes::Bytes;
+use http::header::{ACCEPT, HeaderValue};
+use http::{HeaderMap, StatusCode};
 use numaresources_api::nrt::{GROUP, KIND, LIST_KIND, NodeResourceTopology, PLURAL};
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
+use crate::AppState;
 use crate::discovery::VERSION;
+use crate::etag::with_etag;
+use crate::negotiate::{OPENAPI_V2_PROTOBUF, OpenApiForm, openapi_form};
+use crate::rest::json_response;
+use crate::status::ApiError;
 
 pub mod protobuf;
 
@@ -72,6 +82,35 @@ impl OpenApi {
             v3_etag: format!("\"{v3_hash}\""),
         }
     }
+}
+
+/// `GET /openapi/v2`, as JSON or gnostic's protobuf.
+pub async fn v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let docs = &state.openapi;
+    let mut response = match openapi_form(headers.get(ACCEPT).and_then(|v| v.to_str().ok()), true)? {
+        OpenApiForm::Json => with_etag(&headers, docs.v2.clone(), &docs.v2_etag, "application/json"),
+        OpenApiForm::Protobuf => {
+            with_etag(&headers, docs.v2_protobuf.clone(), &docs.v2_protobuf_etag, OPENAPI_V2_PROTOBUF)
+        }
+    };
+    // One URL, two forms: a cache (kubectl keeps one on disk) must key on Accept too.
+    response.headers_mut().insert(http::header::VARY, HeaderValue::from_static("Accept"));
+    Ok(response)
+}
+
+/// `GET /openapi/v3`: the index.
+pub async fn v3_index(State(state): State<Arc<AppState>>) -> Response {
+    json_response(StatusCode::OK, state.openapi.v3_index.clone())
+}
+
+/// `GET /openapi/v3/apis/<group>/<version>`.
+pub async fn v3(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    openapi_form(headers.get(ACCEPT).and_then(|v| v.to_str().ok()), false)?;
+    let mut response =
+        with_etag(&headers, state.openapi.v3_group_version.clone(), &state.openapi.v3_etag, "application/json");
+    // The hash in the URL pins the content, so clients may cache it for good.
+    response.headers_mut().insert("cache-control", HeaderValue::from_static("public, immutable"));
+    Ok(response)
 }
 
 /// Every schema a document of this version holds, keyed by definition name, sorted.
