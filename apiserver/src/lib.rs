@@ -32,6 +32,7 @@ pub mod render;
 pub mod replication;
 pub mod request_head;
 mod rest;
+mod row_parts;
 pub mod status;
 pub mod store;
 pub mod table;

@@ -40,7 +40,7 @@ use k8s_openapi::jiff::Timestamp;
 use numaresources_api::nrt::NodeResourceTopology;
 use tokio::sync::watch;
 
-use crate::table::RowParts;
+use crate::row_parts::RowParts;
 use crate::watch::wakeups::{NameEvents, Wakeups};
 
 /// The server-set annotation holding when the object last changed (RFC 3339, UTC, seconds).

@@ -1,5 +1,5 @@
 //! `meta.k8s.io` Tables (what kubectl prints) and `PartialObjectMetadata`, assembled from parts
-//! each stored object renders once and keeps ([`RowParts`]). Only the two time columns depend on
+//! each stored object renders once and keeps ([`RowParts`], in `row_parts`). Only the two time columns depend on
 //! when the request comes, so they are the only cells formatted per request.
 //!
 //! The output is what serializing a `serde_json::Value` gives (keys in sorted order), written
@@ -9,78 +9,14 @@ use std::sync::LazyLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use numaresources_api::nrt::{NodeResourceTopology, ResourceInfo, well_known};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::negotiate::MetaVersion;
 use crate::query::IncludeObject;
+use crate::row_parts::RowParts;
 use crate::status::ApiError;
 use crate::store::Stored;
-
-/// The parts of an object's Table row and metadata that do not change until the object does.
-#[derive(Debug, Clone)]
-pub struct RowParts {
-    /// The JSON of the cells before the time columns, comma-separated, without brackets.
-    leading_cells: String,
-    /// The JSON of the cells after the time columns.
-    trailing_cells: String,
-    /// Seconds since the Unix epoch of `creationTimestamp`.
-    created: Option<u64>,
-    /// `metadata` as JSON, keys sorted.
-    metadata: String,
-}
-
-impl RowParts {
-    /// Renders the parts of `object`.
-    pub fn of(object: &NodeResourceTopology) -> Self {
-        let numa_zones: Vec<_> = object.zones.iter().filter(|z| z.zone_type == well_known::ZONE_TYPE_NODE).collect();
-        let per_zone = |resource: &str, show: &dyn Fn(&ResourceInfo) -> String| -> String {
-            let parts: Vec<String> = numa_zones
-                .iter()
-                .map(|zone| zone.resources.iter().find(|r| r.name == resource).map_or_else(|| "-".to_owned(), show))
-                .collect();
-            if parts.is_empty() { "<none>".to_owned() } else { parts.join(" ") }
-        };
-        let cpus = per_zone("cpu", &|r| format!("{}/{}", r.available, r.allocatable));
-        let memory = per_zone("memory", &|r| human_bytes(r.available.as_i64()));
-        let attribute = |name: &str, missing: &'static str| object.attribute(name).unwrap_or(missing).to_owned();
-        let leading = [
-            json!(object.metadata.name.as_deref().unwrap_or_default()),
-            json!(numa_zones.len()),
-            json!(attribute(well_known::ATTR_TOPOLOGY_MANAGER_POLICY, "<unknown>")),
-            json!(cpus),
-        ];
-        let trailing = [
-            json!(attribute(well_known::ATTR_TOPOLOGY_MANAGER_SCOPE, "<unknown>")),
-            json!(memory),
-            json!(attribute(well_known::ATTR_PODS_FINGERPRINT, "<none>")),
-        ];
-        let metadata = serde_json::to_value(&object.metadata).unwrap_or(Value::Null);
-        Self {
-            leading_cells: comma_separated(&leading),
-            trailing_cells: comma_separated(&trailing),
-            created: object.metadata.creation_timestamp.as_ref().and_then(|t| u64::try_from(t.0.as_second()).ok()),
-            metadata: metadata.to_string(),
-        }
-    }
-}
-
-impl RowParts {
-    /// `metadata` as JSON, keys sorted.
-    pub fn metadata(&self) -> &str {
-        &self.metadata
-    }
-
-    /// The bytes the parts hold.
-    pub fn size(&self) -> usize {
-        std::mem::size_of::<Self>() + self.leading_cells.len() + self.trailing_cells.len() + self.metadata.len()
-    }
-}
-
-fn comma_separated(values: &[Value]) -> String {
-    values.iter().map(Value::to_string).collect::<Vec<_>>().join(",")
-}
 
 /// Whether a Table carries its column definitions (a watch sends them with the first event only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,19 +188,12 @@ pub fn human_age(then: Option<u64>, now: u64) -> String {
     }
 }
 
-fn human_bytes(bytes: Option<i64>) -> String {
-    let Some(bytes) = bytes else {
-        return "?".to_owned();
-    };
-    const GI: i64 = 1 << 30;
-    const MI: i64 = 1 << 20;
-    if bytes >= GI { format!("{}Gi", bytes / GI) } else { format!("{}Mi", bytes / MI) }
-}
-
 #[cfg(test)]
 mod tests {
     use numaresources_api::nrt::{AttributeInfo, Zone};
+    use numaresources_api::nrt::{NodeResourceTopology, ResourceInfo};
     use numaresources_api::quantity::Quantity;
+    use serde_json::json;
 
     use super::*;
     use crate::store::{Preconditions, Store};
