@@ -1,6 +1,18 @@
-//! TLS for every numaresources server (the aggregated API server and the admission webhook).
+//! The shared runtime of every numaresources component (the role kubert plays for linkerd's policy
+//! controller): TLS for every server, the admin router, the kube client and shutdown.
 //!
-//! One code path serves certificates from any source (OLM-mounted files, cert-manager or
+//! A component is wired the same way each time (ARCHITECTURE.md, "Component shape"):
+//!
+//! - [`kube_client`] makes the client from `--kubeconfig`, else in-cluster, else
+//!   `$KUBECONFIG`/`~/.kube/config`;
+//! - [`shutdown::Shutdown::on_signals`] turns SIGTERM/SIGINT into one signal every server and task
+//!   waits on;
+//! - [`admin::router`] serves the component's readiness [`admin::Checks`] as `/healthz`, `/livez`,
+//!   `/readyz` in kube-apiserver's format, and `/metrics` from the process's one prometheus-client
+//!   registry, over plain HTTP ([`admin::serve_plain`]);
+//! - the component's own router is served over TLS by [`serve`].
+//!
+//! TLS: one code path serves certificates from any source (OLM-mounted files, cert-manager or
 //! service-ca Secrets, or certificates we generate ourselves):
 //!
 //! - [`ServingCertificate`] loads a PEM chain and key (PKCS#8, PKCS#1 or SEC1) and checks that
@@ -33,17 +45,20 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admin;
 mod certificate;
 mod client_auth;
 mod config;
 mod error;
 mod generate;
+mod kube_client;
 pub mod leader;
 mod pem;
 mod policy;
 mod reload;
 pub mod rotation;
 mod serve;
+pub mod shutdown;
 mod time;
 
 pub use certificate::{ServingCertificate, Validity};
@@ -54,6 +69,7 @@ pub use generate::{
     CertificateAuthority, PemPair, SELF_SIGNED_MIN_REMAINING, SELF_SIGNED_VALIDITY, SelfSignedFiles,
     ensure_self_signed, load_self_signed, self_signed,
 };
+pub use kube_client::{KubeClientError, kube_client};
 pub use policy::{TlsPolicy, TlsVersion};
 pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions, follow_files};
 pub use serve::{
