@@ -472,13 +472,28 @@ impl Store {
     }
 
     /// Limits what clients see to the changes up to `revision` (None: every change), and wakes
-    /// the watchers that waited for it.
+    /// the watchers that waited for it: those of every object, and the watchers of one name
+    /// whose events just became visible, not every watch of one name (a replicated leader calls
+    /// this on every acknowledgement).
     pub fn set_visible(&self, revision: Option<u64>) {
+        // Under the state lock, as writes publish: an event published while it was not visible
+        // (it woke no watcher of its name) is after `previous` here, so this wakes them.
         let state = self.read();
-        let previous = self.visible.swap(revision.unwrap_or(u64::MAX), Ordering::AcqRel);
-        if previous != revision.unwrap_or(u64::MAX) {
-            self.revisions.send_replace(state.revision);
+        let next = revision.unwrap_or(u64::MAX);
+        let previous = self.visible.swap(next, Ordering::AcqRel);
+        if previous == next {
+            return;
         }
+        let (from, to) = (previous.min(state.revision), next.min(state.revision));
+        if from < state.oldest_resumable {
+            // Some of what became visible left the history unseen: every watch of one name
+            // looks (those that missed an event of theirs relist).
+            self.revisions.reveal_to_all(state.revision);
+            return;
+        }
+        let first = state.history.partition_point(|e| e.revision <= from);
+        let revealed = state.history.range(first..).take_while(|e| e.revision <= to);
+        self.revisions.reveal(state.revision, revealed.map(|event| event.object.name()));
     }
 
     fn visible_in(&self, state: &State) -> u64 {
@@ -987,8 +1002,9 @@ impl Store {
             }
         }
         // Watchers read the event from the history; this only wakes them: the watchers of every
-        // object, and those of this object's name alone.
-        self.revisions.publish(event.revision, object.name(), state.oldest_resumable);
+        // object, and those of this object's name alone once clients may see it.
+        let visible = event.revision <= self.visible.load(Ordering::Acquire);
+        self.revisions.publish(event.revision, object.name(), state.oldest_resumable, visible);
     }
 
     /// A random version-4-shaped UUID (no extra dependency: the std hasher is seeded randomly

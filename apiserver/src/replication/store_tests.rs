@@ -128,3 +128,46 @@ fn a_follower_drops_its_uncommitted_tail_without_touching_what_clients_saw() {
     assert_eq!(follower.events_after(100, 10).unwrap().len(), 1);
     assert!(!follower.truncate_to(50), "older than the history");
 }
+
+/// A replicated leader lets clients see more on every acknowledgement. That wakes the watchers
+/// of every object and those of the names whose events became visible, never every watch of
+/// one name (5,000 exporters' own-object watches), and a watch of one name that read all of its
+/// own events is not sent to relist by it when other objects' changes push the history past it.
+#[test]
+fn an_acknowledgement_wakes_only_the_watchers_of_the_names_it_reveals() {
+    for watched in [10, 1_000, 5_000] {
+        let leader = Store::starting_at(0, 100);
+        let mut receivers: Vec<_> = (0..watched)
+            .map(|i| {
+                leader.create(nrt(&format!("n{i}"), 1), false).unwrap();
+                leader.subscribe_named(&format!("n{i}"))
+            })
+            .collect();
+        let mut every = leader.watch(None).unwrap().changes;
+        let after = leader.revision();
+        // A follower is in sync: clients see what it holds.
+        leader.set_visible(Some(after));
+        receivers.iter_mut().for_each(|r| drop(r.borrow_and_update()));
+        for cpus in 2..152 {
+            leader.update(nrt("n3", cpus), &Preconditions::default(), false).unwrap();
+            if cpus == 2 {
+                assert!(!receivers[3].has_changed().unwrap(), "nothing its watchers may read yet");
+                every.borrow_and_update();
+            }
+            // The follower acknowledges the write.
+            leader.set_visible(Some(leader.head_revision()));
+            if cpus == 2 {
+                assert!(every.has_changed().unwrap(), "watches of every object wake on it");
+            }
+        }
+        let woken: Vec<usize> =
+            receivers.iter_mut().enumerate().filter(|(_, r)| r.has_changed().unwrap()).map(|(i, _)| i).collect();
+        assert_eq!(woken, [3], "{watched} watched names");
+        // The history (100 events) no longer reaches `after`: n3's watcher missed events of its
+        // own and relists; n4's missed nothing of its own and goes on.
+        assert!(matches!(leader.named_events_after("n3", after, 64), Err(WatchRefusal::TooOld { .. })));
+        let (events, through) = leader.named_events_after("n4", after, 64).unwrap();
+        assert!(events.is_empty());
+        assert_eq!(through, leader.revision());
+    }
+}

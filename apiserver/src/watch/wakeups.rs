@@ -7,9 +7,11 @@
 //!
 //! For the names that have watchers, the index keeps the revisions of their events still in the
 //! history, so such a watcher reads its own events by bisection instead of scanning every event
-//! since it last read. Changes to the store as a whole (what clients may see, a truncation, a
-//! reset, a revision jump: [`Wakeups::send_replace`]) wake every watch, and the index then
-//! starts over from that revision: a watcher reading from before it scans the history once.
+//! since it last read. Changes to the store as a whole (a truncation, a reset, a revision jump:
+//! [`Wakeups::send_replace`]) wake every watch, and the index then starts over from that
+//! revision: a watcher reading from before it scans the history once. A replicated leader's
+//! acknowledgements, which let clients see more of the history, are not such changes: they wake
+//! the watchers of the names whose events just became visible ([`Wakeups::reveal`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -82,9 +84,11 @@ impl Wakeups {
         }
     }
 
-    /// The event at `revision` changed `name`: wakes the watchers of every object and those of
-    /// `name`. `oldest` is where the history now starts: older revisions leave the index.
-    pub fn publish(&self, revision: u64, name: &str, oldest: u64) {
+    /// The event at `revision` changed `name`: wakes the watchers of every object and, when
+    /// clients may see it already (`visible`), those of `name`; one that clients may not see yet
+    /// is indexed now and wakes its name's watchers when it becomes visible ([`Wakeups::reveal`]).
+    /// `oldest` is where the history now starts: older revisions leave the index.
+    pub fn publish(&self, revision: u64, name: &str, oldest: u64, visible: bool) {
         self.all.send_replace(revision);
         let mut named = self.lock();
         let Some(watchers) = named.by_name.get_mut(name) else {
@@ -96,7 +100,36 @@ impl Wakeups {
         }
         watchers.forget_before(oldest);
         watchers.revisions.push_back(revision);
-        watchers.wake.send_replace(revision);
+        if visible {
+            watchers.wake.send_replace(revision);
+        }
+    }
+
+    /// Clients may now see changes up to `revision`, among them changes to `names`: wakes the
+    /// watchers of every object and those of these names alone. The index stays as it is (the
+    /// events were indexed as they were published): a replicated leader moves what clients see
+    /// on every acknowledgement, and waking every watch of one name each then would undo the
+    /// index.
+    pub fn reveal<'a>(&self, revision: u64, names: impl IntoIterator<Item = &'a str>) {
+        self.all.send_replace(revision);
+        let named = self.lock();
+        if named.by_name.is_empty() {
+            return;
+        }
+        for name in names {
+            if let Some(watchers) = named.by_name.get(name) {
+                watchers.wake.send_replace(revision);
+            }
+        }
+    }
+
+    /// [`Wakeups::reveal`] for every name watched: what became visible is no longer all in the
+    /// history, so which names it changed is not known.
+    pub fn reveal_to_all(&self, revision: u64) {
+        self.all.send_replace(revision);
+        for watchers in self.lock().by_name.values() {
+            watchers.wake.send_replace(revision);
+        }
     }
 
     /// Tells of the changes to `name` (and to the store as a whole) from now on. `head` is the
@@ -163,7 +196,7 @@ mod tests {
         let wakeups = Wakeups::new(0);
         let mut every = wakeups.subscribe();
         let mut named: Vec<_> = (0..1_000).map(|i| wakeups.subscribe_named(&format!("n{i}"), 0)).collect();
-        wakeups.publish(1, "n7", 0);
+        wakeups.publish(1, "n7", 0, true);
         assert!(every.has_changed().unwrap());
         let woken: Vec<usize> =
             named.iter_mut().enumerate().filter(|(_, r)| r.has_changed().unwrap()).map(|(i, _)| i).collect();
@@ -180,11 +213,33 @@ mod tests {
     }
 
     #[test]
+    fn a_change_clients_may_not_see_yet_wakes_its_name_when_revealed_and_keeps_the_index() {
+        let wakeups = Wakeups::new(0);
+        let mut every = wakeups.subscribe();
+        let mut named: Vec<_> = (0..100).map(|i| wakeups.subscribe_named(&format!("n{i}"), 0)).collect();
+        wakeups.publish(1, "n7", 0, false);
+        assert!(every.has_changed().unwrap(), "replication reads every change at once");
+        assert!(!named[7].has_changed().unwrap(), "nothing to read for its watchers yet");
+        every.borrow_and_update();
+        wakeups.reveal(1, ["n7"]);
+        assert!(every.has_changed().unwrap());
+        let woken: Vec<usize> =
+            named.iter_mut().enumerate().filter(|(_, r)| r.has_changed().unwrap()).map(|(i, _)| i).collect();
+        assert_eq!(woken, [7]);
+        // The index did not start over: every name's events are still known from 0.
+        assert_eq!(wakeups.events_of("n7", 0, 0), NameEvents::At(vec![1]));
+        assert_eq!(wakeups.events_of("n8", 0, 0), NameEvents::At(vec![]));
+        wakeups.reveal_to_all(2);
+        assert!(named.iter().all(|r| r.has_changed().unwrap()));
+        assert_eq!(wakeups.events_of("n8", 0, 0), NameEvents::At(vec![]));
+    }
+
+    #[test]
     fn events_that_left_the_history_are_lost_to_readers_from_before_them() {
         let wakeups = Wakeups::new(0);
         let _watching = wakeups.subscribe_named("n", 0);
-        wakeups.publish(3, "n", 0);
-        wakeups.publish(9, "n", 0);
+        wakeups.publish(3, "n", 0, true);
+        wakeups.publish(9, "n", 0, true);
         // The history now starts at 5: revision 3 is gone.
         assert_eq!(wakeups.events_of("n", 2, 5), NameEvents::Lost);
         // A reader past it misses nothing, even from before where the history starts.
@@ -199,7 +254,7 @@ mod tests {
         }
         assert!(wakeups.lock().by_name.len() < 2 * SWEEP_FLOOR);
         let _kept = wakeups.subscribe_named("kept", 0);
-        wakeups.publish(1, "n999", 0);
+        wakeups.publish(1, "n999", 0, true);
         assert_eq!(wakeups.events_of("n999", 0, 0), NameEvents::Unknown);
         assert_eq!(wakeups.events_of("kept", 0, 0), NameEvents::At(vec![]));
     }
