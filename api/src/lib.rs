@@ -6,6 +6,8 @@
 //!   operator  NUMAResourcesOperator, NUMAResourcesScheduler: types, defaults, validation
 //!   crds      the CustomResourceDefinitions generated from those types
 //!   direct_write  the exporter → API server direct path: flags, token audience, extras
+//!   exporter  the exporter's ConfigMap, topology manager settings, metrics port, mount paths
+//!   webhook   the admission webhook's paths
 //!   metadata  apimachinery's ObjectMeta validation (names, labels, annotations, finalizers)
 //!   quantity, duration, selector, field
 //!             the apimachinery pieces they are made of, with Go-identical text forms
@@ -17,6 +19,7 @@
 pub mod crds;
 pub mod direct_write;
 pub mod duration;
+pub mod exporter;
 pub mod field;
 pub mod fit;
 pub mod metadata;
@@ -26,6 +29,7 @@ pub mod quantity;
 mod schema;
 pub mod selector;
 mod string_enum;
+pub mod webhook;
 
 pub use duration::GoDuration;
 pub use field::{FieldError, FieldErrors, FieldPath};

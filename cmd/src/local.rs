@@ -23,7 +23,7 @@ use numaresources_rte::config::{Args as AgentArgs, NO_KUBELET};
 use numaresources_rte::fingerprint::Method;
 use numaresources_rte::podresources::{ClientConfig, KUBELET_SOCKET, KubeletIfPresent, PodResourcesClient};
 use numaresources_rte::publish::{KubePublisher, Outcome, PublishError, Publisher};
-use numaresources_rte::topology::TopologyManager;
+use numaresources_rte::topology::read_kubelet_config;
 
 /// The readiness check that passes once this machine's topology is published.
 const FIRST_PUBLISH: &str = "exporter-first-scan";
@@ -191,7 +191,7 @@ fn usable_kubelet_config(path: &Path) -> Option<PathBuf> {
             return None;
         }
     };
-    match TopologyManager::from_kubelet_config(&text) {
+    match read_kubelet_config(&text) {
         Ok(_) => Some(path.to_path_buf()),
         Err(error) => {
             tracing::warn!("{}: {error}; using the kubelet defaults none/container", path.display());

@@ -86,7 +86,7 @@ pub const POD_ROUTING_CONFIGURATION: &str = "numaresources-pod-routing";
 /// The pod webhook in it.
 pub const POD_WEBHOOK: &str = "pods.nodetopology.openshift.io";
 /// The path the webhook serves pod admission on.
-pub const POD_WEBHOOK_PATH: &str = "/mutate-pods";
+pub use numaresources_api::webhook::MUTATE_PODS_PATH as POD_WEBHOOK_PATH;
 /// The admission webhook component.
 pub const COMPONENT_WEBHOOK: &str = "webhook";
 /// The self-managed CA (certificates and keys; never mounted by a server).

@@ -11,7 +11,6 @@
 //! is the kubelet's default, because that is what the kubelet runs with), then the operator's
 //! ConfigMap (`kubelet.topologyManagerPolicy/Scope`), then the kubelet defaults `none`/`container`.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -20,8 +19,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use numaresources_api::GoDuration;
+use numaresources_api::exporter::{
+    CONFIG_DIR, CONFIG_FILE, ExporterConfig, METRICS_CERTS_DIR, METRICS_PORT, TopologyManager,
+};
 use numaresources_api::nrt::well_known::{TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MANAGER_SCOPES};
-use serde::Deserialize;
+use numaresources_api::selector::check_dns1123_subdomain;
 
 use crate::agent::allocations::{DEFAULT_ALLOCATION_POLL, MIN_ALLOCATION_POLL};
 use crate::fingerprint::Method;
@@ -29,10 +31,11 @@ use crate::podreadiness::OwnPod;
 use crate::podresources::middleware::{ContainerRef, PodExclude};
 use crate::podresources::{DEFAULT_SOCKET, SocketPath};
 use crate::sysfs::DEFAULT_SYSFS_ROOT;
-use crate::topology::TopologyManager;
 
-/// Where the operator mounts its ConfigMap (nro.md §4.2); a missing file there is not an error.
-pub const DEFAULT_OPERATOR_CONFIG: &str = "/etc/resource-topology-exporter/config.yaml";
+/// Where the operator mounts its ConfigMap's file; a missing file there is not an error.
+pub fn default_operator_config() -> PathBuf {
+    Path::new(CONFIG_DIR).join(CONFIG_FILE)
+}
 
 /// The `numaresources rte` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -144,7 +147,7 @@ pub struct Args {
     pub metrics_mode: String,
 
     /// `httptls`: the directory holding the serving certificate and key (a mounted Secret).
-    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_CERTS_DIR", default_value = DEFAULT_METRICS_CERTS_DIR)]
+    #[arg(long, env = "NUMARESOURCES_RTE_METRICS_CERTS_DIR", default_value = METRICS_CERTS_DIR)]
     pub metrics_certs_dir: PathBuf,
 
     /// `httptls`: the certificate's file name in `--metrics-certs-dir`.
@@ -175,7 +178,7 @@ pub struct Args {
     pub metrics_tls_cipher_suites: Option<String>,
 
     /// The metrics port.
-    #[arg(long, env = "METRICS_PORT", default_value_t = DEFAULT_METRICS_PORT)]
+    #[arg(long, env = "METRICS_PORT", default_value_t = METRICS_PORT)]
     pub metrics_port: u16,
 
     /// The metrics listen address.
@@ -212,14 +215,8 @@ pub enum OutputFormat {
     Json,
 }
 
-/// The default metrics port (upstream's).
-pub const DEFAULT_METRICS_PORT: u16 = 2112;
-
 /// The `--podresources-socket` value that means "no kubelet".
 pub const NO_KUBELET: &str = "none";
-
-/// Where the operator mounts the metrics serving certificate Secret.
-pub const DEFAULT_METRICS_CERTS_DIR: &str = "/etc/secrets/rte";
 
 /// Where and how `/metrics` is served.
 #[derive(Debug, Clone, PartialEq)]
@@ -279,14 +276,14 @@ impl Default for Args {
             podreadiness: true,
             exclude_terminal_pods: false,
             metrics_mode: "http".to_owned(),
-            metrics_certs_dir: PathBuf::from(DEFAULT_METRICS_CERTS_DIR),
+            metrics_certs_dir: PathBuf::from(METRICS_CERTS_DIR),
             metrics_cert_file: "tls.crt".to_owned(),
             metrics_key_file: "tls.key".to_owned(),
             metrics_want_cli_auth: false,
             metrics_client_ca_file: None,
             metrics_tls_min_version: None,
             metrics_tls_cipher_suites: None,
-            metrics_port: DEFAULT_METRICS_PORT,
+            metrics_port: METRICS_PORT,
             metrics_address: "0.0.0.0".to_owned(),
             oneshot: false,
             verbosity: None,
@@ -360,7 +357,7 @@ impl Config {
             sleep_interval: Some(Duration::from_secs(10)),
             notify_file: None,
             allocation_poll: Some(DEFAULT_ALLOCATION_POLL),
-            topology_manager: TopologyManager::default(),
+            topology_manager: TopologyManager::kubelet_defaults(),
             pod_excludes: Vec::new(),
             resource_excludes: Vec::new(),
             fingerprint: Some(Method::WithExclusiveResources),
@@ -373,10 +370,7 @@ impl Config {
             pod_readiness: true,
             own_pod: None,
             exclude_terminal_pods: false,
-            metrics: Some(MetricsEndpoint {
-                address: SocketAddr::from(([0, 0, 0, 0], DEFAULT_METRICS_PORT)),
-                tls: None,
-            }),
+            metrics: Some(MetricsEndpoint { address: SocketAddr::from(([0, 0, 0, 0], METRICS_PORT)), tls: None }),
             oneshot: false,
             verbosity: None,
             output: None,
@@ -445,43 +439,6 @@ impl Environment for ProcessEnvironment {
     }
 }
 
-/// The operator's ConfigMap (nro.md §3.3); unknown keys are ignored, as upstream does.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OperatorConfig {
-    /// Topology manager settings the operator saw in the KubeletConfig.
-    #[serde(default)]
-    pub kubelet: KubeletSection,
-    /// Pods to leave out.
-    #[serde(default)]
-    pub pod_exclude: Vec<PodExcludeRule>,
-    /// Resource names to leave out, by node name (`*` for every node).
-    #[serde(default)]
-    pub resource_exclude: BTreeMap<String, Vec<String>>,
-}
-
-/// The `kubelet` section of the operator's ConfigMap.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KubeletSection {
-    /// `topologyManagerPolicy`.
-    pub topology_manager_policy: Option<String>,
-    /// `topologyManagerScope`.
-    pub topology_manager_scope: Option<String>,
-}
-
-/// One `podExclude` entry: shell globs; an empty pattern matches everything.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodExcludeRule {
-    /// Namespace glob.
-    #[serde(default)]
-    pub namespace_pattern: String,
-    /// Name glob.
-    #[serde(default)]
-    pub name_pattern: String,
-}
-
 impl Args {
     /// The `httptls` settings, or the flag at fault and why.
     fn metrics_tls(&self) -> Result<MetricsTls, (&'static str, String)> {
@@ -526,7 +483,7 @@ impl Args {
             .unwrap_or_default();
         if node_name.is_empty() {
             problem("--hostname", "no node name: set --hostname or NODE_NAME".into());
-        } else if let Some(why) = invalid_object_name(&node_name) {
+        } else if let Err(why) = check_dns1123_subdomain(&node_name) {
             problem("--hostname", format!("{node_name:?} cannot name an object: {why}"));
         }
 
@@ -564,8 +521,8 @@ impl Args {
 
         // The operator's ConfigMap.
         let operator = match &self.config {
-            Some(path) => read_yaml::<OperatorConfig>(env, path, true),
-            None => read_yaml::<OperatorConfig>(env, Path::new(DEFAULT_OPERATOR_CONFIG), false),
+            Some(path) => read_yaml::<ExporterConfig>(env, path, true),
+            None => read_yaml::<ExporterConfig>(env, &default_operator_config(), false),
         }
         .map_err(|m| problem("--config", m))
         .ok()
@@ -574,7 +531,7 @@ impl Args {
 
         // The kubelet's configuration file: missing fields are the kubelet's defaults.
         let kubelet = self.kubelet_config_file.as_ref().and_then(|path| match env.read_file(path) {
-            Ok(text) => TopologyManager::from_kubelet_config(&text)
+            Ok(text) => crate::topology::read_kubelet_config(&text)
                 .map_err(|e| problem("--kubelet-config-file", format!("{}: {e}", path.display())))
                 .ok(),
             Err(e) => {
@@ -582,7 +539,7 @@ impl Args {
                 None
             }
         });
-        let defaults = TopologyManager::default();
+        let defaults = TopologyManager::kubelet_defaults();
         let policy = pick(
             &self.topology_manager_policy,
             env.var("TOPOLOGY_MANAGER_POLICY"),
@@ -773,27 +730,11 @@ fn own_pod_from_env(env: &dyn Environment, reference: Option<&ContainerRef>) -> 
         .or_else(|| reference.map(|r| OwnPod { namespace: r.namespace.clone(), name: r.pod.clone() }))
 }
 
-/// Why `name` cannot be a cluster-scoped object's name (a DNS subdomain), if it cannot.
-fn invalid_object_name(name: &str) -> Option<&'static str> {
-    if name.len() > 253 {
-        return Some("longer than 253 characters");
-    }
-    let valid_label = |label: &str| {
-        !label.is_empty()
-            && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-    };
-    if name.split('.').all(valid_label) {
-        None
-    } else {
-        Some("must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
 
     use super::*;
 
@@ -834,7 +775,7 @@ mod tests {
         assert_eq!(config.podresources_socket.unwrap().path(), Path::new("/podresources/kubelet.sock"));
         assert_eq!(config.sleep_interval, Some(Duration::from_secs(10)));
         assert_eq!(config.heartbeat, Some(Duration::from_secs(60)));
-        assert_eq!(config.topology_manager, TopologyManager::default());
+        assert_eq!(config.topology_manager, TopologyManager::kubelet_defaults());
         assert_eq!(config.fingerprint, Some(Method::WithExclusiveResources));
         assert!(config.publish && config.add_nrt_owner);
         assert_eq!(config.max_events_per_second.get(), 1);

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use numaresources_api::exporter::TopologyManager;
 use numaresources_api::nrt::well_known::{
     ANNOTATION_FINGERPRINT, ATTR_PODS_FINGERPRINT, ATTR_PODS_FINGERPRINT_METHOD, ATTR_TOPOLOGY_MANAGER_POLICY,
     ATTR_TOPOLOGY_MANAGER_SCOPE, TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MANAGER_SCOPES,
@@ -15,22 +16,6 @@ use crate::fingerprint::{Fingerprint, FingerprintPod, Method};
 use crate::numaplacement::{self, PodAffinity};
 use crate::podresources::PodResources;
 use crate::sysfs::Machine;
-
-/// The kubelet's topology manager settings, as published in the node-wide attributes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopologyManager {
-    /// `none`, `best-effort`, `restricted` or `single-numa-node`.
-    pub policy: String,
-    /// `container` or `pod`.
-    pub scope: String,
-}
-
-impl Default for TopologyManager {
-    /// The kubelet's effective defaults (never empty strings, unlike upstream's exporter).
-    fn default() -> Self {
-        Self { policy: "none".into(), scope: "container".into() }
-    }
-}
 
 /// Why a kubelet configuration could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -50,24 +35,23 @@ pub enum KubeletConfigError {
     },
 }
 
-impl TopologyManager {
-    /// Reads `topologyManagerPolicy` and `topologyManagerScope` from a `KubeletConfiguration`
-    /// file (YAML or JSON); a missing field takes the kubelet's default.
-    pub fn from_kubelet_config(text: &str) -> Result<Self, KubeletConfigError> {
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct KubeletConfiguration {
-            topology_manager_policy: Option<String>,
-            topology_manager_scope: Option<String>,
-        }
-        let config: KubeletConfiguration = serde_norway::from_str(text)?;
-        let defaults = Self::default();
-        let policy = config.topology_manager_policy.filter(|p| !p.is_empty()).unwrap_or(defaults.policy);
-        let scope = config.topology_manager_scope.filter(|s| !s.is_empty()).unwrap_or(defaults.scope);
-        check("topologyManagerPolicy", &policy, TOPOLOGY_MANAGER_POLICIES)?;
-        check("topologyManagerScope", &scope, TOPOLOGY_MANAGER_SCOPES)?;
-        Ok(Self { policy, scope })
+/// Reads `topologyManagerPolicy` and `topologyManagerScope` from a `KubeletConfiguration` file
+/// (YAML or JSON); a missing field takes the kubelet's default, because that is what the kubelet
+/// runs with.
+pub fn read_kubelet_config(text: &str) -> Result<TopologyManager, KubeletConfigError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct KubeletConfiguration {
+        topology_manager_policy: Option<String>,
+        topology_manager_scope: Option<String>,
     }
+    let config: KubeletConfiguration = serde_norway::from_str(text)?;
+    let defaults = TopologyManager::kubelet_defaults();
+    let policy = config.topology_manager_policy.filter(|p| !p.is_empty()).unwrap_or(defaults.policy);
+    let scope = config.topology_manager_scope.filter(|s| !s.is_empty()).unwrap_or(defaults.scope);
+    check("topologyManagerPolicy", &policy, TOPOLOGY_MANAGER_POLICIES)?;
+    check("topologyManagerScope", &scope, TOPOLOGY_MANAGER_SCOPES)?;
+    Ok(TopologyManager { policy, scope })
 }
 
 fn check(field: &'static str, value: &str, expected: &'static [&'static str]) -> Result<(), KubeletConfigError> {
@@ -170,12 +154,12 @@ mod tests {
     #[test]
     fn kubelet_config_gives_policy_and_scope_or_the_kubelet_defaults() {
         let config = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n";
-        let tm = TopologyManager::from_kubelet_config(config).unwrap();
+        let tm = read_kubelet_config(config).unwrap();
         assert_eq!((tm.policy.as_str(), tm.scope.as_str()), ("single-numa-node", "pod"));
-        let tm = TopologyManager::from_kubelet_config("kind: KubeletConfiguration\n").unwrap();
-        assert_eq!(tm, TopologyManager::default());
-        assert!(TopologyManager::from_kubelet_config("topologyManagerPolicy: numa-please\n").is_err());
-        assert!(TopologyManager::from_kubelet_config("{ not yaml").is_err());
+        let tm = read_kubelet_config("kind: KubeletConfiguration\n").unwrap();
+        assert_eq!(tm, TopologyManager::kubelet_defaults());
+        assert!(read_kubelet_config("topologyManagerPolicy: numa-please\n").is_err());
+        assert!(read_kubelet_config("{ not yaml").is_err());
     }
 
     #[test]
@@ -219,7 +203,7 @@ mod tests {
             node_name: "laptop",
             machine: &machine(),
             kubelet: None,
-            topology_manager: &TopologyManager::default(),
+            topology_manager: &TopologyManager::kubelet_defaults(),
             fingerprint: Some(Method::All),
         });
         assert_eq!(nrt.attribute("topologyManagerPolicy"), Some("none"));

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
+use numaresources_api::exporter::TopologyManager;
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
 use numaresources_rte::agent::{Agent, Metrics, Stats, Trigger};
@@ -26,7 +27,6 @@ use numaresources_rte::config::Config;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
 use numaresources_rte::publish::{KubePublisher, Outcome};
-use numaresources_rte::topology::TopologyManager;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 

@@ -86,3 +86,39 @@ fn the_direct_write_flags_parse_and_name_the_files_the_daemonset_mounts() {
     let mount = std::path::Path::new(TOKEN_MOUNT_DIR);
     assert_eq!((server.ca_file, server.token_file), (mount.join(CA_FILE_NAME), mount.join(TOKEN_FILE_NAME)));
 }
+
+/// The group's ConfigMap as the controllers render it (the text in its data key, written to a
+/// real file as the kubelet projects it) is what the agent reads with `--config`.
+#[test]
+fn the_rendered_configmap_is_what_the_agent_reads() {
+    use numaresources_api::exporter::{CONFIG_FILE, TopologyManager};
+    use numaresources_api::operator::NamespacedName;
+    use numaresources_controllers::render::kubeletconfig::{config_map, config_yaml};
+
+    let dir = tempfile::tempdir().unwrap();
+    let read = |tm: &TopologyManager, excludes: &[NamespacedName]| {
+        let rendered = config_map("numaresources", "nro", "worker", config_yaml(tm, excludes), None).unwrap();
+        let path = dir.path().join(CONFIG_FILE);
+        std::fs::write(&path, &rendered.data.unwrap()[CONFIG_FILE]).unwrap();
+        let argv = ["numaresources", "rte", "--hostname=worker-0", &format!("--config={}", path.display())];
+        let Command::Rte(args) = Cli::try_parse_from(argv).unwrap().command;
+        args.resolve().unwrap()
+    };
+
+    let tm = TopologyManager { policy: "single-numa-node".into(), scope: "pod".into() };
+    let excludes = [
+        NamespacedName { namespace: "kube-*".into(), name: "*".into() },
+        NamespacedName { namespace: String::new(), name: "canary-*".into() },
+    ];
+    let config = read(&tm, &excludes);
+    assert_eq!(config.topology_manager, tm);
+    assert_eq!(config.pod_excludes.len(), 2);
+    assert!(config.pod_excludes[0].matches("kube-system", "anything"));
+    assert!(!config.pod_excludes[0].matches("default", "anything"));
+    assert!(config.pod_excludes[1].matches("default", "canary-1"));
+
+    // Settings the controllers could not tell are left out, and the agent runs with the kubelet's.
+    let config = read(&TopologyManager::default(), &[]);
+    assert_eq!(config.topology_manager, TopologyManager::kubelet_defaults());
+    assert!(config.pod_excludes.is_empty());
+}

@@ -1,46 +1,30 @@
-//! The per-pool exporter ConfigMap (nro.md §3.3): the kubelet's topology manager settings and the
-//! user's `podExcludes`, in the shape `numaresources rte --config` reads (`rte/src/config.rs`
-//! `OperatorConfig`). The exporter's DaemonSet mounts it and hashes it into `configmap.hash`.
+//! The per-pool exporter ConfigMap: the kubelet's topology manager settings and the user's
+//! `podExcludes`, written as the contract [`ExporterConfig`] that `numaresources rte --config`
+//! reads. The exporter's DaemonSet mounts it and hashes it into `configmap.hash`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+pub use numaresources_api::exporter::{CONFIG_FILE as CONFIG_KEY, TopologyManager};
+use numaresources_api::exporter::{ExporterConfig, PodExcludeRule};
 use numaresources_api::operator::NamespacedName;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use super::{RenderError, typed};
 use crate::names::{self, COMPONENT_RTE, RTE_SERVICE_ACCOUNT};
 
-/// The data key the exporter reads.
-pub const CONFIG_KEY: &str = "config.yaml";
-
-/// The topology manager settings of one pool, as the kubelet spells them.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TopologyManager {
-    /// `topologyManagerPolicy`; empty when unknown.
-    pub policy: String,
-    /// `topologyManagerScope`; empty when unknown.
-    pub scope: String,
-}
-
 /// The `config.yaml` text: `kubelet` keys only when known, `podExclude` only when given.
 pub fn config_yaml(topology_manager: &TopologyManager, pod_excludes: &[NamespacedName]) -> String {
-    let mut kubelet = Map::new();
-    if !topology_manager.policy.is_empty() {
-        kubelet.insert("topologyManagerPolicy".into(), json!(topology_manager.policy));
-    }
-    if !topology_manager.scope.is_empty() {
-        kubelet.insert("topologyManagerScope".into(), json!(topology_manager.scope));
-    }
-    let mut root = Map::new();
-    root.insert("kubelet".into(), Value::Object(kubelet));
-    if !pod_excludes.is_empty() {
-        let excludes: Vec<Value> =
-            pod_excludes.iter().map(|e| json!({"namespacePattern": e.namespace, "namePattern": e.name})).collect();
-        root.insert("podExclude".into(), Value::Array(excludes));
-    }
-    // Serializing a JSON value to YAML cannot fail; an empty document is still a valid config.
-    serde_norway::to_string(&Value::Object(root)).unwrap_or_default()
+    let config = ExporterConfig {
+        kubelet: topology_manager.into(),
+        pod_exclude: pod_excludes
+            .iter()
+            .map(|e| PodExcludeRule { namespace_pattern: e.namespace.clone(), name_pattern: e.name.clone() })
+            .collect(),
+        ..ExporterConfig::default()
+    };
+    // Serializing plain strings to YAML cannot fail; an empty document is still a valid config.
+    serde_norway::to_string(&config).unwrap_or_default()
 }
 
 /// The ConfigMap `<nro>-<pool>`. `disagreement` names the nodes whose kubelets differ.
@@ -75,6 +59,8 @@ pub fn config_map(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[test]
@@ -89,6 +75,12 @@ mod tests {
                 "kubelet": {"topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"},
                 "podExclude": [{"namespacePattern": "kube-*", "namePattern": "*"}],
             })
+        );
+        // The text, not only its meaning: it goes into `configmap.hash`, so a change of key order
+        // would roll every exporter.
+        assert_eq!(
+            yaml,
+            "kubelet:\n  topologyManagerPolicy: single-numa-node\n  topologyManagerScope: pod\npodExclude:\n- namePattern: '*'\n  namespacePattern: kube-*\n"
         );
         let unknown: Value = serde_norway::from_str(&config_yaml(&TopologyManager::default(), &[])).unwrap();
         assert_eq!(unknown, json!({"kubelet": {}}), "unknown settings and no excludes are left out");

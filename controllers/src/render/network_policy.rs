@@ -35,7 +35,7 @@ pub const KUBE_APISERVER_PORTS: [u16; 2] = [443, 6443];
 /// The scheduler's secure port (`/healthz`, `/metrics`).
 pub const SCHEDULER_PORT: u16 = 10259;
 /// The exporters' metrics port (`METRICS_PORT`).
-pub const RTE_METRICS_PORT: u16 = 2112;
+pub const RTE_METRICS_PORT: u16 = numaresources_api::exporter::METRICS_PORT;
 /// The NRT API server's secure port (`--secure-port`, its Service's target).
 pub const APISERVER_PORT: u16 = 6443;
 /// DNS, over UDP and TCP.

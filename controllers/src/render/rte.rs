@@ -35,6 +35,8 @@ use numaresources_api::direct_write::{
     CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_TOKEN_FILE_FLAG, TOKEN_AUDIENCE,
     TOKEN_EXPIRATION_SECONDS, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR,
 };
+pub use numaresources_api::exporter::CONFIG_DIR;
+use numaresources_api::exporter::{METRICS_CERTS_DIR, METRICS_PORT};
 use numaresources_api::nrt;
 use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
 use serde_json::{Value, json};
@@ -51,9 +53,6 @@ pub const NOTIFY_FILE: &str = "/host-run-rte/notify";
 pub const ALLOCATION_POLL_INTERVAL: &str = "500ms";
 /// The poll interval that turns the allocation poll off (`Periodic`).
 const ALLOCATION_POLL_OFF: &str = "0";
-/// Where the group's ConfigMap is mounted, as a directory (the exporter reads
-/// `config.yaml` in it by default).
-pub const CONFIG_DIR: &str = "/etc/resource-topology-exporter/";
 /// Where the pods fingerprint status is dumped (a memory-backed emptyDir).
 pub const PFP_STATUS_FILE: &str = "/run/pfpstatus/status.json";
 /// The Secret with the metrics serving certificate (`httptls`).
@@ -261,7 +260,7 @@ pub fn daemon_set(settings: &RteSettings, pool: &ResolvedPool, config_hash: &str
     }
     if tls {
         // Tied to the metrics mode, not to fingerprinting (upstream's quirk).
-        volume_mounts.push(json!({"name": METRICS_CERT_SECRET, "mountPath": "/etc/secrets/rte/", "readOnly": true}));
+        volume_mounts.push(json!({"name": METRICS_CERT_SECRET, "mountPath": METRICS_CERTS_DIR, "readOnly": true}));
         volumes.push(json!({"name": METRICS_CERT_SECRET, "secret": {"secretName": METRICS_CERT_SECRET}}));
     }
     let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
@@ -272,7 +271,7 @@ pub fn daemon_set(settings: &RteSettings, pool: &ResolvedPool, config_hash: &str
         {"name": "REFERENCE_NAMESPACE", "valueFrom": field("metadata.namespace")},
         {"name": "REFERENCE_POD_NAME", "valueFrom": field("metadata.name")},
         {"name": "REFERENCE_CONTAINER_NAME", "value": names::SHARED_POOL_CONTAINER},
-        {"name": "METRICS_PORT", "value": "2112"},
+        {"name": "METRICS_PORT", "value": METRICS_PORT.to_string()},
     ]);
     let mut security_context = json!({
         // Root for the podresources socket's permissions; no capabilities beyond that.
@@ -308,7 +307,7 @@ pub fn daemon_set(settings: &RteSettings, pool: &ResolvedPool, config_hash: &str
                 "imagePullPolicy": "IfNotPresent",
                 "args": args,
                 "env": env,
-                "ports": [{"name": "metrics-port", "containerPort": 2112, "protocol": "TCP"}],
+                "ports": [{"name": "metrics-port", "containerPort": METRICS_PORT, "protocol": "TCP"}],
                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
                 "securityContext": security_context,
                 "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -395,7 +394,7 @@ pub fn metrics_service(namespace: &str) -> Result<Service, RenderError> {
             },
             "spec": {
                 "selector": names::selector_labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE),
-                "ports": [{"name": "metrics-port", "port": 2112, "targetPort": "metrics-port", "protocol": "TCP"}],
+                "ports": [{"name": "metrics-port", "port": METRICS_PORT, "targetPort": "metrics-port", "protocol": "TCP"}],
             },
         }),
     )

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use numaresources_certs::{CertificateWatcher, WatchOptions, follow_files};
 use tokio::sync::Notify;
 
-use crate::config::{Args, Config, DEFAULT_OPERATOR_CONFIG};
+use crate::config::{Args, Config, default_operator_config};
 
 /// The files a configuration is read from: the operator's ConfigMap file (`--config`, else the
 /// default path when its directory is there: a mount appears at start, not later) and the
@@ -20,7 +20,7 @@ use crate::config::{Args, Config, DEFAULT_OPERATOR_CONFIG};
 pub fn followed_files(args: &Args) -> Vec<PathBuf> {
     let operator = match &args.config {
         Some(path) => Some(path.clone()),
-        None => Some(PathBuf::from(DEFAULT_OPERATOR_CONFIG)).filter(|p| p.parent().is_some_and(Path::is_dir)),
+        None => Some(default_operator_config()).filter(|p| p.parent().is_some_and(Path::is_dir)),
     };
     operator.into_iter().chain(args.kubelet_config_file.clone()).collect()
 }
