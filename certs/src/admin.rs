@@ -34,7 +34,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
-use prometheus_client::registry::Registry;
+/// The process's one metrics registry: each component registers its series in it.
+pub use prometheus_client::registry::Registry;
 
 /// The check every endpoint has: the process answers.
 const PING: &str = "ping";

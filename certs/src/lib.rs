@@ -10,7 +10,8 @@
 //! - [`admin::router`] serves the component's readiness [`admin::Checks`] as `/healthz`, `/livez`,
 //!   `/readyz` in kube-apiserver's format, and `/metrics` from the process's one prometheus-client
 //!   registry, over plain HTTP ([`admin::serve_plain`]);
-//! - the component's own router is served over TLS by [`serve`].
+//! - the component's own router is served over TLS by [`serve`];
+//! - [`InvalidConfig`] reports every problem of a component's configuration at once.
 //!
 //! TLS: one code path serves certificates from any source (OLM-mounted files, cert-manager or
 //! service-ca Secrets, or certificates we generate ourselves):
@@ -51,6 +52,7 @@ mod client_auth;
 mod config;
 mod error;
 mod generate;
+mod invalid;
 mod kube_client;
 pub mod leader;
 mod pem;
@@ -69,6 +71,7 @@ pub use generate::{
     CertificateAuthority, PemPair, SELF_SIGNED_MIN_REMAINING, SELF_SIGNED_VALIDITY, SelfSignedFiles,
     ensure_self_signed, load_self_signed, self_signed,
 };
+pub use invalid::InvalidConfig;
 pub use kube_client::{KubeClientError, kube_client};
 pub use policy::{TlsPolicy, TlsVersion};
 pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions, follow_files};

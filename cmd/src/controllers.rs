@@ -1,16 +1,18 @@
 //! `numaresources controllers`: the operator, scheduler and kubeletconfig controllers in one
-//! leader-elected process (`numaresources_controllers::run`), plus a plain-HTTP health and
-//! metrics port.
+//! leader-elected process (`numaresources_controllers::Controllers`), plus a plain-HTTP health
+//! and metrics port.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::builder::TypedValueParser as _;
-use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode, check_compatible};
-use numaresources_controllers::{LeaderElection, Settings};
-
-use crate::kube_client::kube_client;
+use numaresources_certs::admin::{self, Registry};
+use numaresources_certs::kube_client;
+use numaresources_certs::shutdown::Shutdown;
+use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode};
+use numaresources_controllers::{Config, Controllers, LeaderElection, Settings};
 
 /// Options of `numaresources controllers`.
 #[derive(Debug, clap::Args)]
@@ -63,65 +65,43 @@ pub struct ControllersArgs {
 
 /// Runs the controllers until SIGTERM.
 pub fn run(args: ControllersArgs) -> anyhow::Result<()> {
+    let config = args.config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(run_async(args))
+    runtime.block_on(run_async(args.kubeconfig, args.health_port, config))
 }
 
-async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
-    check_compatible(args.certificate_mode, args.apiserver_deployment).map_err(anyhow::Error::msg)?;
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
-    let metrics = numaresources_controllers::metrics::Metrics::default();
-    let readiness = numaresources_controllers::health::Readiness::default();
-    if args.health_port != 0 {
-        let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, args.health_port));
-        let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("binding {address}"))?;
-        let ok = || async { "ok" };
-        let served = metrics.clone();
-        let exposition = move || {
-            let metrics = served.clone();
-            async move {
-                match metrics.encode() {
-                    Ok(text) => (axum::http::StatusCode::OK, text),
-                    Err(_) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, String::new()),
-                }
-            }
-        };
-        // Liveness: the process answers. Readiness: the API server answered and, when leading,
-        // every controller's cache has synced (numaresources_controllers::health).
-        let checked = readiness.clone();
-        let ready = move || {
-            let readiness = checked.clone();
-            async move {
-                match readiness.check() {
-                    Ok(state) => (axum::http::StatusCode::OK, state.to_owned()),
-                    Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why),
-                }
-            }
-        };
-        let router = axum::Router::new()
-            .route("/healthz", axum::routing::get(ok))
-            .route("/readyz", axum::routing::get(ready))
-            .route("/metrics", axum::routing::get(exposition));
-        tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                tracing::error!(%error, "the health endpoint stopped");
-            }
+impl ControllersArgs {
+    fn config(&self) -> Result<Config, numaresources_certs::InvalidConfig> {
+        let mut settings = Settings::kubernetes(&self.namespace, &self.image);
+        settings.allow_custom_rte_image = self.allow_custom_exporter_image;
+        settings.certificate_mode = self.certificate_mode;
+        settings.apiserver_deployment = self.apiserver_deployment;
+        let leader = self.leader_elect.then(|| LeaderElection {
+            namespace: self.leader_election_namespace.clone().unwrap_or_else(|| self.namespace.clone()),
+            identity: self
+                .identity
+                .clone()
+                .filter(|i| !i.is_empty())
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| format!("numaresources-controllers-{}", std::process::id())),
         });
+        Config::new(settings, leader)
     }
-    let mut settings = Settings::kubernetes(&args.namespace, &args.image);
-    settings.allow_custom_rte_image = args.allow_custom_exporter_image;
-    settings.certificate_mode = args.certificate_mode;
-    settings.apiserver_deployment = args.apiserver_deployment;
-    let leader = args.leader_elect.then(|| LeaderElection {
-        namespace: args.leader_election_namespace.clone().unwrap_or_else(|| args.namespace.clone()),
-        identity: args
-            .identity
-            .clone()
-            .filter(|i| !i.is_empty())
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| format!("numaresources-controllers-{}", std::process::id())),
-    });
-    numaresources_controllers::run(client, settings, leader, metrics, readiness, crate::shutdown::signal()).await?;
+}
+
+async fn run_async(kubeconfig: Option<PathBuf>, health_port: u16, config: Config) -> anyhow::Result<()> {
+    let shutdown = Shutdown::on_signals();
+    let client = kube_client(kubeconfig.as_deref()).await?;
+    let controllers = Controllers::new(config, client);
+    if health_port != 0 {
+        let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, health_port));
+        let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("binding {address}"))?;
+        let mut registry = Registry::default();
+        controllers.register_metrics(&mut registry);
+        let app = admin::router(controllers.readiness(), Arc::new(registry));
+        tokio::spawn(admin::serve_plain(listener, app, shutdown.signaled()));
+    }
+    controllers.run(shutdown.signaled()).await?;
     Ok(())
 }
 
@@ -130,6 +110,6 @@ async fn run_async(args: ControllersArgs) -> anyhow::Result<()> {
 /// image needs no shell.
 pub fn pause() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(crate::shutdown::signal());
+    runtime.block_on(Shutdown::on_signals().signaled());
     Ok(())
 }

@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use numaresources_certs::{ServerConfigBuilder, WatchOptions, serve_with};
-use numaresources_webhook::{ClusterCache, Webhook, follow_cluster, health_router, router, summarize_activity};
+use numaresources_certs::admin::{self, Registry};
+use numaresources_certs::shutdown::Shutdown;
+use numaresources_certs::{ServerConfigBuilder, WatchOptions, kube_client, serve_with};
+use numaresources_webhook::{Config, Webhook};
 
 /// Options of `numaresources webhook` (named as the apiserver subcommand names them).
 #[derive(Debug, clap::Args)]
@@ -58,11 +60,13 @@ pub struct WebhookArgs {
 
 /// Runs until SIGTERM or Ctrl-C.
 pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
+    let config = Config::new(args.namespace.clone())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(serve_webhook(args))
+    runtime.block_on(serve_webhook(args, config))
 }
 
-async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
+async fn serve_webhook(args: WebhookArgs, config: Config) -> anyhow::Result<()> {
+    let shutdown = Shutdown::on_signals();
     let certificate = crate::tls::serving_certificate(
         &args.tls_cert_file,
         &args.tls_private_key_file,
@@ -72,26 +76,27 @@ async fn serve_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     )?;
     let _watcher = certificate.watch(WatchOptions::default())?;
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).build()?;
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let webhook = Webhook::new(config, client);
 
-    let client = crate::kube_client::kube_client(args.kubeconfig.as_deref()).await?;
-    let (cluster, feeds) = ClusterCache::new();
-    let webhook = Arc::new(Webhook::new(args.namespace.clone(), cluster));
-    let follower = tokio::spawn(follow_cluster(client, feeds));
-    let summary = tokio::spawn(summarize_activity(webhook.clone()));
-
-    let address = SocketAddr::new(args.bind_address, args.health_port);
-    let health_listener =
-        tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
-    let address = health_listener.local_addr()?;
-    tracing::info!(%address, "serving /healthz, /readyz and /metrics over plain HTTP");
-    let health_app = health_router(webhook.clone());
-    let health = tokio::spawn(async move { axum::serve(health_listener, health_app).await });
-    let address = SocketAddr::new(args.bind_address, args.secure_port);
-    let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
+    let mut registry = Registry::default();
+    webhook.register_metrics(&mut registry);
+    let admin_app = admin::router(webhook.readiness(), Arc::new(registry));
+    let admin = tokio::spawn(admin::serve_plain(
+        bind(args.bind_address, args.health_port).await?,
+        admin_app,
+        shutdown.signaled(),
+    ));
+    let running = tokio::spawn(webhook.clone().run(shutdown.signaled()));
+    let listener = bind(args.bind_address, args.secure_port).await?;
     let served =
-        serve_with(listener, tls, router(webhook), crate::shutdown::signal(), args.connections.serve_options()).await;
-    follower.abort();
-    summary.abort();
-    health.abort();
+        serve_with(listener, tls, webhook.router(), shutdown.signaled(), args.connections.serve_options()).await;
+    admin.abort();
+    running.abort();
     served.context("serving")
+}
+
+async fn bind(address: IpAddr, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
+    let address = SocketAddr::new(address, port);
+    tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))
 }

@@ -1,14 +1,17 @@
 //! What every reconciler shares: the client, the settings the process was started with, the
-//! Event recorder, the error type, and the per-object backoff of `error_policy`.
+//! Event recorder, readiness, the error type, and the per-object backoff of `error_policy`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
 use numaresources_api::operator::defaults::Platform;
+use numaresources_certs::admin::{Checks, Flag};
 
 use crate::certificates::{ApiserverDeployment, CertificateMode};
 use crate::render::RenderError;
@@ -74,7 +77,7 @@ pub struct Context {
     /// Reconcile metrics.
     pub metrics: crate::metrics::Metrics,
     /// What `/readyz` reports; each controller marks its cache synced here.
-    pub readiness: crate::health::Readiness,
+    pub readiness: Readiness,
     /// Held by whoever writes the self-managed certificates or a `caBundle` from them (the
     /// certificate lifecycle, the operator's APIService), so one never writes a stale bundle
     /// over the other's.
@@ -103,7 +106,7 @@ impl Context {
             settings,
             recorder,
             metrics: crate::metrics::Metrics::default(),
-            readiness: crate::health::Readiness::default(),
+            readiness: Readiness::default(),
             certificates: tokio::sync::Mutex::new(()),
             unreachable_kubelets: Default::default(),
             failures: Mutex::new(HashMap::new()),
@@ -132,6 +135,51 @@ impl Context {
         if let Err(error) = recorder.publish(&event, regarding).await {
             tracing::warn!(%error, reason, "failed to publish an Event");
         }
+    }
+}
+
+/// What `/readyz` checks. Ready means the process can do its job: kube-apiserver answered
+/// (discovery went through), and, once this replica leads, every controller has listed what it
+/// watches (its cache is synced, so it acts on the cluster as it is, not on an empty view). A
+/// standby replica that reached kube-apiserver and waits for the Lease is ready too: it is
+/// healthy, and a rollout must not stall on it. Clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness {
+    /// kube-apiserver answered.
+    pub api_reachable: Flag,
+    /// This replica holds the Lease (or runs without an election) and starts its controllers.
+    pub leading: Flag,
+    /// The operator controller's cache synced.
+    pub operator: Flag,
+    /// The scheduler controller's cache synced.
+    pub scheduler: Flag,
+    /// The kubeletconfig controller's cache synced.
+    pub kubeletconfig: Flag,
+}
+
+impl Readiness {
+    /// The named checks: `kube-apiserver`, then `<controller>-cache` for each controller.
+    pub fn checks(&self) -> Checks {
+        let synced = |flag: &Flag| {
+            let (leading, flag) = (self.leading.clone(), flag.clone());
+            move || match leading.is_set() && !flag.is_set() {
+                true => Err("leading, and its cache has not synced yet".to_owned()),
+                false => Ok(()),
+            }
+        };
+        Checks::new()
+            .with_flag("kube-apiserver", &self.api_reachable, "the Kubernetes API server has not answered yet")
+            .with("operator-cache", synced(&self.operator))
+            .with("scheduler-cache", synced(&self.scheduler))
+            .with("kubeletconfig-cache", synced(&self.kubeletconfig))
+    }
+}
+
+/// Sets `synced` once a controller's main watch has listed everything (the store of
+/// [`kube::runtime::Controller::store`]); returns early, unset, if the controller stops first.
+pub(crate) async fn mark_when_synced(store: Store<DynamicObject>, synced: Flag) {
+    if store.wait_until_ready().await.is_ok() {
+        synced.set();
     }
 }
 
@@ -224,4 +272,26 @@ pub fn error_policy_for(key: &str, error: &Error, ctx: &Context) -> Action {
 /// True when the API answered 404.
 pub fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_once_the_api_answers_and_a_leader_has_synced_every_controller() {
+        let readiness = Readiness::default();
+        let checks = readiness.checks();
+        let failing =
+            || checks.run_all().err().unwrap_or_default().into_iter().map(|(name, _)| name).collect::<Vec<_>>();
+        assert_eq!(failing(), ["kube-apiserver"], "nothing known yet");
+        readiness.api_reachable.set();
+        assert_eq!(failing(), [""; 0], "standby: waiting for the leader Lease");
+        readiness.leading.set();
+        readiness.operator.set();
+        readiness.scheduler.set();
+        assert_eq!(failing(), ["kubeletconfig-cache"]);
+        readiness.clone().kubeletconfig.set();
+        assert_eq!(checks.run_all(), Ok(()), "clones share state");
+    }
 }

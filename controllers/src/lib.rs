@@ -26,7 +26,6 @@ pub mod context;
 mod fake;
 pub mod guarded;
 pub mod hash;
-pub mod health;
 pub mod kubeletconfig;
 pub mod leader;
 pub mod metrics;
@@ -39,4 +38,4 @@ pub mod scheduler;
 pub mod server_version;
 
 pub use context::{Context, Error, Result, Settings};
-pub use run::{LeaderElection, run};
+pub use run::{Config, Controllers, LeaderElection};

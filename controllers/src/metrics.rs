@@ -2,7 +2,6 @@
 //! and pass duration, labelled by controller; and the expiry of every certificate the
 //! controllers keep themselves, labelled by its Secret.
 
-use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -48,7 +47,6 @@ pub struct CertificateLabels {
 /// The reconcilers' metrics, shared by every controller.
 #[derive(Clone)]
 pub struct Metrics {
-    registry: Arc<Registry>,
     reconciles: Family<ControllerLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
     duration: Family<ControllerLabels, Histogram>,
@@ -63,27 +61,31 @@ impl std::fmt::Debug for Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("numaresources_controllers");
         let reconciles = Family::<ControllerLabels, Counter>::default();
         let failures = Family::<FailureLabels, Counter>::default();
         let duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.005, 2.0, 12))
         });
-        registry.register("reconciliations", "Reconcile passes", reconciles.clone());
-        registry.register("reconcile_failures", "Reconcile passes that failed, by error kind", failures.clone());
-        registry.register("reconcile_duration_seconds", "Time a reconcile pass took", duration.clone());
         let certificate_expiry = Family::<CertificateLabels, Gauge>::default();
-        registry.register(
-            "certificate_expiry_timestamp_seconds",
-            "When the certificate the controllers keep in this Secret expires (the current CA's, for a CA Secret), \
-             as Unix seconds",
-            certificate_expiry.clone(),
-        );
-        Self { registry: Arc::new(registry), reconciles, failures, duration, certificate_expiry }
+        Self { reconciles, failures, duration, certificate_expiry }
     }
 }
 
 impl Metrics {
+    /// Registers every series in `registry`, under `numaresources_controllers_`.
+    pub fn register(&self, registry: &mut Registry) {
+        let registry = registry.sub_registry_with_prefix("numaresources_controllers");
+        registry.register("reconciliations", "Reconcile passes", self.reconciles.clone());
+        registry.register("reconcile_failures", "Reconcile passes that failed, by error kind", self.failures.clone());
+        registry.register("reconcile_duration_seconds", "Time a reconcile pass took", self.duration.clone());
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the certificate the controllers keep in this Secret expires (the current CA's, for a CA Secret), \
+             as Unix seconds",
+            self.certificate_expiry.clone(),
+        );
+    }
+
     /// Starts timing a pass of `controller`; the pass counts when the guard is dropped.
     pub fn pass(&self, controller: &str) -> PassTimer {
         let labels = ControllerLabels { controller: controller.to_owned() };
@@ -117,10 +119,13 @@ impl Metrics {
         self.certificate_expiry.remove(&CertificateLabels { secret: secret.to_owned() });
     }
 
-    /// The text exposition format.
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+    /// The text exposition of these series alone.
+    #[cfg(test)]
+    pub(crate) fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut registry = Registry::default();
+        self.register(&mut registry);
         let mut body = String::new();
-        prometheus_client::encoding::text::encode(&mut body, &self.registry)?;
+        prometheus_client::encoding::text::encode(&mut body, &registry)?;
         Ok(body)
     }
 }

@@ -8,10 +8,12 @@ use futures_util::future::join4;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::{Recorder, Reporter};
 use numaresources_api::operator::defaults::Platform;
+use numaresources_certs::InvalidConfig;
+use numaresources_certs::admin::{Checks, Registry};
 use tokio::task::JoinHandle;
 
-use crate::context::{Context, Error, Result, Settings};
-use crate::health::Readiness;
+use crate::certificates::check_compatible;
+use crate::context::{Context, Error, Readiness, Result, Settings};
 use crate::leader::{LeaderLease, LeaseTimings};
 use crate::metrics::Metrics;
 use crate::names::{CONTROLLERS_LEASE, EVENT_REPORTER};
@@ -25,6 +27,81 @@ pub struct LeaderElection {
     pub namespace: String,
     /// This candidate's identity (the pod name).
     pub identity: String,
+}
+
+/// The controllers' configuration, validated ([`Config::new`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    settings: Settings,
+    leader: Option<LeaderElection>,
+}
+
+impl Config {
+    /// `settings` (what the process was started with; discovery fills in the rest) and the
+    /// leader election (`None`: a single replica), refused with every problem at once: the
+    /// namespaces must be namespace names, the image and the identity set, and the certificate
+    /// mode must work with who deploys the NRT API server.
+    pub fn new(settings: Settings, leader: Option<LeaderElection>) -> Result<Self, InvalidConfig> {
+        let mut problems = Vec::new();
+        let mut namespace = |what: &str, namespace: &str| {
+            let invalid = numaresources_api::metadata::dns1123_subdomain(namespace);
+            problems.extend(invalid.into_iter().map(|problem| format!("{what} {namespace:?}: {problem}")));
+        };
+        namespace("namespace", &settings.namespace);
+        if let Some(leader) = &leader {
+            namespace("leader election namespace", &leader.namespace);
+        }
+        if settings.image.is_empty() {
+            problems.push("the image must be set: the exporters and the API server run it".to_owned());
+        }
+        if leader.as_ref().is_some_and(|leader| leader.identity.is_empty()) {
+            problems.push("the leader election identity must be set".to_owned());
+        }
+        if let Err(problem) = check_compatible(settings.certificate_mode, settings.apiserver_deployment) {
+            problems.push(problem);
+        }
+        InvalidConfig::check(Self { settings, leader }, problems)
+    }
+}
+
+/// The controllers as a process runs them: [`Controllers::new`], then its readiness and metrics
+/// served by the runtime's admin router while [`Controllers::run`] runs.
+pub struct Controllers {
+    client: kube::Client,
+    config: Config,
+    metrics: Metrics,
+    readiness: Readiness,
+}
+
+impl std::fmt::Debug for Controllers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controllers").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Controllers {
+    /// The controllers of `config`, talking to kube-apiserver through `client`.
+    pub fn new(config: Config, client: kube::Client) -> Self {
+        Self { client, config, metrics: Metrics::default(), readiness: Readiness::default() }
+    }
+
+    /// What `/readyz` checks ([`Readiness`]).
+    pub fn readiness(&self) -> Checks {
+        self.readiness.checks()
+    }
+
+    /// Registers the reconcilers' metrics (`numaresources_controllers_*`) in the process's
+    /// registry.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        self.metrics.register(registry);
+    }
+
+    /// Runs the controllers until `shutdown` completes. Returns an error when leadership is lost,
+    /// so the process exits and its restart campaigns again.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let Config { settings, leader } = self.config;
+        run(self.client, settings, leader, self.metrics, self.readiness, shutdown).await
+    }
 }
 
 /// What discovery says about the cluster.
@@ -71,10 +148,8 @@ pub fn parse_major_minor(version: &str) -> (u32, u32) {
     }
 }
 
-/// Runs the controllers until `shutdown` completes, counting passes in `metrics` and reporting
-/// progress to `readiness`. Returns an error when leadership is lost, so the process exits and
-/// its restart campaigns again.
-pub async fn run(
+/// [`Controllers::run`]: passes counted in `metrics`, progress reported to `readiness`.
+async fn run(
     client: kube::Client,
     mut settings: Settings,
     leader: Option<LeaderElection>,
@@ -83,7 +158,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let discovered = discover(&client).await?;
-    readiness.api_reachable();
+    readiness.api_reachable.set();
     settings.platform = discovered.platform;
     settings.machine_config_pools = discovered.machine_config_pools;
     settings.kubelet_configs = discovered.kubelet_configs;
@@ -119,7 +194,7 @@ pub async fn run(
             () = &mut shutdown => return Ok(()),
         }
     }
-    readiness.leading();
+    readiness.leading.set();
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let stop_signal = move || {

@@ -399,7 +399,8 @@ async fn without_a_namespace_selector_the_webhook_still_leaves_system_and_own_po
     let namespaces = ["numa-workloads", "kube-system", "kube-node-lease", NAMESPACE];
     feeds.set_namespaces(namespaces.map(|ns| (ns, [("kubernetes.io/metadata.name".to_owned(), ns.to_owned())].into())));
     feeds.set_nodes([]);
-    let webhook = std::sync::Arc::new(numaresources_webhook::Webhook::new(NAMESPACE, cluster));
+    let webhook =
+        numaresources_webhook::Webhook::with_cluster(numaresources_webhook::Config::new(NAMESPACE).unwrap(), cluster);
     let fixture = workspace_root().join("webhook/tests/fixtures/admission/pod-create-guaranteed-integral.json");
     let review: Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
     for namespace in namespaces {
@@ -410,7 +411,7 @@ async fn without_a_namespace_selector_the_webhook_still_leaves_system_and_own_po
             .header("content-type", "application/json")
             .body(Body::from(serde_json::to_vec(&review).unwrap()))
             .unwrap();
-        let response = numaresources_webhook::router(webhook.clone()).oneshot(request).await.unwrap();
+        let response = webhook.router().oneshot(request).await.unwrap();
         assert_eq!(response.status(), 200);
         let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
         let answer: Value = serde_json::from_slice(&body).unwrap();

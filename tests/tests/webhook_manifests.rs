@@ -14,7 +14,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, RuleWithOperations, WebhookClientConfig,
@@ -373,7 +372,7 @@ fn the_service_account_reads_what_the_caches_watch_and_nothing_more() {
     }
 }
 
-/// The probe paths answer on the health router and the webhook paths on the HTTPS router.
+/// The probe paths answer on the admin router and the webhook paths on the HTTPS router.
 #[tokio::test]
 async fn probe_and_webhook_paths_are_routes_of_the_webhook() {
     use axum::body::Body;
@@ -383,13 +382,15 @@ async fn probe_and_webhook_paths_are_routes_of_the_webhook() {
     feeds.set_scheduler(None);
     feeds.set_namespaces([]);
     feeds.set_nodes([]);
-    let webhook = Arc::new(numaresources_webhook::Webhook::new(NAMESPACE, cluster));
+    let webhook =
+        numaresources_webhook::Webhook::with_cluster(numaresources_webhook::Config::new(NAMESPACE).unwrap(), cluster);
     let m = manifests();
     let container = m.single_container();
     for probe in [&container.readiness_probe, &container.liveness_probe] {
         let path = probe.as_ref().and_then(|p| p.http_get.as_ref()).and_then(|g| g.path.clone()).unwrap();
         let request = http::Request::get(&path).body(Body::empty()).unwrap();
-        let response = numaresources_webhook::health_router(webhook.clone()).oneshot(request).await.unwrap();
+        let response =
+            numaresources_certs::admin::router(webhook.readiness(), Default::default()).oneshot(request).await.unwrap();
         assert_eq!(response.status(), 200, "GET {path}");
     }
     for webhook_config in webhooks(&m) {
@@ -397,7 +398,7 @@ async fn probe_and_webhook_paths_are_routes_of_the_webhook() {
             .header("content-type", "application/json")
             .body(Body::from("{}"))
             .unwrap();
-        let response = numaresources_webhook::router(webhook.clone()).oneshot(request).await.unwrap();
+        let response = webhook.router().oneshot(request).await.unwrap();
         assert_eq!(response.status(), 200, "POST {} answers with a review", webhook_config.path());
     }
 }

@@ -28,7 +28,7 @@ use numaresources_api::operator::{
     NUMAResourcesScheduler, NUMAResourcesSchedulerSpec, PodRouting, PodRoutingMode, SCHEDULER_SINGLETON_NAME,
 };
 use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder, serve};
-use numaresources_webhook::{ClusterCache, MUTATE_PODS_PATH, Webhook, router};
+use numaresources_webhook::{ClusterCache, Config, MUTATE_PODS_PATH, Webhook};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tls_client::client;
@@ -85,12 +85,12 @@ fn webhook() -> Arc<Webhook> {
     feeds.set_namespaces(namespaces);
     let nodes: Vec<String> = (0..1_000).map(|i| format!("worker-{i}")).collect();
     feeds.set_nodes(nodes.iter().map(|n| (n.as_str(), Default::default())));
-    Arc::new(Webhook::new("numaresources", cluster))
+    Webhook::with_cluster(Config::new("numaresources").expect("a valid namespace"), cluster)
 }
 
 /// Our code's time per admission: the router on one task, no sockets.
 async fn in_process(webhook: &Arc<Webhook>, label: &str, body: &Bytes) {
-    let app = router(webhook.clone());
+    let app = webhook.router();
     let mut rounds = Vec::new();
     for _ in 0..7 {
         let start = Instant::now();
@@ -116,7 +116,7 @@ async fn start(webhook: Arc<Webhook>, dir: &std::path::Path) -> (SocketAddr, Cer
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).build().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(listener, tls, router(webhook), std::future::pending()));
+    tokio::spawn(serve(listener, tls, webhook.router(), std::future::pending()));
     (addr, ca)
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::Webhook;
 
 /// How often the activity summary may be logged.
-pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Counters since the last summary (the Prometheus metrics keep the running totals).
 #[derive(Debug, Default)]
@@ -83,7 +83,7 @@ impl fmt::Display for Counts {
 
 /// Logs the activity summary every [`SUMMARY_INTERVAL`] while something happens; runs until
 /// the task is dropped.
-pub async fn summarize_activity(webhook: Arc<Webhook>) {
+pub(crate) async fn summarize_activity(webhook: Arc<Webhook>) {
     let mut ticks = tokio::time::interval(SUMMARY_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate
@@ -156,7 +156,7 @@ mod tests {
     #[test]
     fn a_summary_reports_what_happened_since_the_last_one_and_nothing_when_idle() {
         let (cluster, _feeds) = ClusterCache::new();
-        let webhook = Webhook::new("numaresources", cluster);
+        let webhook = Webhook::with_cluster(crate::Config::new("numaresources").unwrap(), cluster);
         let lines = InfoOrAbove::default();
         tracing::subscriber::with_default(lines.clone(), || {
             assert_eq!(log_summary(&webhook), None, "nothing happened: no line");

@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -23,6 +22,7 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use numaresources_api::operator::{NUMAResourcesScheduler, SCHEDULER_SINGLETON_NAME};
+use numaresources_certs::admin::{Checks, Flag};
 
 /// A `NUMAResourcesScheduler` as cached: a copy that fails to decode is kept as an error rather
 /// than stalling the whole watch.
@@ -36,7 +36,7 @@ pub struct ClusterCache {
     schedulers: Store<CachedScheduler>,
     namespaces: Store<NamespaceMeta>,
     nodes: Store<NodeMeta>,
-    synced: [Arc<AtomicBool>; 3],
+    synced: [Flag; 3],
 }
 
 impl fmt::Debug for ClusterCache {
@@ -45,7 +45,7 @@ impl fmt::Debug for ClusterCache {
             .field("schedulers", &self.schedulers.len())
             .field("namespaces", &self.namespaces.len())
             .field("nodes", &self.nodes.len())
-            .field("synced", &self.sync_state())
+            .field("synced", &self.synced.each_ref().map(Flag::is_set))
             .finish()
     }
 }
@@ -67,7 +67,7 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     writer: Writer<K>,
-    synced: Arc<AtomicBool>,
+    synced: Flag,
 }
 
 impl<K: Lookup + Clone + 'static> fmt::Debug for Feed<K>
@@ -75,7 +75,7 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Feed").field("synced", &self.synced.load(Ordering::Relaxed)).finish_non_exhaustive()
+        f.debug_struct("Feed").field("synced", &self.synced.is_set()).finish_non_exhaustive()
     }
 }
 
@@ -85,14 +85,14 @@ where
 {
     fn new() -> (Store<K>, Self) {
         let writer = Writer::default();
-        (writer.as_reader(), Self { writer, synced: Arc::new(AtomicBool::new(false)) })
+        (writer.as_reader(), Self { writer, synced: Flag::default() })
     }
 
     /// Applies one watcher event; the end of a list (`InitDone`) marks the cache synced.
     pub fn apply(&mut self, event: &Event<K>) {
         self.writer.apply_watcher_event(event);
         if matches!(event, Event::InitDone) {
-            self.synced.store(true, Ordering::Release);
+            self.synced.set();
         }
     }
 
@@ -142,16 +142,16 @@ impl ClusterCache {
     /// their first list. The node cache is not one of them: it only feeds a warning, so a Node
     /// watch that cannot start must not stop pods from being routed.
     pub fn synced(&self) -> bool {
-        self.sync_state().iter().all(|(_, synced)| *synced)
+        let [schedulers, namespaces, _nodes] = &self.synced;
+        schedulers.is_set() && namespaces.is_set()
     }
 
-    /// The caches routing depends on, by name, and whether each is synced (for `/readyz`).
-    pub fn sync_state(&self) -> [(&'static str, bool); 2] {
+    /// The caches routing depends on, as named readiness checks (for `/readyz`).
+    pub(crate) fn readiness(&self) -> Checks {
         let [schedulers, namespaces, _nodes] = &self.synced;
-        [
-            ("numaresourcesscheduler-cache", schedulers.load(Ordering::Acquire)),
-            ("namespace-cache", namespaces.load(Ordering::Acquire)),
-        ]
+        Checks::new()
+            .with_flag("numaresourcesscheduler-cache", schedulers, "the NUMAResourcesScheduler has not been listed yet")
+            .with_flag("namespace-cache", namespaces, "the namespaces have not been listed yet")
     }
 
     /// The `NUMAResourcesScheduler` singleton, unless absent or being deleted (then nothing is
@@ -174,14 +174,14 @@ impl ClusterCache {
     /// The labels of every cached node, when the node cache is synced.
     pub fn node_labels(&self) -> Option<Vec<BTreeMap<String, String>>> {
         self.synced[2]
-            .load(Ordering::Acquire)
+            .is_set()
             .then(|| self.nodes.state().iter().map(|node| node.metadata.labels.clone().unwrap_or_default()).collect())
     }
 }
 
 /// Watches the cluster into `feeds` until the process stops: the watchers retry with backoff
 /// and log why (a missing CRD or RBAC rule shows up here, and keeps `/readyz` failing).
-pub async fn follow_cluster(client: kube::Client, feeds: Feeds) {
+pub(crate) async fn follow_cluster(client: kube::Client, feeds: Feeds) {
     let Feeds { schedulers, namespaces, nodes } = feeds;
     let by_name = watcher::Config::default().fields(&format!("metadata.name={SCHEDULER_SINGLETON_NAME}"));
     let scheduler_stream = watcher::watcher(kube::Api::<CachedScheduler>::all(client.clone()), by_name);

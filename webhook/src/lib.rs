@@ -20,18 +20,19 @@ mod activity;
 mod cluster;
 mod custom_resources;
 mod handler;
-mod health;
 mod metrics;
 mod pods;
 pub mod review;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::post;
+use numaresources_certs::InvalidConfig;
+use numaresources_certs::admin::{self, Checks};
+use prometheus_client::registry::Registry;
 
-pub use activity::{SUMMARY_INTERVAL, summarize_activity};
-pub use cluster::{ClusterCache, Feed, Feeds, follow_cluster};
+pub use cluster::{ClusterCache, Feed, Feeds};
 
 use crate::metrics::Metrics;
 
@@ -57,40 +58,102 @@ pub const DEFAULT_NAMESPACE: &str = "numaresources";
 /// carries the object twice (`object` and `oldObject`), so twice that fits every real review.
 pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
 
-/// The webhook's state: configuration, the cluster caches, metrics.
-#[derive(Debug)]
+/// The webhook's configuration, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    namespace: String,
+}
+
+impl Config {
+    /// The webhook of the components running in `namespace` (never routed, like the system
+    /// namespaces); refused unless it is a namespace name.
+    pub fn new(namespace: impl Into<String>) -> Result<Self, InvalidConfig> {
+        let namespace = namespace.into();
+        let problems = numaresources_api::metadata::dns1123_subdomain(&namespace)
+            .into_iter()
+            .map(|problem| format!("namespace {namespace:?}: {problem}"))
+            .collect();
+        InvalidConfig::check(Self { namespace }, problems)
+    }
+}
+
+/// The webhook: configuration, the cluster caches, metrics. Shared by every request.
 pub struct Webhook {
     system: pods::SystemNamespaces,
     cluster: ClusterCache,
     metrics: Metrics,
     activity: activity::Activity,
+    /// The watches that fill `cluster`, taken by [`Webhook::run`]; none when the caches are fed
+    /// by hand ([`Webhook::with_cluster`]).
+    watches: Mutex<Option<(kube::Client, Feeds)>>,
 }
 
-impl Webhook {
-    /// A webhook running in `namespace` (never routed, like the system namespaces), reading the
-    /// cluster from `cluster`.
-    pub fn new(namespace: impl Into<String>, cluster: ClusterCache) -> Self {
-        Self {
-            system: pods::SystemNamespaces::new(namespace),
-            cluster,
-            metrics: Metrics::default(),
-            activity: activity::Activity::default(),
-        }
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook").field("system", &self.system).field("cluster", &self.cluster).finish_non_exhaustive()
     }
 }
 
-/// The HTTPS surface kube-apiserver calls: the three webhooks, plus `/healthz`, `/livez` and
-/// `/readyz` for probes that go through TLS.
-pub fn router(webhook: Arc<Webhook>) -> Router {
-    Router::new()
-        .route(MUTATE_PODS_PATH, post(handler::mutate_pods))
-        .route(MUTATE_NODETOPOLOGY_PATH, post(handler::mutate_custom_resources))
-        .route(VALIDATE_NODETOPOLOGY_PATH, post(handler::validate_custom_resources))
-        .merge(health::probes())
-        .with_state(webhook)
-}
+impl Webhook {
+    /// The webhook of `config`, its caches filled from kube-apiserver through `client` once
+    /// [`Webhook::run`] runs.
+    pub fn new(config: Config, client: kube::Client) -> Arc<Self> {
+        let (cluster, feeds) = ClusterCache::new();
+        Self::build(config, cluster, Some((client, feeds)))
+    }
 
-/// The plain-HTTP health port: `/healthz`, `/livez`, `/readyz` and `/metrics`.
-pub fn health_router(webhook: Arc<Webhook>) -> Router {
-    health::probes().route("/metrics", get(health::metrics)).with_state(webhook)
+    /// The webhook of `config` reading caches fed by hand through the [`Feeds`] of `cluster`
+    /// (tests, benchmarks).
+    pub fn with_cluster(config: Config, cluster: ClusterCache) -> Arc<Self> {
+        Self::build(config, cluster, None)
+    }
+
+    fn build(config: Config, cluster: ClusterCache, watches: Option<(kube::Client, Feeds)>) -> Arc<Self> {
+        Arc::new(Self {
+            system: pods::SystemNamespaces::new(config.namespace),
+            cluster,
+            metrics: Metrics::default(),
+            activity: activity::Activity::default(),
+            watches: Mutex::new(watches),
+        })
+    }
+
+    /// The HTTPS surface kube-apiserver calls: the three webhooks, plus `/healthz`, `/livez` and
+    /// `/readyz` for probes that go through TLS.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route(MUTATE_PODS_PATH, post(handler::mutate_pods))
+            .route(MUTATE_NODETOPOLOGY_PATH, post(handler::mutate_custom_resources))
+            .route(VALIDATE_NODETOPOLOGY_PATH, post(handler::validate_custom_resources))
+            .with_state(self.clone())
+            .merge(admin::probes(self.readiness()))
+    }
+
+    /// What `/readyz` checks: the caches routing reads (the scheduler, the namespaces) have
+    /// completed their first list, so answers are correct.
+    pub fn readiness(&self) -> Checks {
+        self.cluster.readiness()
+    }
+
+    /// Registers the webhook's metrics (`numaresources_webhook_*`) in the process's registry.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        self.metrics.register(registry);
+    }
+
+    /// Follows the cluster into the caches (unless they are fed by hand) and logs the activity
+    /// summary, until `shutdown` completes.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
+        let watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let follow = async move {
+            match watches {
+                Some((client, feeds)) => cluster::follow_cluster(client, feeds).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = follow => {}
+            () = activity::summarize_activity(self.clone()) => {}
+            () = shutdown => {}
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! Prometheus metrics on the health port's `/metrics`: admissions by kind, operation and
+//! Prometheus metrics (`numaresources_webhook_*`, on the admin port's `/metrics`): admissions by kind, operation and
 //! verdict with their latency, pods routed by mode, pods left alone by reason.
 
 use std::time::Duration;
@@ -47,7 +47,6 @@ pub(crate) struct Admission {
 
 /// The webhook's metrics.
 pub(crate) struct Metrics {
-    registry: Registry,
     admissions: Family<AdmissionLabels, Counter>,
     latency: Family<KindLabels, Histogram>,
     routed: Family<ModeLabels, Counter>,
@@ -62,7 +61,6 @@ impl std::fmt::Debug for Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("numaresources_webhook");
         let admissions = Family::<AdmissionLabels, Counter>::default();
         // 25 µs to ≈0.8 s: admissions take tens of microseconds; kube-apiserver gives up at 10 s.
         let latency = Family::<KindLabels, Histogram>::new_with_constructor(
@@ -70,23 +68,32 @@ impl Default for Metrics {
         );
         let routed = Family::<ModeLabels, Counter>::default();
         let skipped = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "admissions",
-            "Admission reviews by kind, operation, decision (allowed, patched, denied, invalid) and dry run",
-            admissions.clone(),
-        );
-        registry.register(
-            "admission_duration_seconds",
-            "Time from the request's arrival to its answer, body read included",
-            latency.clone(),
-        );
-        registry.register("pods_routed", "Pods sent to the NUMA-aware scheduler, by podRouting mode", routed.clone());
-        registry.register("pods_skipped", "Pod creations left to their scheduler, by reason", skipped.clone());
-        Self { registry, admissions, latency, routed, skipped }
+        Self { admissions, latency, routed, skipped }
     }
 }
 
 impl Metrics {
+    /// Registers every series in `registry`, under `numaresources_webhook_`.
+    pub fn register(&self, registry: &mut Registry) {
+        let registry = registry.sub_registry_with_prefix("numaresources_webhook");
+        registry.register(
+            "admissions",
+            "Admission reviews by kind, operation, decision (allowed, patched, denied, invalid) and dry run",
+            self.admissions.clone(),
+        );
+        registry.register(
+            "admission_duration_seconds",
+            "Time from the request's arrival to its answer, body read included",
+            self.latency.clone(),
+        );
+        registry.register(
+            "pods_routed",
+            "Pods sent to the NUMA-aware scheduler, by podRouting mode",
+            self.routed.clone(),
+        );
+        registry.register("pods_skipped", "Pod creations left to their scheduler, by reason", self.skipped.clone());
+    }
+
     pub fn admitted(&self, admission: Admission, elapsed: Duration) {
         let labels = AdmissionLabels {
             kind: admission.kind,
@@ -104,12 +111,5 @@ impl Metrics {
 
     pub fn skipped(&self, reason: &'static str) {
         self.skipped.get_or_create(&ReasonLabels { reason }).inc();
-    }
-
-    /// The OpenMetrics text exposition.
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let mut body = String::new();
-        prometheus_client::encoding::text::encode(&mut body, &self.registry)?;
-        Ok(body)
     }
 }

@@ -283,7 +283,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         resource,
     )
     .reconcile_all_on(triggers);
-    let synced = crate::health::mark_when_synced(controller.store(), ctx.readiness.clone());
+    let synced = crate::context::mark_when_synced(controller.store(), ctx.readiness.kubeletconfig.clone());
     let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
         |result| async move {
             if let Err(error) = result {

@@ -438,7 +438,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         cm.labels().get(names::LABEL_NRO_NAME).map(|name| ObjectRef::new_with(name, config_owner.clone()))
     })
     .reconcile_all_on(node_labels);
-    let synced = crate::health::mark_when_synced(controller.store(), ctx.readiness.clone());
+    let synced = crate::context::mark_when_synced(controller.store(), ctx.readiness.operator.clone());
     let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
         |result| async move {
             match result {

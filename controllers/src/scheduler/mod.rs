@@ -459,7 +459,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours.clone())
     .owns(Api::<ConfigMap>::namespaced(client, &namespace), ours)
     .reconcile_all_on(futures_util::stream::select(node_labels, nrts_created));
-    let synced = crate::health::mark_when_synced(controller.store(), ctx.readiness.clone());
+    let synced = crate::context::mark_when_synced(controller.store(), ctx.readiness.scheduler.clone());
     let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
         |result| async move {
             match result {

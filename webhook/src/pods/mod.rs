@@ -169,7 +169,7 @@ mod tests {
 
         const POD: &str = include_str!("../../tests/fixtures/admission/pod-create-guaranteed-integral.json");
         let (cluster, mut feeds) = crate::ClusterCache::new();
-        let webhook = Webhook::new("numaresources", cluster);
+        let webhook = Webhook::with_cluster(crate::Config::new("numaresources").unwrap(), cluster);
         let lines = InfoOrAbove::default();
         // Before the caches sync (once logged at info per pod), then routed.
         let unsynced = tracing::subscriber::with_default(lines.clone(), || review(&webhook, POD.as_bytes()).1);

@@ -2,7 +2,7 @@
 //! panic or a hang.
 
 use http::StatusCode;
-use numaresources_webhook::{MAX_BODY_BYTES, WEBHOOK_PATHS, router};
+use numaresources_webhook::{MAX_BODY_BYTES, WEBHOOK_PATHS};
 use serde_json::json;
 
 use crate::support::{fixture, post_raw, webhook_with};
@@ -10,7 +10,7 @@ use crate::support::{fixture, post_raw, webhook_with};
 #[tokio::test]
 async fn malformed_reviews_get_an_invalid_answer_with_the_uid_when_readable() {
     let (webhook, _feeds) = webhook_with(None);
-    let app = router(webhook);
+    let app = webhook.router();
     let uid = fixture("pod-create-guaranteed-integral.json")["request"]["uid"].clone();
     let edited = |edit: fn(&mut serde_json::Value)| {
         let mut review = fixture("pod-create-guaranteed-integral.json");
@@ -73,7 +73,7 @@ async fn a_pod_that_is_not_a_pod_fails_open_like_the_pod_webhook_configuration()
     review["request"]["object"]["spec"]["containers"] = json!("app");
     let body = serde_json::to_vec(&review).unwrap();
     let answer =
-        post_raw(&router(webhook), numaresources_webhook::MUTATE_PODS_PATH, Some("application/json"), body).await;
+        post_raw(&webhook.router(), numaresources_webhook::MUTATE_PODS_PATH, Some("application/json"), body).await;
     answer.assert_answers(&review);
     assert!(answer.allowed() && answer.patch().is_none());
     assert!(answer.warnings()[0].contains("could not read this pod"));
@@ -82,7 +82,7 @@ async fn a_pod_that_is_not_a_pod_fails_open_like_the_pod_webhook_configuration()
 #[tokio::test]
 async fn transport_problems_get_their_http_status_and_an_invalid_review() {
     let (webhook, _feeds) = webhook_with(None);
-    let app = router(webhook);
+    let app = webhook.router();
     let review = serde_json::to_vec(&fixture("nro-create.json")).unwrap();
     let huge = {
         let mut review = fixture("nro-create.json");
@@ -129,7 +129,7 @@ async fn a_body_over_the_cap_without_a_length_is_cut_off_not_buffered() {
         .header("content-type", "application/json")
         .body(Body::from_stream(chunks))
         .unwrap();
-    let response = router(webhook).oneshot(request).await.unwrap();
+    let response = webhook.router().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
 
@@ -145,7 +145,7 @@ async fn a_body_that_never_arrives_times_out_instead_of_hanging() {
         .header("content-type", "application/json")
         .body(Body::from_stream(never))
         .unwrap();
-    let response = router(webhook).oneshot(request).await.unwrap();
+    let response = webhook.router().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
     let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
     let review: serde_json::Value = serde_json::from_slice(&body).unwrap();

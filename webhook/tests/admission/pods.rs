@@ -2,10 +2,10 @@
 //! after the patch, and everything that is left alone.
 
 use numaresources_api::operator::PodRoutingMode;
-use numaresources_webhook::{MUTATE_PODS_PATH, ROUTING_ANNOTATION, health_router};
+use numaresources_webhook::{MUTATE_PODS_PATH, ROUTING_ANNOTATION};
 use serde_json::{Value, json};
 
-use crate::support::{Answered, WORKLOADS, fixture, get, labels, object, post, scheduler, webhook_with};
+use crate::support::{Answered, WORKLOADS, admin, fixture, get, labels, object, post, scheduler, webhook_with};
 
 /// The fixture's pod as it must be after routing: two fields changed, nothing else.
 fn routed(pod: &Value, why: &str) -> Value {
@@ -155,8 +155,9 @@ async fn system_namespaces_and_our_own_are_never_routed() {
 #[tokio::test]
 async fn until_the_caches_sync_pods_pass_unchanged_and_readyz_fails() {
     let (cluster, mut feeds) = numaresources_webhook::ClusterCache::new();
-    let webhook = std::sync::Arc::new(numaresources_webhook::Webhook::new("numaresources", cluster));
-    let health = health_router(webhook.clone());
+    let config = numaresources_webhook::Config::new("numaresources").unwrap();
+    let webhook = numaresources_webhook::Webhook::with_cluster(config, cluster);
+    let health = admin(&webhook);
     assert_eq!(get(&health, "/readyz").await.0, 500);
     let (_, verbose) = get(&health, "/readyz?verbose").await;
     assert!(verbose.contains("[-]namespace-cache failed"), "{verbose}");
@@ -172,7 +173,7 @@ async fn until_the_caches_sync_pods_pass_unchanged_and_readyz_fails() {
     feeds.set_namespaces([(WORKLOADS, labels(&[]))]);
     assert_eq!(get(&health, "/readyz").await, (http::StatusCode::OK, "ok".to_owned()));
     assert!(post(&webhook, MUTATE_PODS_PATH, &review).await.patch().is_some(), "routed once synced");
-    let https = numaresources_webhook::router(webhook);
+    let https = webhook.router();
     assert_eq!(get(&https, "/readyz").await.0, 200, "the probes are on the TLS port too");
 }
 
@@ -182,7 +183,7 @@ async fn metrics_count_admissions_routes_and_skips_but_dry_runs_only_as_admissio
     for name in ["pod-create-guaranteed-integral.json", "pod-create-dryrun.json", "pod-create-burstable.json"] {
         post(&webhook, MUTATE_PODS_PATH, &fixture(name)).await;
     }
-    let (status, metrics) = get(&health_router(webhook), "/metrics").await;
+    let (status, metrics) = get(&admin(&webhook), "/metrics").await;
     assert_eq!(status, 200);
     for line in [
         r#"numaresources_webhook_admissions_total{kind="Pod",operation="CREATE",decision="patched",dry_run="false"} 1"#,

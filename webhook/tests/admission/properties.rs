@@ -4,7 +4,7 @@
 
 use http::StatusCode;
 use numaresources_api::operator::PodRoutingMode;
-use numaresources_webhook::{WEBHOOK_PATHS, router};
+use numaresources_webhook::WEBHOOK_PATHS;
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -14,7 +14,7 @@ use crate::support::{fixture, post_raw, scheduler, webhook_with};
 fn answers_every_path(body: &[u8]) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let (webhook, _feeds) = webhook_with(Some(scheduler(PodRoutingMode::All, None)));
-    let app = router(webhook);
+    let app = webhook.router();
     for path in WEBHOOK_PATHS {
         let answered = runtime.block_on(post_raw(&app, path, Some("application/json"), body.to_vec()));
         assert!(!answered.status.is_server_error(), "{path}: {}", answered.status);

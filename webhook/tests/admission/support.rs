@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use numaresources_api::operator::{
     NUMAResourcesScheduler, NUMAResourcesSchedulerSpec, PodRouting, PodRoutingMode, SCHEDULER_SINGLETON_NAME,
 };
-use numaresources_webhook::{ClusterCache, Feeds, Webhook, router};
+use numaresources_webhook::{ClusterCache, Config, Feeds, Webhook};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -41,7 +41,7 @@ pub fn webhook_with(scheduler: Option<NUMAResourcesScheduler>) -> (Arc<Webhook>,
         ("other", labels(&[("kubernetes.io/metadata.name", "other")])),
     ]);
     feeds.set_nodes([("worker-0", labels(&[("node-role.kubernetes.io/worker", "")]))]);
-    (Arc::new(Webhook::new("numaresources", cluster)), feeds)
+    (Webhook::with_cluster(Config::new("numaresources").unwrap(), cluster), feeds)
 }
 
 /// The scheduler singleton with `mode` (and optionally a namespace selector).
@@ -133,9 +133,17 @@ pub async fn post_raw(app: &Router, path: &str, content_type: Option<&str>, body
     Answered { status, review: serde_json::from_slice(&bytes).unwrap() }
 }
 
+/// The admin port as `numaresources webhook` serves it: the webhook's readiness checks and its
+/// metrics in the process's registry.
+pub fn admin(webhook: &Webhook) -> Router {
+    let mut registry = prometheus_client::registry::Registry::default();
+    webhook.register_metrics(&mut registry);
+    numaresources_certs::admin::router(webhook.readiness(), Arc::new(registry))
+}
+
 /// POSTs a review to `path` the way kube-apiserver does.
 pub async fn post(webhook: &Arc<Webhook>, path: &str, review: &Value) -> Answered {
-    post_raw(&router(webhook.clone()), path, Some("application/json"), serde_json::to_vec(review).unwrap()).await
+    post_raw(&webhook.router(), path, Some("application/json"), serde_json::to_vec(review).unwrap()).await
 }
 
 /// GETs `path` from `app`: (status, body).

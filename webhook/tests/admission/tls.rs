@@ -16,7 +16,7 @@ use numaresources_api::operator::PodRoutingMode;
 use numaresources_certs::{
     CertificateAuthority, PemPair, ReloadingCertificate, ServerConfigBuilder, WatchOptions, serve,
 };
-use numaresources_webhook::{MUTATE_PODS_PATH, router};
+use numaresources_webhook::MUTATE_PODS_PATH;
 use rustls::ClientConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -62,7 +62,7 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, tls, router(webhook), async {
+        let task = tokio::spawn(serve(listener, tls, webhook.router(), async {
             let _ = stopped.await;
         }));
         Self { addr, ca, dir, _certificate: certificate, _watcher: watcher, stop: Some(stop), task }
