@@ -33,7 +33,7 @@ pub const DEFAULT_MAX_NESTING_DEPTH: usize = 128;
 const YAML_PARSE_STACK_BYTES: usize = 16 * 1024 * 1024;
 
 /// Bodies up to this size are parsed in place: parsing them costs well under a millisecond.
-const INLINE_PARSE_BYTES: usize = 64 * 1024;
+pub(crate) const INLINE_PARSE_BYTES: usize = 64 * 1024;
 
 /// At most this many repeated keys are reported for one body (the rest are still resolved the
 /// same way, last wins): they become `Warning` headers.

@@ -7,12 +7,30 @@
 //! its own and put in place, so that is what [`TypedMergePatch`] does, ahead of the store's write
 //! lock. Any other shape, or a part that does not decode, takes the generic path, which also
 //! words the errors.
+//!
+//! Such a patch is first decoded straight from the body's bytes ([`TypedMergePatch::from_slice`]),
+//! without building a JSON value, checking repeated keys or walking for unknown fields: that
+//! decoding accepts only what needs none of those (every field known, no key given twice, no
+//! `null` but a label's or annotation's), so anything else is parsed again the generic way, which
+//! reports repeated keys and unknown fields as before.
 
 use std::collections::BTreeMap;
 
-use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology, Zone};
+use std::fmt;
+
+use numaresources_api::nrt::{AttributeInfo, CostInfo, NodeResourceTopology, Quantity, ResourceInfo, Zone};
 use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
+
+/// How deep the exporters' shape nests (`{"zones": [{"resources": [{…}]}]}`): with a nesting
+/// bound below this, patches take the generic path, which enforces the bound.
+const TYPED_SHAPE_DEPTH: usize = 5;
+
+/// Bodies larger than this are not decoded straight from the bytes: they are parsed off the
+/// async workers (see [`crate::body::parse_off_the_runtime`]), and exporters' patches are far
+/// smaller.
+const MAX_TYPED_BODY_BYTES: usize = crate::body::INLINE_PARSE_BYTES;
 
 /// A merge patch decoded into the parts it replaces.
 #[derive(Debug, Default)]
@@ -37,6 +55,27 @@ enum MapPatch {
 }
 
 impl TypedMergePatch {
+    /// The typed form of the merge patch in `body`, decoded without a JSON value, or `None` when
+    /// the body is not plainly that shape (see the module's documentation), or the nesting bound
+    /// `max_depth` is below it: the generic path then parses it, reports what it must and words
+    /// the errors.
+    pub fn from_slice(body: &[u8], max_depth: usize) -> Option<Self> {
+        // serde also reads a struct from an array; a merge patch must be an object.
+        let is_object = body.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'{');
+        if max_depth < TYPED_SHAPE_DEPTH || body.len() > MAX_TYPED_BODY_BYTES || !is_object {
+            return None;
+        }
+        let wire: WirePatch = serde_json::from_slice(body).ok()?;
+        let metadata = wire.metadata.unwrap_or_default();
+        Some(Self {
+            topology_policies: wire.topology_policies,
+            zones: wire.zones.map(|zones| zones.into_iter().map(Zone::from).collect()),
+            attributes: wire.attributes.map(|attributes| attributes.into_iter().map(AttributeInfo::from).collect()),
+            labels: metadata.labels,
+            annotations: metadata.annotations,
+        })
+    }
+
     /// The typed form of `patch`, or `None` when it has another shape or a part does not
     /// decode (the generic path then applies it).
     pub fn decode(patch: &Value) -> Option<Self> {
@@ -118,6 +157,148 @@ impl MapPatch {
                 }
             }
         }
+    }
+}
+
+/// The exporters' shape as it may be decoded straight from the bytes: every field known
+/// (`deny_unknown_fields`), none given twice (serde refuses a repeated field), no `null` (the
+/// fields are plain types), so that nothing here needs a report. Anything else fails to decode.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct WirePatch {
+    #[serde(default, deserialize_with = "present")]
+    topology_policies: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    zones: Option<Vec<WireZone>>,
+    #[serde(default, deserialize_with = "present")]
+    attributes: Option<Vec<WireAttribute>>,
+    #[serde(default, deserialize_with = "present")]
+    metadata: Option<WireMetadata>,
+}
+
+/// A field that, when given, is not `null` (a `null` removes the field: the generic path's
+/// business).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireMetadata {
+    #[serde(default)]
+    labels: MapPatch,
+    #[serde(default)]
+    annotations: MapPatch,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireZone {
+    name: String,
+    #[serde(rename = "type")]
+    zone_type: String,
+    #[serde(default)]
+    parent: String,
+    #[serde(default)]
+    costs: Vec<WireCost>,
+    #[serde(default)]
+    attributes: Vec<WireAttribute>,
+    #[serde(default)]
+    resources: Vec<WireResource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireResource {
+    name: String,
+    capacity: Quantity,
+    allocatable: Quantity,
+    available: Quantity,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireCost {
+    name: String,
+    value: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireAttribute {
+    name: String,
+    value: String,
+}
+
+impl From<WireZone> for Zone {
+    fn from(zone: WireZone) -> Self {
+        Self {
+            name: zone.name,
+            zone_type: zone.zone_type,
+            parent: zone.parent,
+            costs: zone.costs.into_iter().map(|c| CostInfo { name: c.name, value: c.value }).collect(),
+            attributes: zone.attributes.into_iter().map(AttributeInfo::from).collect(),
+            resources: zone
+                .resources
+                .into_iter()
+                .map(|r| ResourceInfo {
+                    name: r.name,
+                    capacity: r.capacity,
+                    allocatable: r.allocatable,
+                    available: r.available,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<WireAttribute> for AttributeInfo {
+    fn from(attribute: WireAttribute) -> Self {
+        Self { name: attribute.name, value: attribute.value }
+    }
+}
+
+/// A label or annotation map of a patch, from the bytes: `null` removes the map, an object sets
+/// (a string) or removes (`null`) single keys; a key given twice, or any other value, fails.
+impl<'de> Deserialize<'de> for MapPatch {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_option(MapPatchVisitor)
+    }
+}
+
+struct MapPatchVisitor;
+
+impl<'de> Visitor<'de> for MapPatchVisitor {
+    type Value = MapPatch;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("null or a map of strings (or nulls)")
+    }
+
+    fn visit_none<E>(self) -> Result<MapPatch, E> {
+        Ok(MapPatch::Remove)
+    }
+
+    fn visit_unit<E>(self) -> Result<MapPatch, E> {
+        Ok(MapPatch::Remove)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<MapPatch, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MapPatch, A::Error> {
+        let mut changes: Vec<(String, Option<String>)> = Vec::new();
+        while let Some(change) = map.next_entry()? {
+            changes.push(change);
+        }
+        // A repeated key needs a report: the generic path's (n log n, whatever the count).
+        let mut keys: Vec<&str> = changes.iter().map(|(key, _)| key.as_str()).collect();
+        keys.sort_unstable();
+        if keys.windows(2).any(|pair| pair[0] == pair[1]) {
+            return Err(serde::de::Error::custom("a repeated key"));
+        }
+        Ok(MapPatch::Merge(changes))
     }
 }
 

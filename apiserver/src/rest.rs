@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::AppState;
 use crate::auth::NodeScope;
-use crate::body::{self, Syntax, check_encoded_size};
+use crate::body::{self, Parsed, Syntax, check_encoded_size};
 use crate::merge_patch::TypedMergePatch;
 use crate::negotiate::{Representation, negotiate};
 use crate::paging::{self, ContinueToken};
@@ -228,42 +228,89 @@ pub async fn patch(
     };
     let limits = &state.limits;
     let body = read_body(body, limits.max_body_bytes).await?;
-    let parsed = body::parse_off_the_runtime(body, Syntax::Json, limits.max_nesting_depth).await?;
-    let mut warnings = patch_duplicates(&parsed.duplicates, options.field_validation, &name)?;
-    let patch = parsed.value;
-    // The exporters' shape is decoded and checked here, outside the store's write lock; its
-    // errors still come after the store's own (404, preconditions), as on the generic path.
-    let typed = match kind {
-        PatchKind::Merge => {
-            TypedMergePatch::decode(&patch).map(|typed| (typed, field_check(&patch, &[], options.field_validation)))
-        }
-        PatchKind::Json => None,
-    };
     let bounds = PatchBounds {
         max_operations: limits.max_json_patch_operations,
         max_copy_bytes: limits.max_body_bytes,
         max_depth: limits.max_nesting_depth,
     };
+    let typed = match kind {
+        PatchKind::Merge => TypedMergePatch::from_slice(&body, limits.max_nesting_depth),
+        PatchKind::Json => None,
+    };
+    let mut patch = match typed {
+        Some(typed) => PatchBody::typed(typed),
+        None => {
+            let parsed = body::parse_off_the_runtime(body, Syntax::Json, limits.max_nesting_depth).await?;
+            PatchBody::parsed(parsed, kind, options.field_validation, &name)?
+        }
+    };
     if let (PatchKind::Json, Some(current)) = (kind, state.store.get(&name)) {
-        try_json_patch(current, &patch, &name, bounds, options.field_validation).await?;
+        try_json_patch(current, &patch.value, &name, bounds, options.field_validation).await?;
     }
+    let mut warnings = std::mem::take(&mut patch.warnings);
     // Every patch's result is validated as an update is, and must fit where a body had to: the
     // store measures the encoding it makes of the result (no second serialization).
     let max_bytes = limits.max_body_bytes;
     let result = state.store.modify_within(&name, &Preconditions::default(), options.dry_run, max_bytes, |current| {
-        let next = match typed {
-            Some((typed, checked)) => {
-                warnings.extend(checked.map_err(PatchError::Api)?);
-                typed.apply(current)
-            }
-            None => apply_patch(current, &patch, kind, &name, &bounds, options.field_validation, &mut warnings)?,
-        };
+        let next = patch.apply(current, kind, &name, &bounds, options.field_validation, &mut warnings)?;
         validate_update(&next, current).map_err(PatchError::Api)?;
         Ok(next)
     });
     let (stored, changed) = result.map_err(|e| patch_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, changed, "patched");
     Ok(with_warnings(json_response(StatusCode::OK, stored.json.clone()), &warnings))
+}
+
+/// A patch body, decoded.
+struct PatchBody {
+    /// The exporters' shape of merge patch, typed, with what field validation says of it; that
+    /// is answered only once the store has had its say (404, preconditions), as on the generic
+    /// path.
+    typed: Option<(TypedMergePatch, Result<Vec<String>, ApiError>)>,
+    /// The body as JSON, for the generic path (`null` when the typed shape was decoded straight
+    /// from the bytes: nothing reads it then).
+    value: Value,
+    /// What `fieldValidation=Warn` says of repeated keys.
+    warnings: Vec<String>,
+}
+
+impl PatchBody {
+    /// A merge patch decoded straight from the bytes: nothing in it to report.
+    fn typed(typed: TypedMergePatch) -> Self {
+        Self { typed: Some((typed, Ok(Vec::new()))), value: Value::Null, warnings: Vec::new() }
+    }
+
+    /// A patch parsed the generic way: repeated keys answered (422 with `Strict`), and a merge
+    /// patch of the exporters' shape typed, its unknown fields checked.
+    fn parsed(parsed: Parsed, kind: PatchKind, validation: FieldValidation, name: &str) -> Result<Self, ApiError> {
+        let warnings = patch_duplicates(&parsed.duplicates, validation, name)?;
+        let typed = match kind {
+            PatchKind::Merge => {
+                TypedMergePatch::decode(&parsed.value).map(|typed| (typed, field_check(&parsed.value, &[], validation)))
+            }
+            PatchKind::Json => None,
+        };
+        Ok(Self { typed, value: parsed.value, warnings })
+    }
+
+    /// The patched object (under the store's write lock), adding warnings to `warnings`.
+    fn apply(
+        self,
+        current: &NodeResourceTopology,
+        kind: PatchKind,
+        name: &str,
+        bounds: &PatchBounds,
+        validation: FieldValidation,
+        warnings: &mut Vec<String>,
+    ) -> Result<NodeResourceTopology, PatchError> {
+        match self.typed {
+            Some((typed, checked)) => {
+                warnings.extend(checked.map_err(PatchError::Api)?);
+                Ok(typed.apply(current))
+            }
+            None => apply_patch(current, &self.value, kind, name, bounds, validation, warnings),
+        }
+    }
 }
 
 /// How many JSON patches are tried (see [`try_json_patch`]) at once: each may build up to the
@@ -599,4 +646,139 @@ fn generated_name(prefix: &str, state: &AppState) -> String {
         })
         .collect();
     format!("{prefix}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::body::DEFAULT_MAX_NESTING_DEPTH;
+
+    const NAME: &str = "worker-0";
+
+    fn objects() -> Vec<NodeResourceTopology> {
+        let full = json!({"metadata": {"name": NAME, "uid": "u-1", "resourceVersion": "7", "generation": 2,
+                "creationTimestamp": "2026-01-02T03:04:05Z",
+                "labels": {"pool": "cnf", "zone": "a"}, "annotations": {"team": "x", "owned": "1"}},
+            "topologyPolicies": ["SingleNUMANodeContainerLevel"],
+            "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}],
+            "zones": [{"name": "node-0", "type": "Node", "costs": [{"name": "node-0", "value": 10}],
+                "resources": [{"name": "cpu", "capacity": "4", "allocatable": "3500m", "available": "1500m"}]}]});
+        let bare = json!({"metadata": {"name": NAME, "uid": "u-1"}, "zones": []});
+        vec![decode(full, None).unwrap(), decode(bare, None).unwrap()]
+    }
+
+    /// Members of a merge patch, well-formed or not: every body below is made of up to three of
+    /// them (some repeat a key, on purpose).
+    const MEMBERS: &[&str] = &[
+        r#""zones": [{"name": "node-0", "type": "Node", "resources": [{"name": "cpu", "capacity": "4", "allocatable": "4", "available": "250m"}]}]"#,
+        r#""zones": [{"name": "node-0", "type": "Node", "parent": "s", "costs": [{"name": "node-0", "value": 10}], "attributes": [{"name": "x", "value": "y"}], "resources": [{"name": "memory", "capacity": 1.5, "allocatable": 2, "available": "1Gi"}]}]"#,
+        r#""zones": [{"name": "node-0", "type": "Node", "typo": 1}]"#,
+        r#""zones": [{"name": "node-0", "type": "Node", "type": "Socket"}]"#,
+        r#""zones": [{"name": "node-0", "type": "Node", "parent": null}]"#,
+        r#""zones": [{"name": "node-0", "type": "Node", "costs": null}]"#,
+        r#""zones": [{"name": "node-0", "type": "Node", "resources": [{"name": "cpu", "capacity": "lots", "allocatable": "1", "available": "1"}]}]"#,
+        r#""zones": [{"name": "node-0", "type": "Node", "costs": [{"name": "node-0", "value": 10, "unit": "x"}]}]"#,
+        r#""zones": []"#,
+        r#""zones": null"#,
+        r#""zones": {"name": "node-0"}"#,
+        r#""attributes": [{"name": "a", "value": "b"}]"#,
+        r#""attributes": [{"name": "a", "value": "b", "vaule": "c"}]"#,
+        r#""attributes": null"#,
+        r#""topologyPolicies": ["None"]"#,
+        r#""topologyPolicies": null"#,
+        r#""metadata": {"labels": {"pool": null, "added": "yes"}, "annotations": {"owned": "2"}}"#,
+        r#""metadata": {"annotations": {"a": "1", "a": "2"}}"#,
+        r#""metadata": {"labels": null}"#,
+        r#""metadata": {"labels": {"a": 1}}"#,
+        r#""metadata": {"labels": ["a"]}"#,
+        r#""metadata": null"#,
+        r#""metadata": {"name": "other"}"#,
+        r#""metadata": {"resourceVersion": "1"}"#,
+        r#""metadata": {}"#,
+        r#""kind": "NodeResourceTopology""#,
+        r#""spec": {}"#,
+        r#""zones": [["node-0", "Node", "socket-0", [["node-0", 10]]]], "attributes": [["a", "b"]]"#,
+        r#""zones": [["node-0", "Node", null]]"#,
+        " \n\"topologyPolicies\"\t:[ \"a\\u0041\" ] ",
+    ];
+
+    /// Every body of up to three members, and a few that are not objects at all.
+    fn bodies() -> Vec<String> {
+        let mut bodies: Vec<String> = ["{}", "[]", "[1]", "null", "{", r#"{"zones": []} x"#, "\"zones\""]
+            .iter()
+            .map(|body| (*body).to_owned())
+            .collect();
+        for (a, first) in MEMBERS.iter().enumerate() {
+            bodies.push(format!("{{{first}}}"));
+            for (b, second) in MEMBERS.iter().enumerate().skip(a + 1) {
+                bodies.push(format!("{{{first}, {second}}}"));
+                for third in &MEMBERS[b + 1..] {
+                    bodies.push(format!("{{{third}, {first}, {second}}}"));
+                }
+            }
+        }
+        bodies
+    }
+
+    type Outcome = Result<(String, Vec<String>), Value>;
+
+    fn outcome(patch: Result<PatchBody, ApiError>, current: &NodeResourceTopology, v: FieldValidation) -> Outcome {
+        let bounds = PatchBounds { max_operations: 10, max_copy_bytes: 1 << 20, max_depth: DEFAULT_MAX_NESTING_DEPTH };
+        let mut warnings = Vec::new();
+        let patch = patch.map_err(|e| e.to_status())?;
+        warnings.extend(patch.warnings.iter().cloned());
+        match patch.apply(current, PatchKind::Merge, NAME, &bounds, v, &mut warnings) {
+            Ok(next) => Ok((serde_json::to_string(&next).unwrap(), warnings)),
+            Err(error) => Err(patch_error(error, NAME).to_status()),
+        }
+    }
+
+    /// The generic path: a JSON value with its repeated keys, then the typed shape or the merge.
+    fn generic(body: &str, depth: usize, v: FieldValidation) -> Result<PatchBody, ApiError> {
+        let parsed = body::parse(body.as_bytes(), Syntax::Json, depth)?;
+        PatchBody::parsed(parsed, PatchKind::Merge, v, NAME)
+    }
+
+    #[test]
+    fn a_merge_patch_decoded_from_the_bytes_does_what_the_generic_path_does() {
+        let bodies = bodies();
+        let mut typed_from_bytes = 0;
+        for body in &bodies {
+            let Some(typed) = TypedMergePatch::from_slice(body.as_bytes(), DEFAULT_MAX_NESTING_DEPTH) else { continue };
+            typed_from_bytes += 1;
+            drop(typed);
+            for current in &objects() {
+                for v in [FieldValidation::Ignore, FieldValidation::Warn, FieldValidation::Strict] {
+                    let fast = TypedMergePatch::from_slice(body.as_bytes(), DEFAULT_MAX_NESTING_DEPTH).unwrap();
+                    let fast = outcome(Ok(PatchBody::typed(fast)), current, v);
+                    let slow = outcome(generic(body, DEFAULT_MAX_NESTING_DEPTH, v), current, v);
+                    assert_eq!(fast, slow, "{body} with {v:?}");
+                }
+            }
+        }
+        // Both sides of the split are exercised: what the exporters send, and everything that
+        // needs a report (unknown fields, repeated keys), removes a field or does not decode.
+        assert!(typed_from_bytes > 50, "{typed_from_bytes} of {}", bodies.len());
+        assert!(bodies.len() - typed_from_bytes > 1000, "{typed_from_bytes} of {}", bodies.len());
+    }
+
+    #[test]
+    fn what_needs_a_report_removes_a_field_or_does_not_decode_is_not_decoded_from_the_bytes() {
+        let generic_only = [2, 3, 4, 5, 6, 7, 9, 10, 12, 13, 15, 17, 19, 20, 21, 22, 23, 25, 26, 28];
+        for (index, member) in MEMBERS.iter().enumerate() {
+            let body = format!("{{{member}}}");
+            let typed = TypedMergePatch::from_slice(body.as_bytes(), DEFAULT_MAX_NESTING_DEPTH);
+            assert_eq!(typed.is_none(), generic_only.contains(&index), "{body}");
+        }
+    }
+
+    #[test]
+    fn a_nesting_bound_below_the_shape_leaves_the_bound_to_the_generic_path() {
+        let body = format!("{{{}}}", MEMBERS[0]);
+        assert!(TypedMergePatch::from_slice(body.as_bytes(), 5).is_some());
+        assert!(TypedMergePatch::from_slice(body.as_bytes(), 4).is_none());
+        assert_eq!(generic(&body, 4, FieldValidation::Warn).err().map(|e| e.code().as_u16()), Some(400));
+    }
 }
