@@ -19,7 +19,7 @@ use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_apiserver::auth::{Auth, Standalone};
 use numaresources_apiserver::{AppState, Readiness, Store, router};
 use numaresources_rte::agent::Agent;
-use numaresources_rte::config::{Args as AgentArgs, NO_KUBELET};
+use numaresources_rte::config::{Args as AgentArgs, Interval, Kubelet, MetricsMode, NO_KUBELET};
 use numaresources_rte::fingerprint::Method;
 use numaresources_rte::podresources::{ClientConfig, KUBELET_SOCKET, KubeletIfPresent, PodResourcesClient};
 use numaresources_rte::publish::{KubePublisher, Outcome, PublishError, Publisher};
@@ -59,7 +59,7 @@ pub struct LocalArgs {
     /// The kubelet podresources socket: looked for at every scan until it exists, then the
     /// kubelet's allocations are accounted; `none` never looks.
     #[arg(long, default_value = KUBELET_SOCKET)]
-    podresources_socket: String,
+    podresources_socket: Kubelet,
     /// The kubelet configuration file to read the topology manager policy and scope from, if
     /// it exists (else the kubelet defaults `none`/`container`).
     #[arg(long, default_value = "/var/lib/kubelet/config.yaml")]
@@ -149,13 +149,13 @@ async fn embedded_agent(
         hostname: Some(node_name),
         sysfs: args.sysfs.clone(),
         podresources_socket: args.podresources_socket.clone(),
-        sleep_interval: args.refresh_period.to_string(),
+        sleep_interval: Interval(args.refresh_period.to_std()),
         kubelet_config_file: usable_kubelet_config(&args.kubelet_config),
-        pods_fingerprint_method: args.pods_fingerprint_method.as_str().to_owned(),
+        pods_fingerprint_method: args.pods_fingerprint_method,
         // This server holds no Nodes to own the object, and the agent runs in no Pod.
         add_nrt_owner: false,
         podreadiness: false,
-        metrics_mode: "disabled".to_owned(),
+        metrics_mode: MetricsMode::Disabled,
         ..AgentArgs::default()
     };
     let config = agent_args.resolve().context("configuring the embedded exporter")?;

@@ -142,9 +142,14 @@ fn rte_klog_verbosity_sets_the_log_filter_unless_log_level_does() {
 
 #[test]
 fn rte_output_needs_oneshot_and_bad_flags_are_all_reported() {
-    let out = numaresources(&["rte", "-o", "yaml", "--sleep-interval", "soon", "--hostname", "n"]);
+    let out = numaresources(&["rte", "-o", "yaml", "--topology-manager-policy", "numa-please", "--hostname", "n"]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--output") && stderr.contains("add --oneshot"), "{stderr}");
-    assert!(stderr.contains("--sleep-interval"), "every problem at once: {stderr}");
+    assert!(stderr.contains("--topology-manager-policy"), "every problem at once: {stderr}");
+    // A value that does not parse is refused by its flag's parser, before anything runs.
+    let out = numaresources(&["rte", "--sleep-interval", "soon", "--hostname", "n"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("'soon'") && stderr.contains("--sleep-interval"), "{stderr}");
 }

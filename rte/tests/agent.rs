@@ -13,7 +13,7 @@ use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_rte::agent::{self, Agent, ScanError, Trigger};
-use numaresources_rte::config::{Args, Config};
+use numaresources_rte::config::{Args, Config, Kubelet, MetricsMode};
 use numaresources_rte::podreadiness::{OwnPod, PodConditions};
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
@@ -879,12 +879,12 @@ fn oneshot_args(node: &Node) -> Args {
     Args {
         hostname: Some("worker-0".into()),
         sysfs: node.sys.clone(),
-        podresources_socket: format!("unix://{}", node.socket.display()),
+        podresources_socket: Kubelet(Some(node.socket.as_path().into())),
         config: Some(node.dir.path().join("empty-config.yaml")),
         oneshot: true,
         no_publish: true,
         podreadiness: false,
-        metrics_mode: "disabled".into(),
+        metrics_mode: MetricsMode::Disabled,
         ..Args::default()
     }
 }

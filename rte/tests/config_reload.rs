@@ -12,7 +12,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use numaresources_rte::agent::Agent;
-use numaresources_rte::config::Args;
+use numaresources_rte::config::{Args, Interval, Kubelet, MetricsMode};
 use numaresources_rte::podresources::PodResourcesClient;
 use run_loop::{Told, bounded, unpack_fixture};
 use tokio::sync::mpsc;
@@ -46,12 +46,12 @@ async fn a_changed_configmap_policy_is_published_without_a_restart() {
     let args = Args {
         hostname: Some("worker-0".into()),
         sysfs: sys,
-        podresources_socket: "none".into(),
+        podresources_socket: Kubelet(None),
         config: Some(mount.join("config.yaml")),
-        sleep_interval: "0".into(),
-        heartbeat: "0".into(),
-        podresources_poll_interval: "0".into(),
-        metrics_mode: "disabled".into(),
+        sleep_interval: Interval(None),
+        heartbeat: Interval(None),
+        podresources_poll_interval: Interval(None),
+        metrics_mode: MetricsMode::Disabled,
         ..Args::default()
     };
     let config = args.resolve().unwrap();

@@ -4,10 +4,14 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+use std::time::Duration;
+
 use clap::Parser;
 use numaresources_api::GoDuration;
 use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
-use numaresources_controllers::render::rte::{MetricsMode, args};
+use numaresources_controllers::render::rte::{MetricsMode as RenderedMetrics, args};
+use numaresources_rte::config::{Interval, MetricsMode};
+use numaresources_rte::fingerprint::Method;
 
 #[derive(Debug, Parser)]
 #[command(name = "numaresources")]
@@ -21,7 +25,7 @@ enum Command {
     Rte(Box<numaresources_rte::config::Args>),
 }
 
-fn parse(config: &NodeGroupConfig, metrics: &MetricsMode) -> numaresources_rte::config::Args {
+fn parse(config: &NodeGroupConfig, metrics: &RenderedMetrics) -> numaresources_rte::config::Args {
     let rendered = args(&config.normalized(), 4, metrics);
     let argv = std::iter::once("numaresources".to_owned()).chain(rendered.clone());
     match Cli::try_parse_from(argv) {
@@ -32,13 +36,13 @@ fn parse(config: &NodeGroupConfig, metrics: &MetricsMode) -> numaresources_rte::
 
 #[test]
 fn every_rendered_configuration_parses_as_the_agent_expects() {
-    let defaults = parse(&NodeGroupConfig::default(), &MetricsMode::Http);
-    assert_eq!(defaults.sleep_interval, "10s");
+    let defaults = parse(&NodeGroupConfig::default(), &RenderedMetrics::Http);
+    assert_eq!(defaults.sleep_interval, Interval::every(Duration::from_secs(10)));
     assert!(defaults.pods_fingerprint && !defaults.no_publish && !defaults.add_nrt_owner);
-    assert_eq!(defaults.pods_fingerprint_method, "with-exclusive-resources");
+    assert_eq!(defaults.pods_fingerprint_method, Method::WithExclusiveResources);
     assert_eq!(defaults.verbosity, Some(4));
     assert_eq!(defaults.sysfs.to_str(), Some("/host-sys"));
-    assert_eq!(defaults.podresources_poll_interval, "0", "Periodic: periodic scans only");
+    assert_eq!(defaults.podresources_poll_interval, Interval(None), "Periodic: periodic scans only");
 
     let events = parse(
         &NodeGroupConfig {
@@ -47,12 +51,13 @@ fn every_rendered_configuration_parses_as_the_agent_expects() {
             info_refresh_pause: Some(InfoRefreshPauseMode::Enabled),
             ..Default::default()
         },
-        &MetricsMode::HttpTls { min_version: "VersionTLS13".into(), cipher_suites: String::new() },
+        &RenderedMetrics::HttpTls { min_version: "VersionTLS13".into(), cipher_suites: String::new() },
     );
-    assert_eq!(events.sleep_interval, "0");
-    assert_eq!(events.podresources_poll_interval, numaresources_controllers::render::rte::ALLOCATION_POLL_INTERVAL);
+    assert_eq!(events.sleep_interval, Interval(None));
+    let poll = numaresources_controllers::render::rte::ALLOCATION_POLL_INTERVAL;
+    assert_eq!(events.podresources_poll_interval, poll.parse().unwrap());
     assert!(events.notify_file.is_some() && !events.pods_fingerprint && events.no_publish);
-    assert_eq!(events.metrics_mode, "httptls");
+    assert_eq!(events.metrics_mode, MetricsMode::HttpTls);
     assert_eq!(events.metrics_tls_min_version.as_deref(), Some("VersionTLS13"));
 
     let all = parse(
@@ -62,9 +67,12 @@ fn every_rendered_configuration_parses_as_the_agent_expects() {
             info_refresh_period: Some(GoDuration::from_secs(90)),
             ..Default::default()
         },
-        &MetricsMode::Http,
+        &RenderedMetrics::Http,
     );
-    assert_eq!((all.sleep_interval.as_str(), all.pods_fingerprint_method.as_str()), ("1m30s", "all"));
+    assert_eq!(
+        (all.sleep_interval, all.pods_fingerprint_method),
+        (Interval::every(Duration::from_secs(90)), Method::All)
+    );
     assert!(all.notify_file.is_some());
 }
 
@@ -78,7 +86,7 @@ fn the_direct_write_flags_parse_and_name_the_files_the_daemonset_mounts() {
         ca_config_map: "numaresources-apiserver-ca".into(),
         ca_key: "ca.crt".into(),
     };
-    let rendered = args(&NodeGroupConfig::default().normalized(), 2, &MetricsMode::Http);
+    let rendered = args(&NodeGroupConfig::default().normalized(), 2, &RenderedMetrics::Http);
     let argv = std::iter::once("numaresources".to_owned()).chain(rendered).chain(direct.args());
     let Command::Rte(parsed) = Cli::try_parse_from(argv).unwrap().command;
     let server = parsed.direct.resolve().unwrap().unwrap();
