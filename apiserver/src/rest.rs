@@ -171,10 +171,11 @@ pub async fn update(
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
     let (object, warnings) = read_object(&state, &headers, body, &options, Some(&name)).await?;
+    // What YAML aliases made of the body must still fit where the body had to: the store
+    // measures the encoding it makes of the new version (no second serialization).
     let limit = state.limits.max_body_bytes;
-    let result = state.store.modify(&name, &Preconditions::default(), options.dry_run, |current| {
+    let result = state.store.modify_within(&name, &Preconditions::default(), options.dry_run, limit, |current| {
         validate_update(&object, current).map_err(PatchError::Api)?;
-        check_encoded_size(&object, limit).map_err(PatchError::Api)?;
         Ok(object)
     });
     let (stored, changed) = result.map_err(|e| patch_error(e, &name))?;
