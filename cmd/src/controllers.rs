@@ -11,8 +11,7 @@ use clap::builder::TypedValueParser as _;
 use numaresources_certs::admin::{self, Registry};
 use numaresources_certs::kube_client;
 use numaresources_certs::shutdown::Shutdown;
-use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode};
-use numaresources_controllers::{Config, Controllers, LeaderElection, Settings};
+use numaresources_controllers::{ApiserverDeployment, CertificateMode, Config, Controllers, LeaderElection, Settings};
 
 /// Options of `numaresources controllers`.
 #[derive(Debug, clap::Args)]

@@ -107,13 +107,6 @@ pub enum Removal {
     Pending,
 }
 
-impl Removal {
-    /// Whether nothing of ours is left.
-    pub fn is_gone(self) -> bool {
-        self != Self::Pending
-    }
-}
-
 /// Deletes `name` if `owner_uid` controls it (never someone else's) and says what happened, so
 /// a caller announces a deletion only when there was one.
 pub async fn delete_controlled<K>(api: &Api<K>, name: &str, owner_uid: &str) -> Result<Removal>

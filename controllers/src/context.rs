@@ -13,7 +13,7 @@ use kube::runtime::reflector::Store;
 use numaresources_api::operator::defaults::Platform;
 use numaresources_certs::admin::{Checks, Flag};
 
-use crate::certificates::{ApiserverDeployment, CertificateMode};
+use crate::mode::{ApiserverDeployment, CertificateMode};
 use crate::render::RenderError;
 use crate::render::rte::MetricsMode;
 

@@ -13,29 +13,31 @@
 //!                                      -webhook-tls; caBundle of the APIService and webhooks
 //! ```
 //!
-//! Decisions are pure ([`render`], [`nodegroups`], [`conditions`]); the reconcilers apply them
+//! Decisions are pure ([`render`], [`nodegroups`], `conditions`); the reconcilers apply them
 //! with server-side apply under one field manager ([`names::FIELD_MANAGER`]), set owner
 //! references on everything they create, and report through status conditions and Events.
 
-pub mod apply;
+mod apply;
 pub mod certificates;
-pub mod cluster_nodes;
-pub mod conditions;
-pub mod context;
+mod cluster_nodes;
+mod conditions;
+mod context;
 #[cfg(test)]
 mod fake;
-pub mod guarded;
+mod guarded;
 pub mod hash;
-pub mod kubeletconfig;
-pub mod leader;
-pub mod metrics;
+mod kubeletconfig;
+mod leader;
+mod metrics;
+mod mode;
 pub mod names;
 pub mod nodegroups;
-pub mod operator;
+mod operator;
 pub mod render;
-pub mod run;
-pub mod scheduler;
-pub mod server_version;
+mod run;
+mod scheduler;
+mod server_version;
 
-pub use context::{Context, Error, Result, Settings};
+pub use context::Settings;
+pub use mode::{ApiserverDeployment, CertificateMode, check_compatible};
 pub use run::{Config, Controllers, LeaderElection};

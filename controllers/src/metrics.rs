@@ -23,7 +23,7 @@ pub struct ControllerLabels {
 pub struct FailureLabels {
     /// As [`ControllerLabels`].
     pub controller: String,
-    /// [`crate::Error::metric_label`].
+    /// [`crate::context::Error::metric_label`].
     pub error: String,
 }
 
@@ -94,7 +94,7 @@ impl Metrics {
     }
 
     /// Counts a failed pass.
-    pub fn failure(&self, controller: &str, error: &crate::Error) {
+    pub fn failure(&self, controller: &str, error: &crate::context::Error) {
         let labels = FailureLabels { controller: controller.to_owned(), error: error.metric_label().to_owned() };
         self.failures.get_or_create(&labels).inc();
     }
@@ -152,7 +152,7 @@ mod tests {
     fn passes_and_failures_are_counted_by_controller() {
         let metrics = Metrics::default();
         drop(metrics.pass("operator"));
-        metrics.failure("operator", &crate::Error::NotYet("x".into()));
+        metrics.failure("operator", &crate::context::Error::NotYet("x".into()));
         let text = metrics.encode().unwrap();
         assert!(text.contains("numaresources_controllers_reconciliations_total{controller=\"operator\"} 1"), "{text}");
         assert!(text.contains("reconcile_failures_total{controller=\"operator\",error=\"waiting\"} 1"), "{text}");

@@ -12,10 +12,10 @@ use numaresources_certs::InvalidConfig;
 use numaresources_certs::admin::{Checks, Registry};
 use tokio::task::JoinHandle;
 
-use crate::certificates::check_compatible;
 use crate::context::{Context, Error, Readiness, Result, Settings};
 use crate::leader::{LeaderLease, LeaseTimings};
 use crate::metrics::Metrics;
+use crate::mode::check_compatible;
 use crate::names::{CONTROLLERS_LEASE, EVENT_REPORTER};
 use crate::render::rte::MetricsMode;
 use crate::{certificates, kubeletconfig, operator, scheduler};

@@ -11,7 +11,7 @@ mod support;
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode, check_compatible};
+use numaresources_controllers::{ApiserverDeployment, CertificateMode, check_compatible};
 use numaresources_tests::workspace_root;
 use numaresources_webhook::{MUTATE_PODS_PATH, WEBHOOK_PATHS};
 use serde_json::{Value, json};

@@ -17,12 +17,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use numaresources_api::operator::NUMAResourcesOperator;
-use numaresources_controllers::certificates::{ApiserverDeployment, CertificateMode, check_compatible};
 use numaresources_controllers::names::{
     APISERVER, APISERVER_TLS_SECRET, APISERVICE, WEBHOOK, WEBHOOK_CONFIGURATION, WEBHOOK_TLS_SECRET,
 };
 use numaresources_controllers::nodegroups::{self, NodeInfo};
 use numaresources_controllers::render::rte;
+use numaresources_controllers::{ApiserverDeployment, CertificateMode, check_compatible};
 use numaresources_tests::workspace_root;
 use numaresources_webhook::{MUTATE_PODS_PATH, WEBHOOK_PATHS};
 use support::clap_flags::Subcommand;

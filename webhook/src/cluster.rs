@@ -26,7 +26,7 @@ use numaresources_certs::admin::{Checks, Flag};
 
 /// A `NUMAResourcesScheduler` as cached: a copy that fails to decode is kept as an error rather
 /// than stalling the whole watch.
-pub type CachedScheduler = DeserializeGuard<NUMAResourcesScheduler>;
+pub(crate) type CachedScheduler = DeserializeGuard<NUMAResourcesScheduler>;
 type NamespaceMeta = PartialObjectMeta<Namespace>;
 type NodeMeta = PartialObjectMeta<Node>;
 
@@ -54,15 +54,15 @@ impl fmt::Debug for ClusterCache {
 #[derive(Debug)]
 pub struct Feeds {
     /// The `NUMAResourcesScheduler` (only the singleton name is watched).
-    pub schedulers: Feed<CachedScheduler>,
+    pub(crate) schedulers: Feed<CachedScheduler>,
     /// Namespace metadata.
-    pub namespaces: Feed<NamespaceMeta>,
+    pub(crate) namespaces: Feed<NamespaceMeta>,
     /// Node metadata.
-    pub nodes: Feed<NodeMeta>,
+    pub(crate) nodes: Feed<NodeMeta>,
 }
 
 /// The single writer of one cache.
-pub struct Feed<K: Lookup + Clone + 'static>
+pub(crate) struct Feed<K: Lookup + Clone + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
@@ -89,7 +89,7 @@ where
     }
 
     /// Applies one watcher event; the end of a list (`InitDone`) marks the cache synced.
-    pub fn apply(&mut self, event: &Event<K>) {
+    pub(crate) fn apply(&mut self, event: &Event<K>) {
         self.writer.apply_watcher_event(event);
         if matches!(event, Event::InitDone) {
             self.synced.set();
@@ -97,7 +97,7 @@ where
     }
 
     /// Replaces the whole cache with `objects`, as a complete relist does.
-    pub fn replace(&mut self, objects: impl IntoIterator<Item = K>) {
+    pub(crate) fn replace(&mut self, objects: impl IntoIterator<Item = K>) {
         self.apply(&Event::Init);
         for object in objects {
             self.apply(&Event::InitApply(object));
@@ -141,7 +141,7 @@ impl ClusterCache {
     /// True once the caches routing depends on (the scheduler and the namespaces) have completed
     /// their first list. The node cache is not one of them: it only feeds a warning, so a Node
     /// watch that cannot start must not stop pods from being routed.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         let [schedulers, namespaces, _nodes] = &self.synced;
         schedulers.is_set() && namespaces.is_set()
     }
@@ -156,7 +156,7 @@ impl ClusterCache {
 
     /// The `NUMAResourcesScheduler` singleton, unless absent or being deleted (then nothing is
     /// routed any more).
-    pub fn scheduler(&self) -> Option<Arc<CachedScheduler>> {
+    pub(crate) fn scheduler(&self) -> Option<Arc<CachedScheduler>> {
         let cached = self.schedulers.get(&ObjectRef::new(SCHEDULER_SINGLETON_NAME))?;
         let deleting = match &cached.0 {
             Ok(scheduler) => scheduler.metadata.deletion_timestamp.is_some(),
@@ -166,13 +166,13 @@ impl ClusterCache {
     }
 
     /// The labels of a namespace, if cached.
-    pub fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+    pub(crate) fn namespace_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
         let namespace = self.namespaces.get(&ObjectRef::new(name))?;
         Some(namespace.metadata.labels.clone().unwrap_or_default())
     }
 
     /// The labels of every cached node, when the node cache is synced.
-    pub fn node_labels(&self) -> Option<Vec<BTreeMap<String, String>>> {
+    pub(crate) fn node_labels(&self) -> Option<Vec<BTreeMap<String, String>>> {
         self.synced[2]
             .is_set()
             .then(|| self.nodes.state().iter().map(|node| node.metadata.labels.clone().unwrap_or_default()).collect())

@@ -17,44 +17,15 @@ use bytes::Bytes;
 use http::StatusCode;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use kube::core::GroupVersionKind;
 
 use crate::custom_resources::{self, Mode};
 use crate::metrics::Admission;
 use crate::pods::{self, Decision, SkipReason};
-use crate::review::{Answer, Unread, Verdict};
+use crate::review::{Answer, Reviewed, Unread, Verdict};
 use crate::{MAX_BODY_BYTES, Webhook};
 
 /// How long a client may take to send the body (kube-apiserver's own timeout is at most 30 s).
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One answered review, with what the metrics need to know about it.
-#[derive(Debug)]
-pub(crate) struct Reviewed {
-    pub answer: Answer,
-    /// The metric label of the request's kind (see [`kind_label`]).
-    pub kind: &'static str,
-    pub operation: &'static str,
-    pub dry_run: bool,
-}
-
-impl Reviewed {
-    /// A request that could not be read.
-    pub fn unreadable(answer: Answer) -> Self {
-        Self { answer, kind: "unknown", operation: "unknown", dry_run: false }
-    }
-}
-
-/// The kinds this webhook knows, as metric labels; anything else is `other`.
-pub(crate) fn kind_label(kind: &GroupVersionKind) -> &'static str {
-    use numaresources_api::operator::{GROUP, VERSION};
-    match (kind.group.as_str(), kind.version.as_str(), kind.kind.as_str()) {
-        ("", "v1", "Pod") => "Pod",
-        (GROUP, VERSION, "NUMAResourcesOperator") => "NUMAResourcesOperator",
-        (GROUP, VERSION, "NUMAResourcesScheduler") => "NUMAResourcesScheduler",
-        _ => "other",
-    }
-}
 
 pub(crate) async fn mutate_pods(State(webhook): State<Arc<Webhook>>, request: Request) -> Response {
     let start = Instant::now();

@@ -32,12 +32,11 @@ use numaresources_certs::InvalidConfig;
 use numaresources_certs::admin::{self, Checks};
 use prometheus_client::registry::Registry;
 
-pub use cluster::{ClusterCache, Feed, Feeds};
+pub use cluster::{ClusterCache, Feeds};
 
 use crate::metrics::Metrics;
 
-/// The pod-mutating webhook's path.
-pub const MUTATE_PODS_PATH: &str = "/mutate-pods";
+pub use numaresources_api::webhook::MUTATE_PODS_PATH;
 /// The path of the mutating webhook for `NUMAResourcesOperator` and `NUMAResourcesScheduler`.
 pub const MUTATE_NODETOPOLOGY_PATH: &str = "/mutate-nodetopology";
 /// The path of the validating webhook for `NUMAResourcesOperator` and `NUMAResourcesScheduler`.
@@ -48,9 +47,9 @@ pub const WEBHOOK_PATHS: [&str; 3] = [MUTATE_PODS_PATH, MUTATE_NODETOPOLOGY_PATH
 /// The annotation a routed pod gets: why it was sent to the NUMA-aware scheduler.
 pub const ROUTING_ANNOTATION: &str = "nodetopology.openshift.io/scheduler-routing";
 /// The annotation with which a pod opts out of routing, with the value [`OPT_OUT_VALUE`].
-pub const OPT_OUT_ANNOTATION: &str = "nodetopology.openshift.io/scheduler";
+pub(crate) const OPT_OUT_ANNOTATION: &str = "nodetopology.openshift.io/scheduler";
 /// The value of [`OPT_OUT_ANNOTATION`] that keeps a pod on the default scheduler.
-pub const OPT_OUT_VALUE: &str = "default";
+pub(crate) const OPT_OUT_VALUE: &str = "default";
 /// The namespace the components run in when not told otherwise; never routed.
 pub const DEFAULT_NAMESPACE: &str = "numaresources";
 

@@ -8,7 +8,8 @@
 
 use base64::Engine;
 use kube::core::admission::{AdmissionRequest, Operation};
-use kube::core::{Resource, Status};
+use kube::core::{GroupVersionKind, Resource, Status};
+use numaresources_api::operator::{GROUP, VERSION};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,6 +27,33 @@ struct Envelope<T: Resource> {
     #[serde(default)]
     kind: String,
     request: Option<AdmissionRequest<T>>,
+}
+
+/// One answered review, with what the metrics need to know about it.
+#[derive(Debug)]
+pub(crate) struct Reviewed {
+    pub answer: Answer,
+    /// The metric label of the request's kind (see [`kind_label`]).
+    pub kind: &'static str,
+    pub operation: &'static str,
+    pub dry_run: bool,
+}
+
+impl Reviewed {
+    /// A request that could not be read.
+    pub fn unreadable(answer: Answer) -> Self {
+        Self { answer, kind: "unknown", operation: "unknown", dry_run: false }
+    }
+}
+
+/// The kinds this webhook knows, as metric labels; anything else is `other`.
+pub(crate) fn kind_label(kind: &GroupVersionKind) -> &'static str {
+    match (kind.group.as_str(), kind.version.as_str(), kind.kind.as_str()) {
+        ("", "v1", "Pod") => "Pod",
+        (GROUP, VERSION, "NUMAResourcesOperator") => "NUMAResourcesOperator",
+        (GROUP, VERSION, "NUMAResourcesScheduler") => "NUMAResourcesScheduler",
+        _ => "other",
+    }
 }
 
 /// A body that is not a usable AdmissionReview.

@@ -24,8 +24,7 @@
 //! the bundle for their direct write path: a consumer like the others once the operator has
 //! created it.
 
-pub mod mode;
-pub mod peer;
+pub(crate) mod peer;
 mod plan;
 
 use std::collections::BTreeMap;
@@ -46,11 +45,12 @@ use numaresources_certs::PemPair;
 use numaresources_certs::rotation::{CaStep, RotationPolicy, keys};
 use serde_json::{Value, json};
 
-pub use mode::{ApiserverDeployment, CertificateMode, check_compatible};
-pub use plan::{LEAVES, Leaf, Observed, Plan, leaf_secret_data, plan};
+pub(crate) use plan::{LEAVES, leaf_secret_data};
+pub use plan::{Observed, Plan, plan};
 
 use crate::apply::get_opt;
 use crate::context::{Context, Error, Result};
+use crate::mode::CertificateMode;
 use crate::names::{
     self, APISERVICE, CA_SECRET, COMPONENT_CERTIFICATES, FIELD_MANAGER, POD_ROUTING_CONFIGURATION,
     WEBHOOK_CONFIGURATION,
@@ -58,11 +58,11 @@ use crate::names::{
 
 /// Look again at least this often, even with no decision due: a webhook configuration
 /// re-created without `caBundle` or a deleted Secret is repaired within this delay.
-pub const RESYNC: Duration = Duration::from_secs(60);
+pub(crate) const RESYNC: Duration = Duration::from_secs(60);
 
 /// What a pass did.
 #[derive(Debug)]
-pub struct Pass {
+pub(crate) struct Pass {
     /// What every client must trust now (`caBundle`).
     pub bundle: String,
     /// When a decision is next due.
@@ -77,7 +77,7 @@ pub struct Pass {
 }
 
 /// One pass at `now`, under [`Context::certificates`]. See [`pass`].
-pub async fn reconcile(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Result<Pass> {
+pub(crate) async fn reconcile(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Result<Pass> {
     let _writing = ctx.certificates.lock().await;
     pass(ctx, policy, now).await
 }
@@ -86,7 +86,7 @@ pub async fn reconcile(ctx: &Context, policy: &RotationPolicy, now: SystemTime) 
 /// or patched does not stop the pass (it holds any move to a new CA back, see [`plan`]); it is
 /// reported in [`Pass::failed_consumers`]. Neither does a serving Secret of another `type`
 /// ([`Pass::foreign_secrets`]); a CA Secret of another type does, as the CA could not be kept.
-pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Result<Pass> {
+pub(crate) async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Result<Pass> {
     let namespace = &ctx.settings.namespace;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let ca_secret = get_opt(&secrets, CA_SECRET).await?;
@@ -163,7 +163,7 @@ pub async fn pass(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Re
 /// `self-managed`, the serving certificates and `caBundle` (in any other mode nothing of ours
 /// writes those). Sleeps until the next decision (at most [`RESYNC`]); failures retry with the
 /// controllers' backoff.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
+pub(crate) async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
     let serving = ctx.settings.certificate_mode == CertificateMode::SelfManaged;
     if !serving {
         tracing::info!(mode = %ctx.settings.certificate_mode, "serving certificates and caBundle are not ours to manage");
@@ -187,6 +187,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
 async fn serving_step(ctx: &Context, policy: &RotationPolicy, now: SystemTime) -> Duration {
     match reconcile(ctx, policy, now).await {
         Ok(pass) if pass.failed_consumers.is_empty() && pass.foreign_secrets.is_empty() => {
+            tracing::debug!(writes = pass.writes, "serving certificate pass");
             ctx.reset_backoff(BACKOFF_KEY);
             let due = pass.next.and_then(|next| next.duration_since(now).ok()).unwrap_or(RESYNC);
             due.clamp(Duration::from_secs(1), RESYNC)
@@ -214,7 +215,7 @@ const BACKOFF_KEY: &str = "certificates/self-managed";
 /// [`Context::certificates`] until it has applied, so our one field manager never drops or rolls
 /// back a CA). Self-managed: runs a pass, so the CA and the serving Secrets exist, and returns
 /// the bundle every client must trust now. Other modes: `None`, the injector fills `caBundle`.
-pub async fn bundle_for_apply(ctx: &Context) -> Result<Option<String>> {
+pub(crate) async fn bundle_for_apply(ctx: &Context) -> Result<Option<String>> {
     if ctx.settings.certificate_mode != CertificateMode::SelfManaged {
         return Ok(None);
     }
@@ -305,7 +306,7 @@ impl Consumers {
             bundles.push(text(config.ca_bundle.as_ref()));
         }
         if let Some(config_map) = &self.ca_config_map {
-            bundles.push(config_map.data.as_ref().and_then(|data| data.get(mode::CA_CONFIG_MAP_KEY)).cloned());
+            bundles.push(config_map.data.as_ref().and_then(|data| data.get(crate::mode::CA_CONFIG_MAP_KEY)).cloned());
         }
         bundles
     }
@@ -348,11 +349,11 @@ impl Consumers {
             results.extend(result.await);
         }
         if let Some(config_map) = &self.ca_config_map
-            && config_map.data.as_ref().and_then(|data| data.get(mode::CA_CONFIG_MAP_KEY)).map(String::as_str)
+            && config_map.data.as_ref().and_then(|data| data.get(crate::mode::CA_CONFIG_MAP_KEY)).map(String::as_str)
                 != Some(bundle)
         {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), &self.namespace);
-            let patch = Patch::Merge(json!({"data": {mode::CA_CONFIG_MAP_KEY: bundle}}));
+            let patch = Patch::Merge(json!({"data": {crate::mode::CA_CONFIG_MAP_KEY: bundle}}));
             let name = names::APISERVER_CA_CONFIG_MAP;
             results.push(api.patch(name, &params, &patch).await.map(|_| ()).map_err(|e| (ConfigMap::KIND, name, e)));
         }

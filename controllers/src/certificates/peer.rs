@@ -33,8 +33,8 @@ use super::{
     report_foreign_secret, secret_reference, string_data, write_secret,
 };
 use crate::apply::get_opt;
-use crate::certificates::ApiserverDeployment;
 use crate::context::{Context, Error, Result};
+use crate::mode::ApiserverDeployment;
 use crate::names::{self, APISERVER, COMPONENT_APISERVER};
 
 /// The pair Secret the API server's Deployment mounts (`kubernetes.io/tls` plus `ca.crt`).
@@ -195,6 +195,7 @@ pub(super) async fn step(ctx: &Context, policy: &RotationPolicy, now: SystemTime
     };
     match result {
         Ok(Some(pass)) => {
+            tracing::debug!(writes = pass.writes, "peer certificate pass");
             ctx.reset_backoff(BACKOFF_KEY);
             let due = pass.next.and_then(|next| next.duration_since(now).ok()).unwrap_or(super::RESYNC);
             due.clamp(Duration::from_secs(1), super::RESYNC)

@@ -14,10 +14,10 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use serde_json::json;
 
 use super::*;
-use crate::certificates::CertificateMode;
 use crate::certificates::tests::{DAY, HOUR, NS, policy};
 use crate::context::Settings;
 use crate::fake::FakeApi;
+use crate::mode::CertificateMode;
 
 const PAIR: &str = "/api/v1/namespaces/numaresources/secrets/numaresources-apiserver-peer";
 const CA: &str = "/api/v1/namespaces/numaresources/secrets/numaresources-apiserver-peer-ca";

@@ -21,8 +21,9 @@ use numaresources_api::direct_write::service_url;
 
 use super::nrt_api::ApiState;
 use crate::apply::{Applier, get_opt};
-use crate::certificates::{self, CertificateMode};
+use crate::certificates;
 use crate::context::{Context, Result};
+use crate::mode::CertificateMode;
 use crate::names::{APISERVER, APISERVER_CA_CONFIG_MAP, APISERVICE};
 use crate::render::rte::{DirectWrite, ca_config_map};
 

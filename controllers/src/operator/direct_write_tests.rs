@@ -11,9 +11,9 @@ use numaresources_api::direct_write::{
 };
 use serde_json::json;
 
-use crate::certificates::CertificateMode;
-use crate::certificates::mode::SERVICE_CA_INJECT_CABUNDLE;
 use crate::context::Settings;
+use crate::mode::CertificateMode;
+use crate::mode::SERVICE_CA_INJECT_CABUNDLE;
 use crate::operator::tests::{APISERVICE_PATH, Harness, NRO, NS, ds_path, worker_group};
 use crate::render::rte::NRT_SERVER_VOLUME;
 
@@ -159,7 +159,7 @@ async fn when_the_cluster_serves_nrt_the_exporters_get_none_of_it() {
 async fn under_olm_the_exporters_reach_olms_service_verified_by_the_ca_olm_injected() {
     let mut settings = Settings::kubernetes(NS, "quay.io/numaresources/numaresources:v1");
     settings.certificate_mode = CertificateMode::Olm;
-    settings.apiserver_deployment = crate::certificates::ApiserverDeployment::Installed;
+    settings.apiserver_deployment = crate::mode::ApiserverDeployment::Installed;
     let h = Harness::with_settings(vec![worker_group()], settings);
     // What OLM creates from the CSV: the Deployment, and the APIService in front of its Service.
     h.fake.insert(

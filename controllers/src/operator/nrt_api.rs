@@ -24,8 +24,9 @@ use numaresources_api::nrt;
 use numaresources_api::operator::NUMAResourcesOperator;
 
 use crate::apply::{Applier, Removal, delete_controlled, get_opt};
-use crate::certificates::{self, ApiserverDeployment};
+use crate::certificates;
 use crate::context::{Context, Result};
+use crate::mode::ApiserverDeployment;
 use crate::names::{ANNOTATION_NRT_API, APISERVER, APISERVICE, NRT_CRD, NRT_VERSION};
 use crate::render::apiserver as render;
 

@@ -11,12 +11,10 @@ use numaresources_api::operator::{NUMAResourcesOperatorSpec, OPERATOR_SINGLETON_
 use serde_json::json;
 
 use super::*;
-use crate::certificates::CertificateMode;
-use crate::certificates::mode::{
-    CERT_MANAGER_INJECT_CA_FROM, SERVICE_CA_INJECT_CABUNDLE, SERVICE_CA_SERVING_CERT_SECRET,
-};
 use crate::context::Settings;
 use crate::fake::FakeApi;
+use crate::mode::CertificateMode;
+use crate::mode::{CERT_MANAGER_INJECT_CA_FROM, SERVICE_CA_INJECT_CABUNDLE, SERVICE_CA_SERVING_CERT_SECRET};
 
 const APISERVICE_PATH: &str = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha2.topology.node.k8s.io";
 const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/numaresources/deployments/numaresources-apiserver";

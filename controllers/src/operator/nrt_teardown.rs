@@ -24,8 +24,8 @@ use numaresources_api::operator::NUMAResourcesOperator;
 use serde::de::DeserializeOwned;
 
 use crate::apply::{controlled_by, delete, get_opt};
-use crate::certificates::ApiserverDeployment;
 use crate::context::{Context, Result};
+use crate::mode::ApiserverDeployment;
 use crate::render::apiserver as render;
 
 /// Deletes every API server object this `nro` controls; returns what was deleted

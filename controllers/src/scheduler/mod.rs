@@ -134,7 +134,8 @@ fn key(name: &str) -> String {
     format!("scheduler/{name}")
 }
 
-/// Retries a failed reconcile with a per-object backoff.
+/// The error policy for a typed object (the tests' entry point).
+#[cfg(test)]
 pub fn error_policy(nrs: Arc<NUMAResourcesScheduler>, error: &Error, ctx: Arc<Context>) -> Action {
     error_policy_for(&key(&nrs.name_any()), error, &ctx)
 }

@@ -14,8 +14,9 @@ use kube::{Api, ResourceExt};
 use numaresources_api::operator::{NUMAResourcesScheduler, PodRoutingMode};
 
 use crate::apply::{Applier, Removal, delete_controlled};
-use crate::certificates::{self, CertificateMode};
+use crate::certificates;
 use crate::context::{Context, Result};
+use crate::mode::CertificateMode;
 use crate::names::POD_ROUTING_CONFIGURATION;
 use crate::render::pod_routing as render;
 

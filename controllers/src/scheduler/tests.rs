@@ -14,9 +14,9 @@ use numaresources_api::operator::NUMAResourcesSchedulerSpec;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::certificates::CertificateMode;
 use crate::context::Settings;
 use crate::fake::{FakeApi, one_pass};
+use crate::mode::CertificateMode;
 
 const NS: &str = "numaresources";
 const NRS: &str = "/apis/nodetopology.openshift.io/v1/numaresourcesschedulers/numaresourcesscheduler";

@@ -24,8 +24,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::Webhook;
-use crate::handler::{Reviewed, kind_label};
-use crate::review::{self, Answer};
+use crate::review::{self, Answer, Reviewed, kind_label};
 
 /// Which of the two webhooks is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

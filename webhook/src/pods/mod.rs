@@ -12,8 +12,7 @@ use serde_json::Value;
 
 pub(crate) use routing::{DEFAULT_SCHEDULER, Decision, NamespaceLabels, RoutingPolicy, SkipReason, SystemNamespaces};
 
-use crate::handler::{Reviewed, kind_label};
-use crate::review::{self, Answer, Malformed};
+use crate::review::{self, Answer, Malformed, Reviewed, kind_label};
 use crate::{ROUTING_ANNOTATION, Webhook};
 
 /// Answers one pod review body; the decision is there for a CREATE that was decided.
