@@ -1101,6 +1101,36 @@ fn stored(object: NodeResourceTopology, revision: u64, last_report: Arc<AtomicU6
     stored_sized(object, revision, last_report, INITIAL_ENCODING_BYTES)
 }
 
+/// Gives back the spare room of an object's lists. A list decoded straight from JSON text grows
+/// by doubling from four elements, so it holds up to twice the room it uses (a list decoded
+/// through a `serde_json::Value`, as requests are, has none): a follower, which decodes the
+/// leader's stream from its text, held 11–13 % more memory than its leader for the same objects.
+fn compact(object: &mut NodeResourceTopology) {
+    fit(&mut object.topology_policies);
+    fit(&mut object.attributes);
+    fit(&mut object.zones);
+    for zone in &mut object.zones {
+        fit(&mut zone.costs);
+        fit(&mut zone.attributes);
+        fit(&mut zone.resources);
+    }
+    let meta = &mut object.metadata;
+    meta.finalizers.as_mut().map(fit);
+    meta.owner_references.as_mut().map(fit);
+}
+
+/// Moves a list with spare room into an allocation of its length. Not `shrink_to_fit`: that
+/// shrinks in place, leaving a hole smaller than the next decoded list asks for after every
+/// object (what the follower's memory measured); the room freed here is what the next decoded
+/// list takes again.
+fn fit<T>(list: &mut Vec<T>) {
+    if list.capacity() > list.len() {
+        let mut fitted = Vec::with_capacity(list.len());
+        fitted.append(list);
+        *list = fitted;
+    }
+}
+
 /// What an encoding buffer starts with when nothing better is known (serde_json's own start).
 const INITIAL_ENCODING_BYTES: usize = 128;
 /// Room a new version's encoding gets beyond the size of the version it replaces: a write
@@ -1121,6 +1151,8 @@ fn stored_sized(
     // Versions live long (in the map, then in the history), so they keep only the bytes they
     // use.
     json.shrink_to_fit();
+    let mut object = object;
+    compact(&mut object);
     let json = Bytes::from(json);
     Ok(Stored { content: Content::Typed(Box::new(object)), json, revision, last_report, row_parts: OnceLock::new() })
 }

@@ -171,3 +171,31 @@ fn an_acknowledgement_wakes_only_the_watchers_of_the_names_it_reveals() {
         assert_eq!(through, leader.revision());
     }
 }
+
+/// A follower decodes the leader's stream from its text, where every list grows by doubling
+/// from four elements; the versions it keeps hold no spare room (they took 11–13 % more memory
+/// than the leader's, which decodes requests through a `serde_json::Value`).
+#[test]
+fn a_replicated_object_keeps_no_spare_room_in_its_lists() {
+    let leader = Store::starting_at(100, 1000);
+    let mut object = nrt("a", 4);
+    object.zones.push(object.zones[0].clone());
+    object.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    leader.create(object, false).unwrap();
+    let follower = Store::starting_at(100, 1000);
+    let text = String::from_utf8(leader.get("a").unwrap().json.to_vec()).unwrap();
+    let decoded: NodeResourceTopology = serde_json::from_str(&text).unwrap();
+    assert!(decoded.zones.capacity() > decoded.zones.len(), "decoding from text leaves room (what this is about)");
+    follower.apply_replicated(EventType::Added, decoded).unwrap();
+
+    let kept = follower.get("a").unwrap();
+    let kept = kept.object().unwrap();
+    let exact = |capacity: usize, len: usize| capacity == len;
+    assert!(exact(kept.zones.capacity(), kept.zones.len()));
+    assert!(exact(kept.attributes.capacity(), kept.attributes.len()));
+    for zone in &kept.zones {
+        assert!(exact(zone.resources.capacity(), zone.resources.len()));
+    }
+    let finalizers = kept.metadata.finalizers.as_ref().unwrap();
+    assert!(exact(finalizers.capacity(), finalizers.len()));
+}
