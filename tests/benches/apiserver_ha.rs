@@ -16,7 +16,9 @@
 //!   with fewer objects before that.
 //!
 //! `NUMARESOURCES_HA_CHANGES_PER_SECOND` and `NUMARESOURCES_HA_WATCHERS` lighten the load (to
-//! tell the replication's own lag from a saturated machine's). Writers retry a 503 as client-go does (Retry-After, capped). Every phase is bounded.
+//! tell the replication's own lag from a saturated machine's). `NUMARESOURCES_HA_ONLY=memory`
+//! stops after the steady phase's memory figures (≈20 s: a quick, repeatable look; each
+//! replica's largest mappings go to stderr). Writers retry a 503 as client-go does (Retry-After, capped). Every phase is bounded.
 //! `cargo bench -p numaresources-tests --bench apiserver_ha` builds the optimised binary and
 //! prints the figures; nothing asserts a time. (`cargo test --bench apiserver_ha` runs it against
 //! the debug binary: a smoke run, not figures.)
@@ -143,6 +145,14 @@ async fn main() {
     tokio::time::sleep(STEADY).await;
     progress(began, "steady phase over");
     report_memory(&run, leader);
+    if std::env::var("NUMARESOURCES_HA_ONLY").is_ok_and(|only| only == "memory") {
+        // The memory figure alone (a quick, repeatable look while changing what replicas hold).
+        stop.store(true, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        progress(began, "writers stopped");
+        report_memory(&run, leader);
+        return;
+    }
 
     let killed_at = Instant::now();
     run.up[leader].store(false, Ordering::Relaxed);
@@ -365,6 +375,35 @@ fn report_memory(run: &Run, leader: usize) {
             (follower - leader_rss) / leader_rss.max(1.0) * 100.0
         );
     }
+    for (i, replica) in run.cluster.replicas.iter().enumerate() {
+        if let Some(pid) = replica.pid() {
+            eprintln!("memory of replica {i}{}: {}", if i == leader { " (leader)" } else { "" }, mappings(pid));
+        }
+    }
+}
+
+/// The resident memory of a process's largest mappings (the heap, malloc's arenas, stacks), to
+/// tell where a difference lies.
+fn mappings(pid: u32) -> String {
+    let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else { return String::new() };
+    let mut mappings: Vec<(u64, String)> = Vec::new();
+    let mut current = String::new();
+    for line in smaps.lines() {
+        if let Some(rss) = line.strip_prefix("Rss:") {
+            let kib: u64 = rss.trim().trim_end_matches(" kB").parse().unwrap_or(0);
+            mappings.push((kib, current.clone()));
+        } else if line.split_whitespace().next().is_some_and(|first| first.contains('-') && !first.ends_with(':')) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let size = fields[0].split_once('-').map_or(0, |(a, b)| {
+                u64::from_str_radix(b, 16).unwrap_or(0).saturating_sub(u64::from_str_radix(a, 16).unwrap_or(0))
+            });
+            current = format!("{}({} KiB)", fields.get(5).copied().unwrap_or("anon"), size / 1024);
+        }
+    }
+    mappings.sort_by_key(|m| std::cmp::Reverse(m.0));
+    let total: u64 = mappings.iter().map(|m| m.0).sum();
+    let top: Vec<String> = mappings.iter().take(6).map(|(kib, what)| format!("{what} {kib}")).collect();
+    format!("{total} KiB: {}", top.join(", "))
 }
 
 /// Lag p99 (steady phase, followers only), relists, missed and duplicated events per watcher.
