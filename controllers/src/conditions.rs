@@ -1,4 +1,4 @@
-//! The condition model of nro.md §3.1: `Available`, `Upgradeable`, `Progressing` and `Degraded`
+//! The upstream operator's condition model: `Available`, `Upgradeable`, `Progressing` and `Degraded`
 //! behave as one state. Setting one rewrites all four (`Available` also sets `Upgradeable`), the
 //! others are `False` with their own type as reason, and every condition carries the
 //! generation it describes. A condition keeps its `lastTransitionTime` while its status holds.
@@ -35,7 +35,7 @@ pub const REASON_CUSTOM_IMAGE: &str = "CustomUserImage";
 pub const REASON_OPERATOR_NAME: &str = "IncorrectNUMAResourcesOperatorResourceName";
 /// Degraded: the scheduler object is not named `numaresourcesscheduler`.
 pub const REASON_SCHEDULER_NAME: &str = "IncorrectNUMAResourcesSchedulerResourceName";
-/// Degraded: the scheduler image is missing or not allowed (upstream's reason, nro.md §1.7).
+/// Degraded: the scheduler image is missing or not allowed (upstream's reason for the same check).
 pub const REASON_SCHEDULER_IMAGE: &str = "InvalidSchedulerImage";
 /// Degraded: another scheduler field is invalid (ours: upstream leaves these to the schema).
 pub const REASON_SCHEDULER_INVALID: &str = "InvalidSchedulerSpec";

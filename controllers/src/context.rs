@@ -241,8 +241,8 @@ impl Error {
         }
     }
 
-    /// The message a person sees in a Degraded condition: the cause, unwrapped one level
-    /// (nro.md §3.1), so an API rejection reads as the API server worded it.
+    /// The message a person sees in a Degraded condition: the cause, unwrapped one level (as
+    /// the upstream operator does), so an API rejection reads as the API server worded it.
     pub fn condition_message(&self) -> String {
         match self {
             Self::Kube { action, source: kube::Error::Api(status) } => format!("{action}: {}", status.message),

@@ -1,5 +1,6 @@
 //! The `configmap.hash` value: changes whenever the configuration a pod reads changes, so a new
-//! value in the pod template rolls the pods (nro.md §3.2, §4.2).
+//! value in the pod template rolls the pods (the exporter DaemonSets and the scheduler
+//! Deployment carry it as the `configmap.hash` annotation).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -63,7 +63,8 @@ pub const RTE_CLUSTER_ROLE: &str = "numaresources:rte";
 pub const RTE_ROLE: &str = "numaresources-rte";
 /// The exporter container.
 pub const RTE_CONTAINER: &str = "resource-topology-exporter";
-/// The shared-pool reference container (nro.md §4.2).
+/// The shared-pool reference container: it never gets exclusive CPUs, so the exporter reads the
+/// shared pool's cpuset from it.
 pub const SHARED_POOL_CONTAINER: &str = "shared-pool-container";
 
 /// The NRT API server's Deployment, Service and ServiceAccount.
@@ -114,7 +115,8 @@ pub const SCHEDULER_LEADER_LEASE: &str = "numa-scheduler-leader";
 /// The Lease the controllers elect their leader with.
 pub const CONTROLLERS_LEASE: &str = "numaresources-controllers";
 
-/// `<nro>-<pool>`: the exporter DaemonSet and ConfigMap of one node group (nro.md §8.5).
+/// `<nro>-<pool>`: the exporter DaemonSet and ConfigMap of one node group (the upstream
+/// operator's names, so its users and tooling find them).
 pub fn node_group_object_name(nro: &str, pool: &str) -> String {
     format!("{nro}-{pool}")
 }

@@ -3,9 +3,10 @@
 //! A group picks its nodes with `nodeSelector` (plain Kubernetes: a selector over Node labels) or,
 //! on OpenShift, with `poolName` / `machineConfigPoolSelector` (a MachineConfigPool, whose own
 //! `nodeSelector` then picks the nodes). Each resolved pool gets one exporter DaemonSet named
-//! `<nro>-<pool>`. Rules and their order follow nro.md §1.7 (rules 5–9): a pool may be picked by
-//! one group only; a selector matching several pools is tolerated (one DaemonSet each) but
-//! reported. A node that falls in two pools is reported by name: its second exporter pod would
+//! `<nro>-<pool>`. The rules, in the upstream operator's order (first failure wins; duplicate
+//! and unparsable selectors are the api crate's validation): each group resolves to at least one
+//! pool; a pool may be picked by one group only; a selector matching several pools is tolerated
+//! (one DaemonSet each) but reported, unless the multiple-pools annotation allows it. A node that falls in two pools is reported by name: its second exporter pod would
 //! stay Pending (required anti-affinity), which is how the overlap shows in the cluster too.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,7 +55,8 @@ pub struct ResolvedPool {
 pub struct Resolution {
     /// One entry per pool, in spec order.
     pub pools: Vec<ResolvedPool>,
-    /// Problems that do not stop the rollout but degrade the status (nro.md §1.7 rule 9).
+    /// Problems that do not stop the rollout but degrade the status (a selector matching several
+    /// pools).
     pub tolerable: Vec<String>,
     /// Nodes in more than one pool, with those pools.
     pub overlaps: BTreeMap<String, Vec<String>>,
@@ -120,7 +122,8 @@ pub fn resolve(
     Ok(resolution)
 }
 
-/// The MachineConfigPools a group picks, with their node selectors (rules 7–9).
+/// The MachineConfigPools a group picks, with their node selectors: at least one, and several
+/// only with a report in `tolerable` (unless `allow_multiple_pools`).
 fn mcp_targets(
     index: usize,
     group: &NodeGroup,

@@ -164,8 +164,9 @@ async fn run(
     settings.kubelet_configs = discovered.kubelet_configs;
     settings.kubernetes_version = crate::server_version::detect(&client).await;
     if settings.is_openshift() {
-        // The service-ca operator issues the exporters' metrics certificate (nro.md §3.1); the
-        // TLS profile's values are left to the exporter's defaults (TLS 1.2+).
+        // On OpenShift the exporters serve metrics over TLS with a certificate the service-ca
+        // operator issues (an annotation on their metrics Service); the TLS profile's values are
+        // left to the exporter's defaults (TLS 1.2+).
         settings.rte_metrics = MetricsMode::HttpTls { min_version: String::new(), cipher_suites: String::new() };
     }
     tracing::info!(

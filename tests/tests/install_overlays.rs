@@ -118,8 +118,9 @@ fn every_object_is_typed_and_in_its_namespace_once() {
 
 /// `kubectl apply -k` and `kubectl delete -k` both act in the rendered order. Deleting must
 /// unregister the webhooks and the APIService before their Services, Deployments or the
-/// namespace go (nro.md §7a; an APIService without its Service breaks discovery and blocks
-/// namespace deletion); applying must create the namespace before anything in it.
+/// namespace go (a webhook whose Service is gone fails the requests it matches; an APIService
+/// without its Service breaks discovery and blocks namespace deletion); applying must create
+/// the namespace before anything in it.
 #[test]
 fn the_order_unregisters_before_it_removes_and_creates_the_namespace_first() {
     for overlay in OVERLAYS {

@@ -1,6 +1,6 @@
 //! The NRT API server replicas' peer certificate, kept in every mode, is [`peer`]'s.
 //!
-//! Self-managed certificates (`--certificate-mode=self-managed`, design.md §6): a CA whose key is
+//! Self-managed certificates (`--certificate-mode=self-managed`, the default on plain Kubernetes): a CA whose key is
 //! kept in the Secret `numaresources-ca`, the serving certificates of the API server and the
 //! webhook in `numaresources-apiserver-tls` and `numaresources-webhook-tls` (what their
 //! Deployments mount), and `caBundle` on the APIService and the webhook configurations (the install's two and the

@@ -1,4 +1,4 @@
-//! The `kubeletconfig` controller (nro.md §3.3): per node group, the kubelet's topology manager
+//! The `kubeletconfig` controller: per node group, the kubelet's topology manager
 //! policy and scope, written with the user's `podExcludes` into the ConfigMap `<nro>-<pool>` that
 //! the group's exporters mount (`rte --config`); the operator controller hashes it into the
 //! DaemonSet so a change restarts the exporters.

@@ -1,4 +1,4 @@
-//! The `NUMAResourcesOperator` controller (nro.md §3.1): the NodeResourceTopology API and one
+//! The `NUMAResourcesOperator` controller: the NodeResourceTopology API and one
 //! exporter DaemonSet per node group.
 //!
 //! Reconcile, each step either succeeding or ending the pass:

@@ -9,7 +9,7 @@
 //! OLM CSV): this step creates, changes and deletes none of it, and only reports whether its
 //! Deployment is available.
 //!
-//! Certificates (design.md §6) follow `--certificate-mode`. Self-managed: a pass of
+//! Certificates follow `--certificate-mode`. Self-managed: a pass of
 //! [`crate::certificates`] makes sure the CA and the serving certificate Secret exist before the
 //! Deployment mounts it, and the APIService is applied with the bundle of every CA trusted now,
 //! under the same lock as the lifecycle's own `caBundle` patches, so our one field manager never

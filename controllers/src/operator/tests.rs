@@ -1,5 +1,5 @@
-//! Reconciler scenarios against the in-memory API (`crate::fake`), mirroring upstream's
-//! controller tests (nro.md §5.3): everything on the first pass, a no-op second pass, a spec
+//! Reconciler scenarios against the in-memory API (`crate::fake`), mirroring the upstream
+//! operator's fake-client controller tests: everything on the first pass, a no-op second pass, a spec
 //! change touching only what changed, node-group removal, foreign objects left alone, invalid
 //! objects degraded with upstream's reasons, API errors retried with backoff, an NRT CRD in the
 //! way, and deletion unregistering the APIService first.

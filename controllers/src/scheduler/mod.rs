@@ -1,4 +1,4 @@
-//! The `NUMAResourcesScheduler` controller (nro.md §3.2): the NUMA-aware secondary scheduler.
+//! The `NUMAResourcesScheduler` controller: the NUMA-aware secondary scheduler.
 //!
 //! Reconcile: name check (`IncorrectNUMAResourcesSchedulerResourceName`), pause annotation,
 //! validation (the api crate's rules), normalization for the platform, replica count (explicit,
@@ -9,7 +9,7 @@
 //! webhook ([`pod_routing`]). Status reports the scheduler name read back from the applied
 //! ConfigMap, the effective resync period, the Deployment and the conditions.
 //!
-//! Deletion is ordered (nro.md §7a): our finalizer deletes the pod routing webhook first and is
+//! Deletion is ordered: our finalizer deletes the pod routing webhook first and is
 //! released only once that is gone, so no pod is routed to a scheduler being removed; then owner
 //! references let the garbage collector remove the rest.
 

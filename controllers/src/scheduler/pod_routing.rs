@@ -1,7 +1,8 @@
 //! The pod webhook's MutatingWebhookConfiguration, owned by the `NUMAResourcesScheduler`: present
 //! while pods are routed (`podRouting.mode` other than `Disabled`), removed when routing is
 //! disabled, and on deletion removed before anything else (the finalizer in [`super`]), so no
-//! pod is routed to a scheduler that is going away (nro.md §7a).
+//! pod is routed to a scheduler that is going away (a webhook left pointing at a removed
+//! Service would fail every pod creation its rules match, or, failing open, route pods nowhere).
 //!
 //! Under `--certificate-mode=olm` the CSV declares the pod webhook and OLM owns it: nothing here
 //! creates or deletes one. Self-managed: applied with the bundle of every CA trusted now, under

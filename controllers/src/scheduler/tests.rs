@@ -1,4 +1,5 @@
-//! Scheduler reconciler scenarios against the in-memory API (nro.md §5.3): everything on the first
+//! Scheduler reconciler scenarios against the in-memory API, mirroring the upstream operator's
+//! fake-client controller tests: everything on the first
 //! pass, no-op second pass, wrong name, invalid spec and recovery, a name change rolling the
 //! Deployment, replica autodetection with leader election, and API errors; the pod routing
 //! webhook and the ordered deletion its finalizer gives.
