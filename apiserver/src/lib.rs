@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod config;
 pub mod discovery;
 mod etag;
 pub mod exporter_pods;
@@ -33,6 +34,7 @@ pub mod replication;
 pub mod request_head;
 mod rest;
 mod row_parts;
+mod server;
 pub mod status;
 pub mod store;
 pub mod table;
@@ -47,6 +49,7 @@ use axum::Router;
 use axum::routing::get;
 
 pub use health::Readiness;
+pub use server::{ApiServer, Clients, ServerError};
 pub use store::Store;
 
 /// Limits and periods that tests and benchmarks may tune.

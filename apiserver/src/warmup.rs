@@ -61,6 +61,19 @@ pub async fn warm_up(store: Arc<Store>, readiness: Arc<Readiness>, exporters: Ar
     readiness.set(STORE_WARM_CHECK, true);
 }
 
+/// Follows the exporter pods with `client` (for good: the node restriction reads them too) and
+/// holds [`STORE_WARM_CHECK`] failing until the store is warm (see [`warm_up`]).
+pub(crate) async fn follow_and_warm_up(
+    client: kube::Client,
+    selector: String,
+    store: Arc<Store>,
+    readiness: Arc<Readiness>,
+    exporters: Arc<ExporterPods>,
+    bound: Duration,
+) {
+    tokio::join!(exporters.follow(client, &selector), warm_up(store, readiness, exporters.clone(), bound));
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::Pod;

@@ -5,7 +5,8 @@
 //! `CARGO_BIN_EXE_*` only to the package that owns the binary, and a nested `cargo run` from a test
 //! would wait on the build lock of the `cargo test` that started it). So the reader does what clap
 //! does: every field is a flag named by its `long = "…"` or, without one, by the field name in
-//! kebab case. Anything it does not understand (a flattened struct not named `crate::<module>::<Struct>`, a positional
+//! kebab case. Anything it does not understand (a flattened struct not named `crate::<module>::<Struct>` or
+//! `numaresources_<crate>::<module>::<Struct>`, a positional
 //! field, a field without `long`) fails the test instead of being skipped, and a few flags known to
 //! exist must be found, so a change in the source layout cannot make a check pass vacuously.
 
@@ -197,12 +198,21 @@ pub fn flags_of(source: &str, name: &str, only_global: bool, flags: &mut BTreeMa
             continue;
         }
         if command.iter().any(|a| attribute_has(a, "flatten")) {
-            // Flattened structs are followed in the same file, or in `cmd/src/<module>.rs` when
-            // named `crate::<module>::<Struct>`.
+            // Flattened structs are followed in the same file, in `cmd/src/<module>.rs` when
+            // named `crate::<module>::<Struct>`, or in `<crate>/src/<module>.rs` when named
+            // `numaresources_<crate>::<module>::<Struct>` (a component's own flags).
             let inner = field.ty.trim_start_matches("Box<").trim_end_matches('>');
-            match inner.strip_prefix("crate::").and_then(|path| path.rsplit_once("::")) {
+            let (crate_dir, path) = match inner.split_once("::") {
+                Some(("crate", path)) => ("cmd", path),
+                Some((krate, path)) if krate.starts_with("numaresources_") => {
+                    (krate.trim_start_matches("numaresources_"), path)
+                }
+                _ => ("", inner),
+            };
+            match path.rsplit_once("::").filter(|_| !crate_dir.is_empty()) {
                 Some((module, name)) => {
-                    let file = workspace_root().join("cmd/src").join(format!("{}.rs", module.replace("::", "/")));
+                    let file =
+                        workspace_root().join(crate_dir).join("src").join(format!("{}.rs", module.replace("::", "/")));
                     let other = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
                     flags_of(&other, name, only_global, flags);
                 }

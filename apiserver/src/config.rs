@@ -1,0 +1,373 @@
+//! The configuration of `numaresources apiserver`: its flags ([`Args`], named as kube-apiserver and
+//! metrics-server name them, each default written once, durations and addresses parsed by clap)
+//! and the [`Config`] they make once checked ([`Args::config`] reports every problem at once).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use numaresources_api::GoDuration;
+use numaresources_certs::CaBundle;
+
+use crate::Limits;
+use crate::auth::{RequestHeaderConfig, Standalone};
+
+/// Options of `numaresources apiserver`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_BIND_ADDRESS", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// Port to listen on (0 picks a free one and logs it).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_SECURE_PORT", default_value_t = 6443)]
+    secure_port: u16,
+    /// Serving certificate (PEM). The default is where OLM mounts it.
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_TLS_CERT_FILE",
+        default_value = "/apiserver.local.config/certificates/apiserver.crt"
+    )]
+    tls_cert_file: PathBuf,
+    /// Serving key (PEM: PKCS#8, PKCS#1 or SEC1). The default is where OLM mounts it.
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_TLS_PRIVATE_KEY_FILE",
+        default_value = "/apiserver.local.config/certificates/apiserver.key"
+    )]
+    tls_private_key_file: PathBuf,
+    /// When the certificate files do not exist: generate a self-signed pair here.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_CERT_DIR", default_value = "/tmp/numaresources-apiserver")]
+    cert_dir: PathBuf,
+    /// Names the generated certificate covers (e.g. `numaresources-apiserver.numaresources.svc`).
+    #[arg(long, value_delimiter = ',', env = "NUMARESOURCES_APISERVER_TLS_SNI_NAMES")]
+    tls_sni_names: Vec<String>,
+    /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
+    /// `$KUBECONFIG`/`~/.kube/config`).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig for TokenReviews and the authentication ConfigMap (default: `--kubeconfig`).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHENTICATION_KUBECONFIG")]
+    authentication_kubeconfig: Option<PathBuf>,
+    /// The kubeconfig for SubjectAccessReviews (default: `--kubeconfig`).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHORIZATION_KUBECONFIG")]
+    authorization_kubeconfig: Option<PathBuf>,
+    /// The CA bundle that signs the front proxy's client certificate. Given, the
+    /// `--requestheader-*` flags replace the front-proxy settings of the
+    /// `kube-system/extension-apiserver-authentication` ConfigMap.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_REQUESTHEADER_CLIENT_CA_FILE")]
+    requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names the front proxy's certificate may have (empty: any the CA signed).
+    #[arg(long, value_delimiter = ',', env = "NUMARESOURCES_APISERVER_REQUESTHEADER_ALLOWED_NAMES")]
+    requestheader_allowed_names: Vec<String>,
+    /// Headers naming the user.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "NUMARESOURCES_APISERVER_REQUESTHEADER_USERNAME_HEADERS",
+        default_value = "X-Remote-User"
+    )]
+    requestheader_username_headers: Vec<String>,
+    /// Headers naming the user's groups.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "NUMARESOURCES_APISERVER_REQUESTHEADER_GROUP_HEADERS",
+        default_value = "X-Remote-Group"
+    )]
+    requestheader_group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra user attributes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "NUMARESOURCES_APISERVER_REQUESTHEADER_EXTRA_HEADERS_PREFIX",
+        default_value = "X-Remote-Extra-"
+    )]
+    requestheader_extra_headers_prefix: Vec<String>,
+    /// Headers naming the user's uid.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "NUMARESOURCES_APISERVER_REQUESTHEADER_UID_HEADERS",
+        default_value = "X-Remote-Uid"
+    )]
+    requestheader_uid_headers: Vec<String>,
+    /// Standalone mode (no kube-apiserver): static bearer tokens, kube-apiserver's CSV format
+    /// `token,user,uid,"group1,group2"`. Members of `system:masters` may write; every other
+    /// authenticated user may read.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_TOKEN_AUTH_FILE")]
+    token_auth_file: Option<PathBuf>,
+    /// Accept client certificates issued by this CA (CN is the user, O the groups). Delegated
+    /// mode: replaces the ConfigMap's `client-ca-file`; requests are still authorized by
+    /// SubjectAccessReview. With `--token-auth-file`: the standalone users' certificates.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_CLIENT_CA_FILE")]
+    client_ca_file: Option<PathBuf>,
+    /// The authentication ConfigMap is watched; this is how often it is re-read as well, in case
+    /// a watch stalls unnoticed.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHENTICATION_CONFIG_REFRESH", default_value = "5m", value_parser = period)]
+    authentication_config_refresh: Duration,
+    /// After a start, `/readyz` fails and discovery and reads answer 503 until every node that
+    /// runs an exporter has reported its topology, or this long at most (an empty store makes
+    /// every node look unconstrained to the scheduler).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_STORE_WARMUP", default_value = "60s", value_parser = period)]
+    store_warmup: Duration,
+    /// Where the exporter pods run (the warm-up waits for each of their nodes' reports).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_EXPORTER_NAMESPACE", default_value = "numaresources")]
+    exporter_namespace: String,
+    /// Which pods are the exporters.
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_EXPORTER_SELECTOR",
+        default_value = "app.kubernetes.io/component=rte,app.kubernetes.io/part-of=numaresources"
+    )]
+    exporter_selector: String,
+    /// The exporters' service account: its identities may write only their own node's
+    /// NodeResourceTopology (as may any identity whose token is bound to an exporter pod).
+    #[arg(
+        long,
+        env = "NUMARESOURCES_APISERVER_EXPORTER_SERVICE_ACCOUNT",
+        default_value = crate::auth::node_restriction::DEFAULT_EXPORTER_SERVICE_ACCOUNT
+    )]
+    exporter_service_account: String,
+    /// How many changes the watch history keeps for resuming watches.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY", default_value_t = crate::store::DEFAULT_HISTORY)]
+    watch_history: usize,
+    /// How many bytes of object versions the watch history may hold; the oldest events go first
+    /// (a watch from before them gets 410 and relists).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_HISTORY_BYTES", default_value_t = crate::store::DEFAULT_HISTORY_BYTES)]
+    watch_history_bytes: usize,
+    /// What one watch may queue for a client that reads slower than changes come, in bytes (one
+    /// change always goes out, however large).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_BUFFER_BYTES", default_value_t = crate::DEFAULT_WATCH_BUFFER_BYTES)]
+    watch_buffer_bytes: usize,
+    /// How long a watch may wait for its client to read before it is ended (the client resumes
+    /// from the last change it read).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_BLOCKED_TIMEOUT", default_value = "10s", value_parser = period)]
+    watch_blocked_timeout: Duration,
+    /// Request bodies above this many bytes are refused (413), and so are writes whose object
+    /// would be larger, by patching for instance; it also caps what a JSON patch's copies add.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_MAX_REQUEST_BODY_BYTES", default_value_t = crate::DEFAULT_MAX_BODY_BYTES)]
+    max_request_body_bytes: usize,
+    /// How deep a JSON or YAML body may nest (objects and arrays).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_MAX_NESTING_DEPTH", default_value_t = crate::body::DEFAULT_MAX_NESTING_DEPTH as u16,
+          value_parser = clap::value_parser!(u16).range(1..=crate::body::DEFAULT_MAX_NESTING_DEPTH as i64))]
+    max_nesting_depth: u16,
+    /// The most operations a JSON patch may have (413 above).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_MAX_JSON_PATCH_OPERATIONS", default_value_t = crate::patch_limits::MAX_JSON_PATCH_OPERATIONS)]
+    max_json_patch_operations: usize,
+}
+
+/// A period flag: a Go duration of at least one second.
+pub fn period(text: &str) -> Result<Duration, String> {
+    let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
+    match duration.to_std() {
+        Some(duration) if duration >= Duration::from_secs(1) => Ok(duration),
+        _ => Err("must be at least 1s".into()),
+    }
+}
+
+/// What the flags make, checked: what [`crate::ApiServer::new`] runs.
+#[derive(Debug)]
+pub struct Config {
+    /// Where the API is served.
+    pub listen: SocketAddr,
+    /// The serving certificate.
+    pub tls: TlsFiles,
+    /// The kubeconfig of every kube-apiserver client but the delegated ones' own (None: in-cluster,
+    /// then `$KUBECONFIG`/`~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// Who may do what.
+    pub authentication: Authentication,
+    /// The exporters: whose reports the warm-up waits for, and whose writes are node-bound.
+    pub exporters: Exporters,
+    /// The longest the store waits for the exporters after a start.
+    pub store_warmup: Duration,
+    /// How many changes the watch history keeps.
+    pub watch_history: usize,
+    /// How many bytes of object versions the watch history may hold.
+    pub watch_history_bytes: usize,
+    /// The bounds of requests and watches.
+    pub limits: Limits,
+}
+
+/// The serving certificate: mounted files, followed as they change, or until they exist a
+/// self-signed pair generated into `cert_dir` for `sni_names`.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// `--tls-cert-file`.
+    pub cert_file: PathBuf,
+    /// `--tls-private-key-file`.
+    pub key_file: PathBuf,
+    /// `--cert-dir`.
+    pub cert_dir: PathBuf,
+    /// `--tls-sni-names`.
+    pub sni_names: Vec<String>,
+}
+
+/// Who may do what.
+#[derive(Debug)]
+pub enum Authentication {
+    /// `--token-auth-file`: static tokens (and client certificates), no kube-apiserver.
+    Standalone(Standalone),
+    /// Delegated to kube-apiserver (TokenReview, SubjectAccessReview, its authentication ConfigMap).
+    Delegated(Delegation),
+}
+
+/// The settings of delegated authentication and authorization.
+#[derive(Debug)]
+pub struct Delegation {
+    /// The kubeconfig for TokenReviews and the ConfigMap (None: the main client's).
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// The kubeconfig for SubjectAccessReviews (None: the main client's).
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// The `--requestheader-*` flags, when a CA is given: they replace the ConfigMap's.
+    pub request_header: Option<RequestHeaderConfig>,
+    /// `--client-ca-file`, which replaces the ConfigMap's `client-ca-file`.
+    pub client_ca: Option<CaBundle>,
+    /// How often the ConfigMap is re-read besides being watched.
+    pub refresh: Duration,
+}
+
+/// The exporter pods.
+#[derive(Debug, Clone)]
+pub struct Exporters {
+    /// Their namespace.
+    pub namespace: String,
+    /// Their label selector.
+    pub selector: String,
+    /// Their service account (node-bound writes).
+    pub service_account: String,
+}
+
+/// Every problem of a configuration, one a line.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
+pub struct ConfigError(pub Vec<String>);
+
+impl Args {
+    /// The configuration, or every problem it has (files that cannot be read or parsed).
+    pub fn config(&self) -> Result<Config, ConfigError> {
+        let mut problems = Vec::new();
+        let mut ca = |path: &Path| read_ca(path).map_err(|problem| problems.push(problem)).ok();
+        let client_ca = self.client_ca_file.as_deref().and_then(&mut ca);
+        // `--client-ca-file` alone keeps delegated authorization: it only adds client-certificate
+        // authentication, as in kube-apiserver.
+        let authentication = match &self.token_auth_file {
+            Some(path) => standalone(path)
+                .map(|standalone| match client_ca {
+                    Some(ca) => Authentication::Standalone(standalone.with_client_ca(ca)),
+                    None => Authentication::Standalone(standalone),
+                })
+                .map_err(|problem| problems.push(problem))
+                .ok(),
+            None => Some(Authentication::Delegated(Delegation {
+                authentication_kubeconfig: self.authentication_kubeconfig.clone(),
+                authorization_kubeconfig: self.authorization_kubeconfig.clone(),
+                request_header: self.requestheader_client_ca_file.as_deref().map(|path| RequestHeaderConfig {
+                    client_ca: ca(path),
+                    allowed_names: self.requestheader_allowed_names.clone(),
+                    username_headers: self.requestheader_username_headers.clone(),
+                    group_headers: self.requestheader_group_headers.clone(),
+                    extra_header_prefixes: self.requestheader_extra_headers_prefix.clone(),
+                    uid_headers: self.requestheader_uid_headers.clone(),
+                }),
+                client_ca,
+                refresh: self.authentication_config_refresh,
+            })),
+        };
+        let (Some(authentication), true) = (authentication, problems.is_empty()) else {
+            return Err(ConfigError(problems));
+        };
+        Ok(Config {
+            listen: SocketAddr::new(self.bind_address, self.secure_port),
+            tls: TlsFiles {
+                cert_file: self.tls_cert_file.clone(),
+                key_file: self.tls_private_key_file.clone(),
+                cert_dir: self.cert_dir.clone(),
+                sni_names: self.tls_sni_names.clone(),
+            },
+            kubeconfig: self.kubeconfig.clone(),
+            authentication,
+            exporters: Exporters {
+                namespace: self.exporter_namespace.clone(),
+                selector: self.exporter_selector.clone(),
+                service_account: self.exporter_service_account.clone(),
+            },
+            store_warmup: self.store_warmup,
+            watch_history: self.watch_history,
+            watch_history_bytes: self.watch_history_bytes,
+            limits: Limits {
+                max_body_bytes: self.max_request_body_bytes,
+                watch_buffer_bytes: self.watch_buffer_bytes,
+                watch_blocked_timeout: self.watch_blocked_timeout,
+                max_nesting_depth: usize::from(self.max_nesting_depth),
+                max_json_patch_operations: self.max_json_patch_operations,
+                ..Limits::default()
+            },
+        })
+    }
+}
+
+/// The standalone authenticator of the token file at `path`.
+fn standalone(path: &Path) -> Result<Standalone, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Standalone::from_token_file(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn read_ca(path: &Path) -> Result<CaBundle, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    CaBundle::from_pem(&pem).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Command, FromArgMatches};
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        let command = <Args as clap::Args>::augment_args(Command::new("apiserver"));
+        let matches = command.try_get_matches_from(std::iter::once("apiserver").chain(args.iter().copied())).unwrap();
+        Args::from_arg_matches(&matches).unwrap()
+    }
+
+    #[test]
+    fn a_client_ca_alone_keeps_delegated_authorization() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = numaresources_certs::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
+        let ca_file = dir.path().join("ca.crt");
+        std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+        let ca_path = ca_file.to_str().unwrap();
+        let config = parse(&["--client-ca-file", ca_path]).config().unwrap();
+        assert!(matches!(config.authentication, Authentication::Delegated(Delegation { client_ca: Some(_), .. })));
+
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, "admin-token,admin,1,system:masters\n").unwrap();
+        let both = parse(&["--client-ca-file", ca_path, "--token-auth-file", tokens.to_str().unwrap()]);
+        let Authentication::Standalone(standalone) = both.config().unwrap().authentication else {
+            panic!("a token file selects standalone mode");
+        };
+        assert_eq!(standalone.client_cas().len(), 1);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+        let (tokens, ca, front_proxy) = (missing("tokens.csv"), missing("ca.crt"), missing("front-proxy.crt"));
+        let args = parse(&["--token-auth-file", &tokens, "--client-ca-file", &ca]);
+        let ConfigError(problems) = args.config().unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains(&ca) && problems[1].contains(&tokens), "{problems:?}");
+
+        let args = parse(&["--requestheader-client-ca-file", &front_proxy, "--client-ca-file", &ca]);
+        let ConfigError(problems) = args.config().unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+    }
+
+    #[test]
+    fn periods_are_go_durations_of_a_second_at_least() {
+        assert_eq!(period("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(period("500ms").is_err() && period("-5s").is_err() && period("5").is_err());
+        assert_eq!(parse(&[]).config().unwrap().store_warmup, Duration::from_secs(60));
+    }
+}
