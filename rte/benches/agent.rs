@@ -20,13 +20,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use numaresources_api::nrt::NodeResourceTopology;
-use numaresources_rte::agent::{self, Agent, Trigger};
+use numaresources_rte::agent::{self, Agent};
 use numaresources_rte::config::Config;
 use numaresources_rte::podresources::testing::RunningKubelet;
 use numaresources_rte::podresources::testing::{FakeKubelet, synthetic_list};
 use numaresources_rte::podresources::{Allocatable, PodResourcesClient, model, proto};
 use numaresources_rte::publish::{Outcome, PublishError, Publisher};
 use numaresources_rte::sysfs;
+use numaresources_rte::trigger::Trigger;
 use tokio::sync::{mpsc, oneshot};
 
 /// Runs `f` in rounds of `iterations` and reports the median time per iteration.

@@ -9,34 +9,21 @@
 //! (`rte_noderesourcetopology_patch_*`) describe its diff-based patching, which this agent does
 //! not do, so they are not exported.
 //!
-//! Exposition is OpenMetrics text over plain HTTP, or over HTTPS (`--metrics-mode=httptls`) with
-//! a certificate from a mounted Secret that is reloaded when the kubelet swaps the files, the
-//! cluster's TLS profile (minimum version, cipher suites) and optionally verified client
-//! certificates.
+//! They are registered into the process's one registry ([`Metrics::register`]), which the
+//! runtime's admin router exposes (see [`crate::metrics_endpoint`] for where and how).
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use http::StatusCode;
-use http::header::{CONTENT_TYPE, HeaderValue};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::agent::Trigger;
 use crate::publish::Outcome;
-
-/// The content type of the exposition.
-pub const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+use crate::trigger::Trigger;
 
 /// A podresources call, as upstream labels it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,10 +219,9 @@ impl Metrics {
         };
     }
 
-    /// A registry holding every metric, each labelled `node`.
-    pub fn registry(&self, node: &str) -> Registry {
-        let label = (Cow::Borrowed("node"), Cow::Owned(node.to_owned()));
-        let mut registry = Registry::with_labels(std::iter::once(label));
+    /// Registers every metric into `registry`, each labelled `node`.
+    pub fn register(&self, registry: &mut Registry, node: &str) {
+        let registry = registry.sub_registry_with_label((Cow::Borrowed("node"), Cow::Owned(node.to_owned())));
         // Counters get their `_total` suffix from the encoder.
         registry.register(
             "rte_podresource_api_call_failures",
@@ -281,138 +267,7 @@ impl Metrics {
             "Publishes made through kube-apiserver because the NRT API server could not be used directly",
             self.direct.fallbacks.clone(),
         );
-        registry
     }
-
-    /// The OpenMetrics text of every metric, labelled `node`.
-    pub fn encode(&self, node: &str) -> Result<String, std::fmt::Error> {
-        let mut body = String::new();
-        prometheus_client::encoding::text::encode(&mut body, &self.registry(node))?;
-        Ok(body)
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Exposition {
-    metrics: Arc<Metrics>,
-    node: Arc<str>,
-}
-
-async fn serve_metrics(State(state): State<Exposition>) -> Response {
-    match state.metrics.encode(&state.node) {
-        Ok(body) => {
-            let mut response = body.into_response();
-            response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_OPENMETRICS));
-            response
-        }
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode metrics: {error}")).into_response(),
-    }
-}
-
-/// The metrics routes: `GET /metrics`.
-pub fn router(metrics: Arc<Metrics>, node: &str) -> axum::Router {
-    axum::Router::new().route("/metrics", get(serve_metrics)).with_state(Exposition { metrics, node: Arc::from(node) })
-}
-
-/// A bound metrics listener, ready to serve over plain HTTP or TLS.
-pub struct MetricsServer {
-    listener: tokio::net::TcpListener,
-    tls: Option<TlsServing>,
-}
-
-/// What keeps HTTPS going: the configuration and the watcher that reloads its certificate.
-struct TlsServing {
-    config: Arc<rustls::ServerConfig>,
-    _watcher: numaresources_certs::CertificateWatcher,
-}
-
-impl std::fmt::Debug for MetricsServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsServer")
-            .field("address", &self.listener.local_addr().ok())
-            .field("tls", &self.tls.is_some())
-            .finish()
-    }
-}
-
-/// Why the metrics endpoint cannot start.
-#[derive(Debug, thiserror::Error)]
-pub enum MetricsServerError {
-    /// The address cannot be listened on.
-    #[error("cannot listen for metrics on {address}: {source}")]
-    Listen {
-        /// The address.
-        address: SocketAddr,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The certificate, key, client CA or TLS policy cannot be used.
-    #[error("cannot serve metrics over TLS: {0}")]
-    Tls(#[from] numaresources_certs::Error),
-}
-
-impl MetricsServer {
-    /// Binds the endpoint's address and, for HTTPS, loads and starts watching the certificate.
-    pub async fn bind(endpoint: &crate::config::MetricsEndpoint) -> Result<Self, MetricsServerError> {
-        use numaresources_certs::{
-            CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions,
-        };
-        let tls = match &endpoint.tls {
-            None => None,
-            Some(settings) => {
-                let certificate = ReloadingCertificate::load(&settings.cert_file, &settings.key_file)?;
-                let watcher = certificate.watch(WatchOptions::default())?;
-                let mut builder = ServerConfigBuilder::new(Arc::new(certificate)).policy(settings.policy.clone());
-                if let Some(ca_file) = &settings.client_ca_file {
-                    let pem = std::fs::read(ca_file)
-                        .map_err(|source| numaresources_certs::Error::Read { path: ca_file.clone(), source })?;
-                    let bundle = CaBundle::from_pem(&pem)?;
-                    builder = builder.client_cas(Arc::new(ClientCaVerifier::new(&[bundle])?));
-                }
-                Some(TlsServing { config: builder.build()?, _watcher: watcher })
-            }
-        };
-        let address = endpoint.address;
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|source| MetricsServerError::Listen { address, source })?;
-        Ok(Self { listener, tls })
-    }
-
-    /// The bound address (useful with port 0).
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// Serves `/metrics` until `shutdown` completes.
-    pub async fn serve(
-        self,
-        metrics: Arc<Metrics>,
-        node: &str,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        match self.tls {
-            None => serve(self.listener, metrics, node, shutdown).await,
-            Some(TlsServing { config, _watcher }) => {
-                let address = self.listener.local_addr().ok();
-                tracing::info!(?address, "serving metrics on /metrics (HTTPS)");
-                numaresources_certs::serve(self.listener, config, router(metrics, node), shutdown).await
-            }
-        }
-    }
-}
-
-/// Serves `/metrics` on `listener` over plain HTTP until `shutdown` completes.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: Arc<Metrics>,
-    node: &str,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let address: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(?address, "serving metrics on /metrics (plain HTTP)");
-    axum::serve(listener, router(metrics, node)).with_graceful_shutdown(shutdown).await
 }
 
 #[cfg(test)]
@@ -432,7 +287,10 @@ mod tests {
         metrics.published(Outcome::Created, Trigger::Reactive);
         metrics.published(Outcome::Patched, Trigger::Periodic);
         metrics.published(Outcome::DryRun, Trigger::Periodic);
-        let text = metrics.encode("worker-0").unwrap();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry, "worker-0");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
             "# TYPE rte_podresource_api_call_failures counter",
             r#"rte_podresource_api_call_failures_total{node="worker-0",function_name="get_allocatable_resources"} 1"#,

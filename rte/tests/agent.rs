@@ -12,14 +12,18 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use numaresources_api::nrt::NodeResourceTopology;
-use numaresources_rte::agent::{self, Agent, ScanError, Trigger};
-use numaresources_rte::config::{Args, Config, Kubelet, MetricsMode};
+use numaresources_rte::agent::{Agent, ScanError};
+use numaresources_rte::config::{Args, Config, Kubelet, MetricsEndpoint, MetricsMode, MetricsTls};
+use numaresources_rte::exporter::{self, Exporter};
+use numaresources_rte::metrics::Metrics;
+use numaresources_rte::metrics_endpoint::MetricsServer;
 use numaresources_rte::podreadiness::{OwnPod, PodConditions};
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, KubeletIfPresent, PodResourcesClient};
 use numaresources_rte::publish::{self, KubePublisher, Outcome, PublishError, Publisher};
 use numaresources_rte::terminal::TerminalPods;
+use numaresources_rte::trigger::Trigger;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -720,11 +724,16 @@ async fn https_get(address: std::net::SocketAddr, ca_pem: &str, path: &str) -> s
     Ok(response)
 }
 
+/// The runtime's admin router over `metrics`, as `numaresources rte` serves it.
+fn admin_router(metrics: &Metrics) -> axum::Router {
+    let mut registry = numaresources_certs::admin::Registry::default();
+    metrics.register(&mut registry, "worker-0");
+    numaresources_certs::admin::router(numaresources_certs::admin::Checks::new(), Arc::new(registry))
+}
+
 #[tokio::test]
 async fn metrics_over_https_follow_a_rotated_certificate() {
     use numaresources_certs::CertificateAuthority;
-    use numaresources_rte::config::{MetricsEndpoint, MetricsTls};
-    use numaresources_rte::metrics::MetricsServer;
     let dir = tempfile::tempdir().unwrap();
     let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     let names = ["localhost".to_owned()];
@@ -739,8 +748,7 @@ async fn metrics_over_https_follow_a_rotated_certificate() {
     let endpoint = MetricsEndpoint { address: "127.0.0.1:0".parse().unwrap(), tls: Some(tls) };
     let server = MetricsServer::bind(&endpoint).await.unwrap();
     let address = server.local_addr().unwrap();
-    let metrics = Arc::new(numaresources_rte::metrics::Metrics::default());
-    let serving = tokio::spawn(server.serve(metrics, "worker-0", std::future::pending()));
+    let serving = tokio::spawn(server.serve(admin_router(&Metrics::default()), std::future::pending()));
 
     let response = bounded("scrape", https_get(address, first_ca.cert_pem(), "/metrics")).await.unwrap();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
@@ -761,7 +769,6 @@ async fn metrics_over_https_follow_a_rotated_certificate() {
 
 #[tokio::test]
 async fn an_unusable_metrics_certificate_is_a_clear_start_error() {
-    use numaresources_rte::config::{MetricsEndpoint, MetricsTls};
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("tls.crt");
     let tls = MetricsTls {
@@ -771,7 +778,7 @@ async fn an_unusable_metrics_certificate_is_a_clear_start_error() {
         policy: Default::default(),
     };
     let endpoint = MetricsEndpoint { address: "127.0.0.1:0".parse().unwrap(), tls: Some(tls) };
-    let error = numaresources_rte::metrics::MetricsServer::bind(&endpoint).await.unwrap_err().to_string();
+    let error = MetricsServer::bind(&endpoint).await.unwrap_err().to_string();
     assert!(
         error.contains("cannot serve metrics over TLS") && error.contains(&missing.display().to_string()),
         "{error}"
@@ -784,10 +791,11 @@ async fn metrics_are_scraped_over_loopback_with_upstream_names_after_a_scan() {
     let _kubelet = node.kubelet(&[("dpdk", &[2])]);
     let (recorder, _told) = Recorder::new();
     let mut agent = Agent::new(node.config(), node.client(), recorder);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = MetricsEndpoint { address: "127.0.0.1:0".parse().unwrap(), tls: None };
+    let listener = MetricsServer::bind(&endpoint).await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(numaresources_rte::metrics::serve(listener, agent.metrics(), "worker-0", async move {
+    let server = tokio::spawn(listener.serve(admin_router(&agent.metrics()), async move {
         let _ = stopped.await;
     }));
 
@@ -889,13 +897,17 @@ fn oneshot_args(node: &Node) -> Args {
     }
 }
 
+/// `numaresources rte --oneshot --no-publish`, without a kube client.
+async fn oneshot(node: &Node) -> Result<(), exporter::Error> {
+    Exporter::new(oneshot_args(node).resolve().unwrap(), None).run(std::future::pending()).await
+}
+
 #[tokio::test]
 async fn oneshot_refreshes_once_and_fails_when_the_scan_fails() {
     let node = Node::new();
     fs::write(node.dir.path().join("empty-config.yaml"), "").unwrap();
-    let error =
-        bounded("oneshot without kubelet", agent::run(oneshot_args(&node), std::future::pending())).await.unwrap_err();
-    assert!(matches!(error, agent::Error::Oneshot(ScanError::Kubelet(_))), "{error}");
+    let error = bounded("oneshot without kubelet", oneshot(&node)).await.unwrap_err();
+    assert!(matches!(error, exporter::Error::Oneshot(ScanError::Kubelet(_))), "{error}");
     let _kubelet = node.kubelet(&[("dpdk", &[2])]);
-    bounded("oneshot", agent::run(oneshot_args(&node), std::future::pending())).await.unwrap();
+    bounded("oneshot", oneshot(&node)).await.unwrap();
 }

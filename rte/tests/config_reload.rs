@@ -56,7 +56,7 @@ async fn a_changed_configmap_policy_is_published_without_a_restart() {
     };
     let config = args.resolve().unwrap();
     let (tell, mut told) = mpsc::unbounded_channel();
-    let agent = Agent::new(config, None::<PodResourcesClient>, Told(tell)).with_config_reload(args);
+    let agent = Agent::new(config, None::<PodResourcesClient>, Told(tell)).with_config_reload();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(agent.run(async move { drop(stopped.await) }));
 

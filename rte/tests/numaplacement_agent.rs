@@ -12,12 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
-use numaresources_rte::agent::{Agent, Trigger};
+use numaresources_rte::agent::Agent;
 use numaresources_rte::config::Config;
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::FakeKubelet;
 use numaresources_rte::podresources::{ClientConfig, PodResourcesClient};
 use numaresources_rte::publish::{Outcome, PublishError, Publisher};
+use numaresources_rte::trigger::Trigger;
 
 const METADATA: &str = "topology.node.k8s.io/numaplacement-metadata";
 const VECTOR: &str = "topology.node.k8s.io/numaplacement-vector";

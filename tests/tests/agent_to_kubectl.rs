@@ -22,11 +22,13 @@ use base64::Engine;
 use numaresources_api::exporter::TopologyManager;
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
-use numaresources_rte::agent::{Agent, Metrics, Stats, Trigger};
+use numaresources_rte::agent::Agent;
 use numaresources_rte::config::Config;
+use numaresources_rte::metrics::{Metrics, Stats};
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
 use numaresources_rte::publish::{KubePublisher, Outcome};
+use numaresources_rte::trigger::Trigger;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -285,7 +287,7 @@ impl Server {
 struct RunningAgent {
     metrics: Arc<Metrics>,
     stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), numaresources_rte::agent::Error>>,
+    task: tokio::task::JoinHandle<Result<(), numaresources_rte::agent::NotifyFileError>>,
 }
 
 /// The agent as the e2e runs it: scans only when the test says so (the notify file or a direct

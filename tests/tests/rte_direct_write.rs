@@ -31,7 +31,6 @@ use numaresources_apiserver::auth::{Auth, Standalone};
 use numaresources_apiserver::replication::STORE_WARM_CHECK;
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
-use numaresources_rte::agent::Trigger;
 use numaresources_rte::agent::{Agent, own_object};
 use numaresources_rte::config::Config;
 use numaresources_rte::direct::DirectServer;
@@ -40,6 +39,7 @@ use numaresources_rte::metrics::DirectPathMetrics;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
 use numaresources_rte::publish::Outcome;
+use numaresources_rte::trigger::Trigger;
 use serde_json::json;
 use tokio::sync::{Notify, oneshot, watch};
 

@@ -17,7 +17,7 @@ pub mod allocations;
 pub mod config_reload;
 pub mod notify_file;
 pub mod own_object;
-pub mod trigger;
+pub mod schedule;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -31,46 +31,19 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::accounting::KubeletView;
-use crate::config::{Args, Config, ConfigError};
-use crate::direct::FailoverPublisher;
+use crate::config::Config;
 use crate::fingerprint::{self, Fingerprint, FingerprintPod};
-use crate::metrics::{Operation, PodResourcesCall};
+use crate::metrics::{Metrics, Operation, PodResourcesCall};
 use crate::podreadiness::{Condition, ConditionType, PodConditions};
-use crate::podresources::{
-    self, Allocatable, ClientConfig, PodResources, PodResourcesClient, PodResourcesSource, middleware,
-};
-use crate::publish::{KubePublisher, Outcome, PublishError, Publisher};
+use crate::podresources::{self, Allocatable, PodResources, PodResourcesSource, middleware};
+use crate::publish::{Outcome, PublishError, Publisher};
 use crate::sysfs::{self, Discovery, Machine};
 use crate::terminal::TerminalPods;
 use crate::topology::{self, Scan};
+use crate::trigger::Trigger;
 
-pub use crate::metrics::{Metrics, Stats};
 pub use notify_file::NotifyFileError;
-pub use trigger::{Decision, Published, RateLimiter, Trigger, decide};
-
-/// Why the agent could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The flags, environment or files are wrong.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The notify file cannot be used.
-    #[error(transparent)]
-    NotifyFile(#[from] NotifyFileError),
-    /// No client configuration for the API server (neither in-cluster nor a kubeconfig).
-    #[error("cannot configure a Kubernetes client (in-cluster service account or KUBECONFIG): {0}")]
-    Kube(#[source] kube::Error),
-    /// The metrics endpoint cannot start (port taken, certificate unusable).
-    #[error(transparent)]
-    Metrics(#[from] crate::metrics::MetricsServerError),
-    /// `--oneshot`: the one scan or publish failed. (Not a `source`: the text carries it, and
-    /// the binary prints the chain, which would repeat it.)
-    #[error("the one refresh (--oneshot) failed: {0}")]
-    Oneshot(ScanError),
-    /// `--output`: the topology could not be printed.
-    #[error("cannot print the topology: {0}")]
-    Output(String),
-}
+pub use schedule::{Decision, Published, RateLimiter, decide};
 
 /// Why one scan (or its publish) failed; logged and counted, never fatal.
 #[derive(Debug, thiserror::Error)]
@@ -185,8 +158,8 @@ pub struct Agent<S, P> {
     discovering: Arc<AtomicBool>,
     /// The digest of the last `List` answer seen (by a scan or a poll).
     seen_allocations: Mutex<Option<u64>>,
-    /// The flags to resolve again when the configuration files change.
-    reload: Option<Args>,
+    /// Whether to resolve its flags again when the configuration files they name change.
+    reload: bool,
 }
 
 impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
@@ -204,7 +177,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             last_wakeup: Instant::now(),
             discovering: Arc::default(),
             seen_allocations: Mutex::new(None),
-            reload: None,
+            reload: false,
         }
     }
 
@@ -232,6 +205,16 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
     /// Its counters, shared.
     pub fn metrics(&self) -> Arc<Metrics> {
         Arc::clone(&self.metrics)
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// What it last published, if anything since the last failure.
+    pub fn last_published(&self) -> Option<&NodeResourceTopology> {
+        self.last.as_ref().map(|published| &published.topology)
     }
 
     /// The kubelet's pods and allocatable resources, counting each failed call.
@@ -399,19 +382,18 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         }
     }
 
-    /// Follows the configuration files `args` names (the operator's ConfigMap, the kubelet
+    /// Follows the configuration files its flags name (the operator's ConfigMap, the kubelet
     /// configuration) while running, and applies their changes ([`config_reload`]).
     #[must_use]
-    pub fn with_config_reload(mut self, args: Args) -> Self {
-        self.reload = Some(args);
+    pub fn with_config_reload(mut self) -> Self {
+        self.reload = true;
         self
     }
 
     /// Resolves the flags again after a configuration file changed and applies the result; a
     /// configuration that does not resolve is logged and the running one kept.
     fn reload_config(&mut self) {
-        let Some(args) = &self.reload else { return };
-        match args.resolve() {
+        match self.config.flags.resolve() {
             Ok(fresh) => {
                 config_reload::apply(&mut self.config, fresh);
             }
@@ -428,7 +410,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
     /// Runs until `shutdown` completes: one scan at once, then on the timer, on a change of the
     /// kubelet's allocations and on the notify file.
     /// Returns early only when the notify file cannot be set up.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), NotifyFileError> {
         let wake = Arc::new(Notify::new());
         let _watcher = match &self.config.notify_file {
             Some(path) => {
@@ -445,8 +427,8 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         let reloaded = Arc::new(Notify::new());
         let _config_watch = self
             .reload
-            .as_ref()
-            .and_then(|args| config_reload::follow(&config_reload::followed_files(args), Arc::clone(&reloaded)));
+            .then(|| config_reload::follow(&config_reload::followed_files(&self.config.flags), Arc::clone(&reloaded)))
+            .flatten();
         let mut poll = self.config.allocation_poll.map(|every| {
             let mut poll = tokio::time::interval_at(Instant::now() + every, every);
             poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -555,159 +537,6 @@ impl Publisher for DryRun {
         );
         std::future::ready(Ok(Outcome::DryRun))
     }
-}
-
-/// The `numaresources rte` entry point: validates `args`, connects to the kubelet and the API
-/// server, serves metrics, and runs until `shutdown` completes (or after one refresh with
-/// `--oneshot`, failing when it failed).
-pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-    let config = args.resolve()?;
-    if let Some(verbosity) = config.verbosity {
-        tracing::debug!(
-            verbosity,
-            matching_log_level = crate::config::klog_log_level(verbosity),
-            "klog verbosity given; it sets the log filter unless --log-level (NUMARESOURCES_LOG) does"
-        );
-    }
-    if args.refresh_node_resources {
-        tracing::debug!("--refresh-node-resources is always in effect: every scan re-reads the node's resources");
-    }
-    // No readiness wait here: the first scan dials, and a failed scan is retried with backoff.
-    let source = config.podresources_socket.clone().map(|socket| PodResourcesClient::new(ClientConfig::new(socket)));
-    if source.is_none() {
-        tracing::warn!(
-            "--podresources-socket none: no kubelet, so allocatable = capacity and nothing is allocated; \
-             the topology is this machine's own view, not what a kubelet would admit"
-        );
-    }
-    let own_pod = if config.pod_readiness { config.own_pod.clone() } else { None };
-    if config.pod_readiness && own_pod.is_none() {
-        tracing::warn!(
-            "--podreadiness is on but neither POD_NAMESPACE/POD_NAME nor REFERENCE_NAMESPACE/REFERENCE_POD_NAME \
-             name the agent's pod: not setting pod conditions"
-        );
-    }
-    let needs_client = config.publish || own_pod.is_some() || config.exclude_terminal_pods;
-    let client = if needs_client { Some(kube::Client::try_default().await.map_err(Error::Kube)?) } else { None };
-
-    // A one-off run ends before anything could scrape it: it opens no listener at all.
-    let listener = match &config.metrics {
-        Some(endpoint) if !config.oneshot => Some(crate::metrics::MetricsServer::bind(endpoint).await?),
-        _ => None,
-    };
-    let mut background = tokio::task::JoinSet::new();
-    let terminal = match (&client, config.exclude_terminal_pods) {
-        (Some(client), true) => {
-            let terminal = TerminalPods::default();
-            background.spawn(terminal.clone().watch(client.clone(), config.node_name.clone()));
-            Some(terminal)
-        }
-        _ => None,
-    };
-    let conditions = match (&client, own_pod) {
-        (Some(client), Some(pod)) => Some(PodConditions::new(client.clone(), pod)),
-        _ => None,
-    };
-
-    let unused = args.direct.unused_file_flags();
-    if !unused.is_empty() {
-        tracing::warn!(flags = ?unused, "given without --nrt-server, so unused: publishing through kube-apiserver");
-    }
-    let options = Options { oneshot: config.oneshot, conditions, terminal };
-    let lost = Arc::new(Notify::new());
-    let result = match (client.filter(|_| config.publish), config.nrt_server.clone()) {
-        (Some(client), Some(server)) => {
-            let metrics = Arc::new(Metrics::default());
-            let publisher = FailoverPublisher::new(server, &config.node_name, client, config.add_nrt_owner)
-                .with_metrics(metrics.direct_path().clone());
-            if !config.oneshot {
-                let node = config.node_name.clone();
-                background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
-            }
-            let agent = Agent::new(config, source, publisher)
-                .with_metrics(metrics)
-                .with_republish(lost)
-                .with_config_reload(args.clone());
-            drive(agent, options, listener, &mut background, shutdown).await
-        }
-        (Some(client), None) => {
-            let publisher = KubePublisher::new(client.clone(), config.add_nrt_owner);
-            if !config.oneshot {
-                background.spawn(own_object::watch(client, config.node_name.clone(), lost.clone()));
-            }
-            let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload(args.clone());
-            drive(agent, options, listener, &mut background, shutdown).await
-        }
-        (None, _) => {
-            let agent = Agent::new(config, source, DryRun).with_config_reload(args.clone());
-            drive(agent, options, listener, &mut background, shutdown).await
-        }
-    };
-    background.shutdown().await;
-    result
-}
-
-/// What [`run`] wires around the agent.
-struct Options {
-    oneshot: bool,
-    conditions: Option<PodConditions>,
-    terminal: Option<TerminalPods>,
-}
-
-/// Serves metrics (when given a listener) and runs the agent, once or until `shutdown`.
-async fn drive<P: Publisher + Sync>(
-    mut agent: Agent<Option<PodResourcesClient>, P>,
-    options: Options,
-    metrics: Option<crate::metrics::MetricsServer>,
-    background: &mut tokio::task::JoinSet<()>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), Error> {
-    if let Some(conditions) = options.conditions {
-        agent = agent.with_pod_conditions(conditions);
-    }
-    if let Some(terminal) = options.terminal {
-        agent = agent.with_terminal_pods(terminal);
-    }
-    if let Some(server) = metrics {
-        let metrics = agent.metrics();
-        let node = agent.config.node_name.clone();
-        // Stopped with the other background tasks when the agent returns.
-        background.spawn(async move {
-            if let Err(error) = server.serve(metrics, &node, std::future::pending()).await {
-                tracing::error!(%error, "the metrics server stopped");
-            }
-        });
-    }
-    if !options.oneshot {
-        return agent.run(shutdown).await;
-    }
-    tokio::select! {
-        biased;
-        () = shutdown => Ok(()),
-        refreshed = agent.refresh(Trigger::Periodic) => match refreshed {
-            Ok(outcome) => {
-                tracing::info!(?outcome, "--oneshot: refreshed once; exiting");
-                match (agent.config.output, agent.last.as_ref()) {
-                    (Some(format), Some(published)) => print_topology(&published.topology, format),
-                    _ => Ok(()),
-                }
-            }
-            Err(error) => Err(Error::Oneshot(error)),
-        },
-    }
-}
-
-/// Writes `nrt` to stdout as `kubectl get -o yaml|json` would show it.
-fn print_topology(nrt: &NodeResourceTopology, format: crate::config::OutputFormat) -> Result<(), Error> {
-    use std::io::Write;
-    let text = match format {
-        crate::config::OutputFormat::Yaml => serde_norway::to_string(nrt).map_err(|e| e.to_string()),
-        crate::config::OutputFormat::Json => {
-            serde_json::to_string_pretty(nrt).map(|t| t + "\n").map_err(|e| e.to_string())
-        }
-    }
-    .map_err(Error::Output)?;
-    std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| Error::Output(e.to_string()))
 }
 
 #[cfg(test)]

@@ -186,6 +186,11 @@ pub struct Args {
           num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub refresh_node_resources: bool,
 
+    /// A kubeconfig for talking to kube-apiserver [default: in-cluster configuration, then
+    /// `$KUBECONFIG`/`~/.kube/config`].
+    #[arg(long, env = "NUMARESOURCES_RTE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
     /// The direct write path to our API server.
     #[command(flatten)]
     pub direct: crate::direct::DirectArgs,

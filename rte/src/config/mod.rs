@@ -84,9 +84,17 @@ pub struct Config {
     pub output: Option<OutputFormat>,
     /// Our API server, written to directly (`--nrt-server`); `None`: through kube-apiserver.
     pub nrt_server: Option<crate::direct::DirectServer>,
+    /// The flags it was resolved from: resolved again when a file they name changes.
+    pub flags: Args,
 }
 
 impl Config {
+    /// Whether the agent talks to kube-apiserver: to publish, to set its own pod's conditions or
+    /// to watch terminal pods.
+    pub fn needs_kube_client(&self) -> bool {
+        self.publish || (self.pod_readiness && self.own_pod.is_some()) || self.exclude_terminal_pods
+    }
+
     /// The flag defaults for `node_name`, with no environment and no file read: for tests and
     /// embedding.
     ///

@@ -88,6 +88,7 @@ impl Args {
             oneshot: self.oneshot,
             verbosity: self.verbosity,
             nrt_server,
+            flags: self.clone(),
         })
     }
 

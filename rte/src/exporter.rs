@@ -1,0 +1,215 @@
+//! The exporter component (`numaresources rte`), in the shape every component has: a validated
+//! [`Config`] and a kube client from the caller → [`Exporter::new`] → its metrics
+//! ([`Exporter::register_metrics`]) and readiness ([`Exporter::readiness`]) for the runtime's
+//! admin router → [`Exporter::run`] until shutdown (or after one refresh with `--oneshot`).
+//!
+//! It picks the kubelet source (the podresources socket, or none), the publisher (kube-apiserver,
+//! the direct path to our API server with kube-apiserver as fallback, or a dry run with
+//! `--no-publish`) and the background tasks (the own-object watch that republishes a lost object,
+//! the terminal pods watch), and runs the [`Agent`] with them.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_certs::admin::{Checks, Registry};
+use tokio::sync::Notify;
+
+use crate::agent::notify_file::NotifyFileError;
+use crate::agent::{Agent, DryRun, ScanError, own_object};
+use crate::config::{Config, OutputFormat, klog_log_level};
+use crate::direct::FailoverPublisher;
+use crate::metrics::Metrics;
+use crate::podreadiness::PodConditions;
+use crate::podresources::{ClientConfig, PodResourcesClient};
+use crate::publish::{KubePublisher, Publisher};
+use crate::terminal::TerminalPods;
+use crate::trigger::Trigger;
+
+/// The readiness check that passes once a topology was published (or, with `--no-publish`,
+/// would have been).
+pub const PUBLISHED_CHECK: &str = "topology-published";
+
+/// Why the exporter could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The notify file cannot be used.
+    #[error(transparent)]
+    NotifyFile(#[from] NotifyFileError),
+    /// `--oneshot`: the one scan or publish failed. (Not a `source`: the text carries it, and
+    /// the binary prints the chain, which would repeat it.)
+    #[error("the one refresh (--oneshot) failed: {0}")]
+    Oneshot(ScanError),
+    /// `--output`: the topology could not be printed.
+    #[error("cannot print the topology: {0}")]
+    Output(String),
+}
+
+/// The exporter of one node.
+pub struct Exporter {
+    config: Config,
+    client: Option<kube::Client>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exporter")
+            .field("node", &self.config.node_name)
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl Exporter {
+    /// An exporter for `config`, talking to kube-apiserver through `client`: needed when
+    /// [`Config::needs_kube_client`], else it may be `None`.
+    pub fn new(config: Config, client: Option<kube::Client>) -> Self {
+        Self { config, client, metrics: Arc::default() }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Registers its metrics (upstream's names, each labelled with the node) into `registry`.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        self.metrics.register(registry, &self.config.node_name);
+    }
+
+    /// Its readiness: a topology was published.
+    pub fn readiness(&self) -> Checks {
+        let metrics = Arc::clone(&self.metrics);
+        Checks::new().with(PUBLISHED_CHECK, move || match metrics.snapshot().publishes {
+            0 => Err("no topology published yet".to_owned()),
+            _ => Ok(()),
+        })
+    }
+
+    /// Runs until `shutdown` completes (or after one refresh with `--oneshot`, failing when it
+    /// failed).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let Self { config, client, metrics } = self;
+        if let Some(verbosity) = config.verbosity {
+            tracing::debug!(
+                verbosity,
+                matching_log_level = klog_log_level(verbosity),
+                "klog verbosity given; it sets the log filter unless --log-level (NUMARESOURCES_LOG) does"
+            );
+        }
+        if config.flags.refresh_node_resources {
+            tracing::debug!("--refresh-node-resources is always in effect: every scan re-reads the node's resources");
+        }
+        // No readiness wait here: the first scan dials, and a failed scan is retried with backoff.
+        let source =
+            config.podresources_socket.clone().map(|socket| PodResourcesClient::new(ClientConfig::new(socket)));
+        if source.is_none() {
+            tracing::warn!(
+                "--podresources-socket none: no kubelet, so allocatable = capacity and nothing is allocated; \
+                 the topology is this machine's own view, not what a kubelet would admit"
+            );
+        }
+        let own_pod = if config.pod_readiness { config.own_pod.clone() } else { None };
+        if config.pod_readiness && own_pod.is_none() {
+            tracing::warn!(
+                "--podreadiness is on but neither POD_NAMESPACE/POD_NAME nor REFERENCE_NAMESPACE/REFERENCE_POD_NAME \
+                 name the agent's pod: not setting pod conditions"
+            );
+        }
+        let mut background = tokio::task::JoinSet::new();
+        let terminal = match (&client, config.exclude_terminal_pods) {
+            (Some(client), true) => {
+                let terminal = TerminalPods::default();
+                background.spawn(terminal.clone().watch(client.clone(), config.node_name.clone()));
+                Some(terminal)
+            }
+            _ => None,
+        };
+        let conditions = match (&client, own_pod) {
+            (Some(client), Some(pod)) => Some(PodConditions::new(client.clone(), pod)),
+            _ => None,
+        };
+        let unused = config.flags.direct.unused_file_flags();
+        if !unused.is_empty() {
+            tracing::warn!(flags = ?unused, "given without --nrt-server, so unused: publishing through kube-apiserver");
+        }
+
+        let options = Options { oneshot: config.oneshot, conditions, terminal, metrics: metrics.clone() };
+        let lost = Arc::new(Notify::new());
+        let result = match (client.filter(|_| config.publish), config.nrt_server.clone()) {
+            (Some(client), Some(server)) => {
+                let publisher = FailoverPublisher::new(server, &config.node_name, client, config.add_nrt_owner)
+                    .with_metrics(metrics.direct_path().clone());
+                if !config.oneshot {
+                    let node = config.node_name.clone();
+                    background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
+                }
+                let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload();
+                drive(agent, options, shutdown).await
+            }
+            (Some(client), None) => {
+                let publisher = KubePublisher::new(client.clone(), config.add_nrt_owner);
+                if !config.oneshot {
+                    background.spawn(own_object::watch(client, config.node_name.clone(), lost.clone()));
+                }
+                let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload();
+                drive(agent, options, shutdown).await
+            }
+            (None, _) => drive(Agent::new(config, source, DryRun).with_config_reload(), options, shutdown).await,
+        };
+        background.shutdown().await;
+        result
+    }
+}
+
+/// What [`Exporter::run`] wires around the agent.
+struct Options {
+    oneshot: bool,
+    conditions: Option<PodConditions>,
+    terminal: Option<TerminalPods>,
+    metrics: Arc<Metrics>,
+}
+
+/// Runs the agent, once or until `shutdown`.
+async fn drive<P: Publisher + Sync>(
+    agent: Agent<Option<PodResourcesClient>, P>,
+    options: Options,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let mut agent = agent.with_metrics(options.metrics);
+    if let Some(conditions) = options.conditions {
+        agent = agent.with_pod_conditions(conditions);
+    }
+    if let Some(terminal) = options.terminal {
+        agent = agent.with_terminal_pods(terminal);
+    }
+    if !options.oneshot {
+        return agent.run(shutdown).await.map_err(Error::NotifyFile);
+    }
+    tokio::select! {
+        biased;
+        () = shutdown => Ok(()),
+        refreshed = agent.refresh(Trigger::Periodic) => match refreshed {
+            Ok(outcome) => {
+                tracing::info!(?outcome, "--oneshot: refreshed once; exiting");
+                match (agent.config().output, agent.last_published()) {
+                    (Some(format), Some(published)) => print_topology(published, format),
+                    _ => Ok(()),
+                }
+            }
+            Err(error) => Err(Error::Oneshot(error)),
+        },
+    }
+}
+
+/// Writes `nrt` to stdout as `kubectl get -o yaml|json` would show it.
+fn print_topology(nrt: &NodeResourceTopology, format: OutputFormat) -> Result<(), Error> {
+    use std::io::Write;
+    let text = match format {
+        OutputFormat::Yaml => serde_norway::to_string(nrt).map_err(|e| e.to_string()),
+        OutputFormat::Json => serde_json::to_string_pretty(nrt).map(|t| t + "\n").map_err(|e| e.to_string()),
+    }
+    .map_err(Error::Output)?;
+    std::io::stdout().lock().write_all(text.as_bytes()).map_err(|e| Error::Output(e.to_string()))
+}
