@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use super::peer::{
     Ack, Bookmark, COMMITTED_ANNOTATION, OBJECTS_ANNOTATION, PeerStatus, SNAPSHOT, StreamEvent, WARM_ANNOTATION,
-    event_type,
+    WARM_REVISION_ANNOTATION, event_type,
 };
 use super::{PeerClient, Replication, STREAM_SILENCE};
 
@@ -203,16 +203,13 @@ impl Replication {
                 let head = parse_revision(&bookmark.metadata.resource_version)?;
                 let annotations = &bookmark.metadata.annotations;
                 let warm = annotations.get(WARM_ANNOTATION).is_some_and(|w| w == "true");
+                let warm_at = warm.then(|| annotations.get(WARM_REVISION_ANNOTATION).and_then(|r| r.parse().ok()));
                 let committed = annotations.get(COMMITTED_ANNOTATION).and_then(|c| c.parse().ok()).unwrap_or(head);
                 self.store.advance_to(head);
                 self.store.set_visible(Some(committed));
-                self.heard_from_leader(head, warm);
+                self.heard_from_leader(head, warm_at.map(Option::unwrap_or_default));
                 if !self.following.caught_up.swap(true, Ordering::AcqRel) {
                     tracing::info!(revision = head, objects = self.store.len(), "caught up with the leader");
-                    if warm {
-                        // Caught up with a warm leader: this store is as warm as the leader's.
-                        self.readiness.set(super::STORE_WARM_CHECK, true);
-                    }
                     self.refresh_readiness();
                 }
                 continue;
@@ -281,7 +278,7 @@ async fn acknowledge(replication: Arc<Replication>, client: kube::Client, token:
                 Ok(Ok(text)) => {
                     if let Ok(status) = serde_json::from_str::<PeerStatus>(&text) {
                         replication.store.set_visible(Some(status.committed));
-                        replication.heard_from_leader(status.revision, status.warm);
+                        replication.heard_from_leader(status.revision, status.warm_at());
                     }
                     acked = revision;
                 }

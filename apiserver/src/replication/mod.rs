@@ -38,6 +38,8 @@ mod peer;
 mod route;
 #[cfg(test)]
 mod store_tests;
+#[cfg(test)]
+mod warm_tests;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -139,6 +141,10 @@ pub struct Replication {
     in_sync_gone: AtomicBool,
     /// The highest head revision a leader published on the Lease: a new leader starts past it.
     high_water: AtomicU64,
+    /// The revision from which this replica's store is warm (0: not yet known): a follower
+    /// that has reached a warm leader's counts from there too, so that, once it leads, its own
+    /// followers need reach no further.
+    warm_at: AtomicU64,
     /// The leader's view of its followers.
     in_sync: leader::InSync,
     metrics: Metrics,
@@ -168,8 +174,13 @@ struct Following {
     caught_up: AtomicBool,
     /// The leader's revision, as last heard.
     leader_revision: AtomicU64,
-    /// The leader's store is warm (answering reads).
-    leader_warm: AtomicBool,
+    /// The revision from which the leader's store is warm, as last heard (0: it is not warm;
+    /// one value, so that whether and from where are always read together).
+    leader_warm_at: AtomicU64,
+    /// This replica has reached a warm leader's warm revision (the leader's store was warm
+    /// and this one holds at least what the leader's held then). Once true, it stays true: the
+    /// store keeps everything it reached.
+    warm: AtomicBool,
     /// When the follower last heard from a leader.
     last_heard: Mutex<Option<Instant>>,
 }
@@ -231,6 +242,7 @@ impl Replication {
             following: Following::default(),
             in_sync_gone: AtomicBool::new(false),
             high_water: AtomicU64::new(0),
+            warm_at: AtomicU64::new(0),
             in_sync: leader::InSync::default(),
             metrics: Metrics::default(),
         }
@@ -276,14 +288,31 @@ impl Replication {
         self.readiness.get(STORE_WARM_CHECK).unwrap_or(true)
     }
 
+    /// The revision from which this replica's store is warm, once it is (see [`Replication::warm_at`]);
+    /// when its own warm-up decided, the revision clients saw when that was first noticed (a
+    /// little later than the decision: followers then wait a little longer, never too little).
+    fn warm_revision(&self) -> Option<u64> {
+        if !self.locally_warm() {
+            return None;
+        }
+        let noticed = self.store.revision();
+        match self.warm_at.compare_exchange(0, noticed, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(noticed),
+            Err(recorded) => Some(recorded),
+        }
+    }
+
     /// Whether this replica can answer reads correctly now: the leader once warm; a follower
-    /// that caught up with a warm leader and heard from it recently.
+    /// whose store reached what a warm leader's held when it became warm, and that heard from
+    /// a warm leader recently. A follower that lags the leader it heard is warm is not: at a
+    /// cold start, the last objects the leader waited for may still be on their way.
     pub fn serves_reads(&self) -> bool {
         match self.role() {
             Role::Leader | Role::Stopping => self.locally_warm(),
             Role::Follower { .. } | Role::Candidate => {
                 self.following.synced.load(Ordering::Acquire)
-                    && self.following.leader_warm.load(Ordering::Acquire)
+                    && self.following.warm.load(Ordering::Acquire)
+                    && self.following.leader_warm_at.load(Ordering::Acquire) != 0
                     && self.heard_recently()
             }
         }
@@ -294,12 +323,29 @@ impl Replication {
         last.is_some_and(|at| at.elapsed() < FRESH_AFTER_LEADER_LOSS)
     }
 
-    fn heard_from_leader(&self, revision: u64, warm: bool) {
+    /// The leader said its head `revision`, and from which revision its store is warm (None:
+    /// it is not). Call after this replica applied what came with it.
+    fn heard_from_leader(&self, revision: u64, warm_at: Option<u64>) {
         self.following.leader_revision.fetch_max(revision, Ordering::AcqRel);
-        self.following.leader_warm.store(warm, Ordering::Release);
+        // Revisions start at the time in microseconds: 0 is never one, and means "not warm".
+        let warm_at = warm_at.map(|at| at.max(1)).unwrap_or(0);
+        self.following.leader_warm_at.store(warm_at, Ordering::Release);
         *self.following.last_heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
         let behind = revision.saturating_sub(self.store.head_revision());
         self.metrics.lag_revisions.set(i64::try_from(behind).unwrap_or(i64::MAX));
+        let reached = warm_at != 0 && self.store.revision() >= warm_at;
+        if reached && !self.following.warm.swap(true, Ordering::AcqRel) {
+            let _ = self.warm_at.compare_exchange(0, warm_at, Ordering::AcqRel, Ordering::Acquire);
+            tracing::info!(
+                revision = self.store.revision(),
+                leader_warm_at = warm_at,
+                objects = self.store.len(),
+                "reached the warm leader's state: the store is warm"
+            );
+            // This store is as warm as the leader's was: also once it leads.
+            self.readiness.set(STORE_WARM_CHECK, true);
+            self.refresh_readiness();
+        }
     }
 
     /// Publishes [`REPLICATION_CHECK`] from the current state.
@@ -308,9 +354,7 @@ impl Replication {
             Role::Leader => true,
             Role::Stopping => false,
             Role::Follower { .. } | Role::Candidate => {
-                self.following.synced.load(Ordering::Acquire)
-                    && self.following.caught_up.load(Ordering::Acquire)
-                    && self.heard_recently()
+                self.serves_reads() && self.following.caught_up.load(Ordering::Acquire)
             }
         };
         self.readiness.set(REPLICATION_CHECK, ready);

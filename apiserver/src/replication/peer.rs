@@ -171,6 +171,9 @@ pub(super) struct BookmarkMetadata {
 
 /// The bookmark annotation saying the leader's store is warm.
 pub(super) const WARM_ANNOTATION: &str = "nodetopology.openshift.io/warm";
+/// The bookmark annotation with the revision from which the leader's store is warm (a follower
+/// is warm once it reached it).
+pub(super) const WARM_REVISION_ANNOTATION: &str = "nodetopology.openshift.io/warm-revision";
 /// The bookmark annotation with the leader's committed revision (what clients may see).
 pub(super) const COMMITTED_ANNOTATION: &str = "nodetopology.openshift.io/committed";
 /// The snapshot header's annotation with the number of objects that follow it.
@@ -227,10 +230,13 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
             let caught_up = batch.events.len() < STREAM_CHUNK;
             if caught_up {
                 after = after.max(batch.head);
-                let annotations = BTreeMap::from([
+                let mut annotations = BTreeMap::from([
                     (WARM_ANNOTATION.to_owned(), replication.locally_warm().to_string()),
                     (COMMITTED_ANNOTATION.to_owned(), batch.visible.to_string()),
                 ]);
+                if let Some(warm_at) = replication.warm_revision() {
+                    annotations.insert(WARM_REVISION_ANNOTATION.to_owned(), warm_at.to_string());
+                }
                 line(&mut chunk, "BOOKMARK", &bookmark_object(batch.head, annotations));
             }
             let leading = matches!(replication.role(), Role::Leader | Role::Stopping);
@@ -286,6 +292,17 @@ pub(super) struct PeerStatus {
     #[serde(default)]
     pub committed: u64,
     pub warm: bool,
+    /// The revision from which the store is warm, when it is (absent from older replicas: a
+    /// follower then counts the leader's warmth alone, as they did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_revision: Option<u64>,
+}
+
+impl PeerStatus {
+    /// From which revision the replica's store is warm (None: it is not).
+    pub fn warm_at(&self) -> Option<u64> {
+        self.warm.then_some(self.warm_revision.unwrap_or(0))
+    }
 }
 
 async fn ack(State(state): State<Arc<AppState>>, axum::Json(ack): axum::Json<Ack>) -> Response {
@@ -316,6 +333,7 @@ fn peer_status(state: &AppState, replication: &super::Replication) -> PeerStatus
         revision: state.store.head_revision(),
         committed: state.store.revision(),
         warm: replication.locally_warm(),
+        warm_revision: replication.warm_revision(),
     }
 }
 

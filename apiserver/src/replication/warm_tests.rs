@@ -1,0 +1,84 @@
+//! When a replica's store is warm: a follower counts as warm once it holds what a warm leader
+//! held when it became warm, not as soon as it hears that the leader is warm.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{PeerTls, REPLICATION_CHECK, Replication, Role, STORE_WARM_CHECK};
+use crate::health::Readiness;
+use crate::store::Store;
+use crate::store::tests::nrt;
+
+/// A replica at a cold start (its warm-up holds the store-warm check failing, as the binary's
+/// does) that follows a leader and has caught up with its stream once.
+fn cold_follower() -> (Replication, Arc<Store>, Arc<Readiness>) {
+    let store = Arc::new(Store::starting_at(100, 1000));
+    let readiness = Arc::new(Readiness::default());
+    readiness.set(STORE_WARM_CHECK, false);
+    let tls = PeerTls {
+        ca_file: "unused".into(),
+        cert_file: "unused".into(),
+        key_file: "unused".into(),
+        server_name: "unused".into(),
+    };
+    let replication =
+        Replication::new("me".into(), "https://127.0.0.1:1".into(), tls, store.clone(), readiness.clone());
+    replication.set_role(Role::Follower { address: "https://127.0.0.1:2".into() });
+    replication.following.synced.store(true, Ordering::Release);
+    replication.following.caught_up.store(true, Ordering::Release);
+    (replication, store, readiness)
+}
+
+/// What the leader's stream carries for its change at `revision`.
+fn replicate(leader: &Store, follower: &Store, revision: u64) {
+    let event = leader.events_after(revision - 1, 1).unwrap().remove(0);
+    follower.apply_replicated(event.kind, serde_json::from_slice(&event.object.json).unwrap()).unwrap();
+}
+
+#[test]
+fn a_follower_that_lags_the_revision_its_warm_leader_became_warm_at_is_neither_ready_nor_serving() {
+    let (replication, store, readiness) = cold_follower();
+    // The leader holds a (101) and b (102), both acknowledged, and became warm with b.
+    let leader = Store::starting_at(100, 1000);
+    leader.create(nrt("a", 1), false).unwrap();
+    leader.create(nrt("b", 1), false).unwrap();
+    // The follower applied a; an acknowledgement's answer says the leader is warm from 102.
+    replicate(&leader, &store, 101);
+    store.set_visible(Some(102));
+    replication.heard_from_leader(102, Some(102));
+    replication.refresh_readiness();
+    assert!(!replication.serves_reads(), "b is still on its way: reads would miss it");
+    assert_eq!(readiness.get(REPLICATION_CHECK), Some(false));
+    assert_eq!(readiness.get(STORE_WARM_CHECK), Some(false));
+
+    // b arrives, and the next word from the leader finds the follower there.
+    replicate(&leader, &store, 102);
+    replication.heard_from_leader(102, Some(102));
+    assert!(replication.serves_reads());
+    assert_eq!(readiness.get(REPLICATION_CHECK), Some(true));
+    assert_eq!(readiness.get(STORE_WARM_CHECK), Some(true), "as warm as the leader, also once it leads");
+    assert_eq!(replication.warm_revision(), Some(102), "its followers need reach no further");
+
+    // Warm it stays, whatever a later leader's warm revision (one that noticed its warmth
+    // after taking over); it serves reads only while the leader it hears is warm.
+    replication.heard_from_leader(9_000, Some(9_000));
+    assert!(replication.serves_reads());
+    replication.heard_from_leader(9_000, None);
+    assert!(!replication.serves_reads());
+}
+
+#[test]
+fn a_leader_tells_from_which_revision_its_store_is_warm() {
+    let (replication, store, readiness) = cold_follower();
+    replication.set_role(Role::Leader);
+    store.create(nrt("a", 1), false).unwrap();
+    assert_eq!(replication.warm_revision(), None, "not warm yet");
+    readiness.set(STORE_WARM_CHECK, true);
+    assert_eq!(replication.warm_revision(), Some(101));
+    store.create(nrt("b", 1), false).unwrap();
+    assert_eq!(replication.warm_revision(), Some(101), "the revision it became warm at, not the current one");
+    // A leader from before warm revisions were told: warm alone counts, as it did.
+    let (replication, _, _) = cold_follower();
+    replication.heard_from_leader(100, Some(0));
+    assert!(replication.serves_reads());
+}
