@@ -78,13 +78,6 @@ impl Checks {
         self.with(name, move || if flag.is_set() { Ok(()) } else { Err(why_not.to_owned()) })
     }
 
-    /// Appends every check of `other`.
-    #[must_use]
-    pub fn and(mut self, other: Checks) -> Self {
-        self.named.extend(other.named);
-        self
-    }
-
     /// Runs the check `name` (`None`: there is none).
     pub fn run(&self, name: &str) -> Option<Result<(), String>> {
         self.named.iter().find(|(named, _)| named == name).map(|(_, check)| check())
@@ -324,7 +317,7 @@ mod tests {
     #[test]
     fn checks_run_by_name_and_together() {
         let flag = Flag::default();
-        let checks = Checks::new().with_flag("a", &flag, "not yet").and(Checks::new().with("b", || Ok(())));
+        let checks = Checks::new().with_flag("a", &flag, "not yet").with("b", || Ok(()));
         assert_eq!(checks.run("a"), Some(Err("not yet".into())));
         assert_eq!(checks.run("c"), None);
         assert_eq!(checks.run_all(), Err(vec![("a".into(), "not yet".into())]));

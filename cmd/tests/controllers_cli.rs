@@ -44,6 +44,27 @@ fn an_unreadable_kubeconfig_is_a_clear_error() {
 }
 
 #[test]
+fn every_configuration_problem_is_reported_at_once_before_connecting() {
+    let out = numaresources(&[
+        "controllers",
+        "--image",
+        "",
+        "--namespace",
+        "Numa",
+        "--certificate-mode",
+        "olm",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for problem in ["namespace \"Numa\"", "the image must be set", "--apiserver-deployment=installed"] {
+        assert!(stderr.contains(problem), "{problem} in {stderr}");
+    }
+    assert!(!stderr.contains("reading the kubeconfig"), "refused before connecting: {stderr}");
+}
+
+#[test]
 fn pause_exists_for_the_shared_pool_container() {
     let out = numaresources(&["pause", "--help"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

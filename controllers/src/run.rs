@@ -99,8 +99,65 @@ impl Controllers {
     /// Runs the controllers until `shutdown` completes. Returns an error when leadership is lost,
     /// so the process exits and its restart campaigns again.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
-        let Config { settings, leader } = self.config;
-        run(self.client, settings, leader, self.metrics, self.readiness, shutdown).await
+        let Self { client, config: Config { mut settings, leader }, metrics, readiness } = self;
+        let discovered = discover(&client).await?;
+        readiness.api_reachable.set();
+        settings.platform = discovered.platform;
+        settings.machine_config_pools = discovered.machine_config_pools;
+        settings.kubelet_configs = discovered.kubelet_configs;
+        settings.kubernetes_version = crate::server_version::detect(&client).await;
+        if settings.is_openshift() {
+            // On OpenShift the exporters serve metrics over TLS with a certificate the service-ca
+            // operator issues (an annotation on their metrics Service); the TLS profile's values are
+            // left to the exporter's defaults (TLS 1.2+).
+            settings.rte_metrics = MetricsMode::HttpTls { min_version: String::new(), cipher_suites: String::new() };
+        }
+        tracing::info!(
+            platform = ?settings.platform,
+            kubernetes = ?settings.kubernetes_version,
+            namespace = %settings.namespace,
+            image = %settings.image,
+            certificate_mode = %settings.certificate_mode,
+            apiserver_deployment = %settings.apiserver_deployment,
+            "starting the controllers"
+        );
+
+        let identity = leader.as_ref().map(|l| l.identity.clone());
+        let reporter = Reporter { controller: EVENT_REPORTER.to_owned(), instance: identity };
+        let mut ctx = Context::new(client.clone(), settings, Some(Recorder::new(client.clone(), reporter)));
+        ctx.metrics = metrics;
+        ctx.readiness = readiness.clone();
+        let ctx = Arc::new(ctx);
+
+        let mut shutdown = std::pin::pin!(shutdown);
+        let lease = leader
+            .map(|l| LeaderLease::new(client, &l.namespace, CONTROLLERS_LEASE, &l.identity, LeaseTimings::default()));
+        if let Some(lease) = &lease {
+            tokio::select! {
+                () = lease.acquire() => {}
+                () = &mut shutdown => return Ok(()),
+            }
+        }
+        readiness.leading.set();
+
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stop_signal = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                // An error means the sender is gone: stop as well.
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }
+        };
+        let controllers = tokio::spawn(async move {
+            join4(
+                operator::run(ctx.clone(), stop_signal()),
+                scheduler::run(ctx.clone(), stop_signal()),
+                kubeletconfig::run(ctx.clone(), stop_signal()),
+                certificates::run(ctx, stop_signal()),
+            )
+            .await;
+        });
+        supervise(lease.as_ref(), controllers, stop, shutdown).await
     }
 }
 
@@ -146,75 +203,6 @@ pub fn parse_major_minor(version: &str) -> (u32, u32) {
         (Some(major), Some(minor)) => (major, minor),
         _ => (4, 0),
     }
-}
-
-/// [`Controllers::run`]: passes counted in `metrics`, progress reported to `readiness`.
-async fn run(
-    client: kube::Client,
-    mut settings: Settings,
-    leader: Option<LeaderElection>,
-    metrics: Metrics,
-    readiness: Readiness,
-    shutdown: impl Future<Output = ()>,
-) -> Result<()> {
-    let discovered = discover(&client).await?;
-    readiness.api_reachable.set();
-    settings.platform = discovered.platform;
-    settings.machine_config_pools = discovered.machine_config_pools;
-    settings.kubelet_configs = discovered.kubelet_configs;
-    settings.kubernetes_version = crate::server_version::detect(&client).await;
-    if settings.is_openshift() {
-        // On OpenShift the exporters serve metrics over TLS with a certificate the service-ca
-        // operator issues (an annotation on their metrics Service); the TLS profile's values are
-        // left to the exporter's defaults (TLS 1.2+).
-        settings.rte_metrics = MetricsMode::HttpTls { min_version: String::new(), cipher_suites: String::new() };
-    }
-    tracing::info!(
-        platform = ?settings.platform,
-        kubernetes = ?settings.kubernetes_version,
-        namespace = %settings.namespace,
-        image = %settings.image,
-        certificate_mode = %settings.certificate_mode,
-        apiserver_deployment = %settings.apiserver_deployment,
-        "starting the controllers"
-    );
-
-    let identity = leader.as_ref().map(|l| l.identity.clone());
-    let reporter = Reporter { controller: EVENT_REPORTER.to_owned(), instance: identity };
-    let mut ctx = Context::new(client.clone(), settings, Some(Recorder::new(client.clone(), reporter)));
-    ctx.metrics = metrics;
-    ctx.readiness = readiness.clone();
-    let ctx = Arc::new(ctx);
-
-    let mut shutdown = std::pin::pin!(shutdown);
-    let lease =
-        leader.map(|l| LeaderLease::new(client, &l.namespace, CONTROLLERS_LEASE, &l.identity, LeaseTimings::default()));
-    if let Some(lease) = &lease {
-        tokio::select! {
-            () = lease.acquire() => {}
-            () = &mut shutdown => return Ok(()),
-        }
-    }
-    readiness.leading.set();
-
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let stop_signal = move || {
-        let mut stopped = stopped.clone();
-        async move {
-            // An error means the sender is gone: stop as well.
-            let _ = stopped.wait_for(|stop| *stop).await;
-        }
-    };
-    let controllers = tokio::spawn(async move {
-        join4(
-            operator::run(ctx.clone(), stop_signal()),
-            scheduler::run(ctx.clone(), stop_signal()),
-            kubeletconfig::run(ctx.clone(), stop_signal()),
-            certificates::run(ctx, stop_signal()),
-        )
-        .await;
-    });
-    supervise(lease.as_ref(), controllers, stop, shutdown).await
 }
 
 /// How long the controllers get to finish what they are doing at shutdown: well inside the
@@ -365,6 +353,22 @@ mod tests {
                 .expect("shut down");
         assert!(ended.is_ok(), "{ended:?}");
         assert_eq!(holder(&fake), None);
+    }
+
+    #[test]
+    fn a_config_is_refused_with_every_problem_at_once() {
+        let mut settings = Settings::kubernetes("Not_A_Namespace", "");
+        settings.certificate_mode = crate::CertificateMode::Olm;
+        let leader = LeaderElection { namespace: "numaresources".into(), identity: String::new() };
+        let problems = Config::new(settings, Some(leader)).unwrap_err().0;
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+        for (problem, wanted) in
+            problems.iter().zip(["namespace \"Not_A_Namespace\"", "image", "identity", "installed"])
+        {
+            assert!(problem.contains(wanted), "{problem} names {wanted}");
+        }
+        let valid = Settings::kubernetes("numaresources", "registry.example/numaresources:1");
+        assert!(Config::new(valid, None).is_ok());
     }
 
     #[test]

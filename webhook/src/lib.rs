@@ -156,3 +156,16 @@ impl Webhook {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_namespace_must_be_a_namespace_name() {
+        assert!(super::Config::new(super::DEFAULT_NAMESPACE).is_ok());
+        let refused = super::Config::new("Numa Resources").unwrap_err().to_string();
+        assert!(
+            refused.starts_with("invalid configuration: namespace \"Numa Resources\": a lowercase RFC 1123"),
+            "{refused}"
+        );
+    }
+}
