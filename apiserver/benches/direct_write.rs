@@ -10,7 +10,8 @@
 //! `cargo bench -p numaresources-apiserver --bench direct_write` (`BENCH_REQUESTS=n` per phase;
 //! `BENCH_ONLY=patch|get` and `BENCH_PROTOCOL=1|2` run one kind, e.g. to profile the child;
 //! `BENCH_ONLY=memory` instead prints the server's VmRSS through 5,000 creates, 5,000 patches
-//! and 3 LISTs over TLS, from an empty store).
+//! and 3 LISTs over TLS, from an empty store; `BENCH_ONLY=connections` prints what
+//! [`IDLE_CONNECTIONS`] kept-alive TLS connections, idle after one GET each, add to it).
 //! Figures go to BENCHMARKS.md; nothing asserts a time.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
@@ -34,6 +35,8 @@ const FLEET: usize = 5_000;
 /// Exporters writing at once, each on its own connection.
 const CONNECTIONS: usize = 8;
 const SERVER_ENV: &str = "DIRECT_WRITE_BENCH_SERVER";
+/// Idle connections opened by `BENCH_ONLY=connections` (one client address may hold 1,024).
+const IDLE_CONNECTIONS: usize = 1_000;
 /// Linux's USER_HZ: the unit of utime/stime in /proc/<pid>/stat.
 const TICKS_PER_SECOND: f64 = 100.0;
 
@@ -93,11 +96,13 @@ fn serve() {
                 let object = serde_json::from_value(topology(&node(i), 22)).unwrap();
                 server.store.create(object, false).unwrap();
             }
-            in_process(&server.app, &tokens).await;
+            if !only_phase("connections") {
+                in_process(&server.app, &tokens).await;
+            }
         }
         let admin = double.user_token("kubernetes-admin", &[OUR_AUDIENCE]);
-        let ready =
-            json!({"address": server.address.to_string(), "ca": server.ca_pem, "tokens": tokens, "admin": admin});
+        let ready = json!({"address": server.address.to_string(), "ca": server.ca_pem, "tokens": tokens, "admin": admin,
+                "pid": std::process::id()});
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{ready}").unwrap();
         stdout.flush().unwrap();
@@ -112,7 +117,11 @@ fn serve() {
 
 /// `BENCH_ONLY=memory`: the server's memory after 5,000 creates and 5,000 patches over TLS.
 fn memory_run() -> bool {
-    std::env::var("BENCH_ONLY").is_ok_and(|v| v == "memory")
+    only_phase("memory")
+}
+
+fn only_phase(phase: &str) -> bool {
+    std::env::var("BENCH_ONLY").is_ok_and(|v| v == phase)
 }
 
 /// The same requests through the router in this process, without sockets or TLS: what our
@@ -183,16 +192,27 @@ enum Operation {
 #[tokio::main(flavor = "current_thread")]
 async fn measure() {
     let requests: usize = std::env::var("BENCH_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(40_000);
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    // BENCH_SERVER_PREFIX runs the child under a profiler, e.g. "heaptrack -o /tmp/server".
+    let prefix = std::env::var("BENCH_SERVER_PREFIX").unwrap_or_default();
+    let mut command = prefix.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    command.push(std::env::current_exe().unwrap().display().to_string());
+    let mut child = Command::new(&command[0])
+        .args(&command[1..])
         .env(SERVER_ENV, "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut output = std::io::BufReader::new(child.stdout.take().unwrap());
+    // A profiler's own lines come first.
+    while !line.starts_with('{') {
+        line.clear();
+        assert!(output.read_line(&mut line).unwrap() > 0, "the server ended before it was ready");
+    }
     let ready: Value = serde_json::from_str(&line).unwrap();
+    // The server's own (under a profiler, not the child's).
+    let pid = u32::try_from(ready["pid"].as_u64().unwrap()).unwrap();
     let address: SocketAddr = ready["address"].as_str().unwrap().parse().unwrap();
     let ca = ready["ca"].as_str().unwrap().to_owned();
     let tokens: Vec<String> =
@@ -200,6 +220,12 @@ async fn measure() {
     if memory_run() {
         let admin = format!("Bearer {}", ready["admin"].as_str().unwrap());
         memory(address, &ca, &admin, pid).await;
+        drop(child.stdin.take());
+        let _ = child.wait();
+        return;
+    }
+    if only_phase("connections") {
+        idle_connections(address, &ca, &tokens, pid).await;
         drop(child.stdin.take());
         let _ = child.wait();
         return;
@@ -267,6 +293,37 @@ async fn memory(address: SocketAddr, ca: &str, admin: &str, pid: u32) {
     println!("memory: server VmRSS after 3 LISTs: {:.1} MiB", resident_mib(pid));
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     println!("memory: server VmRSS 2 s later, connections closed but the last: {:.1} MiB", resident_mib(pid));
+}
+
+/// Opens [`IDLE_CONNECTIONS`] TLS connections of each protocol (`BENCH_PROTOCOL` for one), a GET
+/// on each, leaves them open and idle, and prints what the server's VmRSS grew by.
+async fn idle_connections(address: SocketAddr, ca: &str, tokens: &[String], pid: u32) {
+    let only = |value: &str| std::env::var("BENCH_PROTOCOL").map_or(true, |v| v == value);
+    for (protocol, name) in [(Protocol::Http1, "1"), (Protocol::Http2, "2")] {
+        if !only(name) {
+            continue;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let before = resident_mib(pid);
+        let mut held = Vec::with_capacity(IDLE_CONNECTIONS);
+        for n in 0..IDLE_CONNECTIONS {
+            let mut connection = connect(address, ca, protocol, None).await;
+            let i = n % tokens.len();
+            let headers = [("authorization", tokens[i].as_str()), ("accept", "application/json")];
+            let answer = connection.send("GET", &format!("{BASE}/{}", node(i)), &headers, Bytes::new()).await;
+            assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+            held.push(connection);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let after = resident_mib(pid);
+        println!(
+            "connections HTTP/{}: server VmRSS {before:.1} MiB, with {IDLE_CONNECTIONS} idle kept-alive TLS \
+             connections {after:.1} MiB: {:.1} KiB per connection",
+            if name == "1" { "1.1" } else { "2" },
+            (after - before) * 1024.0 / IDLE_CONNECTIONS as f64
+        );
+        drop(held);
+    }
 }
 
 async fn phase(
