@@ -3,26 +3,25 @@
 //! cluster.
 //!
 //! It writes a CA, a serving certificate and a kubeconfig (with a token generated for the run)
-//! into `--state-dir`. The exporter is the real agent of `numaresources rte`: the same scan,
-//! accounting, publish decisions and heartbeat, publishing through the same Kubernetes client
+//! into `--state-dir`, and composes the two components: the API server of `numaresources
+//! apiserver` (standalone, that one token) and the exporter of `numaresources rte` (the same
+//! scan, accounting, publish decisions and heartbeat), publishing through a Kubernetes client
 //! over loopback TLS with that token. Until the kubelet's podresources socket exists there is
 //! no kubelet (allocatable = capacity, nothing allocated); once it has appeared, a kubelet that
 //! fails gets nothing published, as in a cluster.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use numaresources_api::GoDuration;
-use numaresources_api::nrt::NodeResourceTopology;
-use numaresources_apiserver::auth::{Auth, Standalone};
-use numaresources_apiserver::{AppState, Readiness, Store, router};
-use numaresources_rte::agent::Agent;
-use numaresources_rte::config::{Args as AgentArgs, Interval, Kubelet, MetricsMode, NO_KUBELET};
+use numaresources_apiserver::ApiServer;
+use numaresources_apiserver::auth::Standalone;
+use numaresources_apiserver::config::{Args as ServerArgs, Authentication};
+use numaresources_rte::config::{Args as ExporterArgs, Interval, Kubelet, MetricsMode, NO_KUBELET};
+use numaresources_rte::exporter::Exporter;
 use numaresources_rte::fingerprint::Method;
-use numaresources_rte::podresources::{ClientConfig, KUBELET_SOCKET, KubeletIfPresent, PodResourcesClient};
-use numaresources_rte::publish::{KubePublisher, Outcome, PublishError, Publisher};
+use numaresources_rte::podresources::KUBELET_SOCKET;
 use numaresources_rte::topology::read_kubelet_config;
 
 /// The readiness check that passes once this machine's topology is published.
@@ -97,15 +96,11 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
         Some(name) => name.clone(),
         None => host_name().context("cannot tell this machine's host name; pass --hostname")?,
     };
-    let store = Arc::new(Store::default());
-    let mut state = AppState::new(store.clone(), env!("CARGO_PKG_VERSION"), env!("NUMARESOURCES_GIT_COMMIT"));
     let token = random_token();
-    let tokens = format!("{token},admin,local-admin,\"system:masters\"\n");
-    state.auth = Auth::Standalone(Arc::new(Standalone::from_token_file(&tokens)?));
-    let state = Arc::new(state);
-    state.readiness.set(FIRST_PUBLISH, false);
+    let server = api_server(&format!("{token},admin,local-admin,\"system:masters\"\n"))?;
+    server.readiness().set(FIRST_PUBLISH, false);
     if args.simulate_nodes > 0 {
-        let published = crate::simulate::publish_fleet(&store, &args.state_dir, args.simulate_nodes)?;
+        let published = crate::simulate::publish_fleet(&server.state().store, &args.state_dir, args.simulate_nodes)?;
         tracing::info!(published, "published synthetic nodes built from the sysfs fixtures");
     }
 
@@ -115,22 +110,28 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
         .with_context(|| format!("listening on {}:{}", args.bind_address, args.secure_port))?;
     let address = listener.local_addr()?;
     let kubeconfig = tls.write_kubeconfig(&args.kubeconfig, address, &token).context("writing the kubeconfig")?;
-    // The listener is bound: the agent's first requests wait in its backlog until serving starts.
-    let agent = embedded_agent(&args, node_name, &kubeconfig, state.readiness.clone()).await?;
+    // The listener is bound: the exporter's first requests wait in its backlog until serving starts.
+    let exporter = exporter(&args, node_name, &kubeconfig).await?;
     tracing::info!(%address, "serving the NodeResourceTopology API on https://{address}");
     tracing::info!("try: kubectl --kubeconfig {} get noderesourcetopologies", kubeconfig.display());
 
-    let stopping = state.stopping.clone();
-    let exporter = tokio::spawn(agent.run(stopping.clone().cancelled_owned()));
+    let readiness = server.readiness();
+    let first_publish = exporter.first_publish();
+    tokio::spawn(async move {
+        first_publish.await;
+        readiness.set(FIRST_PUBLISH, true);
+    });
+    let stopping = server.state().stopping.clone();
+    let exporting = tokio::spawn(exporter.run(stopping.clone().cancelled_owned()));
     let signalled = stopping.clone();
     let shutdown = async move {
         crate::shutdown::signal().await;
         signalled.cancel();
     };
-    let served = tls.serve(listener, router(state), shutdown).await;
+    let served = tls.serve(listener, server.router(), shutdown).await;
     // Also when serving failed before any signal.
     stopping.cancel();
-    match exporter.await {
+    match exporting.await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::error!(%error, "the embedded exporter stopped"),
         Err(error) => tracing::error!(%error, "the embedded exporter task failed"),
@@ -138,45 +139,43 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
     served.context("serving")
 }
 
-/// The agent of `numaresources rte`, configured from the same flags, publishing to this server.
-async fn embedded_agent(
-    args: &LocalArgs,
-    node_name: String,
-    kubeconfig: &Path,
-    readiness: Arc<Readiness>,
-) -> anyhow::Result<Agent<Option<KubeletIfPresent>, MarkReady<KubePublisher>>> {
-    let agent_args = AgentArgs {
+/// The API server of `numaresources apiserver` with its flag defaults, standalone with `tokens`.
+fn api_server(tokens: &str) -> anyhow::Result<ApiServer> {
+    let mut config = component_defaults::<ServerArgs>()?.config()?;
+    config.authentication = Authentication::Standalone(Standalone::from_token_file(tokens)?);
+    Ok(ApiServer::new(config, None, env!("CARGO_PKG_VERSION"), env!("NUMARESOURCES_GIT_COMMIT"))?)
+}
+
+/// The exporter of `numaresources rte`, configured from the same flags, publishing to this server.
+async fn exporter(args: &LocalArgs, node_name: String, kubeconfig: &Path) -> anyhow::Result<Exporter> {
+    let flags = ExporterArgs {
         hostname: Some(node_name),
         sysfs: args.sysfs.clone(),
         podresources_socket: args.podresources_socket.clone(),
         sleep_interval: Interval(args.refresh_period.to_std()),
         kubelet_config_file: usable_kubelet_config(&args.kubelet_config),
         pods_fingerprint_method: args.pods_fingerprint_method,
-        // This server holds no Nodes to own the object, and the agent runs in no Pod.
+        // This server holds no Nodes to own the object, and the exporter runs in no Pod.
         add_nrt_owner: false,
         podreadiness: false,
         metrics_mode: MetricsMode::Disabled,
-        ..AgentArgs::default()
+        ..ExporterArgs::default()
     };
-    let config = agent_args.resolve().context("configuring the embedded exporter")?;
-    let source = config.podresources_socket.clone().map(|socket| {
-        if !socket.path().exists() {
-            tracing::info!(
-                socket = %socket,
-                "no kubelet here: allocatable = capacity, nothing allocated (the socket is looked for at every scan)"
-            );
-        }
-        KubeletIfPresent::new(PodResourcesClient::new(ClientConfig::new(socket)))
-    });
-    if source.is_none() {
+    let config = flags.resolve().context("configuring the embedded exporter")?;
+    if config.podresources_socket.is_none() {
         tracing::info!(
             "no kubelet here: allocatable = capacity, nothing allocated (--podresources-socket {NO_KUBELET})"
         );
     }
     let client =
         crate::kube_client::kube_client(Some(kubeconfig)).await.context("building the exporter's API client")?;
-    let publisher = MarkReady { inner: KubePublisher::new(client, false), readiness };
-    Ok(Agent::new(config, source, publisher))
+    Ok(Exporter::new(config, Some(client)).with_kubelet_if_present())
+}
+
+/// A component's flags at their defaults, no environment variable read.
+fn component_defaults<T: clap::Args + clap::FromArgMatches>() -> anyhow::Result<T> {
+    let command = T::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
+    Ok(T::from_arg_matches(&command.try_get_matches_from(["defaults"])?)?)
 }
 
 /// `path` if this process can read it and it holds a kubelet configuration (the kubelet's file
@@ -197,21 +196,6 @@ fn usable_kubelet_config(path: &Path) -> Option<PathBuf> {
             tracing::warn!("{}: {error}; using the kubelet defaults none/container", path.display());
             None
         }
-    }
-}
-
-/// Publishes through `inner` and marks the server ready after the first success.
-#[derive(Debug)]
-struct MarkReady<P> {
-    inner: P,
-    readiness: Arc<Readiness>,
-}
-
-impl<P: Publisher + Sync> Publisher for MarkReady<P> {
-    async fn publish(&self, desired: NodeResourceTopology) -> Result<Outcome, PublishError> {
-        let outcome = self.inner.publish(desired).await?;
-        self.readiness.set(FIRST_PUBLISH, true);
-        Ok(outcome)
     }
 }
 

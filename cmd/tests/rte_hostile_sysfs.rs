@@ -1,6 +1,6 @@
 //! The real binary against a hostile sysfs tree: a FIFO where the kernel has a file must neither
-//! hang a scan nor keep `rte` or `local` from stopping on SIGTERM; and a one-off `rte` opens no
-//! listener.
+//! hang a scan nor keep `rte` or `local` from stopping on SIGTERM; a one-off `rte` opens no
+//! listener, and a running one serves the runtime's admin router on its metrics port.
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
@@ -16,13 +16,17 @@ const EXIT_BOUND: Duration = Duration::from_secs(10);
 /// How long to wait for a log line before giving up.
 const LOG_BOUND: Duration = Duration::from_secs(60);
 
-/// Unpacks the rte crate's 2-NUMA sysfs fixture (a real machine's tree) and puts a FIFO at
-/// `fifo` (relative to `sys`).
-fn sysfs_with_fifo(dir: &Path, fifo: &str) -> PathBuf {
+/// Unpacks the rte crate's 2-NUMA sysfs fixture (a real machine's tree); returns its `sys`.
+fn sysfs(dir: &Path) -> PathBuf {
     let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
     let file = std::fs::File::open(tarball).unwrap();
     tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir).unwrap();
-    let sys = dir.join("sys");
+    dir.join("sys")
+}
+
+/// [`sysfs`] with a FIFO at `fifo` (relative to `sys`).
+fn sysfs_with_fifo(dir: &Path, fifo: &str) -> PathBuf {
+    let sys = sysfs(dir);
     let path = sys.join(fifo);
     let _ = std::fs::remove_file(&path); // some files (cpu online) may be missing
     assert!(Command::new("mkfifo").arg(&path).status().unwrap().success());
@@ -169,4 +173,53 @@ fn rte_oneshot_no_publish_opens_no_listener() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `GET path` over plain HTTP/1.1: the status code and the body.
+fn get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(LOG_BOUND)).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or_default();
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn rte_serves_metrics_and_probes_on_its_metrics_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = sysfs(dir.path());
+    // A port free a moment ago; the exporter binds it again.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut rte = Running::start(&[
+        "rte",
+        "--no-publish",
+        "--podresources-socket=none",
+        &format!("--sysfs={}", sys.display()),
+        "--hostname=worker-0",
+        "--podreadiness=false",
+        "--metrics-address=127.0.0.1",
+        &format!("--metrics-port={port}"),
+    ]);
+    rte.wait_for_log(&["serving /healthz, /livez, /readyz and /metrics"]);
+    assert_eq!(get(port, "/livez"), (200, "ok".to_owned()));
+    // Ready once the first topology is published (here: the dry run of --no-publish).
+    let deadline = Instant::now() + LOG_BOUND;
+    loop {
+        let (status, body) = get(port, "/readyz?verbose");
+        if status == 200 {
+            assert!(body.contains("[+]topology-published ok"), "{body}");
+            break;
+        }
+        assert!(body.contains("[-]topology-published failed"), "{status} {body}");
+        assert!(Instant::now() < deadline, "never ready: {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, metrics) = get(port, "/metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("numaresources_rte_publishes_total{node=\"worker-0\"} 1"), "{metrics}");
+    rte.terminate();
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_certs::admin::{Checks, Registry};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::agent::notify_file::NotifyFileError;
 use crate::agent::{Agent, DryRun, ScanError, own_object};
@@ -21,8 +21,8 @@ use crate::config::{Config, OutputFormat, klog_log_level};
 use crate::direct::FailoverPublisher;
 use crate::metrics::Metrics;
 use crate::podreadiness::PodConditions;
-use crate::podresources::{ClientConfig, PodResourcesClient};
-use crate::publish::{KubePublisher, Publisher};
+use crate::podresources::{ClientConfig, KubeletIfPresent, PodResourcesClient, PodResourcesSource};
+use crate::publish::{KubePublisher, Outcome, PublishError, Publisher};
 use crate::terminal::TerminalPods;
 use crate::trigger::Trigger;
 
@@ -50,6 +50,10 @@ pub struct Exporter {
     config: Config,
     client: Option<kube::Client>,
     metrics: Arc<Metrics>,
+    /// Whether the kubelet's socket is looked for at every scan instead of required.
+    kubelet_if_present: bool,
+    /// True once a topology was published.
+    published: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Exporter {
@@ -65,7 +69,31 @@ impl Exporter {
     /// An exporter for `config`, talking to kube-apiserver through `client`: needed when
     /// [`Config::needs_kube_client`], else it may be `None`.
     pub fn new(config: Config, client: Option<kube::Client>) -> Self {
-        Self { config, client, metrics: Arc::default() }
+        Self {
+            config,
+            client,
+            metrics: Arc::default(),
+            kubelet_if_present: false,
+            published: watch::Sender::new(false),
+        }
+    }
+
+    /// Looks for the kubelet's podresources socket at every scan: until it exists there is no
+    /// kubelet (allocatable = capacity, nothing allocated); once it has appeared, a kubelet that
+    /// fails gets nothing published, as in a cluster. For a machine that may or may not run one.
+    #[must_use]
+    pub fn with_kubelet_if_present(mut self) -> Self {
+        self.kubelet_if_present = true;
+        self
+    }
+
+    /// Completes once a topology was published (or, with `--no-publish`, would have been).
+    pub fn first_publish(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut published = self.published.subscribe();
+        async move {
+            // An error means the exporter is gone, and with it any publish to wait for.
+            let _ = published.wait_for(|published| *published).await;
+        }
     }
 
     /// Its configuration.
@@ -80,17 +108,39 @@ impl Exporter {
 
     /// Its readiness: a topology was published.
     pub fn readiness(&self) -> Checks {
-        let metrics = Arc::clone(&self.metrics);
-        Checks::new().with(PUBLISHED_CHECK, move || match metrics.snapshot().publishes {
-            0 => Err("no topology published yet".to_owned()),
-            _ => Ok(()),
+        let published = self.published.subscribe();
+        Checks::new().with(PUBLISHED_CHECK, move || match *published.borrow() {
+            true => Ok(()),
+            false => Err("no topology published yet".to_owned()),
         })
     }
 
     /// Runs until `shutdown` completes (or after one refresh with `--oneshot`, failing when it
     /// failed).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-        let Self { config, client, metrics } = self;
+        let client = self.config.podresources_socket.clone().map(|socket| {
+            if self.kubelet_if_present && !socket.path().exists() {
+                tracing::info!(
+                    socket = %socket,
+                    "no kubelet here: allocatable = capacity, nothing allocated (the socket is looked for at every scan)"
+                );
+            }
+            PodResourcesClient::new(ClientConfig::new(socket))
+        });
+        if self.kubelet_if_present {
+            self.run_with(client.map(KubeletIfPresent::new), shutdown).await
+        } else {
+            self.run_with(client, shutdown).await
+        }
+    }
+
+    /// [`Exporter::run`] with the kubelet `source`.
+    async fn run_with<S: PodResourcesSource + Sync>(
+        self,
+        source: Option<S>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), Error> {
+        let Self { config, client, metrics, published, .. } = self;
         if let Some(verbosity) = config.verbosity {
             tracing::debug!(
                 verbosity,
@@ -102,8 +152,6 @@ impl Exporter {
             tracing::debug!("--refresh-node-resources is always in effect: every scan re-reads the node's resources");
         }
         // No readiness wait here: the first scan dials, and a failed scan is retried with backoff.
-        let source =
-            config.podresources_socket.clone().map(|socket| PodResourcesClient::new(ClientConfig::new(socket)));
         if source.is_none() {
             tracing::warn!(
                 "--podresources-socket none: no kubelet, so allocatable = capacity and nothing is allocated; \
@@ -145,18 +193,22 @@ impl Exporter {
                     let node = config.node_name.clone();
                     background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
                 }
+                let publisher = Announce { inner: publisher, published };
                 let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload();
                 drive(agent, options, shutdown).await
             }
             (Some(client), None) => {
-                let publisher = KubePublisher::new(client.clone(), config.add_nrt_owner);
+                let publisher = Announce { inner: KubePublisher::new(client.clone(), config.add_nrt_owner), published };
                 if !config.oneshot {
                     background.spawn(own_object::watch(client, config.node_name.clone(), lost.clone()));
                 }
                 let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload();
                 drive(agent, options, shutdown).await
             }
-            (None, _) => drive(Agent::new(config, source, DryRun).with_config_reload(), options, shutdown).await,
+            (None, _) => {
+                let publisher = Announce { inner: DryRun, published };
+                drive(Agent::new(config, source, publisher).with_config_reload(), options, shutdown).await
+            }
         };
         background.shutdown().await;
         result
@@ -171,9 +223,24 @@ struct Options {
     metrics: Arc<Metrics>,
 }
 
+/// Publishes through `inner` and tells `published` after each success.
+#[derive(Debug)]
+struct Announce<P> {
+    inner: P,
+    published: watch::Sender<bool>,
+}
+
+impl<P: Publisher + Sync> Publisher for Announce<P> {
+    async fn publish(&self, desired: NodeResourceTopology) -> Result<Outcome, PublishError> {
+        let outcome = self.inner.publish(desired).await?;
+        self.published.send_replace(true);
+        Ok(outcome)
+    }
+}
+
 /// Runs the agent, once or until `shutdown`.
-async fn drive<P: Publisher + Sync>(
-    agent: Agent<Option<PodResourcesClient>, P>,
+async fn drive<S: PodResourcesSource + Sync, P: Publisher + Sync>(
+    agent: Agent<Option<S>, P>,
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
