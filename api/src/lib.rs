@@ -38,3 +38,6 @@ pub use string_enum::StringEnum;
 
 /// The name of the product, as it appears in labels and field managers.
 pub const PRODUCT: &str = "numaresources";
+
+/// The namespace the components and their operands run in when not told otherwise (`POD_NAMESPACE`).
+pub const DEFAULT_NAMESPACE: &str = "numaresources";

@@ -20,7 +20,7 @@ pub struct ControllersArgs {
     #[arg(long, env = "NUMARESOURCES_CONTROLLERS_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// The namespace the operands (exporters, API server, scheduler) run in.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "numaresources")]
+    #[arg(long, env = "POD_NAMESPACE", default_value = numaresources_api::DEFAULT_NAMESPACE)]
     namespace: String,
     /// The image of this binary: the exporters and the API server run it too.
     #[arg(long, env = "NUMARESOURCES_IMAGE")]

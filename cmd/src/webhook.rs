@@ -51,7 +51,7 @@ pub struct WebhookArgs {
     #[arg(long, env = "NUMARESOURCES_WEBHOOK_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// The namespace the components run in: its pods are never routed.
-    #[arg(long, env = "POD_NAMESPACE", default_value = numaresources_webhook::DEFAULT_NAMESPACE)]
+    #[arg(long, env = "POD_NAMESPACE", default_value = numaresources_api::DEFAULT_NAMESPACE)]
     namespace: String,
     /// Bounds of the HTTPS listener.
     #[command(flatten)]

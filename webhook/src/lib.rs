@@ -50,8 +50,6 @@ pub const ROUTING_ANNOTATION: &str = "nodetopology.openshift.io/scheduler-routin
 pub(crate) const OPT_OUT_ANNOTATION: &str = "nodetopology.openshift.io/scheduler";
 /// The value of [`OPT_OUT_ANNOTATION`] that keeps a pod on the default scheduler.
 pub(crate) const OPT_OUT_VALUE: &str = "default";
-/// The namespace the components run in when not told otherwise; never routed.
-pub const DEFAULT_NAMESPACE: &str = "numaresources";
 
 /// The largest request body read. kube-apiserver caps a request at 3 MiB, and an UPDATE review
 /// carries the object twice (`object` and `oldObject`), so twice that fits every real review.
@@ -161,7 +159,7 @@ impl Webhook {
 mod tests {
     #[test]
     fn the_namespace_must_be_a_namespace_name() {
-        assert!(super::Config::new(super::DEFAULT_NAMESPACE).is_ok());
+        assert!(super::Config::new(numaresources_api::DEFAULT_NAMESPACE).is_ok());
         let refused = super::Config::new("Numa Resources").unwrap_err().to_string();
         assert!(
             refused.starts_with("invalid configuration: namespace \"Numa Resources\": a lowercase RFC 1123"),
