@@ -28,6 +28,7 @@ impl Shutdown {
         let (trigger, shutdown) = Self::manual();
         let terminate = listen(SignalKind::terminate(), "SIGTERM");
         let interrupt = listen(SignalKind::interrupt(), "SIGINT");
+        tracing::debug!("listening for SIGTERM and SIGINT");
         tokio::spawn(async move {
             tokio::select! {
                 () = terminate => {}

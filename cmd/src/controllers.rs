@@ -109,6 +109,6 @@ async fn run_async(kubeconfig: Option<PathBuf>, health_port: u16, config: Config
 /// image needs no shell.
 pub fn pause() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(Shutdown::on_signals().signaled());
+    runtime.block_on(async { Shutdown::on_signals().signaled().await });
     Ok(())
 }

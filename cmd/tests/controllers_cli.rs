@@ -64,6 +64,25 @@ fn every_configuration_problem_is_reported_at_once_before_connecting() {
     assert!(!stderr.contains("reading the kubeconfig"), "refused before connecting: {stderr}");
 }
 
+/// The shared-pool container's process: it waits, and SIGTERM (what the kubelet sends) ends it
+/// cleanly.
+#[test]
+fn pause_sleeps_until_sigterm_and_exits_cleanly() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
+        .arg("pause")
+        .env("NUMARESOURCES_LOG", "numaresources_certs=debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok);
+    assert!(lines.any(|line| line.contains("listening for SIGTERM")), "the handlers are installed");
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(lines.any(|line| line.contains("shutting down")));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[test]
 fn pause_exists_for_the_shared_pool_container() {
     let out = numaresources(&["pause", "--help"]);
