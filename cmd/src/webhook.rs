@@ -60,9 +60,15 @@ pub struct WebhookArgs {
 
 /// Runs until SIGTERM or Ctrl-C.
 pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
-    let config = Config::new(args.namespace.clone())?;
+    let config = args.config()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(serve_webhook(args, config))
+}
+
+impl WebhookArgs {
+    fn config(&self) -> Result<Config, numaresources_certs::InvalidConfig> {
+        Config::new(self.namespace.clone())
+    }
 }
 
 async fn serve_webhook(args: WebhookArgs, config: Config) -> anyhow::Result<()> {
