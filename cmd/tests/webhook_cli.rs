@@ -106,7 +106,9 @@ fn without_kube_apiserver_it_serves_but_routes_nothing_and_is_not_ready() {
     assert_eq!(get(&health, "/healthz"), (200, "ok".to_owned()));
     let (status, body) = get(&health, "/readyz?verbose");
     assert_eq!(status, 500, "not ready before the caches sync: {body}");
-    assert!(body.contains("[-]numaresourcesscheduler-cache failed"), "{body}");
+    assert!(body.contains("[-]numaresourcesscheduler-cache failed: reason withheld\n"), "kube's format: {body}");
+    let (status, why) = get(&health, "/readyz/namespace-cache");
+    assert_eq!((status, why.as_str()), (500, "internal server error: the namespaces have not been listed yet\n"));
 
     // The generated certificate is the one served; the pod passes unchanged.
     let certificate = std::fs::read_dir(&cert_dir)
