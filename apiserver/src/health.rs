@@ -1,13 +1,15 @@
-//! The health checks: `/healthz`, `/livez`, `/readyz` (kube's `[+]`/`[-]` format) and named
-//! readiness checks.
+//! The health checks: named readiness checks that parts of the server set as they start and
+//! stop being ready, answered on `/healthz`, `/livez`, `/readyz` and `/<endpoint>/<check>` by the
+//! shared runtime's probes (kube-apiserver's `[+]`/`[-]` format).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use axum::extract::{Path, RawQuery as AxumRawQuery, State};
-use axum::response::{IntoResponse, Response};
-use http::StatusCode;
-use http::header::{CONTENT_TYPE, HeaderValue};
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use numaresources_certs::admin::{self, Checks};
+use tower::ServiceExt;
 
 use crate::AppState;
 
@@ -29,54 +31,68 @@ impl Readiness {
         self.checks.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).copied()
     }
 
-    fn snapshot(&self) -> BTreeMap<String, bool> {
-        self.checks.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    /// The checks set so far, in name order, each reading its state when run.
+    pub fn checks(self: &Arc<Self>) -> Checks {
+        let names: Vec<String> =
+            self.checks.read().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect();
+        names.into_iter().fold(Checks::new(), |checks, name| {
+            let (readiness, key) = (self.clone(), name.clone());
+            checks.with(name, move || match readiness.get(&key) {
+                Some(false) => Err("not ready".to_owned()),
+                _ => Ok(()),
+            })
+        })
     }
 }
 
-pub async fn healthz(query: AxumRawQuery) -> Response {
-    checks_response(&BTreeMap::new(), query.0.as_deref())
+/// `/healthz`, `/livez`, `/readyz` and `/<endpoint>/<check>`, answered by the runtime's probes
+/// over the checks set at the time of the request: parts of the server register theirs as they
+/// start (replication, warm-up, authentication), after the routes exist, and probes come seconds
+/// apart, so the probes' router is made per request.
+pub async fn probes(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    answer_with(admin::probes(state.readiness.checks()), request).await
 }
 
-pub async fn livez(query: AxumRawQuery) -> Response {
-    checks_response(&BTreeMap::new(), query.0.as_deref())
-}
-
-pub async fn readyz(State(state): State<Arc<AppState>>, query: AxumRawQuery) -> Response {
-    checks_response(&state.readiness.snapshot(), query.0.as_deref())
-}
-
-/// `/<endpoint>/<check>`: one check.
-pub async fn check(State(state): State<Arc<AppState>>, Path(check): Path<String>) -> Response {
-    let checks = state.readiness.snapshot();
-    match (check.as_str(), checks.get(&check)) {
-        ("ping", _) | (_, Some(true)) => text(StatusCode::OK, "ok".into()),
-        (_, Some(false)) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("[-]{check} failed: not ready\n")),
-        (_, None) => text(StatusCode::NOT_FOUND, format!("no check named {check:?}\n")),
+/// `request` answered by one of the runtime's admin routers.
+pub(crate) async fn answer_with(router: Router, request: Request) -> Response {
+    // Without this router's extensions: its path parameters would add to the admin router's own.
+    let (mut parts, body) = request.into_parts();
+    parts.extensions = http::Extensions::new();
+    match router.oneshot(Request::from_parts(parts, body)).await {
+        Ok(response) => response,
+        Err(never) => match never {},
     }
 }
 
-fn checks_response(checks: &BTreeMap<String, bool>, query: Option<&str>) -> Response {
-    let verbose = query.is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
-    let healthy = checks.values().all(|ok| *ok);
-    let status = if healthy { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
-    if !verbose && healthy {
-        return text(status, "ok".into());
-    }
-    let mut body = String::from("[+]ping ok\n");
-    for (name, ok) in checks {
-        if *ok {
-            body.push_str(&format!("[+]{name} ok\n"));
-        } else {
-            body.push_str(&format!("[-]{name} failed: not ready\n"));
-        }
-    }
-    body.push_str(if healthy { "check passed\n" } else { "check failed\n" });
-    text(status, body)
-}
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use http_body_util::BodyExt;
 
-fn text(status: StatusCode, body: String) -> Response {
-    let mut response = (status, body).into_response();
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    response
+    use super::*;
+    use crate::Store;
+
+    async fn get(state: &Arc<AppState>, uri: &str) -> (u16, String) {
+        let request = Request::get(uri).body(Body::empty()).unwrap();
+        let response = crate::router(state.clone()).oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        (status, String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn one_check_answers_on_its_own_path() {
+        let state = Arc::new(AppState::new(Arc::new(Store::default()), "v", "c"));
+        state.readiness.set("store-warm", false);
+        assert_eq!(get(&state, "/readyz/store-warm").await, (500, "internal server error: not ready\n".into()));
+        assert_eq!(get(&state, "/readyz/ping").await, (200, "ok".into()));
+        state.readiness.set("store-warm", true);
+        assert_eq!(get(&state, "/readyz/store-warm").await, (200, "ok".into()));
+        let (status, body) = get(&state, "/readyz/nothing").await;
+        assert_eq!(status, 404);
+        assert!(body.contains("\"kind\":\"Status\""), "{body}");
+        assert_eq!(
+            get(&state, "/readyz?verbose").await,
+            (200, "[+]ping ok\n[+]store-warm ok\nreadyz check passed\n".into())
+        );
+    }
 }

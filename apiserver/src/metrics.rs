@@ -14,8 +14,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use http::header::{CONTENT_TYPE, HeaderValue};
+use axum::response::Response;
+use numaresources_certs::admin::{self, Checks};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -113,7 +113,8 @@ fn gauge_value(count: u64) -> i64 {
 
 /// The server's metrics.
 pub struct Metrics {
-    registry: Registry,
+    /// Shared with each scrape's exposition once the server runs.
+    registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
     latency: Family<VerbLabels, Histogram>,
     watches: Gauge<i64, AtomicI64>,
@@ -131,9 +132,9 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     /// The registry, to register other parts' metrics under this server's prefix before the
-    /// state is shared.
-    pub fn registry_mut(&mut self) -> &mut Registry {
-        &mut self.registry
+    /// first scrape (None after it).
+    pub fn registry_mut(&mut self) -> Option<&mut Registry> {
+        Arc::get_mut(&mut self.registry)
     }
 }
 
@@ -188,7 +189,16 @@ impl Default for Metrics {
             "Allocatable amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)",
             headroom.allocatable.clone(),
         );
-        Self { registry, requests, latency, watches, terminated_watches, objects, report_age, headroom }
+        Self {
+            registry: Arc::new(registry),
+            requests,
+            latency,
+            watches,
+            terminated_watches,
+            objects,
+            report_age,
+            headroom,
+        }
     }
 }
 
@@ -232,8 +242,9 @@ pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: N
     response
 }
 
-/// `GET /metrics`.
-pub async fn serve(State(state): State<Arc<AppState>>) -> Response {
+/// `GET /metrics`: the gauges read off the store are set, then the runtime's admin router
+/// encodes the registry.
+pub async fn serve(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let metrics = &state.metrics;
     let snapshot = state.store.snapshot();
     metrics.objects.set(snapshot.items.len() as i64);
@@ -245,13 +256,5 @@ pub async fn serve(State(state): State<Arc<AppState>>) -> Response {
     }
     let objects: Vec<_> = snapshot.items.iter().filter_map(|stored| stored.object().ok()).collect();
     metrics.headroom.set(&Headroom::of(objects.iter().map(|object| object.as_ref())));
-    let mut body = String::new();
-    if let Err(error) = prometheus_client::encoding::text::encode(&mut body, &metrics.registry) {
-        return crate::status::ApiError::internal("encoding metrics", &error).into_response();
-    }
-    let mut response = body.into_response();
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
-    response
+    crate::health::answer_with(admin::router(Checks::new(), metrics.registry.clone()), request).await
 }

@@ -146,7 +146,7 @@ impl ApiServer {
     /// (`client`), so standalone ones warm up from its exporter pods as a cluster's replicas do.
     pub fn replicate(&mut self, replication: Arc<Replication>, client: kube::Client) -> Result<(), ServerError> {
         let state = Arc::get_mut(&mut self.state).ok_or(ServerError::AlreadyServing)?;
-        replication.metrics().register(state.metrics.registry_mut());
+        replication.metrics().register(state.metrics.registry_mut().ok_or(ServerError::AlreadyServing)?);
         state.replication = Some(replication);
         state.readiness.set(STORE_WARM_CHECK, false);
         self.warm_up_client.get_or_insert(client);

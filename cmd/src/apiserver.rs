@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use numaresources_apiserver::config::period;
 use numaresources_apiserver::{ApiServer, Clients};
+use numaresources_certs::shutdown::Shutdown;
 use numaresources_certs::{ServeOptions, ServerConfigBuilder, WatchOptions, kube_client, serve_with};
 
 /// Options of `numaresources apiserver`.
@@ -78,8 +79,9 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         None => None,
     };
     let stopping = state.stopping.clone();
+    let signaled = Shutdown::on_signals().signaled();
     let shutdown = async move {
-        crate::shutdown::signal().await;
+        signaled.await;
         // A leader hands the Lease over while both listeners still serve (followers forward to
         // it and stream from it until then).
         let _ = stop_election.send(());
