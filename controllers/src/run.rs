@@ -85,7 +85,7 @@ impl Controllers {
         Self { client, config, metrics: Metrics::default(), readiness: Readiness::default() }
     }
 
-    /// What `/readyz` checks ([`Readiness`]).
+    /// What `/readyz` checks: kube-apiserver answered and, once leading, each controller synced.
     pub fn readiness(&self) -> Checks {
         self.readiness.checks()
     }

@@ -1,4 +1,4 @@
-//! The NRT API server replicas' peer certificate, kept in every mode, is [`peer`]'s.
+//! The NRT API server replicas' peer certificate, kept in every mode, is `peer`'s.
 //!
 //! Self-managed certificates (`--certificate-mode=self-managed`, the default on plain Kubernetes): a CA whose key is
 //! kept in the Secret `numaresources-ca`, the serving certificates of the API server and the

@@ -33,9 +33,9 @@ pub const LEAVES: [Leaf; 2] = [
 pub struct Observed {
     /// The CA Secret's data, if it exists.
     pub ca: Option<BTreeMap<String, String>>,
-    /// Each leaf Secret's pair (same order as [`LEAVES`]), if it exists with both keys.
+    /// Each leaf Secret's pair (same order as `LEAVES`), if it exists with both keys.
     pub leaves: Vec<Option<PemPair>>,
-    /// Each leaf Secret's `ca.crt` (same order as [`LEAVES`]): where an older install kept the
+    /// Each leaf Secret's `ca.crt` (same order as `LEAVES`): where an older install kept the
     /// only copy of its CA certificate.
     pub leaf_cas: Vec<Option<String>>,
     /// The `caBundle` each existing consumer of ours holds now (the APIService, every webhook).
@@ -61,7 +61,7 @@ pub struct Plan {
     /// it is readable again it either holds the bundle, which only we write, or restarts the
     /// overlap as a lacking one).
     pub held_back: bool,
-    /// The pair each leaf Secret must hold (same order as [`LEAVES`]).
+    /// The pair each leaf Secret must hold (same order as `LEAVES`).
     pub leaves: Vec<PemPair>,
     /// Why each leaf was issued in this pass, if it was.
     pub issued: Vec<Option<&'static str>>,
