@@ -31,7 +31,7 @@ type Amounts = BTreeMap<u32, BTreeMap<String, i64>>;
 
 /// What the kubelet told us, when we could ask it.
 #[derive(Debug, Clone, Copy)]
-pub struct KubeletView<'a> {
+pub(crate) struct KubeletView<'a> {
     /// `GetAllocatableResources`.
     pub allocatable: &'a Allocatable,
     /// `List`, after the middlewares (shared pool, excludes, terminal pods).

@@ -1,6 +1,6 @@
 //! The resource topology exporter (RTE).
 
-pub mod accounting;
+pub(crate) mod accounting;
 pub mod fingerprint;
 pub mod numaplacement;
 pub mod podresources;

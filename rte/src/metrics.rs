@@ -94,12 +94,12 @@ pub struct DirectPathMetrics {
 
 impl DirectPathMetrics {
     /// Whether publishes go to the NRT API server directly now.
-    pub fn set_in_use(&self, in_use: bool) {
+    pub(crate) fn set_in_use(&self, in_use: bool) {
         self.in_use.set(i64::from(in_use));
     }
 
     /// One publish made through kube-apiserver because the direct path could not be used.
-    pub fn fell_back(&self) {
+    pub(crate) fn fell_back(&self) {
         self.fallbacks.inc();
     }
 
@@ -168,7 +168,7 @@ impl Metrics {
     }
 
     /// The direct write path's metrics, for the publisher.
-    pub fn direct_path(&self) -> &DirectPathMetrics {
+    pub(crate) fn direct_path(&self) -> &DirectPathMetrics {
         &self.direct
     }
 

@@ -22,13 +22,13 @@ use serde_json::{Value, json};
 use crate::publish::FIELD_MANAGER;
 
 /// The RBAC rule the agent needs for its conditions.
-pub const POD_STATUS_RBAC: &str = "pods/status (in the agent's namespace): patch";
+pub(crate) const POD_STATUS_RBAC: &str = "pods/status (in the agent's namespace): patch";
 
 /// The longest message written; longer errors are cut (on a character boundary) with `…`.
-pub const MAX_MESSAGE_BYTES: usize = 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// How long one status write may take before it counts as failed.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The Pod the agent runs in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl ConditionType {
     }
 
     /// The reason written with `False`.
-    pub fn failure_reason(self) -> &'static str {
+    pub(crate) fn failure_reason(self) -> &'static str {
         match self {
             Self::PodresourcesFetched => "ScanFailed",
             Self::NodeTopologyUpdated => "UpdateFailed",
@@ -129,7 +129,7 @@ fn truncate(mut message: String) -> String {
 
 /// The strategic merge patch that sets `condition` at `now`. A `True` condition sends `null`
 /// reason and message, which removes a failure's leftovers from the merged element.
-pub fn status_patch(condition: &Condition, now: &Time) -> Value {
+pub(crate) fn status_patch(condition: &Condition, now: &Time) -> Value {
     json!({
         "status": {
             "conditions": [{
@@ -145,13 +145,13 @@ pub fn status_patch(condition: &Condition, now: &Time) -> Value {
 
 /// What was last written, per condition. Pure.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     written: [Option<(&'static str, Option<&'static str>)>; 2],
 }
 
 impl Tracker {
     /// Whether `condition` differs from what was last written (or nothing was).
-    pub fn needs_write(&self, condition: &Condition) -> bool {
+    pub(crate) fn needs_write(&self, condition: &Condition) -> bool {
         self.written[condition.kind.index()] != Some(condition.state())
     }
 
@@ -161,7 +161,7 @@ impl Tracker {
     }
 
     /// Forgets a condition, so the next one is written whatever it is.
-    pub fn forget(&mut self, kind: ConditionType) {
+    pub(crate) fn forget(&mut self, kind: ConditionType) {
         self.written[kind.index()] = None;
     }
 }

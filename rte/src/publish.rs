@@ -21,15 +21,15 @@ use numaresources_api::nrt::well_known::{ANNOTATION_FINGERPRINT, ANNOTATION_RTE_
 use serde_json::{Map, Value, json};
 
 /// The annotations the agent owns on its object; every other one belongs to someone else.
-pub const OWNED_ANNOTATIONS: &[&str] = &[ANNOTATION_RTE_UPDATE, ANNOTATION_FINGERPRINT];
+pub(crate) const OWNED_ANNOTATIONS: &[&str] = &[ANNOTATION_RTE_UPDATE, ANNOTATION_FINGERPRINT];
 
 /// The field manager name sent with writes.
-pub const FIELD_MANAGER: &str = "numaresources-rte";
+pub(crate) const FIELD_MANAGER: &str = "numaresources-rte";
 
 /// The RBAC rule the agent needs on its objects.
 pub const NRT_RBAC: &str = "noderesourcetopologies.topology.node.k8s.io (cluster-scoped): get, create, update, patch";
 /// The RBAC rule the agent needs on Nodes for the owner reference.
-pub const NODE_RBAC: &str = "nodes: get";
+pub(crate) const NODE_RBAC: &str = "nodes: get";
 
 /// What a publish did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl PublishError {
     }
 
     /// True when the API server answered 404 Not Found.
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, Self::Api { code: 404, .. })
     }
 }
@@ -157,7 +157,7 @@ pub fn merge_patch(desired: &NodeResourceTopology) -> Value {
 
 /// `current` with `desired`'s zones, attributes and owned annotations, and the owner reference
 /// if given; everything else (labels, others' annotations, resourceVersion) kept.
-pub fn apply_desired(
+pub(crate) fn apply_desired(
     mut current: NodeResourceTopology,
     desired: &NodeResourceTopology,
     owner: Option<&OwnerReference>,
@@ -190,7 +190,7 @@ fn set_owner(nrt: &mut NodeResourceTopology, owner: &OwnerReference) {
 }
 
 /// The owner reference to a Node.
-pub fn node_owner(name: &str, uid: &str) -> OwnerReference {
+pub(crate) fn node_owner(name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
         api_version: "v1".into(),
         kind: "Node".into(),
@@ -220,7 +220,7 @@ impl KubePublisher {
 
     /// A publisher writing through `nrts` and reading the Node for the owner reference through
     /// `nodes` (our API server, written to directly, serves no Nodes).
-    pub fn with_node_client(nrts: kube::Client, nodes: kube::Client, add_owner: bool) -> Self {
+    pub(crate) fn with_node_client(nrts: kube::Client, nodes: kube::Client, add_owner: bool) -> Self {
         Self {
             nrts: kube::Api::all(nrts),
             nodes: kube::Api::all(nodes),

@@ -19,15 +19,15 @@ use kube::runtime::watcher::{self, Event};
 use crate::podresources::middleware::PodKey;
 
 /// The RBAC rule the watch needs.
-pub const PODS_RBAC: &str = "pods (cluster-wide, filtered to this node by field selector): list, watch";
+pub(crate) const PODS_RBAC: &str = "pods (cluster-wide, filtered to this node by field selector): list, watch";
 
 /// The field selector for this node's pods that may be terminal.
-pub fn field_selector(node: &str) -> String {
+pub(crate) fn field_selector(node: &str) -> String {
     format!("spec.nodeName={node},status.phase!=Pending,status.phase!=Running")
 }
 
 /// The pod's key if it is terminal and on `node`. Pure.
-pub fn terminal_key(pod: &Pod, node: &str) -> Option<PodKey> {
+pub(crate) fn terminal_key(pod: &Pod, node: &str) -> Option<PodKey> {
     let on_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let terminal = matches!(phase, Some("Succeeded" | "Failed"));

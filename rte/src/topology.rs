@@ -82,7 +82,7 @@ impl FingerprintPod for PodResources {
 
 /// One scan's inputs.
 #[derive(Debug, Clone, Copy)]
-pub struct Scan<'a> {
+pub(crate) struct Scan<'a> {
     /// The node's name (the object's name).
     pub node_name: &'a str,
     /// The machine.
@@ -104,7 +104,7 @@ pub struct Scan<'a> {
 /// NUMA-eligible pod whatever the fingerprint method. Any placement error (a CPU sysfs does not
 /// know, a device or memory block on two nodes, …) drops the whole payload for this scan:
 /// no metadata attribute and no zone vector, the fingerprint still published.
-pub fn node_topology(scan: &Scan<'_>) -> NodeResourceTopology {
+pub(crate) fn node_topology(scan: &Scan<'_>) -> NodeResourceTopology {
     let mut nrt = NodeResourceTopology::new(scan.node_name);
     nrt.zones = accounting::zones(scan.machine, scan.kubelet);
     if let (Some(method), Some(kubelet)) = (scan.fingerprint, scan.kubelet) {

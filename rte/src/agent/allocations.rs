@@ -21,9 +21,9 @@
 //! - **Polling `List`**, the very answer a scan reads: works wherever the agent works, with the
 //!   socket it already has, sees exactly what a scan would publish, and is cheap: one `List` of
 //!   250 pods is ≈0.3 ms round trip. The kubelet's podresources server allows 100 calls per
-//!   second with a burst of 10, shared by every client on the node; one call every
-//!   [`DEFAULT_ALLOCATION_POLL`] is 2 % of that, and [`MIN_ALLOCATION_POLL`] keeps any setting
-//!   at 10 % or less.
+//!   second with a burst of 10, shared by every client on the node; one call every 500 ms (the
+//!   `--podresources-poll-interval` default) is 2 % of that, and
+//!   [`MIN_ALLOCATION_POLL`](crate::config::MIN_ALLOCATION_POLL) keeps any setting at 10 % or less.
 //!
 //! So the agent polls. A change of the *allocation set* (the digest below: every pod and
 //! container with its exclusive CPUs, memory blocks and devices, independent of the order the
@@ -34,22 +34,13 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::time::Duration;
 
 use crate::podresources::{ContainerResources, PodResources};
-
-/// How often the kubelet's `List` is asked by default: a change shows within this period plus
-/// one scan.
-pub const DEFAULT_ALLOCATION_POLL: Duration = Duration::from_millis(500);
-
-/// The shortest period allowed: 10 calls a second, a tenth of the kubelet's podresources rate
-/// limit (100 per second for all its clients).
-pub const MIN_ALLOCATION_POLL: Duration = Duration::from_millis(100);
 
 /// A digest of what `List` reports: equal for two answers holding the same pods with the same
 /// exclusive resources, whatever their order. Pods without exclusive resources count too (they
 /// change the `all` pods fingerprint).
-pub fn allocation_digest(pods: &[PodResources]) -> u64 {
+pub(crate) fn allocation_digest(pods: &[PodResources]) -> u64 {
     let mut entries: Vec<u64> = Vec::with_capacity(pods.len());
     for pod in pods {
         let mut hasher = DefaultHasher::new();

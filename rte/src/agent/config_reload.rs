@@ -17,7 +17,7 @@ use crate::config::{Args, Config, default_operator_config};
 /// The files a configuration is read from: the operator's ConfigMap file (`--config`, else the
 /// default path when its directory is there: a mount appears at start, not later) and the
 /// kubelet configuration file, when given.
-pub fn followed_files(args: &Args) -> Vec<PathBuf> {
+pub(crate) fn followed_files(args: &Args) -> Vec<PathBuf> {
     let operator = match &args.config {
         Some(path) => Some(path.clone()),
         None => Some(default_operator_config()).filter(|p| p.parent().is_some_and(Path::is_dir)),

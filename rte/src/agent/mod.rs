@@ -13,11 +13,11 @@
 //! that every CPU is free, which is worse than a stale object the scheduler already treats
 //! with care. The failure is logged at error level and counted, and the next trigger retries.
 
-pub mod allocations;
-pub mod config_reload;
-pub mod notify_file;
+pub(crate) mod allocations;
+pub(crate) mod config_reload;
+pub(crate) mod notify_file;
 pub mod own_object;
-pub mod schedule;
+pub(crate) mod schedule;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -43,7 +43,7 @@ use crate::topology::{self, Scan};
 use crate::trigger::Trigger;
 
 pub use notify_file::NotifyFileError;
-pub use schedule::{Decision, Published, RateLimiter, decide};
+use schedule::{Decision, Published, RateLimiter, decide};
 
 /// Why one scan (or its publish) failed; logged and counted, never fatal.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +109,7 @@ pub fn assemble(
 /// How long one sysfs discovery may take before the scan fails. Reads never wait for a writer
 /// (see [`sysfs`]), so discovery takes milliseconds; only a filesystem stalled in the kernel can
 /// hold it this long.
-pub const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a process running the agent waits at exit for blocking tasks (a sysfs discovery,
 /// the fingerprint status file) before exiting without them: a read stalled in the kernel must
@@ -291,7 +291,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
 
     /// Asks the kubelet's `List` once: true when the allocations changed since the last answer
     /// seen. A failed call is counted and logged at debug level (the next scan reports it).
-    pub async fn allocations_changed(&self) -> bool {
+    pub(crate) async fn allocations_changed(&self) -> bool {
         if !self.source.present().await {
             return false;
         }
@@ -497,7 +497,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
 
 /// How long to wait before retrying after `failures` failed refreshes in a row: 1 s, doubling,
 /// at most 30 s.
-pub fn retry_delay(failures: u32) -> Duration {
+pub(crate) fn retry_delay(failures: u32) -> Duration {
     let exponent = failures.saturating_sub(1).min(5);
     Duration::from_secs(1 << exponent).min(Duration::from_secs(30))
 }

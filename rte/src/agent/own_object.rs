@@ -31,7 +31,7 @@ pub enum Seen {
 }
 
 /// Folds one watch event into `listed` (whether the list under way has shown the object).
-pub fn observe(event: &Event<NodeResourceTopology>, listed: &mut bool) -> Seen {
+pub(crate) fn observe(event: &Event<NodeResourceTopology>, listed: &mut bool) -> Seen {
     match event {
         Event::Init => {
             *listed = false;

@@ -12,7 +12,7 @@ use crate::trigger::Trigger;
 /// At most `n` scans per second. Triggers arriving faster are coalesced into one scan at the
 /// earliest allowed instant; none is dropped, so the last event always gets a scan after it.
 #[derive(Debug, Clone)]
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     gap: Duration,
     last_scan: Option<Instant>,
     pending: Option<Trigger>,
@@ -48,7 +48,7 @@ impl RateLimiter {
 
 /// What was last accepted by the API server.
 #[derive(Debug, Clone)]
-pub struct Published {
+pub(crate) struct Published {
     /// The object as sent.
     pub topology: NodeResourceTopology,
     /// When.
@@ -57,7 +57,7 @@ pub struct Published {
 
 /// Why a scan's result is (or is not) published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Nothing was published yet (or the last publish failed).
     First,
     /// The topology changed.

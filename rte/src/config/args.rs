@@ -11,11 +11,14 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 use numaresources_api::GoDuration;
 use numaresources_api::exporter::{METRICS_CERTS_DIR, METRICS_PORT};
 
-use crate::agent::allocations::MIN_ALLOCATION_POLL;
 use crate::fingerprint::Method;
 use crate::podresources::middleware::ContainerRef;
 use crate::podresources::{DEFAULT_SOCKET, SocketPath};
 use crate::sysfs::DEFAULT_SYSFS_ROOT;
+
+/// The shortest `--podresources-poll-interval`: 10 calls a second, a tenth of the kubelet's
+/// podresources rate limit (100 per second for all its clients).
+pub const MIN_ALLOCATION_POLL: Duration = Duration::from_millis(100);
 
 /// The `--podresources-socket` value that means "no kubelet".
 pub const NO_KUBELET: &str = "none";
@@ -53,8 +56,8 @@ pub struct Args {
     pub notify_file: Option<PathBuf>,
 
     /// How often to ask the kubelet's podresources List for a change of allocations, which
-    /// triggers a scan at once (works on any node, no hook needed); a Go duration of at least
-    /// 100ms, `0` turns it off.
+    /// triggers a scan at once (works on any node, no hook needed): a change shows within this
+    /// period plus one scan; a Go duration of at least 100ms, `0` turns it off.
     #[arg(long, env = "NUMARESOURCES_RTE_PODRESOURCES_POLL_INTERVAL", default_value = "500ms",
           value_parser = parse_poll_interval)]
     pub podresources_poll_interval: Interval,

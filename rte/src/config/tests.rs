@@ -137,7 +137,7 @@ fn malformed_values_are_refused_by_their_flag() {
 fn the_defaults_are_the_flags_defaults() {
     let args = Args::default();
     assert_eq!(args.sleep_interval, Interval::every(Duration::from_secs(10)));
-    assert_eq!(args.podresources_poll_interval, Interval::every(crate::agent::allocations::DEFAULT_ALLOCATION_POLL));
+    assert_eq!(args.podresources_poll_interval, Interval::every(Duration::from_millis(500)));
     assert_eq!(args.heartbeat, Interval::every(Duration::from_secs(60)));
     assert_eq!((args.metrics_mode, args.metrics_port), (MetricsMode::Http, 2112));
     assert_eq!(args.pods_fingerprint_method, crate::fingerprint::Method::WithExclusiveResources);

@@ -20,11 +20,11 @@ use super::bearer::BearerFile;
 
 /// How long connecting to our server may take. It is a Service address inside the cluster:
 /// when it does not connect within this, it is not there, and kube-apiserver is used instead.
-pub const DIRECT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const DIRECT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The largest CA bundle read (a bundle of a few certificates is a few KiB; the controllers'
 /// rotation keeps two).
-pub const MAX_CA_BUNDLE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_CA_BUNDLE_BYTES: u64 = 1024 * 1024;
 
 /// Why the client for our server could not be built.
 #[derive(Debug, thiserror::Error)]

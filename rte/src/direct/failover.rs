@@ -32,12 +32,12 @@ use crate::metrics::DirectPathMetrics;
 use crate::publish::{KubePublisher, Outcome, PublishError, Publisher};
 
 /// The first delay before the direct path is tried again after a failure.
-pub const DIRECT_RETRY_INITIAL: Duration = Duration::from_secs(10);
+pub(crate) const DIRECT_RETRY_INITIAL: Duration = Duration::from_secs(10);
 /// The longest delay between two tries of the direct path (before the per-node spread).
-pub const DIRECT_RETRY_MAX: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DIRECT_RETRY_MAX: Duration = Duration::from_secs(5 * 60);
 /// How long one publish on the direct path may take before kube-apiserver is used instead (a
 /// server that accepts connections but does not answer). A merge patch takes milliseconds.
-pub const DIRECT_PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DIRECT_PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The failover's timings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl FailoverOptions {
     /// The delay after `failures` failed tries in a row of `node`: doubling from
     /// `retry_initial` to `retry_max`, then stretched by a fraction in [0, ½) fixed by the node
     /// and the count, so nodes spread out without a random source.
-    pub fn delay(&self, failures: u32, node: &str) -> Duration {
+    pub(crate) fn delay(&self, failures: u32, node: &str) -> Duration {
         let doubled = self.retry_initial.saturating_mul(1 << failures.saturating_sub(1).min(16));
         let base = doubled.min(self.retry_max);
         let hash = xxh64(node.as_bytes(), u64::from(failures));
@@ -94,7 +94,7 @@ pub struct Route {
 
 impl Route {
     /// True while the direct path is in use (it has not failed since it last worked).
-    pub fn is_direct(&self) -> bool {
+    pub(crate) fn is_direct(&self) -> bool {
         self.failures == 0
     }
 
@@ -104,7 +104,7 @@ impl Route {
     }
 
     /// True when a publish at `now` should try the direct path.
-    pub fn direct_due(&self, now: Instant) -> bool {
+    pub(crate) fn direct_due(&self, now: Instant) -> bool {
         self.retry_at.is_none_or(|at| now >= at)
     }
 
@@ -116,7 +116,7 @@ impl Route {
     }
 
     /// The direct path answered.
-    pub fn worked(&mut self) -> Switch {
+    pub(crate) fn worked(&mut self) -> Switch {
         let was_down = !self.is_direct();
         *self = Self::default();
         if was_down { Switch::ToDirect } else { Switch::Stay }
@@ -125,7 +125,7 @@ impl Route {
 
 /// True when `error` on the direct path may not happen on kube-apiserver's, so the publish is
 /// made there instead.
-pub fn falls_back(error: &PublishError) -> bool {
+pub(crate) fn falls_back(error: &PublishError) -> bool {
     !matches!(error, PublishError::Invalid { .. } | PublishError::NodeNotFound(_))
 }
 

@@ -29,7 +29,7 @@ use numaresources_api::direct_write::{
 pub use failover::{FailoverPublisher, Route, Switch};
 
 /// The environment variable that sets `--nrt-server`.
-pub const NRT_SERVER_ENV: &str = "NUMARESOURCES_NRT_SERVER";
+pub(crate) const NRT_SERVER_ENV: &str = "NUMARESOURCES_NRT_SERVER";
 
 /// The `numaresources rte` flags of the direct write path (flattened into
 /// [`crate::config::Args`]).
@@ -85,7 +85,7 @@ impl DirectArgs {
     }
 
     /// The file flags given without `--nrt-server` (they do nothing then).
-    pub fn unused_file_flags(&self) -> Vec<&'static str> {
+    pub(crate) fn unused_file_flags(&self) -> Vec<&'static str> {
         if self.nrt_server.as_deref().is_some_and(|t| !t.trim().is_empty()) {
             return Vec::new();
         }

@@ -17,10 +17,11 @@ use std::str::FromStr;
 
 use xxhash_rust::xxh64::{Xxh64, xxh64};
 
-pub use status::{NamespacedName, Status, StatusError, write_status_file};
+pub(crate) use status::write_status_file;
+pub use status::{NamespacedName, Status, StatusError};
 
 /// Every signature starts with this.
-pub const PREFIX: &str = "pfp0";
+pub(crate) const PREFIX: &str = "pfp0";
 /// The algorithm version we compute and accept.
 pub const VERSION: &str = "v001";
 /// The shortest string [`Fingerprint::check`] reads as a signature (upstream's bound).
@@ -132,7 +133,7 @@ impl Fingerprint {
     }
 
     /// An empty fingerprint that also remembers the pods added, for [`Status`].
-    pub fn traced() -> Self {
+    pub(crate) fn traced() -> Self {
         Self { hashes: Vec::new(), traced: Some(Vec::new()) }
     }
 
@@ -203,7 +204,7 @@ impl Fingerprint {
 }
 
 /// The hash of one pod: `XXH64(name, seed = XXH64(namespace, 0))`.
-pub fn pod_hash(namespace: &str, name: &str) -> u64 {
+pub(crate) fn pod_hash(namespace: &str, name: &str) -> u64 {
     xxh64(name.as_bytes(), xxh64(namespace.as_bytes(), 0))
 }
 

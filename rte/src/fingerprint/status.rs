@@ -56,7 +56,7 @@ pub enum StatusError {
 
 /// Writes `status` to `path` atomically: the JSON goes to `__<name>` in the same directory, is
 /// synced, then renamed over `path`, so a reader sees the old record or the new one, never half.
-pub fn write_status_file(path: &Path, status: &Status) -> Result<(), StatusError> {
+pub(crate) fn write_status_file(path: &Path, status: &Status) -> Result<(), StatusError> {
     let name = path.file_name().ok_or_else(|| StatusError::NotAFile { path: path.to_path_buf() })?;
     let mut temp_name = std::ffi::OsString::from("__");
     temp_name.push(name);

@@ -12,7 +12,7 @@
 //! continuations (`ff!` is 64, like `f!`).
 
 /// The 89 symbols in index order.
-pub const ALPHABET: &[u8; 89] =
+pub(crate) const ALPHABET: &[u8; 89] =
     b"!#$%'()*+,-./0123456789:;=?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]^_`abcdefghijklmnopqrstuvwxyz{|}~";
 
 /// Number of terminal symbols (indices `0..TERMINALS`).
@@ -66,7 +66,7 @@ pub enum Error {
 }
 
 /// Appends the encoding of `value` to `out`.
-pub fn encode_value(value: u32, out: &mut String) {
+pub(crate) fn encode_value(value: u32, out: &mut String) {
     if value < TERMINALS {
         out.push(char::from(ALPHABET[value as usize]));
         return;
@@ -113,7 +113,7 @@ pub fn encode_offsets(offsets: &[u32]) -> Result<String, Error> {
 }
 
 /// Decodes the value starting at `pos`; returns it and the position after its terminal.
-pub fn decode_value(input: &[u8], pos: usize) -> Result<(u32, usize), Error> {
+pub(crate) fn decode_value(input: &[u8], pos: usize) -> Result<(u32, usize), Error> {
     let mut c: u32 = 0;
     let mut continuations = 0usize;
     let mut at = pos;
@@ -145,7 +145,7 @@ pub fn decode_value(input: &[u8], pos: usize) -> Result<(u32, usize), Error> {
 
 /// Decodes a vector back into offsets (running sums of the deltas). It does not check that they
 /// increase: `!!!` is `[0, 0, 0]`, which a decoder then rejects as duplicated.
-pub fn decode_offsets(input: &[u8]) -> Result<Vec<u32>, Error> {
+pub(crate) fn decode_offsets(input: &[u8]) -> Result<Vec<u32>, Error> {
     let mut offsets = Vec::with_capacity(input.len());
     let (mut pos, mut sum) = (0usize, 0u32);
     while pos < input.len() {

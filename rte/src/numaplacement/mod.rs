@@ -48,14 +48,14 @@ use xxhash_rust::xxh64::xxh64;
 
 pub use decoder::{Decoder, Placements};
 pub use metadata::Metadata;
-pub use scan::{ContainerAffinity, DeviceAffinity, MemoryAffinity, PodAffinity, SUPPORTED_POLICY, scan_payload};
+pub(crate) use scan::{PodAffinity, scan_payload};
 
 /// The metadata prefix and version.
-pub const METADATA_PREFIX: &str = "npv0v001";
+pub(crate) const METADATA_PREFIX: &str = "npv0v001";
 /// Separates the metadata fields.
-pub const SEPARATOR: &str = "::";
+pub(crate) const SEPARATOR: &str = "::";
 /// The only vector encoding.
-pub const ENCODING_LEB89: &str = "leb89";
+pub(crate) const ENCODING_LEB89: &str = "leb89";
 
 /// Why placement could not be encoded, parsed or decoded. The messages follow upstream's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -136,7 +136,7 @@ pub enum Error {
 }
 
 /// The hash of a container identity: XXH64 (seed 0) over `namespace ‖ 0x00 ‖ pod ‖ 0x00 ‖ container`.
-pub fn container_hash(namespace: &str, pod: &str, container: &str) -> u64 {
+pub(crate) fn container_hash(namespace: &str, pod: &str, container: &str) -> u64 {
     let len = namespace.len() + pod.len() + container.len() + 2;
     // Kubernetes names fit the stack buffer (63 + 253 + 63 + 2 bytes); one-shot hashing of the
     // concatenation is cheaper than streaming five pieces, and gives the same digest.
@@ -171,7 +171,7 @@ pub struct Placement<'a> {
 
 /// Collects placements; [`finish`](Self::finish) encodes them.
 #[derive(Debug, Clone)]
-pub struct Encoder {
+pub(crate) struct Encoder {
     numa_nodes: u32,
     /// (hash, NUMA node) in the order added; a repeated identity keeps its last node.
     placements: Vec<(u64, u32)>,
@@ -193,7 +193,7 @@ impl Encoder {
     }
 
     /// Adds a container by its [`container_hash`].
-    pub fn add_hash(&mut self, hash: u64, numa_node: i64) -> Result<(), Error> {
+    pub(crate) fn add_hash(&mut self, hash: u64, numa_node: i64) -> Result<(), Error> {
         if numa_node == -1 {
             return Err(Error::UnknownNumaAffinity);
         }
@@ -282,7 +282,7 @@ impl Payload {
 
     /// Writes the payload into an NRT: sets the node attribute (in place if present, else
     /// appended) and, on every zone `node-<id>`, the vector for `id` or no vector attribute.
-    pub fn apply_to(&self, nrt: &mut NodeResourceTopology) {
+    pub(crate) fn apply_to(&self, nrt: &mut NodeResourceTopology) {
         let metadata = self.metadata_string();
         match nrt.attributes.iter_mut().find(|a| a.name == ATTR_NUMA_PLACEMENT_METADATA) {
             Some(attribute) => attribute.value = metadata,

@@ -9,11 +9,11 @@ use crate::fingerprint::FingerprintPod;
 use crate::podresources::{NumaAffinity, PodResources};
 
 /// The only Topology Manager policy under which placement is published.
-pub const SUPPORTED_POLICY: &str = "single-numa-node";
+pub(crate) const SUPPORTED_POLICY: &str = "single-numa-node";
 
 /// A pod as podresources lists it, reduced to what placement needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodAffinity {
+pub(crate) struct PodAffinity {
     /// The pod's namespace.
     pub namespace: String,
     /// The pod's name.
@@ -24,7 +24,7 @@ pub struct PodAffinity {
 
 /// One container's exclusive resources.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ContainerAffinity {
+pub(crate) struct ContainerAffinity {
     /// The container's name.
     pub name: String,
     /// Exclusive CPUs (`cpu_ids`), in the order received.
@@ -38,7 +38,7 @@ pub struct ContainerAffinity {
 /// A `devices` entry: how many device ids it has and its topology's NUMA ids as reported
 /// (possibly empty, with `-1` or duplicates).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeviceAffinity {
+pub(crate) struct DeviceAffinity {
     /// Number of `device_ids`.
     pub device_count: usize,
     /// `topology.nodes[].ID`.
@@ -47,7 +47,7 @@ pub struct DeviceAffinity {
 
 /// A `memory` block's topology NUMA ids as reported (its size is not looked at).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MemoryAffinity {
+pub(crate) struct MemoryAffinity {
     /// `topology.nodes[].ID`.
     pub numa_nodes: Vec<i64>,
 }
@@ -72,7 +72,7 @@ impl MemoryAffinity {
 impl ContainerAffinity {
     /// True when the container holds exclusive CPUs, a memory block with a NUMA id, or a device
     /// with ids and a NUMA id.
-    pub fn is_numa_local(&self) -> bool {
+    pub(crate) fn is_numa_local(&self) -> bool {
         !self.cpu_ids.is_empty()
             || self.memory.iter().any(MemoryAffinity::is_local)
             || self.devices.iter().any(DeviceAffinity::is_local)
@@ -104,7 +104,7 @@ impl ContainerAffinity {
 impl PodAffinity {
     /// True when any container is NUMA-local: the pod takes part in placement, and counts for
     /// the `with-exclusive-resources` pods fingerprint.
-    pub fn is_numa_eligible(&self) -> bool {
+    pub(crate) fn is_numa_eligible(&self) -> bool {
         self.containers.iter().any(ContainerAffinity::is_numa_local)
     }
 }
@@ -152,7 +152,7 @@ impl FingerprintPod for PodAffinity {
 ///
 /// The caller calls this only with the pods fingerprint on (upstream computes placement inside
 /// the fingerprint branch).
-pub fn scan_payload<'a>(
+pub(crate) fn scan_payload<'a>(
     policy: &str,
     numa_nodes: u32,
     pods: impl IntoIterator<Item = &'a PodAffinity>,

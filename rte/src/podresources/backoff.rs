@@ -27,7 +27,7 @@ impl Backoff {
     /// The wait after `failures` consecutive failures (0 means no wait), given `unit` drawn
     /// uniformly from `0.0..1.0`.
     #[must_use]
-    pub fn delay_with(&self, failures: u32, unit: f64) -> Duration {
+    pub(crate) fn delay_with(&self, failures: u32, unit: f64) -> Duration {
         if failures == 0 {
             return Duration::ZERO;
         }
@@ -41,7 +41,7 @@ impl Backoff {
 
     /// The wait after `failures` consecutive failures, with fresh jitter.
     #[must_use]
-    pub fn delay(&self, failures: u32) -> Duration {
+    pub(crate) fn delay(&self, failures: u32) -> Duration {
         self.delay_with(failures, unit_random())
     }
 }

@@ -24,10 +24,10 @@ use super::proto;
 use super::proto::pod_resources_lister_client::PodResourcesListerClient;
 
 /// Default connect and call timeouts (the upstream exporter's).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default largest answer accepted (16 MiB, the upstream exporter's).
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How to reach the kubelet and how patient to be.
 #[derive(Debug, Clone)]

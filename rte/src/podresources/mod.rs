@@ -25,7 +25,7 @@ pub mod testing;
 use std::future::Future;
 
 pub use backoff::Backoff;
-pub use client::{ClientConfig, ConnectionHealth, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT, PodResourcesClient};
+pub use client::{ClientConfig, ConnectionHealth, PodResourcesClient};
 pub use endpoint::{DEFAULT_SOCKET, KUBELET_SOCKET, SocketPath, SocketPathError};
 pub use error::Error;
 pub use if_present::KubeletIfPresent;

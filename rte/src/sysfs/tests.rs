@@ -9,6 +9,7 @@ use numaresources_api::quantity::Quantity;
 use proptest::prelude::*;
 
 use super::read::{parse_cpu_list, parse_hugepages_dir_name, parse_index, parse_mem_total_kib};
+use super::zones::RESOURCE_MEMORY;
 use super::*;
 
 /// A sysfs + procfs tree under a temporary directory, written the way the kernel lays it out.

@@ -7,13 +7,13 @@ use numaresources_api::quantity::Quantity;
 use super::{Machine, NumaNode};
 
 /// Resource name of logical CPUs.
-pub const RESOURCE_CPU: &str = "cpu";
+pub(crate) const RESOURCE_CPU: &str = "cpu";
 /// Resource name of memory, in bytes.
-pub const RESOURCE_MEMORY: &str = "memory";
+pub(crate) const RESOURCE_MEMORY: &str = "memory";
 
 /// `hugepages-<size>` with the size as a binary-SI quantity: `hugepages-2Mi`, `hugepages-1Gi`,
 /// `hugepages-64Ki`, `hugepages-1536Ki`.
-pub fn hugepages_resource_name(page_size_bytes: u64) -> String {
+pub(crate) fn hugepages_resource_name(page_size_bytes: u64) -> String {
     let size = i64::try_from(page_size_bytes).unwrap_or(i64::MAX);
     format!("hugepages-{}", Quantity::from_i64_binary(size))
 }
