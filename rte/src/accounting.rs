@@ -2,7 +2,7 @@
 //! `GetAllocatableResources`, available = allocatable − exclusive allocations from `List`.
 //! Pure: plain data in, zones out.
 //!
-//! The rules are upstream's (nrt-rte.md §2.3), with its quirks fixed: zones are keyed by NUMA
+//! The rules are upstream's (docs/exporter-accounting.md), with its quirks fixed: zones are keyed by NUMA
 //! id, never by list position (sparse ids work), resources come out sorted, and a zone the kubelet
 //! reports nothing for still says how many CPUs it has.
 //!

@@ -1,4 +1,4 @@
-//! The agent's counters and their Prometheus exposition on `/metrics` (`nrt-rte.md` §2.9).
+//! The agent's counters, exposed on `/metrics`.
 //!
 //! Upstream's metrics keep their names, labels and meanings, so existing dashboards read the
 //! same: `rte_podresource_api_call_failures_total{function_name}`,

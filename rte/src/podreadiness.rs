@@ -1,5 +1,5 @@
-//! The conditions the agent sets on its own Pod (`nrt-rte.md` §2.7), which the operator's
-//! DaemonSet lists as readiness gates (`nro.md` §4.2): `PodresourcesFetched` after each scan and
+//! The conditions the agent sets on its own Pod (as upstream's exporter does), which the
+//! operator's DaemonSet lists as readiness gates (`controllers/src/render/rte.rs`): `PodresourcesFetched` after each scan and
 //! `NodeTopologyUpdated` after each publish, `True`, or `False` with reason `ScanFailed` /
 //! `UpdateFailed` and the error as the message.
 //!

@@ -1,5 +1,5 @@
 //! Which pods on this node are terminal (phase `Succeeded` or `Failed`), from a watch on Pods,
-//! for `--exclude-terminal-pods` (`nrt-rte.md` §2.5). The kubelet's `List` may still report such
+//! for `--exclude-terminal-pods` (docs/exporter-accounting.md). The kubelet's `List` may still report such
 //! pods (kubernetes/kubernetes#119423); their resources are free again and the scheduler no
 //! longer counts them, so the accounting and the fingerprint leave them out.
 //!

@@ -190,7 +190,7 @@ mod tests {
             ]
         );
         assert_eq!(nrt.attributes[2].value, "npv0v001::ve=leb89::cc=1::nn=1::bn=0");
-        // The test vector of nrt-rte.md §2.8 for this one pod.
+        // The fingerprint of this one pod, as upstream's algorithm v001 signs it.
         assert_eq!(nrt.attributes[0].value, "pfp0v001a9cddfe43845cd3a");
         assert_eq!(nrt.attributes[1].value, "with-exclusive-resources");
         assert_eq!(nrt.metadata.annotations.unwrap()["topology.node.k8s.io/fingerprint"], "pfp0v001a9cddfe43845cd3a");

@@ -2,9 +2,11 @@
 //!
 //! Upstream checks node groups only at reconcile time and stops at the first failure; we report
 //! everything at once so one `kubectl apply` shows the user all there is to fix. The rules are
-//! upstream's (nro.md §1.7 rules 1–4, the enums of the CRD schema) plus those our additions
-//! need: exactly one node selection method per group, no two groups selecting the same way,
-//! selectors that parse, valid tolerations, non-negative durations, and the pod routing rules.
+//! upstream's (each group sets exactly one of `poolName` / `machineConfigPoolSelector`, a
+//! `poolName` is not empty, no two groups share a `poolName`, at most 8 per-group annotations;
+//! the enums of the CRD schema) plus those our additions need: exactly one node selection
+//! method per group, no two groups selecting the same way, selectors that parse, valid
+//! tolerations, non-negative durations, and the pod routing rules.
 
 use std::collections::HashMap;
 

@@ -1,7 +1,9 @@
 //! The pod webhook's own MutatingWebhookConfiguration ([`POD_ROUTING_CONFIGURATION`]).
 //!
 //! It is the `NUMAResourcesScheduler`'s, not the install's: it exists only while pods are routed,
-//! and on deletion it goes before the scheduler it routes to (nro.md §7a). The OLM bundle renders
+//! and on deletion it goes before the scheduler it routes to, so no pod is ever routed to a
+//! scheduler that is gone (the order the Multiarch Tuning Operator keeps for its pod-placement
+//! webhook). The OLM bundle renders
 //! its `webhookdefinitions` entry from here too, so both installs declare the same webhook.
 
 use k8s_openapi::ByteString;

@@ -1,7 +1,8 @@
 //! The exporter (`numaresources rte`) of one node group: its DaemonSet, and the ServiceAccount
-//! and RBAC every group shares (nro.md §3.1 step 7, §4.2).
+//! and RBAC every group shares, as upstream's operator deploys them.
 //!
-//! Flag mapping (nro.md §4.2), adapted to what `numaresources rte` accepts:
+//! Flag mapping (upstream's, from the normalized node group configuration), adapted to what
+//! `numaresources rte` accepts:
 //!
 //! | normalized config | arguments |
 //! |---|---|
@@ -157,7 +158,8 @@ pub struct RteSettings {
     pub verbosity: u8,
     /// The metrics endpoint.
     pub metrics: MetricsMode,
-    /// Run under OpenShift's SELinux type for device plugins (nro.md §4.2).
+    /// Run under OpenShift's SELinux type for device plugins (`container_device_plugin_t`), which
+    /// may open the kubelet's podresources socket.
     pub openshift_selinux: bool,
     /// The direct write path, while our API server serves the NRT API.
     pub direct_write: Option<DirectWrite>,

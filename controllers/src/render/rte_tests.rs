@@ -1,4 +1,4 @@
-//! Table tests of the exporter rendering, mirroring upstream's controller tests (nro.md §5.3):
+//! Table tests of the exporter rendering, mirroring upstream's controller unit tests:
 //! defaults rendered into args, every config knob, TLS args, tolerations, and the DaemonSet
 //! invariants (priority class, anti-affinity, maxUnavailable, termination policy).
 

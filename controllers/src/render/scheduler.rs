@@ -1,5 +1,5 @@
-//! The NUMA-aware secondary scheduler (nro.md §3.2): its `KubeSchedulerConfiguration`
-//! ConfigMap, its Deployment, and its RBAC. Input is the spec normalized for the platform.
+//! The NUMA-aware secondary scheduler, as upstream's operator renders it: its
+//! `KubeSchedulerConfiguration` ConfigMap, its Deployment, and its RBAC. Input is the spec normalized for the platform.
 //!
 //! `NodeResourceTopologyMatch` args follow upstream's delete-when-unset rules:
 //! `cacheResyncPeriodSeconds` only when the rounded period is > 0, `preemptionMode` only when
@@ -29,7 +29,7 @@ use crate::names::{
 
 /// The ConfigMap key and the file the scheduler reads.
 pub const CONFIG_KEY: &str = "config.yaml";
-/// The filter plugins, in order (nro.md §3.2); `KNIDebug` exists only in the OpenShift build.
+/// The filter plugins, in upstream's order; `KNIDebug` exists only in the OpenShift build.
 const FILTERS: &[&str] = &[
     "NodeUnschedulable",
     "NodeName",
@@ -58,7 +58,7 @@ pub struct SchedulerSettings {
     pub guaranteed_qos: bool,
 }
 
-/// How many replicas to run (nro.md §3.2 step 4): an explicit count, 0 included (scaled to
+/// How many replicas to run (upstream's replica autodetection): an explicit count, 0 included (scaled to
 /// zero: upstream autodetects only when the field is unset), must fit the eligible nodes; unset
 /// picks 3 with at least 3 eligible nodes, else 1.
 pub fn replicas(requested: Option<i32>, eligible_nodes: usize) -> Result<i32, String> {

@@ -1,5 +1,5 @@
-//! Table tests of the scheduler rendering, mirroring upstream's (nro.md §5.3): every ConfigMap
-//! knob including preemption set/unset, leader election vs replicas, replica autodetection, QoS.
+//! Table tests of the scheduler rendering, mirroring upstream's controller unit tests: every
+//! ConfigMap knob including preemption set/unset, leader election vs replicas, replica autodetection, QoS.
 
 use numaresources_api::operator::defaults::Platform;
 use numaresources_api::operator::{LogLevel, ResourceSpecParams, ScoringStrategyParams};

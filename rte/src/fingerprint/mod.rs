@@ -109,7 +109,8 @@ pub trait FingerprintPod {
     fn name(&self) -> &str;
     /// True when some container has exclusive CPUs (non-empty `cpu_ids`), a memory block whose
     /// topology has a NUMA id ≥ 0, or a device entry with at least one device id and a NUMA id
-    /// ≥ 0 (`nrt-rte.md` §2.8). Consulted only under [`Method::WithExclusiveResources`].
+    /// ≥ 0 (upstream's selection, docs/exporter-accounting.md). Consulted only under
+    /// [`Method::WithExclusiveResources`].
     fn has_exclusive_resources(&self) -> bool;
 }
 

@@ -10,7 +10,8 @@ fn sign(pods: &[(&str, &str)]) -> String {
     fingerprint.sign()
 }
 
-// Test vectors of nrt-rte.md §2.8. The fifth one (upstream's testdata/pods.json, 259 pods,
+// Test vectors from an independent implementation of algorithm v001 that reproduces upstream's
+// expected values. Upstream's own vector (its testdata/pods.json, 259 pods,
 // `pfp0v001e477a4e3b2fc0ec6`) needs upstream's data file, which we do not have.
 
 #[test]

@@ -1,6 +1,6 @@
 //! The consumer side: metadata + zone vectors + the container identities one knows → the NUMA
-//! node of each container. Validation follows upstream's `NewDecoder` and `Result` in order
-//! (`numaplacement.md` §4.3), so the same payload fails for the same reason; vectors are visited
+//! node of each container. Validation follows upstream's `NewDecoder` and `Result` (in
+//! scheduler-plugins) in order, so the same payload fails for the same reason; vectors are visited
 //! in ascending NUMA id order (upstream's order is random, which only matters when a payload
 //! has several faults).
 

@@ -163,7 +163,8 @@ mod tests {
 
     use super::*;
 
-    /// nrt-rte numaplacement.md §6.1: value, encoding, bytes.
+    /// Value, encoding, bytes: single values generated with upstream's Go encoder (each one
+    /// round-trips).
     const VALUES: [(u32, &str, &[u8]); 30] = [
         (0, "!", &[0x21]),
         (1, "#", &[0x23]),

@@ -1,6 +1,6 @@
 //! NUMA placement of pinned containers, published in the NRT for the scheduler's NUMA-aware
 //! preemption: format `npv0v001` with LEB89 vectors, bit-exact with upstream
-//! `k8stopologyawareschedwg/numaplacement` v0.1.0 (`numaplacement.md`).
+//! `k8stopologyawareschedwg/numaplacement` v0.1.0.
 //!
 //! Producer and consumer both know the set of containers, so the producer only publishes, per
 //! NUMA node, which positions of the *sorted list of container hashes* sit there:

@@ -1,4 +1,4 @@
-//! What the exporter does each scan (`numaplacement.md` §3.2): pick the NUMA-eligible pods, find
+//! What the exporter does each scan, as upstream's resource monitor does: pick the NUMA-eligible pods, find
 //! each container's NUMA node, encode. Over plain inputs: the podresources side converts its
 //! `List` response into [`PodAffinity`] values, and the CPU → NUMA map comes from sysfs.
 

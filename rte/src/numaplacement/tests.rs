@@ -1,4 +1,5 @@
-//! Every test vector of `numaplacement.md` §6 (generated there with the upstream Go code).
+//! The numaplacement test vectors, generated with upstream's Go code (the `numaplacement` library
+//! v0.1.0 and the resource-topology-exporter's resource monitor).
 
 use std::collections::BTreeMap;
 
@@ -36,7 +37,7 @@ fn default_ns(inputs: &[(&str, &str, i64)]) -> Vec<(Triple, i64)> {
     inputs.iter().map(|&(pod, container, numa)| (triple("default", pod, container), numa)).collect()
 }
 
-// §6.3 hash check values.
+// Hash check values (XXH64, seed 0, of `namespace\0pod\0container`).
 
 #[test]
 fn container_hashes_match_the_spec_check_values() {
@@ -70,7 +71,7 @@ fn hashes_sort_as_unsigned_in_the_spec_lists() {
     assert_eq!(container_hash("", "a", ""), 0xd254_1e67_0a8e_118f);
 }
 
-// §6.2 encoder cases.
+// Encoder cases (the library level).
 
 #[test]
 fn e1_e2_no_containers_publish_only_the_metadata() {
@@ -219,7 +220,8 @@ fn the_encoder_rejects_unknown_and_out_of_range_nodes_and_zero_nodes() {
     assert_eq!(Error::UnknownNumaAffinity.to_string(), "unknown NUMA affinity not supported");
 }
 
-// §6.4 exporter-level cases: 4 CPUs per NUMA node, CPU id = numa·4 + k.
+// Exporter-level cases (upstream's resource monitor with a fake podresources client): 4 CPUs
+// per NUMA node, CPU id = numa·4 + k.
 
 fn cpu_map(numa_nodes: u32) -> impl Fn(i64) -> Option<u32> {
     move |cpu| u32::try_from(cpu).ok().filter(|&c| c < numa_nodes * 4).map(|c| c / 4)
@@ -388,7 +390,7 @@ fn eligible_pods_are_the_with_exclusive_resources_fingerprint_set() {
     assert_eq!(Fingerprint::from_pods(Method::All, &pods).len(), 4);
 }
 
-// §6.5 metadata parsing and decoder validation.
+// Metadata parsing and decoder validation.
 
 fn parsed(text: &str) -> Result<(String, i64, i64, i64), Error> {
     Metadata::parse(text).map(|m| (m.encoding, m.container_count, m.numa_nodes, m.busiest_node))

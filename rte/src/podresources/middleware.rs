@@ -1,4 +1,5 @@
-//! The filters applied to every `List` answer before accounting (`nrt-rte.md` §2.5).
+//! The filters applied to every `List` answer before accounting: the shared pool, the pod
+//! excludes and the terminal pods (docs/exporter-accounting.md).
 //!
 //! Pure functions over the model: no I/O, so the exporter wires them however it likes and
 //! tests use plain tables.

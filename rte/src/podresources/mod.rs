@@ -1,5 +1,5 @@
 //! The kubelet podresources API: a gRPC client over the kubelet's unix socket, a plain model of
-//! its answers, and the filters applied to them before accounting (`nrt-rte.md` §2.4, §2.5).
+//! its answers, and the filters applied to them before accounting (docs/exporter-accounting.md).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
