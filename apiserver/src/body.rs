@@ -250,38 +250,6 @@ impl<'de> Visitor<'de> for Node<'_> {
     }
 }
 
-/// Refuses a written object larger than the body limit once encoded (`limit` bytes), without
-/// building the encoding: what YAML aliases or a patch made of a body must still fit where the
-/// body itself had to.
-pub fn check_encoded_size<T: serde::Serialize>(object: &T, limit: usize) -> Result<(), ApiError> {
-    let mut counter = Counter { written: 0, limit };
-    match serde_json::to_writer(&mut counter, object) {
-        Ok(()) => Ok(()),
-        Err(_) if counter.written > limit => Err(ApiError::too_large(limit)),
-        Err(e) => Err(ApiError::internal("encoding the object", &e)),
-    }
-}
-
-/// Counts bytes, and gives up as soon as there are more than `limit`.
-struct Counter {
-    written: usize,
-    limit: usize,
-}
-
-impl std::io::Write for Counter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.written = self.written.saturating_add(bytes.len());
-        if self.written > self.limit {
-            return Err(std::io::Error::other("over the limit"));
-        }
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,12 +302,5 @@ mod tests {
             bomb.push_str(&format!("{name}: &{name} [{}]\n", vec![format!("*{previous}"); 10].join(", ")));
         }
         assert_eq!(yaml(&bomb).unwrap_err().code().as_u16(), 400);
-    }
-
-    #[test]
-    fn the_encoded_size_is_checked_without_encoding() {
-        let value = serde_json::json!({"a": "x".repeat(100)});
-        assert!(check_encoded_size(&value, 200).is_ok());
-        assert_eq!(check_encoded_size(&value, 50).unwrap_err().code().as_u16(), 413);
     }
 }

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::AppState;
 use crate::auth::NodeScope;
-use crate::body::{self, Parsed, Syntax, check_encoded_size};
+use crate::body::{self, Parsed, Syntax};
 use crate::merge_patch::TypedMergePatch;
 use crate::negotiate::{Representation, negotiate};
 use crate::paging::{self, ContinueToken};
@@ -149,14 +149,16 @@ pub async fn create(
         object.metadata.name = Some(generated_name(prefix, &state));
     }
     validate_create(&object)?;
-    check_encoded_size(&object, state.limits.max_body_bytes)?;
     let name = object.metadata.name.clone().unwrap_or_default();
     if let Some(axum::Extension(NodeScope(node))) = scope
         && node != name
     {
         return Err(crate::auth::forbidden_for_node(&node, &name));
     }
-    let stored = state.store.create(object, options.dry_run).map_err(|e| store_error(e, &name))?;
+    // What YAML aliases made of the body must still fit where the body had to: the store
+    // measures the encoding it makes of the object (no second serialization).
+    let limit = state.limits.max_body_bytes;
+    let stored = state.store.create_within(object, options.dry_run, limit).map_err(|e| store_error(e, &name))?;
     tracing::debug!(%name, revision = stored.revision, dry_run = options.dry_run, "created");
     Ok(with_warnings(json_response(StatusCode::CREATED, stored.json.clone()), &warnings))
 }

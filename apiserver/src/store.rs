@@ -711,7 +711,18 @@ impl Store {
     }
 
     /// Creates `object`. Server-owned metadata is set here; `dry_run` validates without storing.
-    pub fn create(&self, mut object: NodeResourceTopology, dry_run: bool) -> Result<Arc<Stored>, StoreError> {
+    pub fn create(&self, object: NodeResourceTopology, dry_run: bool) -> Result<Arc<Stored>, StoreError> {
+        self.create_within(object, dry_run, usize::MAX)
+    }
+
+    /// [`Store::create`], refusing ([`StoreError::TooLarge`]) an object whose JSON, as stored, is
+    /// larger than `max_json_bytes` (read off the encoding the store makes anyway).
+    pub fn create_within(
+        &self,
+        mut object: NodeResourceTopology,
+        dry_run: bool,
+        max_json_bytes: usize,
+    ) -> Result<Arc<Stored>, StoreError> {
         let name = object.metadata.name.clone().unwrap_or_default();
         let mut state = self.write();
         if state.objects.contains_key(&name) {
@@ -731,6 +742,9 @@ impl Store {
         meta.resource_version = Some(revision.to_string());
         stamp_last_change(meta, now);
         let stored = Arc::new(stored(object, revision, Arc::new(AtomicU64::new(unix_seconds(now))))?);
+        if stored.json.len() > max_json_bytes {
+            return Err(StoreError::TooLarge { limit: max_json_bytes });
+        }
         if !dry_run {
             state.revision = revision;
             state.objects.insert(name, stored.clone());
@@ -1664,6 +1678,13 @@ pub(crate) mod tests {
             .modify_within("n", &Preconditions::default(), false, size + 16, |_| Ok::<_, StoreError>(nrt("n", 2)))
             .unwrap();
         assert!(changed && written.json.len() <= size + 16);
+        // A create is bounded the same way.
+        for dry_run in [true, false] {
+            let refused = store.create_within(nrt("m", 1), dry_run, size - 16);
+            assert!(matches!(refused, Err(StoreError::TooLarge { .. })), "{refused:?}");
+        }
+        assert!(store.get("m").is_none());
+        assert!(store.create_within(nrt("m", 1), false, size + 16).is_ok());
     }
 
     /// The fan-out to watches of one name each does not grow with their number: a change wakes

@@ -168,26 +168,29 @@ async fn a_merge_patch_cannot_make_the_object_larger_than_a_body() {
 }
 
 #[tokio::test]
-async fn an_update_cannot_make_the_object_larger_than_a_body() {
+async fn a_create_or_update_cannot_make_the_object_larger_than_a_body() {
     let address = server().await;
     assert_eq!(create(address, &nrt("worker-0")).await.code, 201);
     let item = format!("{BASE}/worker-0");
     // YAML says `a00001: v, ` in 11 bytes where the stored JSON takes 13: a body that fits can
     // make an object that does not.
-    let put = |entries: usize| {
+    let object = |name: &str, entries: usize| {
         let annotations: Vec<String> = (0..entries).map(|n| format!("a{n:05}: v")).collect();
         format!(
             "apiVersion: topology.node.k8s.io/v1alpha2\nkind: NodeResourceTopology\n\
-             metadata: {{name: worker-0, annotations: {{{}}}}}\nzones: []\n",
+             metadata: {{name: {name}, annotations: {{{}}}}}\nzones: []\n",
             annotations.join(", ")
         )
     };
     for (entries, want) in [(BODY_LIMIT / 26, 200), (BODY_LIMIT / 12, 413)] {
-        let body = put(entries);
+        let body = object("worker-0", entries);
         assert!(body.len() < BODY_LIMIT);
         let answer = send(address, "PUT", &item, YAML, body.as_bytes()).await;
         assert_eq!(answer.code, want, "{entries}: {:?}", answer.body["message"]);
     }
+    let answer = send(address, "POST", BASE, YAML, object("worker-1", BODY_LIMIT / 12).as_bytes()).await;
+    assert_eq!(answer.code, 413, "{:?}", answer.body["message"]);
+    assert_eq!(stored(address, "worker-1").await["code"], 404);
     let annotations = &stored(address, "worker-0").await["metadata"]["annotations"];
     // The first update is stored, none of the second.
     assert!(annotations.get(format!("a{:05}", BODY_LIMIT / 26 - 1)).is_some(), "{annotations}");
