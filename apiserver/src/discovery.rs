@@ -24,9 +24,9 @@ use crate::rest::json_response;
 /// The version this API server serves.
 pub const VERSION: &str = "v1alpha2";
 /// Verbs we implement, as discovery advertises them.
-pub const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+pub(crate) const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 /// The Kubernetes API level we report on `/version` (what our types are compiled against).
-pub const KUBERNETES_MINOR: &str = "33";
+pub(crate) const KUBERNETES_MINOR: &str = "33";
 
 /// Every discovery document, rendered once.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ pub struct Discovery {
 }
 
 /// The media type of aggregated discovery, by version.
-pub fn aggregated_media_type(v2beta1: bool) -> &'static str {
+pub(crate) fn aggregated_media_type(v2beta1: bool) -> &'static str {
     if v2beta1 {
         "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
     } else {
@@ -59,7 +59,7 @@ pub fn aggregated_media_type(v2beta1: bool) -> &'static str {
 }
 
 /// Which aggregated discovery version an `Accept` header asks for first, if any.
-pub fn wants_aggregated(accept: &str) -> Option<bool> {
+pub(crate) fn wants_aggregated(accept: &str) -> Option<bool> {
     accept.split(',').find_map(|range| {
         let params: Vec<&str> = range.split(';').map(str::trim).collect();
         let has = |p: &str| params.contains(&p);

@@ -94,7 +94,7 @@ impl ExporterPods {
     }
 
     /// The nodes that run a Running exporter pod (`None` before the first list).
-    pub fn running_nodes(&self) -> Option<BTreeSet<String>> {
+    pub(crate) fn running_nodes(&self) -> Option<BTreeSet<String>> {
         self.synced().then(|| read(&self.pods).values().filter(|p| p.running).filter_map(|p| p.node.clone()).collect())
     }
 

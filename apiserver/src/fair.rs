@@ -23,7 +23,7 @@ thread_local! {
 
 /// Yields to the runtime once when this task also started the previous request on this
 /// thread, then serves the request.
-pub async fn yield_when_back_to_back(request: Request, next: Next) -> Response {
+pub(crate) async fn yield_when_back_to_back(request: Request, next: Next) -> Response {
     if let Some(task) = tokio::task::try_id()
         && LAST_TASK.with(|last| last.replace(Some(task))) == Some(task)
     {

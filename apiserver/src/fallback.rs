@@ -21,7 +21,7 @@ use crate::status::ApiError;
 const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// Replaces an error answer that is not JSON by the Status kube-apiserver would send.
-pub async fn errors_as_status(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+pub(crate) async fn errors_as_status(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let response = next.run(request).await;
     let status = response.status();

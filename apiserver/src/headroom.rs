@@ -11,12 +11,12 @@ use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_api::nrt::well_known::ZONE_TYPE_NODE;
 
 /// The CPU counts zones are counted at: "zones with at least this many CPUs free".
-pub const CPU_STEPS: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
+pub(crate) const CPU_STEPS: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
 /// The memory amounts, in GiB, zones are counted at.
-pub const MEMORY_STEPS_GIB: [u32; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+pub(crate) const MEMORY_STEPS_GIB: [u32; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 /// The resource kinds the totals are given for: CPUs in CPUs, memory and hugepages in bytes,
 /// `other` sums every other resource's counts (devices).
-pub const RESOURCE_KINDS: [&str; 5] = ["cpu", "memory", "hugepages-2Mi", "hugepages-1Gi", "other"];
+pub(crate) const RESOURCE_KINDS: [&str; 5] = ["cpu", "memory", "hugepages-2Mi", "hugepages-1Gi", "other"];
 
 const GIB: i128 = 1 << 30;
 /// Quantities are summed in thousandths (`MilliValue`), as the scheduler compares them.

@@ -18,18 +18,18 @@ mod etag;
 pub mod exporter_pods;
 mod fair;
 mod fallback;
-pub mod headroom;
+mod headroom;
 mod health;
 mod legacy_watch;
 mod merge_patch;
-pub mod metrics;
-pub mod negotiate;
-pub mod nodes;
+mod metrics;
+mod negotiate;
+mod nodes;
 pub mod openapi;
-pub mod paging;
+mod paging;
 pub mod patch_limits;
 pub mod query;
-pub mod render;
+mod render;
 pub mod replication;
 pub mod request_head;
 mod rest;
@@ -37,9 +37,9 @@ mod row_parts;
 mod server;
 pub mod status;
 pub mod store;
-pub mod table;
+mod table;
 pub mod validate;
-pub mod warmup;
+mod warmup;
 mod watch;
 
 use std::sync::Arc;
@@ -75,11 +75,11 @@ pub struct Limits {
 
 /// The default of [`Limits::max_body_bytes`]: kube-apiserver's `MaxRequestBodyBytes` (it also
 /// bounds what a patch may make of an object, and what a JSON patch's copies may add).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// The default of [`Limits::watch_buffer_bytes`].
-pub const DEFAULT_WATCH_BUFFER_BYTES: usize = 64 * 1024;
+pub(crate) const DEFAULT_WATCH_BUFFER_BYTES: usize = 64 * 1024;
 /// The default of [`Limits::watch_blocked_timeout`].
-pub const DEFAULT_WATCH_BLOCKED_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_WATCH_BLOCKED_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Default for Limits {
     fn default() -> Self {

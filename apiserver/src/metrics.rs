@@ -133,7 +133,7 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// The registry, to register other parts' metrics under this server's prefix before the
     /// first scrape (None after it).
-    pub fn registry_mut(&mut self) -> Option<&mut Registry> {
+    pub(crate) fn registry_mut(&mut self) -> Option<&mut Registry> {
         Arc::get_mut(&mut self.registry)
     }
 }
@@ -204,7 +204,7 @@ impl Default for Metrics {
 
 /// Counts an open watch while alive.
 #[derive(Debug)]
-pub struct WatchGuard {
+pub(crate) struct WatchGuard {
     open: Gauge<i64, AtomicI64>,
     terminated: Counter,
 }
@@ -224,14 +224,14 @@ impl Drop for WatchGuard {
 
 impl Metrics {
     /// Marks a watch as open until the guard drops.
-    pub fn watch_opened(&self) -> WatchGuard {
+    pub(crate) fn watch_opened(&self) -> WatchGuard {
         self.watches.inc();
         WatchGuard { open: self.watches.clone(), terminated: self.terminated_watches.clone() }
     }
 }
 
 /// The middleware recording every request.
-pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+pub(crate) async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let labels = request_labels(&request);
     let start = Instant::now();
     let response = next.run(request).await;

@@ -23,7 +23,7 @@ const PROMOTION_CHECK: Duration = Duration::from_secs(1);
 /// removed; a follower receives the removals replicated. A follower that becomes the leader
 /// lists the Nodes again, so a Node deleted while it was following (whose removal the old leader
 /// may never have made) loses its object too.
-pub async fn follow_node_deletions(client: kube::Client, store: Arc<Store>, writable: impl Fn() -> bool) {
+pub(crate) async fn follow_node_deletions(client: kube::Client, store: Arc<Store>, writable: impl Fn() -> bool) {
     // Metadata only: the node objects themselves are large and we need their names.
     let api = kube::Api::<PartialObjectMeta<Node>>::all(client);
     loop {

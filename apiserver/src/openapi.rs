@@ -99,7 +99,7 @@ pub async fn v2(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resul
 }
 
 /// `GET /openapi/v3`: the index.
-pub async fn v3_index(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn v3_index(State(state): State<Arc<AppState>>) -> Response {
     json_response(StatusCode::OK, state.openapi.v3_index.clone())
 }
 

@@ -24,7 +24,7 @@ const TOKEN_DECODER: GeneralPurpose = GeneralPurpose::new(
 
 /// What a continue token says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContinueToken {
+pub(crate) struct ContinueToken {
     #[serde(rename = "v")]
     version: String,
     /// The snapshot's revision; `-1` continues from the latest state (the inconsistent token a
@@ -63,7 +63,7 @@ impl ContinueToken {
     }
 
     /// The snapshot revision the token pins, or `None` to continue from the latest state.
-    pub fn snapshot_revision(&self) -> Option<u64> {
+    pub(crate) fn snapshot_revision(&self) -> Option<u64> {
         u64::try_from(self.revision).ok()
     }
 }
@@ -93,7 +93,7 @@ pub fn expired(token: &ContinueToken) -> ApiError {
 
 /// Parses the `limit` parameter: `None` when absent, zero or negative (kube-apiserver pages only
 /// for a positive limit); a non-integer or an integer beyond int64 is a 400.
-pub fn parse_limit(text: Option<&str>) -> Result<Option<usize>, ApiError> {
+pub(crate) fn parse_limit(text: Option<&str>) -> Result<Option<usize>, ApiError> {
     let Some(text) = text.filter(|t| !t.is_empty()) else { return Ok(None) };
     let limit: i64 = text.parse().map_err(|_| {
         ApiError::bad_request(format!("invalid limit {text:?}: must be an integer (a page size; 0 for no limit)"))

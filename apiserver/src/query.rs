@@ -13,7 +13,7 @@ use crate::status::ApiError;
 /// The longest watch `timeoutSeconds` may ask for: far beyond any real client's (client-go's
 /// reflectors ask for 5 to 10 minutes), and small enough that the deadline it sets can always be
 /// computed (the largest int64 made the watch's `Instant` arithmetic overflow and panic).
-pub const MAX_WATCH_TIMEOUT_SECONDS: u64 = 7 * 24 * 60 * 60;
+pub(crate) const MAX_WATCH_TIMEOUT_SECONDS: u64 = 7 * 24 * 60 * 60;
 
 /// The raw query string, as axum decodes it. Unknown parameters are ignored, as kube-apiserver
 /// does (e.g. `shardSelector` from newer clients). A parameter given twice is not an error:
@@ -96,7 +96,7 @@ impl<'de> serde::de::Visitor<'de> for FirstValueWins {
 
 impl RawQuery {
     /// Makes this a watch (the legacy `/watch/` path prefix).
-    pub fn force_watch(&mut self) {
+    pub(crate) fn force_watch(&mut self) {
         self.watch = Some("true".into());
     }
 }
@@ -212,7 +212,7 @@ impl Options {
 
     /// The checks kube-apiserver's `ValidateListOptions` makes of a list (not a watch: the watch
     /// checks its own), every problem at once as a 422 `ListOptions` Status.
-    pub fn check_list(&self) -> Result<(), ApiError> {
+    pub(crate) fn check_list(&self) -> Result<(), ApiError> {
         let mut errors = FieldErrors::default();
         let version_match = || FieldPath::new("resourceVersionMatch");
         if let Some(wanted) = self.resource_version_match {
@@ -245,7 +245,7 @@ impl Options {
     }
 
     /// True when no selector narrows the result.
-    pub fn selects_everything(&self) -> bool {
+    pub(crate) fn selects_everything(&self) -> bool {
         self.fields.is_empty()
             && !self.selects_nothing
             && self.labels.match_expressions.as_ref().is_none_or(Vec::is_empty)

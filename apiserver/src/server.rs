@@ -16,7 +16,7 @@ use crate::replication::{Replication, Role, STORE_WARM_CHECK};
 use crate::{AppState, Readiness, Store};
 
 /// The readiness check that passes once the authentication ConfigMap has been read.
-pub const AUTHENTICATION_CONFIG_CHECK: &str = "authentication-config";
+pub(crate) const AUTHENTICATION_CONFIG_CHECK: &str = "authentication-config";
 
 /// The kube-apiserver clients of delegated authentication.
 #[derive(Clone)]

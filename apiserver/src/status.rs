@@ -31,12 +31,12 @@ impl ApiError {
     }
 
     /// 400: the request itself is malformed.
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "BadRequest", message)
     }
 
     /// 401: credentials were presented but are not valid.
-    pub fn unauthorized(message: impl Into<String>) -> Self {
+    pub(crate) fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "Unauthorized", message)
     }
 
@@ -51,7 +51,7 @@ impl ApiError {
     }
 
     /// 404 for a path we do not serve.
-    pub fn no_such_path(path: &str) -> Self {
+    pub(crate) fn no_such_path(path: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -65,7 +65,7 @@ impl ApiError {
     }
 
     /// 406: nothing the client accepts can be produced.
-    pub fn not_acceptable(accept: &str) -> Self {
+    pub(crate) fn not_acceptable(accept: &str) -> Self {
         Self::not_acceptable_of(
             accept,
             &[
@@ -77,7 +77,7 @@ impl ApiError {
     }
 
     /// 406 naming the media types this endpoint offers.
-    pub fn not_acceptable_of(accept: &str, offered: &[&str]) -> Self {
+    pub(crate) fn not_acceptable_of(accept: &str, offered: &[&str]) -> Self {
         Self::new(
             StatusCode::NOT_ACCEPTABLE,
             "NotAcceptable",
@@ -86,7 +86,7 @@ impl ApiError {
     }
 
     /// 409 on create.
-    pub fn already_exists(name: &str) -> Self {
+    pub(crate) fn already_exists(name: &str) -> Self {
         Self::new(StatusCode::CONFLICT, "AlreadyExists", format!("{PLURAL}.{GROUP} \"{name}\" already exists"))
             .with_name(name)
     }
@@ -107,7 +107,7 @@ impl ApiError {
     }
 
     /// 413.
-    pub fn too_large(limit: usize) -> Self {
+    pub(crate) fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "RequestEntityTooLarge",
@@ -116,13 +116,13 @@ impl ApiError {
     }
 
     /// 413 for a request too large in another way than its body's bytes.
-    pub fn entity_too_large(message: impl Into<String>) -> Self {
+    pub(crate) fn entity_too_large(message: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge", message)
     }
 
     /// 414 for a request URI longer than `limit`. Kubernetes names no reason for this code: the
     /// reason is left out (`StatusReasonUnknown`), as apimachinery does for such codes.
-    pub fn uri_too_long(length: usize, limit: usize) -> Self {
+    pub(crate) fn uri_too_long(length: usize, limit: usize) -> Self {
         Self::new(
             StatusCode::URI_TOO_LONG,
             "",
@@ -132,7 +132,7 @@ impl ApiError {
 
     /// 431 for a request whose URI and headers together are larger than `limit` (no reason, as
     /// for 414).
-    pub fn header_fields_too_large(size: usize, limit: usize) -> Self {
+    pub(crate) fn header_fields_too_large(size: usize, limit: usize) -> Self {
         Self::new(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "",
@@ -141,7 +141,7 @@ impl ApiError {
     }
 
     /// 415.
-    pub fn unsupported_media_type(content_type: &str, supported: &[&str]) -> Self {
+    pub(crate) fn unsupported_media_type(content_type: &str, supported: &[&str]) -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
@@ -159,7 +159,7 @@ impl ApiError {
 
     /// 422 for request options (`ListOptions`, `DeleteOptions` of `meta.k8s.io`) that
     /// contradict each other, as kube-apiserver's validation of them words it.
-    pub fn invalid_options_of(kind: &str, errors: &FieldErrors) -> Self {
+    pub(crate) fn invalid_options_of(kind: &str, errors: &FieldErrors) -> Self {
         Self::invalid_of("meta.k8s.io", kind, "", errors)
     }
 
@@ -185,13 +185,13 @@ impl ApiError {
     }
 
     /// 422 for a patch whose result cannot be computed.
-    pub fn invalid_patch(name: &str, why: &str) -> Self {
+    pub(crate) fn invalid_patch(name: &str, why: &str) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("{KIND}.{GROUP} \"{name}\" is invalid: {why}"))
             .with_name(name)
     }
 
     /// 422 for request options that contradict each other.
-    pub fn invalid_options(why: impl Into<String>) -> Self {
+    pub(crate) fn invalid_options(why: impl Into<String>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", why)
     }
 
@@ -199,7 +199,7 @@ impl ApiError {
     /// k8s.io/apiserver's `NewTooLargeResourceVersionError` so client-go's
     /// `IsTooLargeResourceVersion` recognizes it (and reflectors retry after a second, as
     /// kube-apiserver tells them to).
-    pub fn too_large_resource_version(wanted: u64, current: u64) -> Self {
+    pub(crate) fn too_large_resource_version(wanted: u64, current: u64) -> Self {
         let mut error = Self::new(
             StatusCode::GATEWAY_TIMEOUT,
             "Timeout",
@@ -212,12 +212,12 @@ impl ApiError {
     }
 
     /// Sets `metadata.continue` on the Status.
-    pub fn set_list_continue(&mut self, token: String) {
+    pub(crate) fn set_list_continue(&mut self, token: String) {
         self.list_continue = Some(token);
     }
 
     /// Adds a sentence telling the user what to do instead.
-    pub fn append_message(&mut self, more: &str) {
+    pub(crate) fn append_message(&mut self, more: &str) {
         self.message = format!("{}; {more}", self.message);
     }
 

@@ -20,7 +20,7 @@ use crate::store::Stored;
 
 /// Whether a Table carries its column definitions (a watch sends them with the first event only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Columns {
+pub(crate) enum Columns {
     /// With the definitions.
     Defined,
     /// With an empty list.
@@ -100,7 +100,7 @@ fn row(
 }
 
 /// `PartialObjectMetadata` of one object.
-pub fn partial_metadata(stored: &Stored, version: MetaVersion) -> Result<Bytes, ApiError> {
+pub(crate) fn partial_metadata(stored: &Stored, version: MetaVersion) -> Result<Bytes, ApiError> {
     let metadata = stored.metadata_json().map_err(undecodable)?;
     let mut out = BytesMut::with_capacity(metadata.len() + 80);
     put_partial_metadata(&mut out, &metadata, version);
@@ -108,7 +108,11 @@ pub fn partial_metadata(stored: &Stored, version: MetaVersion) -> Result<Bytes, 
 }
 
 /// `PartialObjectMetadataList` of `items`; `list_metadata` is the list's `metadata` JSON.
-pub fn partial_metadata_list(items: &[&Stored], version: MetaVersion, list_metadata: &[u8]) -> Result<Bytes, ApiError> {
+pub(crate) fn partial_metadata_list(
+    items: &[&Stored],
+    version: MetaVersion,
+    list_metadata: &[u8],
+) -> Result<Bytes, ApiError> {
     let metadata = items.iter().map(|s| s.metadata_json()).collect::<Result<Vec<_>, _>>().map_err(undecodable)?;
     let size: usize = metadata.iter().map(|m| m.len() + 80).sum();
     let mut out = BytesMut::with_capacity(size + list_metadata.len() + 128);
@@ -175,7 +179,7 @@ struct ColumnDefinition {
 }
 
 /// kubectl's short ages: `45s`, `5m`, `3h`, `2d`.
-pub fn human_age(then: Option<u64>, now: u64) -> String {
+pub(crate) fn human_age(then: Option<u64>, now: u64) -> String {
     let Some(then) = then.filter(|t| *t > 0) else {
         return "<unknown>".to_owned();
     };

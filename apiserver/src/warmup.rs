@@ -23,7 +23,12 @@ const POLL: Duration = Duration::from_secs(1);
 /// Holds [`STORE_WARM_CHECK`] failing until every node running an exporter has its object in
 /// `store`, or `bound` has passed. The exporters come from `exporters`, the pod cache the node
 /// restriction uses too (one watch for both), which [`ExporterPods::follow`] must keep current.
-pub async fn warm_up(store: Arc<Store>, readiness: Arc<Readiness>, exporters: Arc<ExporterPods>, bound: Duration) {
+pub(crate) async fn warm_up(
+    store: Arc<Store>,
+    readiness: Arc<Readiness>,
+    exporters: Arc<ExporterPods>,
+    bound: Duration,
+) {
     readiness.set(STORE_WARM_CHECK, false);
     let deadline = Instant::now() + bound;
     loop {

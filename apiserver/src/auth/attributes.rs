@@ -10,7 +10,7 @@ use crate::discovery::VERSION;
 
 /// A request's authorization attributes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Attributes {
+pub(crate) enum Attributes {
     /// A request on `noderesourcetopologies`.
     Resource {
         /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`.
@@ -74,7 +74,7 @@ impl Attributes {
     }
 
     /// True for verbs that change objects.
-    pub fn is_write(&self) -> bool {
+    pub(crate) fn is_write(&self) -> bool {
         matches!(self, Self::Resource { verb: "create" | "update" | "patch" | "delete" | "deletecollection", .. })
     }
 }

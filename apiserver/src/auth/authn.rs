@@ -27,7 +27,7 @@ pub struct UserInfo {
 }
 
 /// The extra attribute bound service-account tokens carry for the node they run on.
-pub const NODE_NAME_EXTRA: &str = numaresources_api::direct_write::EXTRA_NODE_NAME;
+pub(crate) const NODE_NAME_EXTRA: &str = numaresources_api::direct_write::EXTRA_NODE_NAME;
 
 impl UserInfo {
     /// The anonymous user.
@@ -128,14 +128,14 @@ impl AuthenticationConfig {
     }
 
     /// Every CA bundle a client certificate may chain to (for the TLS handshake).
-    pub fn bundles(&self) -> Vec<CaBundle> {
+    pub(crate) fn bundles(&self) -> Vec<CaBundle> {
         self.request_header.client_ca.iter().chain(&self.client_ca).cloned().collect()
     }
 }
 
 /// The identity a request's connection and headers establish, without bearer tokens:
 /// `Some(user)` from the front proxy or a client certificate, `None` otherwise.
-pub fn from_connection(
+pub(crate) fn from_connection(
     config: &AuthenticationConfig,
     chain: &[CertificateDer<'_>],
     headers: &HeaderMap,
@@ -184,7 +184,7 @@ fn from_request_headers(config: &RequestHeaderConfig, headers: &HeaderMap) -> Op
 
 /// Removes every header the front proxy may set, so no handler ever sees a claimed identity.
 /// Runs on every request: nothing is allocated unless an extra header is there to remove.
-pub fn strip_identity_headers(config: &RequestHeaderConfig, headers: &mut HeaderMap) {
+pub(crate) fn strip_identity_headers(config: &RequestHeaderConfig, headers: &mut HeaderMap) {
     for name in config.username_headers.iter().chain(&config.group_headers).chain(&config.uid_headers) {
         headers.remove(name.as_str());
     }

@@ -35,7 +35,7 @@ const AUTH_CONFIGMAP: (&str, &str) = ("kube-system", "extension-apiserver-authen
 
 /// What went wrong asking kube-apiserver.
 #[derive(Debug, thiserror::Error)]
-pub enum DelegationError {
+pub(crate) enum DelegationError {
     /// The review request failed.
     #[error("{what} failed: {source}")]
     Request {
@@ -107,7 +107,7 @@ impl Delegated {
     }
 
     /// Who is node-bound.
-    pub fn node_restriction(&self) -> &NodeRestriction {
+    pub(crate) fn node_restriction(&self) -> &NodeRestriction {
         &self.node_restriction
     }
 
@@ -156,7 +156,7 @@ impl Delegated {
     }
 
     /// Reads `kube-system/extension-apiserver-authentication` once.
-    pub async fn load_config(&self) -> Result<AuthenticationConfig, String> {
+    pub(crate) async fn load_config(&self) -> Result<AuthenticationConfig, String> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), AUTH_CONFIGMAP.0);
         let configmap = api.get(AUTH_CONFIGMAP.1).await.map_err(|error| explain_configmap_error(&error))?;
         AuthenticationConfig::from_configmap(&configmap.data.unwrap_or_default()).map_err(|e| e.to_string())
@@ -238,7 +238,7 @@ impl Delegated {
 
     /// The identity a bearer token stands for (`None`: not a valid token, or not one for our
     /// audience), via TokenReview.
-    pub async fn token_review(&self, token: &str) -> Result<Option<Arc<UserInfo>>, DelegationError> {
+    pub(crate) async fn token_review(&self, token: &str) -> Result<Option<Arc<UserInfo>>, DelegationError> {
         if let Some(cached) = self.tokens.get(token) {
             return Ok(cached);
         }
@@ -271,7 +271,11 @@ impl Delegated {
     }
 
     /// Whether `user` may do `attributes`, via SubjectAccessReview.
-    pub async fn authorize(&self, user: &Arc<UserInfo>, attributes: &Attributes) -> Result<bool, DelegationError> {
+    pub(crate) async fn authorize(
+        &self,
+        user: &Arc<UserInfo>,
+        attributes: &Attributes,
+    ) -> Result<bool, DelegationError> {
         let key = DecisionKey { user: user.clone(), attributes: attributes.clone() };
         if let Some(allowed) = self.decisions.get(&key) {
             return Ok(allowed);
@@ -300,7 +304,7 @@ fn explain_configmap_error(error: &kube::Error) -> String {
 }
 
 /// The SubjectAccessReview spec for a request.
-pub fn review_spec(user: &UserInfo, attributes: &Attributes) -> SubjectAccessReviewSpec {
+pub(crate) fn review_spec(user: &UserInfo, attributes: &Attributes) -> SubjectAccessReviewSpec {
     let mut spec = SubjectAccessReviewSpec {
         user: Some(user.name.clone()),
         uid: (!user.uid.is_empty()).then(|| user.uid.clone()),

@@ -5,9 +5,9 @@
 //! [`node_restriction`] for who counts as one and how its node is found).
 
 mod attributes;
-pub mod authn;
+mod authn;
 mod delegated;
-pub mod node_restriction;
+pub(crate) mod node_restriction;
 mod standalone;
 
 use std::sync::Arc;
@@ -20,11 +20,14 @@ use numaresources_api::direct_write::EXTRA_NODE_NAME;
 use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_certs::PeerInfo;
 
-pub use attributes::{Attributes, always_allowed};
-pub use authn::{AuthenticationConfig, RequestHeaderConfig, UserInfo};
-pub use delegated::{Delegated, DelegationError, review_spec};
-pub use node_restriction::{Binding, NodeRestriction};
-pub use standalone::{Standalone, TokenFileError, UnknownToken};
+pub(crate) use attributes::Attributes;
+pub use attributes::always_allowed;
+pub(crate) use authn::UserInfo;
+pub use authn::{AuthenticationConfig, RequestHeaderConfig};
+pub use delegated::Delegated;
+pub(crate) use node_restriction::Binding;
+pub use node_restriction::NodeRestriction;
+pub use standalone::{Standalone, TokenFileError};
 
 use crate::AppState;
 use crate::status::ApiError;
@@ -43,7 +46,7 @@ pub enum Auth {
 
 /// The name a node-bound identity may write, for the create handler to check against the body.
 #[derive(Debug, Clone)]
-pub struct NodeScope(pub String);
+pub(crate) struct NodeScope(pub String);
 
 /// The middleware: authenticate, strip identity headers, authorize, then run the handler.
 ///

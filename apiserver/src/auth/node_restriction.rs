@@ -26,9 +26,9 @@ use super::authn::UserInfo;
 use crate::exporter_pods::{ExporterPods, Lookup};
 
 /// The exporter's service account the controllers render.
-pub const DEFAULT_EXPORTER_SERVICE_ACCOUNT: &str = "numaresources-rte";
+pub(crate) const DEFAULT_EXPORTER_SERVICE_ACCOUNT: &str = "numaresources-rte";
 /// The namespace the exporters run in by default.
-pub const DEFAULT_EXPORTER_NAMESPACE: &str = "numaresources";
+pub(crate) const DEFAULT_EXPORTER_NAMESPACE: &str = "numaresources";
 
 /// Who is node-bound, and where their pods are looked up.
 #[derive(Debug, Clone)]

@@ -100,7 +100,7 @@ impl Standalone {
     }
 
     /// The standalone authorization rule.
-    pub fn authorize(user: &UserInfo, attributes: &Attributes) -> bool {
+    pub(crate) fn authorize(user: &UserInfo, attributes: &Attributes) -> bool {
         if user.groups.iter().any(|g| g == "system:masters") {
             return true;
         }

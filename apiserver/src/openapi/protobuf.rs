@@ -13,7 +13,7 @@
 use serde_json::{Map, Value};
 
 /// Why the document could not be encoded.
-pub type EncodeError = String;
+pub(crate) type EncodeError = String;
 
 type Result<T = ()> = std::result::Result<T, EncodeError>;
 
