@@ -88,8 +88,11 @@ impl Replication {
     /// Lets clients see what every in-sync follower holds (a leader's business only).
     pub(super) fn update_visibility(&self) {
         if matches!(self.role(), Role::Leader | Role::Stopping) {
-            let committed = self.in_sync.lock().committed();
-            self.store.set_visible(committed);
+            // Set under the followers' lock: two acknowledgements that computed their committed
+            // revisions in one order must not set them in the other (what clients see would
+            // move back).
+            let followers = self.in_sync.lock();
+            self.store.set_visible(followers.committed());
         }
     }
 
