@@ -1,12 +1,13 @@
 //! The agent's run loop: scan on start, on the periodic timer, when the kubelet's allocations
-//! change (polled through podresources `List`, see [`allocations`]) and when the notify file is
+//! change (polled through podresources `List`, see `allocations.rs`) and when the notify file is
 //! touched (rate-limited, bursts coalesced), and publish only what changed, plus a heartbeat.
 //!
 //! A scan is sysfs discovery (on the blocking pool) plus the kubelet's podresources `List` and
 //! `GetAllocatableResources`, the middlewares (terminal pods too, with
-//! [`Agent::with_terminal_pods`]), and [`topology::node_topology`]. After the scan and after the
+//! [`Agent::with_terminal_pods`]), and `topology::node_topology`. After the scan and after the
 //! publish, the own-pod conditions are set when they changed ([`Agent::with_pod_conditions`]).
-//! Every step is counted in [`Metrics`], which [`run`] serves on `/metrics`.
+//! Every step is counted in [`Metrics`], which the exporter registers for `/metrics`
+//! ([`crate::exporter`]).
 //!
 //! When the kubelet cannot be asked, the scan fails and nothing is published. Upstream does
 //! the same; publishing the machine without the kubelet's allocations would tell the scheduler
@@ -109,7 +110,7 @@ pub fn assemble(
 /// How long one sysfs discovery may take before the scan fails. Reads never wait for a writer
 /// (see [`sysfs`]), so discovery takes milliseconds; only a filesystem stalled in the kernel can
 /// hold it this long.
-pub(crate) const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a process running the agent waits at exit for blocking tasks (a sysfs discovery,
 /// the fingerprint status file) before exiting without them: a read stalled in the kernel must
@@ -383,7 +384,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
     }
 
     /// Follows the configuration files its flags name (the operator's ConfigMap, the kubelet
-    /// configuration) while running, and applies their changes ([`config_reload`]).
+    /// configuration) while running, and applies their changes (`config_reload.rs`).
     #[must_use]
     pub fn with_config_reload(mut self) -> Self {
         self.reload = true;

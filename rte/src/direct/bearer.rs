@@ -17,7 +17,7 @@ use http::HeaderValue;
 
 /// The largest token file read. A projected ServiceAccount token (a signed JWT) is about
 /// 1 KiB; anything this large is not one, and is not sent.
-pub(crate) const MAX_TOKEN_BYTES: u64 = 16 * 1024;
+pub const MAX_TOKEN_BYTES: u64 = 16 * 1024;
 
 /// What identifies one version of the file without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

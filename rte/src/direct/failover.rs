@@ -32,12 +32,12 @@ use crate::metrics::DirectPathMetrics;
 use crate::publish::{KubePublisher, Outcome, PublishError, Publisher};
 
 /// The first delay before the direct path is tried again after a failure.
-pub(crate) const DIRECT_RETRY_INITIAL: Duration = Duration::from_secs(10);
+pub const DIRECT_RETRY_INITIAL: Duration = Duration::from_secs(10);
 /// The longest delay between two tries of the direct path (before the per-node spread).
-pub(crate) const DIRECT_RETRY_MAX: Duration = Duration::from_secs(5 * 60);
+pub const DIRECT_RETRY_MAX: Duration = Duration::from_secs(5 * 60);
 /// How long one publish on the direct path may take before kube-apiserver is used instead (a
 /// server that accepts connections but does not answer). A merge patch takes milliseconds.
-pub(crate) const DIRECT_PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DIRECT_PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The failover's timings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl FailoverOptions {
     /// The delay after `failures` failed tries in a row of `node`: doubling from
     /// `retry_initial` to `retry_max`, then stretched by a fraction in [0, ½) fixed by the node
     /// and the count, so nodes spread out without a random source.
-    pub(crate) fn delay(&self, failures: u32, node: &str) -> Duration {
+    pub fn delay(&self, failures: u32, node: &str) -> Duration {
         let doubled = self.retry_initial.saturating_mul(1 << failures.saturating_sub(1).min(16));
         let base = doubled.min(self.retry_max);
         let hash = xxh64(node.as_bytes(), u64::from(failures));

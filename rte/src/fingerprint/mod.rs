@@ -134,7 +134,7 @@ impl Fingerprint {
     }
 
     /// An empty fingerprint that also remembers the pods added, for [`Status`].
-    pub(crate) fn traced() -> Self {
+    pub fn traced() -> Self {
         Self { hashes: Vec::new(), traced: Some(Vec::new()) }
     }
 

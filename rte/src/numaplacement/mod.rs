@@ -48,7 +48,7 @@ use xxhash_rust::xxh64::xxh64;
 
 pub use decoder::{Decoder, Placements};
 pub use metadata::Metadata;
-pub(crate) use scan::{PodAffinity, scan_payload};
+pub use scan::{ContainerAffinity, DeviceAffinity, MemoryAffinity, PodAffinity, scan_payload};
 
 /// The metadata prefix and version.
 pub(crate) const METADATA_PREFIX: &str = "npv0v001";
@@ -171,7 +171,7 @@ pub struct Placement<'a> {
 
 /// Collects placements; [`finish`](Self::finish) encodes them.
 #[derive(Debug, Clone)]
-pub(crate) struct Encoder {
+pub struct Encoder {
     numa_nodes: u32,
     /// (hash, NUMA node) in the order added; a repeated identity keeps its last node.
     placements: Vec<(u64, u32)>,

@@ -13,7 +13,7 @@ pub(crate) const SUPPORTED_POLICY: &str = "single-numa-node";
 
 /// A pod as podresources lists it, reduced to what placement needs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct PodAffinity {
+pub struct PodAffinity {
     /// The pod's namespace.
     pub namespace: String,
     /// The pod's name.
@@ -24,7 +24,7 @@ pub(crate) struct PodAffinity {
 
 /// One container's exclusive resources.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ContainerAffinity {
+pub struct ContainerAffinity {
     /// The container's name.
     pub name: String,
     /// Exclusive CPUs (`cpu_ids`), in the order received.
@@ -38,7 +38,7 @@ pub(crate) struct ContainerAffinity {
 /// A `devices` entry: how many device ids it has and its topology's NUMA ids as reported
 /// (possibly empty, with `-1` or duplicates).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct DeviceAffinity {
+pub struct DeviceAffinity {
     /// Number of `device_ids`.
     pub device_count: usize,
     /// `topology.nodes[].ID`.
@@ -47,7 +47,7 @@ pub(crate) struct DeviceAffinity {
 
 /// A `memory` block's topology NUMA ids as reported (its size is not looked at).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct MemoryAffinity {
+pub struct MemoryAffinity {
     /// `topology.nodes[].ID`.
     pub numa_nodes: Vec<i64>,
 }
@@ -152,7 +152,7 @@ impl FingerprintPod for PodAffinity {
 ///
 /// The caller calls this only with the pods fingerprint on (upstream computes placement inside
 /// the fingerprint branch).
-pub(crate) fn scan_payload<'a>(
+pub fn scan_payload<'a>(
     policy: &str,
     numa_nodes: u32,
     pods: impl IntoIterator<Item = &'a PodAffinity>,

@@ -7,7 +7,6 @@ use numaresources_api::nrt::well_known::{ATTR_NUMA_PLACEMENT_METADATA, ATTR_NUMA
 use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology, Zone};
 use proptest::prelude::*;
 
-use super::scan::{ContainerAffinity, DeviceAffinity, MemoryAffinity};
 use super::*;
 
 type Triple = (String, String, String);

@@ -41,7 +41,7 @@ impl Backoff {
 
     /// The wait after `failures` consecutive failures, with fresh jitter.
     #[must_use]
-    pub(crate) fn delay(&self, failures: u32) -> Duration {
+    pub fn delay(&self, failures: u32) -> Duration {
         self.delay_with(failures, unit_random())
     }
 }

@@ -75,16 +75,16 @@ pub(crate) const LOCAL_DISTANCE: u32 = 10;
 /// The most bytes read from one file. sysfs attributes are one page (4 KiB) at most and a
 /// `/proc/meminfo` is about 1.5 KiB; a longer file is not what the kernel writes and is an error
 /// ([`Error::TooLarge`]), never read in full.
-pub(crate) const FILE_SIZE_LIMIT: u64 = 64 * 1024;
+pub const FILE_SIZE_LIMIT: u64 = 64 * 1024;
 
 /// The most logical CPUs a machine may have: the kernel's largest `NR_CPUS` (x86-64 `MAXSMP`).
 /// A tree listing more is not a machine ([`Error::TooMany`]).
-pub(crate) const CPU_LIMIT: usize = 8192;
+pub const CPU_LIMIT: usize = 8192;
 
 /// The most entries read from one directory. A node directory holds one `memory<N>` entry per
 /// memory block besides its CPUs (some 100,000 on a 12 TiB machine with 128 MiB blocks), so the
 /// bound is generous; it only stops a directory made to cost unbounded time.
-pub(crate) const DIRECTORY_ENTRY_LIMIT: usize = 1 << 20;
+pub const DIRECTORY_ENTRY_LIMIT: usize = 1 << 20;
 
 /// Why discovery failed, or (in [`Discovery::skipped`]) what it stepped over. Every variant names
 /// the offending path.
