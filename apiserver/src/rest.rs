@@ -767,6 +767,124 @@ mod tests {
         assert!(bodies.len() - typed_from_bytes > 1000, "{typed_from_bytes} of {}", bodies.len());
     }
 
+    /// Random patches around the exporters' shape: each field present or not, of the right type
+    /// or not, `null`s, unknown fields, and now and then a member repeated in the text.
+    mod random {
+        use proptest::collection::{btree_map, vec};
+        use proptest::option::weighted;
+        use proptest::prelude::*;
+        use serde_json::{Map, Value, json};
+
+        fn text() -> BoxedStrategy<Value> {
+            prop_oneof![40 => "[a-z0-9-]{0,6}".prop_map(Value::from), 1 => Just(Value::Null), 1 => Just(json!(1)),
+                1 => Just(json!("é\\\"\n"))]
+            .boxed()
+        }
+
+        fn quantity() -> BoxedStrategy<Value> {
+            prop_oneof![20 => "[0-9]{1,4}(m|Ki|Gi)?".prop_map(Value::from), 20 => (0i64..100_000).prop_map(Value::from),
+                1 => Just(json!(1.5)), 1 => Just(json!(-3)), 1 => Just(json!("lots")), 1 => Just(Value::Null)]
+            .boxed()
+        }
+
+        /// An object with each of `fields` most of the time, and sometimes one no schema has.
+        fn object_of(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
+            let members: Vec<_> = fields
+                .into_iter()
+                .map(|(key, value)| weighted(0.8, value).prop_map(move |v| v.map(|v| (key, v))).boxed())
+                .collect();
+            (members, weighted(0.02, Just(("extra", json!(1)))))
+                .prop_map(|(members, extra)| {
+                    Value::Object(members.into_iter().flatten().chain(extra).map(|(k, v)| (k.to_owned(), v)).collect())
+                })
+                .boxed()
+        }
+
+        fn list(item: BoxedStrategy<Value>) -> BoxedStrategy<Value> {
+            prop_oneof![40 => vec(item, 0..3).prop_map(Value::Array), 1 => Just(Value::Null), 1 => Just(json!({}))]
+                .boxed()
+        }
+
+        fn string_map() -> BoxedStrategy<Value> {
+            let entries = btree_map("[a-z./]{1,5}", prop_oneof![8 => text(), 1 => Just(Value::Null)], 0..3);
+            prop_oneof![30 => entries.prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+                1 => Just(Value::Null), 1 => Just(json!([]))]
+            .boxed()
+        }
+
+        pub(super) fn patch() -> impl Strategy<Value = String> {
+            let name_value = || object_of(vec![("name", text()), ("value", text())]);
+            let cost = object_of(vec![
+                ("name", text()),
+                ("value", prop_oneof![(0i64..100).prop_map(Value::from), Just(json!(1.5)), Just(json!("10"))].boxed()),
+            ]);
+            let resource = object_of(vec![
+                ("name", text()),
+                ("capacity", quantity()),
+                ("allocatable", quantity()),
+                ("available", quantity()),
+            ]);
+            let zone = object_of(vec![
+                ("name", text()),
+                ("type", text()),
+                ("parent", text()),
+                ("costs", list(cost)),
+                ("attributes", list(name_value())),
+                ("resources", list(resource)),
+            ]);
+            let metadata = object_of(vec![("labels", string_map()), ("annotations", string_map())]);
+            let patch = object_of(vec![
+                ("zones", list(zone)),
+                ("attributes", list(name_value())),
+                ("topologyPolicies", list(text())),
+                ("metadata", metadata),
+            ]);
+            (patch, proptest::bool::weighted(0.1)).prop_map(|(patch, repeat_first)| {
+                let text = patch.to_string();
+                match patch.as_object().and_then(|members| members.iter().next()) {
+                    // The first member once more, in front: a repeated key the value cannot hold.
+                    Some((key, value)) if repeat_first => {
+                        format!("{{{}: {value}, {}", Value::from(key.as_str()), &text[1..])
+                    }
+                    _ => text,
+                }
+            })
+        }
+    }
+
+    /// The random patches exercise both sides: the property above is not vacuous.
+    #[test]
+    fn random_patches_take_both_paths() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = random::patch();
+        let typed = (0..1_000)
+            .filter(|_| {
+                let body = strategy.new_tree(&mut runner).unwrap().current();
+                TypedMergePatch::from_slice(body.as_bytes(), DEFAULT_MAX_NESTING_DEPTH).is_some()
+            })
+            .count();
+        assert!((100..900).contains(&typed), "{typed} of 1,000 decoded from the bytes");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn a_random_patch_decoded_from_the_bytes_does_what_the_generic_path_does(body in random::patch()) {
+            if TypedMergePatch::from_slice(body.as_bytes(), DEFAULT_MAX_NESTING_DEPTH).is_some() {
+                for current in &objects() {
+                    for v in [FieldValidation::Ignore, FieldValidation::Warn, FieldValidation::Strict] {
+                        let fast = TypedMergePatch::from_slice(body.as_bytes(), DEFAULT_MAX_NESTING_DEPTH).unwrap();
+                        let fast = outcome(Ok(PatchBody::typed(fast)), current, v);
+                        let slow = outcome(generic(&body, DEFAULT_MAX_NESTING_DEPTH, v), current, v);
+                        proptest::prop_assert_eq!(fast, slow, "{} with {:?}", body, v);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn what_needs_a_report_removes_a_field_or_does_not_decode_is_not_decoded_from_the_bytes() {
         let generic_only = [2, 3, 4, 5, 6, 7, 9, 10, 12, 13, 15, 17, 19, 20, 21, 22, 23, 25, 26, 28];
