@@ -183,32 +183,29 @@ impl Exporter {
             tracing::warn!(flags = ?unused, "given without --nrt-server, so unused: publishing through kube-apiserver");
         }
 
-        let options = Options { oneshot: config.oneshot, conditions, terminal, metrics: metrics.clone() };
+        let options = Options { conditions, terminal, metrics: metrics.clone(), published };
+        // Notified when the API server no longer holds what was published.
         let lost = Arc::new(Notify::new());
+        let (oneshot, node) = (config.oneshot, config.node_name.clone());
         let result = match (client.filter(|_| config.publish), config.nrt_server.clone()) {
             (Some(client), Some(server)) => {
-                let publisher = FailoverPublisher::new(server, &config.node_name, client, config.add_nrt_owner)
+                let publisher = FailoverPublisher::new(server, &node, client, config.add_nrt_owner)
                     .with_metrics(metrics.direct_path().clone());
-                if !config.oneshot {
-                    let node = config.node_name.clone();
+                if !oneshot {
                     background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
                 }
-                let publisher = Announce { inner: publisher, published };
-                let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload();
-                drive(agent, options, shutdown).await
+                drive(Agent::new(config, source, options.announce(publisher)).with_republish(lost), options, shutdown)
+                    .await
             }
             (Some(client), None) => {
-                let publisher = Announce { inner: KubePublisher::new(client.clone(), config.add_nrt_owner), published };
-                if !config.oneshot {
-                    background.spawn(own_object::watch(client, config.node_name.clone(), lost.clone()));
+                let publisher = KubePublisher::new(client.clone(), config.add_nrt_owner);
+                if !oneshot {
+                    background.spawn(own_object::watch(client, node, lost.clone()));
                 }
-                let agent = Agent::new(config, source, publisher).with_republish(lost).with_config_reload();
-                drive(agent, options, shutdown).await
+                drive(Agent::new(config, source, options.announce(publisher)).with_republish(lost), options, shutdown)
+                    .await
             }
-            (None, _) => {
-                let publisher = Announce { inner: DryRun, published };
-                drive(Agent::new(config, source, publisher).with_config_reload(), options, shutdown).await
-            }
+            (None, _) => drive(Agent::new(config, source, options.announce(DryRun)), options, shutdown).await,
         };
         background.shutdown().await;
         result
@@ -217,10 +214,11 @@ impl Exporter {
 
 /// What [`Exporter::run`] wires around the agent.
 struct Options {
-    oneshot: bool,
     conditions: Option<PodConditions>,
     terminal: Option<TerminalPods>,
     metrics: Arc<Metrics>,
+    /// Told after each publish.
+    published: watch::Sender<bool>,
 }
 
 /// Publishes through `inner` and tells `published` after each success.
@@ -238,20 +236,28 @@ impl<P: Publisher + Sync> Publisher for Announce<P> {
     }
 }
 
-/// Runs the agent, once or until `shutdown`.
+impl Options {
+    /// `publisher`, telling [`Options::published`] after each publish.
+    fn announce<P>(&self, publisher: P) -> Announce<P> {
+        Announce { inner: publisher, published: self.published.clone() }
+    }
+}
+
+/// Runs the agent with `options`, once (`--oneshot`) or until `shutdown`.
 async fn drive<S: PodResourcesSource + Sync, P: Publisher + Sync>(
     agent: Agent<Option<S>, P>,
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let mut agent = agent.with_metrics(options.metrics);
+    let oneshot = agent.config().oneshot;
+    let mut agent = agent.with_metrics(options.metrics).with_config_reload();
     if let Some(conditions) = options.conditions {
         agent = agent.with_pod_conditions(conditions);
     }
     if let Some(terminal) = options.terminal {
         agent = agent.with_terminal_pods(terminal);
     }
-    if !options.oneshot {
+    if !oneshot {
         return agent.run(shutdown).await.map_err(Error::NotifyFile);
     }
     tokio::select! {
