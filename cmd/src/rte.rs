@@ -32,7 +32,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let mut registry = Registry::default();
                 exporter.register_metrics(&mut registry);
                 let app = admin::router(exporter.readiness(), Arc::new(registry));
-                Some(tokio::spawn(MetricsServer::bind(endpoint).await?.serve(app, shutdown.signaled())))
+                let serving = MetricsServer::bind(endpoint).await?.serve(app, shutdown.signaled());
+                Some(tokio::spawn(async move {
+                    if let Err(error) = serving.await {
+                        tracing::error!(%error, "the metrics server stopped");
+                    }
+                }))
             }
             None => None,
         };
