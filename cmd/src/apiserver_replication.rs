@@ -125,7 +125,7 @@ impl ReplicationArgs {
             .with_context(|| format!("loading the peer certificate {}", tls.cert_file.display()))?;
         let watcher = certificate.watch(WatchOptions::default())?;
         let peer_tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(client_cas).build()?;
-        let client = crate::kube_client::kube_client(kubeconfig).await?;
+        let client = numaresources_certs::kube_client(kubeconfig).await?;
         let lease = LeaderLease::new(
             client,
             &self.leader_elect_resource_namespace,

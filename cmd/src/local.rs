@@ -18,6 +18,8 @@ use numaresources_api::GoDuration;
 use numaresources_apiserver::ApiServer;
 use numaresources_apiserver::auth::Standalone;
 use numaresources_apiserver::config::{Args as ServerArgs, Authentication};
+use numaresources_certs::kube_client;
+use numaresources_certs::shutdown::Shutdown;
 use numaresources_rte::config::{Args as ExporterArgs, Interval, Kubelet, MetricsMode, NO_KUBELET};
 use numaresources_rte::exporter::Exporter;
 use numaresources_rte::fingerprint::Method;
@@ -123,10 +125,10 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
     });
     let stopping = server.state().stopping.clone();
     let exporting = tokio::spawn(exporter.run(stopping.clone().cancelled_owned()));
-    let signalled = stopping.clone();
+    let (signaled, stop) = (Shutdown::on_signals().signaled(), stopping.clone());
     let shutdown = async move {
-        crate::shutdown::signal().await;
-        signalled.cancel();
+        signaled.await;
+        stop.cancel();
     };
     let served = tls.serve(listener, server.router(), shutdown).await;
     // Also when serving failed before any signal.
@@ -167,8 +169,7 @@ async fn exporter(args: &LocalArgs, node_name: String, kubeconfig: &Path) -> any
             "no kubelet here: allocatable = capacity, nothing allocated (--podresources-socket {NO_KUBELET})"
         );
     }
-    let client =
-        crate::kube_client::kube_client(Some(kubeconfig)).await.context("building the exporter's API client")?;
+    let client = kube_client(Some(kubeconfig)).await.context("building the exporter's API client")?;
     Ok(Exporter::new(config, Some(client)).with_kubelet_if_present())
 }
 
