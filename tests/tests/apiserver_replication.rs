@@ -429,9 +429,37 @@ async fn a_cold_store_answers_discovery_and_reads_with_503_until_every_exporter_
         let answer = request(&client, Method::GET, NRT_PATH, None).await.unwrap();
         assert_eq!(answer.status, 503, "replica {index} answered a LIST missing worker-0: {answer:?}");
     }
-    // The last one reports: every replica is warm, and answers with every object.
+    // The last one reports: every replica becomes warm, and none answers a read (from its own
+    // state: resourceVersion=0) or says Ready before it holds every object, though a follower
+    // may hear that the leader is warm before the last object reaches it.
     publish_like_an_exporter(&writer, "worker-0", 0).await;
-    bounded("warm again", all_ready(&cluster)).await;
+    bounded("warm again, never answering with an incomplete store", async {
+        let clients = futures_util::future::join_all((0..3).map(|index| cluster.client(index))).await;
+        let mut ready = [false; 3];
+        while !ready.iter().all(|r| *r) {
+            for (index, client) in clients.iter().enumerate() {
+                let cached =
+                    request(client, Method::GET, &format!("{NRT_PATH}?resourceVersion=0"), None).await.unwrap();
+                let readyz = request(client, Method::GET, "/readyz", None).await.unwrap();
+                if cached.status == 200 {
+                    let items = cached.body["items"].as_array().map_or(0, Vec::len);
+                    assert_eq!(items, usize::try_from(NODES).unwrap(), "replica {index} answered an incomplete store");
+                }
+                if readyz.status == 200 {
+                    let after = request(client, Method::GET, &format!("{NRT_PATH}?resourceVersion=0"), None).await;
+                    let after = after.unwrap();
+                    let items = after.body["items"].as_array().map_or(0, Vec::len);
+                    assert_eq!(
+                        (after.status, items),
+                        (200, usize::try_from(NODES).unwrap()),
+                        "replica {index} is Ready, and then answers: {after:?}"
+                    );
+                    ready[index] = true;
+                }
+            }
+        }
+    })
+    .await;
     for index in 0..3 {
         let client = cluster.client(index).await;
         let discovery = request(&client, Method::GET, DISCOVERY, None).await.unwrap();
