@@ -127,6 +127,14 @@ pub fn router(readiness: Checks, metrics: Arc<Registry>) -> Router {
     routes().route("/metrics", get(exposition)).with_state(admin(readiness, metrics))
 }
 
+/// [`router`] over a registry of its own in which `register_metrics` registers the component's
+/// series: what every component's recipe serves on its admin port.
+pub fn component_router(readiness: Checks, register_metrics: impl FnOnce(&mut Registry)) -> Router {
+    let mut registry = Registry::default();
+    register_metrics(&mut registry);
+    router(readiness, Arc::new(registry))
+}
+
 /// The probes of [`router`] without `/metrics`: for a component that also answers probes on its
 /// TLS port.
 pub fn probes(readiness: Checks) -> Router {

@@ -4,11 +4,10 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::builder::TypedValueParser as _;
-use numaresources_certs::admin::{self, Registry};
+use numaresources_certs::admin;
 use numaresources_certs::kube_client;
 use numaresources_certs::shutdown::Shutdown;
 use numaresources_controllers::{ApiserverDeployment, CertificateMode, Config, Controllers, LeaderElection, Settings};
@@ -95,9 +94,7 @@ async fn run_async(kubeconfig: Option<PathBuf>, health_port: u16, config: Config
     if health_port != 0 {
         let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, health_port));
         let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("binding {address}"))?;
-        let mut registry = Registry::default();
-        controllers.register_metrics(&mut registry);
-        let app = admin::router(controllers.readiness(), Arc::new(registry));
+        let app = admin::component_router(controllers.readiness(), |registry| controllers.register_metrics(registry));
         tokio::spawn(admin::serve_plain(listener, app, shutdown.signaled()));
     }
     controllers.run(shutdown.signaled()).await?;

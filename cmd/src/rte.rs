@@ -3,10 +3,8 @@
 //! The component recipe: flags → checked configuration → the exporter with its kube client →
 //! its admin router (`/metrics`, probes) on the metrics endpoint while it runs, until shutdown.
 
-use std::sync::Arc;
-
 use anyhow::Context;
-use numaresources_certs::admin::{self, Registry};
+use numaresources_certs::admin;
 use numaresources_certs::kube_client;
 use numaresources_certs::shutdown::Shutdown;
 use numaresources_rte::agent::BLOCKING_TASKS_GRACE;
@@ -29,9 +27,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // A one-off run ends before anything could scrape it: it opens no listener at all.
         let admin = match exporter.config().metrics.as_ref().filter(|_| !exporter.config().oneshot) {
             Some(endpoint) => {
-                let mut registry = Registry::default();
-                exporter.register_metrics(&mut registry);
-                let app = admin::router(exporter.readiness(), Arc::new(registry));
+                let app = admin::component_router(exporter.readiness(), |registry| exporter.register_metrics(registry));
                 let serving = MetricsServer::bind(endpoint).await?.serve(app, shutdown.signaled());
                 Some(tokio::spawn(async move {
                     if let Err(error) = serving.await {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use numaresources_certs::admin::{self, Registry};
+use numaresources_certs::admin;
 use numaresources_certs::shutdown::Shutdown;
 use numaresources_certs::{ServerConfigBuilder, WatchOptions, kube_client, serve_with};
 use numaresources_webhook::{Config, Webhook};
@@ -85,9 +85,7 @@ async fn serve_webhook(args: WebhookArgs, config: Config) -> anyhow::Result<()> 
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let webhook = Webhook::new(config, client);
 
-    let mut registry = Registry::default();
-    webhook.register_metrics(&mut registry);
-    let admin_app = admin::router(webhook.readiness(), Arc::new(registry));
+    let admin_app = admin::component_router(webhook.readiness(), |registry| webhook.register_metrics(registry));
     let admin = tokio::spawn(admin::serve_plain(
         bind(args.bind_address, args.health_port).await?,
         admin_app,

@@ -136,9 +136,7 @@ pub async fn post_raw(app: &Router, path: &str, content_type: Option<&str>, body
 /// The admin port as `numaresources webhook` serves it: the webhook's readiness checks and its
 /// metrics in the process's registry.
 pub fn admin(webhook: &Webhook) -> Router {
-    let mut registry = prometheus_client::registry::Registry::default();
-    webhook.register_metrics(&mut registry);
-    numaresources_certs::admin::router(webhook.readiness(), Arc::new(registry))
+    numaresources_certs::admin::component_router(webhook.readiness(), |registry| webhook.register_metrics(registry))
 }
 
 /// POSTs a review to `path` the way kube-apiserver does.
