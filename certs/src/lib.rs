@@ -11,7 +11,9 @@
 //!   `/readyz` in kube-apiserver's format, and `/metrics` from the process's one prometheus-client
 //!   registry, over plain HTTP ([`admin::serve_plain`]);
 //! - the component's own router is served over TLS by [`serve`];
-//! - [`InvalidConfig`] reports every problem of a component's configuration at once.
+//! - [`InvalidConfig`] reports every problem of a component's configuration at once;
+//! - [`flags`] holds the flags components share, and [`flags::defaults`] a component's flag
+//!   defaults without the environment.
 //!
 //! TLS: one code path serves certificates from any source (OLM-mounted files, cert-manager or
 //! service-ca Secrets, or certificates we generate ourselves):
@@ -51,6 +53,7 @@ mod certificate;
 mod client_auth;
 mod config;
 mod error;
+pub mod flags;
 mod generate;
 mod invalid;
 mod kube_client;

@@ -143,7 +143,7 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
 
 /// The API server of `numaresources apiserver` with its flag defaults, standalone with `tokens`.
 fn api_server(tokens: &str) -> anyhow::Result<ApiServer> {
-    let mut config = component_defaults::<ServerArgs>()?.config()?;
+    let mut config = numaresources_certs::flags::defaults::<ServerArgs>()?.config()?;
     config.authentication = Authentication::Standalone(Standalone::from_token_file(tokens)?);
     Ok(ApiServer::new(config, None, env!("CARGO_PKG_VERSION"), env!("NUMARESOURCES_GIT_COMMIT"))?)
 }
@@ -171,12 +171,6 @@ async fn exporter(args: &LocalArgs, node_name: String, kubeconfig: &Path) -> any
     }
     let client = kube_client(Some(kubeconfig)).await.context("building the exporter's API client")?;
     Ok(Exporter::new(config, Some(client)).with_kubelet_if_present())
-}
-
-/// A component's flags at their defaults, no environment variable read.
-fn component_defaults<T: clap::Args + clap::FromArgMatches>() -> anyhow::Result<T> {
-    let command = T::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
-    Ok(T::from_arg_matches(&command.try_get_matches_from(["defaults"])?)?)
 }
 
 /// `path` if this process can read it and it holds a kubelet configuration (the kubelet's file

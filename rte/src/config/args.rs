@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{CommandFactory as _, FromArgMatches as _};
 use numaresources_api::GoDuration;
 use numaresources_api::exporter::{METRICS_CERTS_DIR, METRICS_PORT};
 
@@ -202,10 +201,9 @@ pub struct Args {
 impl Default for Args {
     /// The flags' defaults, as declared above, with no environment variable read.
     fn default() -> Self {
-        let command = Self::command().mut_args(|arg| arg.env(None));
-        let parsed = command.try_get_matches_from(["rte"]).and_then(|matches| Self::from_arg_matches(&matches));
         // Every default above parses (a unit test runs this).
-        parsed.unwrap_or_else(|error| unreachable!("the rte flag defaults do not parse: {error}"))
+        numaresources_certs::flags::defaults()
+            .unwrap_or_else(|error| unreachable!("the rte flag defaults do not parse: {error}"))
     }
 }
 
