@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use numaresources_api::GoDuration;
 use numaresources_certs::CaBundle;
+use numaresources_certs::flags::{TlsServingDefaults, TlsServingFlags};
 
 use crate::Limits;
 use crate::auth::{RequestHeaderConfig, Standalone};
@@ -21,26 +22,9 @@ pub struct Args {
     /// Port to listen on (0 picks a free one and logs it).
     #[arg(long, env = "NUMARESOURCES_APISERVER_SECURE_PORT", default_value_t = 6443)]
     secure_port: u16,
-    /// Serving certificate (PEM). The default is where OLM mounts it.
-    #[arg(
-        long,
-        env = "NUMARESOURCES_APISERVER_TLS_CERT_FILE",
-        default_value = "/apiserver.local.config/certificates/apiserver.crt"
-    )]
-    tls_cert_file: PathBuf,
-    /// Serving key (PEM: PKCS#8, PKCS#1 or SEC1). The default is where OLM mounts it.
-    #[arg(
-        long,
-        env = "NUMARESOURCES_APISERVER_TLS_PRIVATE_KEY_FILE",
-        default_value = "/apiserver.local.config/certificates/apiserver.key"
-    )]
-    tls_private_key_file: PathBuf,
-    /// When the certificate files do not exist: generate a self-signed pair here.
-    #[arg(long, env = "NUMARESOURCES_APISERVER_CERT_DIR", default_value = "/tmp/numaresources-apiserver")]
-    cert_dir: PathBuf,
-    /// Names the generated certificate covers (e.g. `numaresources-apiserver.numaresources.svc`).
-    #[arg(long, value_delimiter = ',', env = "NUMARESOURCES_APISERVER_TLS_SNI_NAMES")]
-    tls_sni_names: Vec<String>,
+    /// The serving certificate.
+    #[command(flatten)]
+    tls: numaresources_certs::flags::TlsServingFlags<ServingCertificate>,
     /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
     /// `$KUBECONFIG`/`~/.kube/config`).
     #[arg(long, env = "NUMARESOURCES_APISERVER_KUBECONFIG")]
@@ -156,6 +140,20 @@ pub struct Args {
     max_json_patch_operations: usize,
 }
 
+/// The environment variables and defaults of the serving-certificate flags.
+#[derive(Debug, Clone)]
+pub struct ServingCertificate;
+
+impl TlsServingDefaults for ServingCertificate {
+    const CERT_FILE_ENV: &'static str = "NUMARESOURCES_APISERVER_TLS_CERT_FILE";
+    const KEY_FILE_ENV: &'static str = "NUMARESOURCES_APISERVER_TLS_PRIVATE_KEY_FILE";
+    const CERT_DIR_ENV: &'static str = "NUMARESOURCES_APISERVER_CERT_DIR";
+    const SNI_NAMES_ENV: &'static str = "NUMARESOURCES_APISERVER_TLS_SNI_NAMES";
+    const CERT_FILE: &'static str = "/apiserver.local.config/certificates/apiserver.crt";
+    const KEY_FILE: &'static str = "/apiserver.local.config/certificates/apiserver.key";
+    const CERT_DIR: &'static str = "/tmp/numaresources-apiserver";
+}
+
 /// A period flag: a Go duration of at least one second.
 pub fn period(text: &str) -> Result<Duration, String> {
     let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
@@ -170,8 +168,9 @@ pub fn period(text: &str) -> Result<Duration, String> {
 pub struct Config {
     /// Where the API is served.
     pub listen: SocketAddr,
-    /// The serving certificate.
-    pub tls: TlsFiles,
+    /// The serving certificate: mounted files, followed as they change, or until they exist a
+    /// self-signed pair generated into `--cert-dir`.
+    pub tls: TlsServingFlags<ServingCertificate>,
     /// The kubeconfig of every kube-apiserver client but the delegated ones' own (None: in-cluster,
     /// then `$KUBECONFIG`/`~/.kube/config`).
     pub kubeconfig: Option<PathBuf>,
@@ -187,20 +186,6 @@ pub struct Config {
     pub watch_history_bytes: usize,
     /// The bounds of requests and watches.
     pub limits: Limits,
-}
-
-/// The serving certificate: mounted files, followed as they change, or until they exist a
-/// self-signed pair generated into `cert_dir` for `sni_names`.
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    /// `--tls-cert-file`.
-    pub cert_file: PathBuf,
-    /// `--tls-private-key-file`.
-    pub key_file: PathBuf,
-    /// `--cert-dir`.
-    pub cert_dir: PathBuf,
-    /// `--tls-sni-names`.
-    pub sni_names: Vec<String>,
 }
 
 /// Who may do what.
@@ -279,12 +264,7 @@ impl Args {
         };
         Ok(Config {
             listen: SocketAddr::new(self.bind_address, self.secure_port),
-            tls: TlsFiles {
-                cert_file: self.tls_cert_file.clone(),
-                key_file: self.tls_private_key_file.clone(),
-                cert_dir: self.cert_dir.clone(),
-                sni_names: self.tls_sni_names.clone(),
-            },
+            tls: self.tls.clone(),
             kubeconfig: self.kubeconfig.clone(),
             authentication,
             exporters: Exporters {

@@ -1,8 +1,66 @@
 //! Command-line flags every component shares.
 
+use std::marker::PhantomData;
+use std::path::PathBuf;
+
+use crate::{Error, ReloadingCertificate, load_self_signed};
+
 /// A component's flags at their declared defaults, no environment variable read: what a
 /// component that composes another (`local`, a test) starts from.
 pub fn defaults<T: clap::Args + clap::FromArgMatches>() -> Result<T, clap::Error> {
     let command = T::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None));
     T::from_arg_matches(&command.try_get_matches_from(["defaults"])?)
+}
+
+/// The serving-certificate flags of a TLS server (`--tls-cert-file`, `--tls-private-key-file`,
+/// `--cert-dir`, `--tls-sni-names`, named as kube-apiserver names them), each component with its
+/// own environment variables and defaults ([`TlsServingDefaults`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TlsServingFlags<D: TlsServingDefaults> {
+    /// Serving certificate (PEM). The default is where OLM mounts it.
+    #[arg(long, env = D::CERT_FILE_ENV, default_value = D::CERT_FILE)]
+    pub tls_cert_file: PathBuf,
+    /// Serving key (PEM: PKCS#8, PKCS#1 or SEC1). The default is where OLM mounts it.
+    #[arg(long, env = D::KEY_FILE_ENV, default_value = D::KEY_FILE)]
+    pub tls_private_key_file: PathBuf,
+    /// When the certificate files do not exist: generate a self-signed pair here.
+    #[arg(long, env = D::CERT_DIR_ENV, default_value = D::CERT_DIR)]
+    pub cert_dir: PathBuf,
+    /// Names the generated certificate covers (e.g. the Service's `<name>.<namespace>.svc`).
+    #[arg(long, value_delimiter = ',', env = D::SNI_NAMES_ENV)]
+    pub tls_sni_names: Vec<String>,
+    #[arg(skip)]
+    defaults: PhantomData<D>,
+}
+
+/// A component's environment variables and defaults of [`TlsServingFlags`].
+pub trait TlsServingDefaults: Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// The environment variable of `--tls-cert-file`.
+    const CERT_FILE_ENV: &'static str;
+    /// The environment variable of `--tls-private-key-file`.
+    const KEY_FILE_ENV: &'static str;
+    /// The environment variable of `--cert-dir`.
+    const CERT_DIR_ENV: &'static str;
+    /// The environment variable of `--tls-sni-names`.
+    const SNI_NAMES_ENV: &'static str;
+    /// The default of `--tls-cert-file`.
+    const CERT_FILE: &'static str;
+    /// The default of `--tls-private-key-file`.
+    const KEY_FILE: &'static str;
+    /// The default of `--cert-dir`.
+    const CERT_DIR: &'static str;
+}
+
+impl<D: TlsServingDefaults> TlsServingFlags<D> {
+    /// The certificate files, followed as they change; until they exist (an optional Secret
+    /// volume whose Secret is not written yet), a self-signed pair for `--tls-sni-names`
+    /// generated in `--cert-dir`, with a warning that ends with `hint` (who can reach us
+    /// meanwhile).
+    pub fn certificate(&self, hint: &str) -> Result<ReloadingCertificate, Error> {
+        let fallback = || {
+            tracing::warn!("generating a self-signed serving certificate in {} ({hint})", self.cert_dir.display());
+            load_self_signed(&self.cert_dir, &self.tls_sni_names)
+        };
+        ReloadingCertificate::load_or_fallback(&self.tls_cert_file, &self.tls_private_key_file, fallback)
+    }
 }

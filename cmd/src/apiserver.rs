@@ -49,11 +49,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         server.replicate(replicas.replication(), kube_client(kubeconfig).await?)?;
     }
 
-    let certificate = crate::tls::serving_certificate(
-        &files.cert_file,
-        &files.key_file,
-        &files.cert_dir,
-        &files.sni_names,
+    let certificate = files.certificate(
         "kube-apiserver reaches us only with insecureSkipTLSVerify until the mounted certificate appears",
     )?;
     let _watcher = certificate.watch(WatchOptions::default())?;

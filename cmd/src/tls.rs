@@ -1,6 +1,6 @@
 //! TLS for the `local` mode: a self-signed serving certificate kept in the state directory
 //! (reused across runs while valid), hot-reloaded like every server of ours, and a kubeconfig
-//! that trusts it. Also the mounted-or-generated serving certificate of the in-cluster servers.
+//! that trusts it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,26 +9,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use base64::Engine;
 use numaresources_certs::{
-    CertificateWatcher, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, load_self_signed,
-    serve,
+    CertificateWatcher, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve,
 };
-
-/// The certificate files `cert` and `key`, followed as they change; until they exist (an
-/// optional Secret volume whose Secret is not written yet), a self-signed pair for `names`
-/// generated in `cert_dir`, with a warning that ends with `hint` (who can reach us meanwhile).
-pub(crate) fn serving_certificate(
-    cert: &Path,
-    key: &Path,
-    cert_dir: &Path,
-    names: &[String],
-    hint: &str,
-) -> anyhow::Result<ReloadingCertificate> {
-    let fallback = || {
-        tracing::warn!("generating a self-signed serving certificate in {} ({hint})", cert_dir.display());
-        load_self_signed(cert_dir, names)
-    };
-    Ok(ReloadingCertificate::load_or_fallback(cert, key, fallback)?)
-}
 
 /// The local server's certificate and TLS configuration.
 pub struct LocalTls {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use numaresources_certs::admin;
+use numaresources_certs::flags::TlsServingDefaults;
 use numaresources_certs::shutdown::Shutdown;
 use numaresources_certs::{ServerConfigBuilder, WatchOptions, kube_client, serve_with};
 use numaresources_webhook::{Config, Webhook};
@@ -26,26 +27,9 @@ pub struct WebhookArgs {
     /// and logs it).
     #[arg(long, env = "NUMARESOURCES_WEBHOOK_HEALTH_PORT", default_value = "8081")]
     health_port: u16,
-    /// Serving certificate (PEM). The default is where OLM mounts it.
-    #[arg(
-        long,
-        env = "NUMARESOURCES_WEBHOOK_TLS_CERT_FILE",
-        default_value = "/tmp/k8s-webhook-server/serving-certs/tls.crt"
-    )]
-    tls_cert_file: PathBuf,
-    /// Serving key (PEM: PKCS#8, PKCS#1 or SEC1). The default is where OLM mounts it.
-    #[arg(
-        long,
-        env = "NUMARESOURCES_WEBHOOK_TLS_PRIVATE_KEY_FILE",
-        default_value = "/tmp/k8s-webhook-server/serving-certs/tls.key"
-    )]
-    tls_private_key_file: PathBuf,
-    /// When the certificate files do not exist: generate a self-signed pair here.
-    #[arg(long, env = "NUMARESOURCES_WEBHOOK_CERT_DIR", default_value = "/tmp/numaresources-webhook")]
-    cert_dir: PathBuf,
-    /// Names the generated certificate covers (e.g. `numaresources-webhook.numaresources.svc`).
-    #[arg(long, value_delimiter = ',', env = "NUMARESOURCES_WEBHOOK_TLS_SNI_NAMES")]
-    tls_sni_names: Vec<String>,
+    /// The serving certificate.
+    #[command(flatten)]
+    tls: numaresources_certs::flags::TlsServingFlags<ServingCertificate>,
     /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
     /// `$KUBECONFIG`/`~/.kube/config`).
     #[arg(long, env = "NUMARESOURCES_WEBHOOK_KUBECONFIG")]
@@ -56,6 +40,20 @@ pub struct WebhookArgs {
     /// Bounds of the HTTPS listener.
     #[command(flatten)]
     connections: crate::apiserver::ConnectionFlags,
+}
+
+/// The environment variables and defaults of the serving-certificate flags.
+#[derive(Debug, Clone)]
+struct ServingCertificate;
+
+impl TlsServingDefaults for ServingCertificate {
+    const CERT_FILE_ENV: &'static str = "NUMARESOURCES_WEBHOOK_TLS_CERT_FILE";
+    const KEY_FILE_ENV: &'static str = "NUMARESOURCES_WEBHOOK_TLS_PRIVATE_KEY_FILE";
+    const CERT_DIR_ENV: &'static str = "NUMARESOURCES_WEBHOOK_CERT_DIR";
+    const SNI_NAMES_ENV: &'static str = "NUMARESOURCES_WEBHOOK_TLS_SNI_NAMES";
+    const CERT_FILE: &'static str = "/tmp/k8s-webhook-server/serving-certs/tls.crt";
+    const KEY_FILE: &'static str = "/tmp/k8s-webhook-server/serving-certs/tls.key";
+    const CERT_DIR: &'static str = "/tmp/numaresources-webhook";
 }
 
 /// Runs until SIGTERM or Ctrl-C.
@@ -73,13 +71,9 @@ impl WebhookArgs {
 
 async fn serve_webhook(args: WebhookArgs, config: Config) -> anyhow::Result<()> {
     let shutdown = Shutdown::on_signals();
-    let certificate = crate::tls::serving_certificate(
-        &args.tls_cert_file,
-        &args.tls_private_key_file,
-        &args.cert_dir,
-        &args.tls_sni_names,
-        "kube-apiserver calls us only once the webhook configurations' caBundle trusts what we serve",
-    )?;
+    let certificate = args
+        .tls
+        .certificate("kube-apiserver calls us only once the webhook configurations' caBundle trusts what we serve")?;
     let _watcher = certificate.watch(WatchOptions::default())?;
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).build()?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;

@@ -105,6 +105,7 @@ impl Subcommand {
 fn struct_fields(source: &str, name: &str) -> Vec<Field> {
     let start = source
         .find(&format!("struct {name} {{"))
+        .or_else(|| source.find(&format!("struct {name}<")))
         .unwrap_or_else(|| panic!("`struct {name} {{` not found: update this test's reader"));
     let body_start = start + source[start..].find('{').unwrap() + 1;
     let body_end = body_start + source[body_start..].find("\n}").expect("end of struct");
@@ -194,14 +195,16 @@ pub fn flags_of(source: &str, name: &str, only_global: bool, flags: &mut BTreeMa
     for field in struct_fields(source, name) {
         let args: Vec<&String> = field.attributes.iter().filter(|a| a.starts_with("#[arg(")).collect();
         let command: Vec<&String> = field.attributes.iter().filter(|a| a.starts_with("#[command(")).collect();
-        if command.iter().any(|a| attribute_has(a, "subcommand")) {
+        if command.iter().any(|a| attribute_has(a, "subcommand")) || args.iter().any(|a| attribute_has(a, "skip")) {
             continue;
         }
         if command.iter().any(|a| attribute_has(a, "flatten")) {
             // Flattened structs are followed in the same file, in `cmd/src/<module>.rs` when
             // named `crate::<module>::<Struct>`, or in `<crate>/src/<module>.rs` when named
             // `numaresources_<crate>::<module>::<Struct>` (a component's own flags).
+            // A generic struct is read as its declaration (`Flags<Defaults>`: `struct Flags<…> {`).
             let inner = field.ty.trim_start_matches("Box<").trim_end_matches('>');
+            let inner = inner.split_once('<').map_or(inner, |(generic, _)| generic);
             let (crate_dir, path) = match inner.split_once("::") {
                 Some(("crate", path)) => ("cmd", path),
                 Some((krate, path)) if krate.starts_with("numaresources_") => {
