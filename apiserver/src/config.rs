@@ -125,7 +125,7 @@ pub struct Args {
     watch_buffer_bytes: usize,
     /// How long a watch may wait for its client to read before it is ended (the client resumes
     /// from the last change it read).
-    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_BLOCKED_TIMEOUT", default_value = "10s", value_parser = period)]
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_BLOCKED_TIMEOUT", default_value = crate::DEFAULT_WATCH_BLOCKED_TIMEOUT, value_parser = period)]
     watch_blocked_timeout: Duration,
     /// Request bodies above this many bytes are refused (413), and so are writes whose object
     /// would be larger, by patching for instance; it also caps what a JSON patch's copies add.
@@ -349,5 +349,7 @@ mod tests {
         assert_eq!(period("1m30s"), Ok(Duration::from_secs(90)));
         assert!(period("500ms").is_err() && period("-5s").is_err() && period("5").is_err());
         assert_eq!(parse(&[]).config().unwrap().store_warmup, Duration::from_secs(60));
+        let limits = parse(&[]).config().unwrap().limits;
+        assert_eq!(limits.watch_blocked_timeout, Limits::default().watch_blocked_timeout, "one default, two readers");
     }
 }

@@ -78,8 +78,8 @@ pub struct Limits {
 pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// The default of [`Limits::watch_buffer_bytes`].
 pub(crate) const DEFAULT_WATCH_BUFFER_BYTES: usize = 64 * 1024;
-/// The default of [`Limits::watch_blocked_timeout`].
-pub(crate) const DEFAULT_WATCH_BLOCKED_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default of [`Limits::watch_blocked_timeout`], as `--watch-blocked-timeout` reads it.
+pub(crate) const DEFAULT_WATCH_BLOCKED_TIMEOUT: &str = "10s";
 
 impl Default for Limits {
     fn default() -> Self {
@@ -87,7 +87,9 @@ impl Default for Limits {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             bookmark_interval: Duration::from_secs(60),
             watch_buffer_bytes: DEFAULT_WATCH_BUFFER_BYTES,
-            watch_blocked_timeout: DEFAULT_WATCH_BLOCKED_TIMEOUT,
+            // A constant that parses (a unit test builds the default limits).
+            watch_blocked_timeout: config::period(DEFAULT_WATCH_BLOCKED_TIMEOUT)
+                .unwrap_or_else(|error| unreachable!("the default watch blocked timeout: {error}")),
             max_nesting_depth: body::DEFAULT_MAX_NESTING_DEPTH,
             max_json_patch_operations: patch_limits::MAX_JSON_PATCH_OPERATIONS,
         }
