@@ -149,45 +149,19 @@ impl Default for Metrics {
         let terminated_watches = Counter::default();
         let objects = Gauge::<i64, AtomicI64>::default();
         let report_age = Family::<NodeLabels, Gauge<i64, AtomicI64>>::default();
-        registry.register("requests", "Requests by verb, resource and HTTP code", requests.clone());
-        registry.register(
-            "request_duration_seconds",
-            "Request latency by verb and resource (watches: time to first byte)",
-            latency.clone(),
-        );
-        registry.register("watches", "Open watch streams", watches.clone());
-        registry.register(
-            "terminated_watches",
-            "Watches ended because their client stopped reading (the client resumes from its last event)",
-            terminated_watches.clone(),
-        );
-        registry.register("objects", "NodeResourceTopology objects in the store", objects.clone());
-        registry.register(
-            "node_report_age_seconds",
-            "Seconds since each node's exporter last reported, changed or not",
-            report_age.clone(),
-        );
         let headroom = HeadroomGauges::default();
-        registry.register("fleet_numa_zones", "NUMA zones (type Node) across every NRT", headroom.zones.clone());
-        registry.register(
-            "fleet_numa_zones_free_cpus",
-            "NUMA zones with at least `at_least` CPUs available",
-            headroom.free_cpus.clone(),
-        );
-        registry.register(
-            "fleet_numa_zones_free_memory",
-            "NUMA zones with at least `at_least_gib` GiB of memory available",
-            headroom.free_memory.clone(),
-        );
-        registry.register(
-            "fleet_numa_available",
-            "Available amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)",
-            headroom.available.clone(),
-        );
-        registry.register(
-            "fleet_numa_allocatable",
-            "Allocatable amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)",
-            headroom.allocatable.clone(),
+        numaresources_certs::register_series!(&mut registry,
+            "requests": "Requests by verb, resource and HTTP code" => requests,
+            "request_duration_seconds": "Request latency by verb and resource (watches: time to first byte)" => latency,
+            "watches": "Open watch streams" => watches,
+            "terminated_watches": "Watches ended because their client stopped reading (the client resumes from its last event)" => terminated_watches,
+            "objects": "NodeResourceTopology objects in the store" => objects,
+            "node_report_age_seconds": "Seconds since each node's exporter last reported, changed or not" => report_age,
+            "fleet_numa_zones": "NUMA zones (type Node) across every NRT" => headroom.zones,
+            "fleet_numa_zones_free_cpus": "NUMA zones with at least `at_least` CPUs available" => headroom.free_cpus,
+            "fleet_numa_zones_free_memory": "NUMA zones with at least `at_least_gib` GiB of memory available" => headroom.free_memory,
+            "fleet_numa_available": "Available amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)" => headroom.available,
+            "fleet_numa_allocatable": "Allocatable amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)" => headroom.allocatable,
         );
         Self {
             registry: Arc::new(registry),

@@ -135,6 +135,29 @@ pub fn component_router(readiness: Checks, register_metrics: impl FnOnce(&mut Re
     router(readiness, Arc::new(registry))
 }
 
+/// Registers in `registry` (a `&mut Registry`) each `"name": "help" => series`, a clone of the
+/// series (prometheus-client's clones share their values): a component's metrics as a table, one
+/// line each (rustfmt would spread each `register` call over five).
+///
+/// ```
+/// use numaresources_certs::admin::Registry;
+/// use prometheus_client::metrics::counter::Counter;
+///
+/// let (scans, failures) = (Counter::<u64>::default(), Counter::<u64>::default());
+/// let mut registry = Registry::default();
+/// numaresources_certs::register_series!(&mut registry,
+///     "scans": "Scans started" => scans,
+///     "scan_failures": "Scans that failed" => failures,
+/// );
+/// ```
+#[macro_export]
+macro_rules! register_series {
+    ($registry:expr, $($name:literal: $help:literal => $series:expr),+ $(,)?) => {{
+        let registry: &mut $crate::admin::Registry = $registry;
+        $(registry.register($name, $help, ::std::clone::Clone::clone(&$series));)+
+    }};
+}
+
 /// The probes of [`router`] without `/metrics`: for a component that also answers probes on its
 /// TLS port.
 pub fn probes(readiness: Checks) -> Router {

@@ -223,49 +223,23 @@ impl Metrics {
     pub fn register(&self, registry: &mut Registry, node: &str) {
         let registry = registry.sub_registry_with_label((Cow::Borrowed("node"), Cow::Owned(node.to_owned())));
         // Counters get their `_total` suffix from the encoder.
-        registry.register(
-            "rte_podresource_api_call_failures",
-            "The total number of podresource api calls that failed by the updater",
-            self.podresource_failures.clone(),
+        numaresources_certs::register_series!(registry,
+            "rte_podresource_api_call_failures": "The total number of podresource api calls that failed by the updater" => self.podresource_failures,
+            "rte_noderesourcetopology_writes": "The total number of NodeResourceTopology writes" => self.writes,
+            "rte_operation_delay_milliseconds": "The latency between exporting stages, milliseconds" => self.operation_delay,
+            "rte_wakeup_delay_milliseconds": "The wakeup delay of the monitor code (time since the previous scan started), milliseconds" => self.wakeup_delay,
         );
-        registry.register(
-            "rte_noderesourcetopology_writes",
-            "The total number of NodeResourceTopology writes",
-            self.writes.clone(),
-        );
-        registry.register(
-            "rte_operation_delay_milliseconds",
-            "The latency between exporting stages, milliseconds",
-            self.operation_delay.clone(),
-        );
-        registry.register(
-            "rte_wakeup_delay_milliseconds",
-            "The wakeup delay of the monitor code (time since the previous scan started), milliseconds",
-            self.wakeup_delay.clone(),
-        );
-        let ours = registry.sub_registry_with_prefix("numaresources_rte");
-        let counters: [(&str, &str, &Counter); 8] = [
-            ("scans", "Scans started", &self.scans),
-            ("scan_failures", "Scans that failed before publishing (sysfs or kubelet)", &self.scan_failures),
-            ("kubelet_failures", "Scans that failed because the kubelet could not be asked", &self.kubelet_failures),
-            ("publishes", "Successful publishes (including --no-publish dry runs)", &self.publishes),
-            ("skipped_unchanged", "Scans whose topology equalled the last published one", &self.skipped_unchanged),
-            ("publish_failures", "Failed publishes", &self.publish_failures),
-            ("pod_condition_writes", "Own-pod condition writes that succeeded", &self.condition_writes),
-            ("pod_condition_failures", "Own-pod condition writes that failed", &self.condition_failures),
-        ];
-        for (name, help, counter) in counters {
-            ours.register(name, help, counter.clone());
-        }
-        ours.register(
-            "direct_write_in_use",
-            "1 while publishes go to the NRT API server directly (--nrt-server), 0 otherwise",
-            self.direct.in_use.clone(),
-        );
-        ours.register(
-            "direct_write_fallbacks",
-            "Publishes made through kube-apiserver because the NRT API server could not be used directly",
-            self.direct.fallbacks.clone(),
+        numaresources_certs::register_series!(registry.sub_registry_with_prefix("numaresources_rte"),
+            "scans": "Scans started" => self.scans,
+            "scan_failures": "Scans that failed before publishing (sysfs or kubelet)" => self.scan_failures,
+            "kubelet_failures": "Scans that failed because the kubelet could not be asked" => self.kubelet_failures,
+            "publishes": "Successful publishes (including --no-publish dry runs)" => self.publishes,
+            "skipped_unchanged": "Scans whose topology equalled the last published one" => self.skipped_unchanged,
+            "publish_failures": "Failed publishes" => self.publish_failures,
+            "pod_condition_writes": "Own-pod condition writes that succeeded" => self.condition_writes,
+            "pod_condition_failures": "Own-pod condition writes that failed" => self.condition_failures,
+            "direct_write_in_use": "1 while publishes go to the NRT API server directly (--nrt-server), 0 otherwise" => self.direct.in_use,
+            "direct_write_fallbacks": "Publishes made through kube-apiserver because the NRT API server could not be used directly" => self.direct.fallbacks,
         );
     }
 }

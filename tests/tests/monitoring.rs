@@ -29,7 +29,8 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// The names `register("name", …)` registers in `source`, each with `prefix`.
+/// The names `register("name", …)` and the `"name": "help" => series` lines of
+/// `register_series!` register in `source`, each with `prefix`.
 fn registered(source: &str, prefix: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = source;
@@ -38,6 +39,13 @@ fn registered(source: &str, prefix: &str) -> Vec<String> {
         let trimmed = rest.trim_start();
         if let Some(quoted) = trimmed.strip_prefix('"') {
             let name = &quoted[..quoted.find('"').unwrap()];
+            names.push(format!("{prefix}{name}"));
+        }
+    }
+    for table in source.split("register_series!(").skip(1) {
+        let table = &table[..table.find(");").unwrap()];
+        for line in table.lines().filter_map(|line| line.trim().strip_prefix('"')) {
+            let (name, _) = line.split_once("\": \"").unwrap_or_else(|| panic!("a series line: {line}"));
             names.push(format!("{prefix}{name}"));
         }
     }
@@ -52,13 +60,9 @@ fn known_metrics() -> BTreeSet<String> {
     bases.extend(registered(&read("apiserver/src/replication/mod.rs"), "numaresources_apiserver_replication_"));
     bases.extend(registered(&read("webhook/src/metrics.rs"), "numaresources_webhook_"));
     bases.extend(registered(&read("controllers/src/metrics.rs"), "numaresources_controllers_"));
-    // The exporter: upstream's names at the top level, ours in a table under numaresources_rte.
-    let rte = read("rte/src/metrics.rs");
-    bases.extend(registered(&rte, "").into_iter().filter(|n| n.starts_with("rte_")));
-    let table = &rte[rte.find("let counters").unwrap()..];
-    let table = &table[..table.find("];").unwrap()];
-    for entry in table.split("(\"").skip(1) {
-        bases.push(format!("numaresources_rte_{}", &entry[..entry.find('"').unwrap()]));
+    // The exporter: upstream's names (`rte_*`) at the top level, ours under numaresources_rte.
+    for name in registered(&read("rte/src/metrics.rs"), "") {
+        bases.push(if name.starts_with("rte_") { name } else { format!("numaresources_rte_{name}") });
     }
     assert!(bases.len() > 25, "the registries were read: {bases:?}");
     let mut known = BTreeSet::new();

@@ -75,23 +75,12 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every series in `registry`, under `numaresources_webhook_`.
     pub fn register(&self, registry: &mut Registry) {
-        let registry = registry.sub_registry_with_prefix("numaresources_webhook");
-        registry.register(
-            "admissions",
-            "Admission reviews by kind, operation, decision (allowed, patched, denied, invalid) and dry run",
-            self.admissions.clone(),
+        numaresources_certs::register_series!(registry.sub_registry_with_prefix("numaresources_webhook"),
+            "admissions": "Admission reviews by kind, operation, decision (allowed, patched, denied, invalid) and dry run" => self.admissions,
+            "admission_duration_seconds": "Time from the request's arrival to its answer, body read included" => self.latency,
+            "pods_routed": "Pods sent to the NUMA-aware scheduler, by podRouting mode" => self.routed,
+            "pods_skipped": "Pod creations left to their scheduler, by reason" => self.skipped,
         );
-        registry.register(
-            "admission_duration_seconds",
-            "Time from the request's arrival to its answer, body read included",
-            self.latency.clone(),
-        );
-        registry.register(
-            "pods_routed",
-            "Pods sent to the NUMA-aware scheduler, by podRouting mode",
-            self.routed.clone(),
-        );
-        registry.register("pods_skipped", "Pod creations left to their scheduler, by reason", self.skipped.clone());
     }
 
     pub fn admitted(&self, admission: Admission, elapsed: Duration) {
