@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 use crate::field::{FieldError, FieldPath};
+use crate::metadata;
 
 /// The operators a `matchExpressions` entry may use.
 pub const OPERATORS: &[&str] = &["In", "NotIn", "Exists", "DoesNotExist"];
@@ -104,80 +105,28 @@ pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> b
         })
 }
 
-const DNS1123_SUBDOMAIN_MAX: usize = 253;
-const LABEL_MAX: usize = 63;
-
 /// A label key: an optional DNS-1123 subdomain prefix and `/`, then a name of at most 63
-/// alphanumerics, `-`, `_` or `.`, starting and ending alphanumeric.
+/// alphanumerics, `-`, `_` or `.`, starting and ending alphanumeric. The first of
+/// [`metadata::qualified_name`]'s problems.
 pub fn check_qualified_name(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        if prefix.is_empty() {
-            return Err("prefix part must be non-empty".into());
-        }
-        check_dns1123_subdomain(prefix).map_err(|reason| format!("prefix part {reason}"))?;
-    }
-    if name.is_empty() {
-        return Err("name part must be non-empty".into());
-    }
-    if name.len() > LABEL_MAX {
-        return Err(format!("name part must be no more than {LABEL_MAX} characters"));
-    }
-    if !is_label_shaped(name) {
-        return Err("name part must consist of alphanumeric characters, '-', '_' or '.', \
-                    and must start and end with an alphanumeric character"
-            .into());
-    }
-    Ok(())
+    first_problem(metadata::qualified_name(key))
 }
 
 /// A label value: empty, or at most 63 alphanumerics, `-`, `_` or `.`, starting and ending
-/// alphanumeric.
+/// alphanumeric. The first of [`metadata::label_value`]'s problems.
 pub fn check_label_value(value: &str) -> Result<(), String> {
-    if value.len() > LABEL_MAX {
-        return Err(format!("must be no more than {LABEL_MAX} characters"));
-    }
-    if !value.is_empty() && !is_label_shaped(value) {
-        return Err("a valid label must be an empty string or consist of alphanumeric characters, \
-                    '-', '_' or '.', and must start and end with an alphanumeric character"
-            .into());
-    }
-    Ok(())
+    first_problem(metadata::label_value(value))
 }
 
 /// A DNS-1123 subdomain: at most 253 lowercase alphanumerics, `-` or `.`, starting and ending
-/// alphanumeric (object names of most kinds).
+/// alphanumeric (object names of most kinds). The first of [`metadata::dns1123_subdomain`]'s
+/// problems.
 pub fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
-    if value.len() > DNS1123_SUBDOMAIN_MAX {
-        return Err(format!("must be no more than {DNS1123_SUBDOMAIN_MAX} characters"));
-    }
-    let bytes = value.as_bytes();
-    let edges_ok = bytes.first().is_some_and(is_lower_alnum) && bytes.last().is_some_and(is_lower_alnum);
-    let body_ok = bytes.iter().all(|b| is_lower_alnum(b) || *b == b'-' || *b == b'.');
-    let labels_ok = value.split('.').all(|label| {
-        let label = label.as_bytes();
-        label.first().is_some_and(is_lower_alnum) && label.last().is_some_and(is_lower_alnum)
-    });
-    if !(edges_ok && body_ok && labels_ok) {
-        return Err("must be a lowercase RFC 1123 subdomain: lowercase alphanumeric characters, \
-                    '-' or '.', starting and ending with an alphanumeric character"
-            .into());
-    }
-    Ok(())
+    first_problem(metadata::dns1123_subdomain(value))
 }
 
-fn is_label_shaped(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-fn is_lower_alnum(b: &u8) -> bool {
-    b.is_ascii_lowercase() || b.is_ascii_digit()
+fn first_problem(problems: Vec<String>) -> Result<(), String> {
+    problems.into_iter().next().map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
