@@ -289,15 +289,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// `Status{status: Success}` (deletecollection, and a delete that only marked an object).
-pub fn success(details: Option<Value>) -> Value {
-    let mut status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
-    if let Some(details) = details {
-        status["details"] = details;
-    }
-    status
-}
-
 #[cfg(test)]
 mod tests {
     use numaresources_api::{FieldError, FieldPath};

@@ -212,8 +212,20 @@ fn subject(certificate: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
     Some((cn, groups))
 }
 
-/// `%2F` → `/`; malformed escapes are kept as they are.
-fn percent_decode(text: &str) -> String {
+/// Header-name-safe encoding of an extra's key: kube-apiserver's convention for
+/// `X-Remote-Extra-` headers (percent-encoding, lower case).
+pub(crate) fn percent_encode(key: &str) -> String {
+    key.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
+            b'A'..=b'Z' => ((b + 32) as char).to_string(),
+            _ => format!("%{b:02x}"),
+        })
+        .collect()
+}
+
+/// `%2F` → `/`; malformed escapes are kept as they are (the inverse of [`percent_encode`]).
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

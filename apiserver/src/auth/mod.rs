@@ -5,7 +5,7 @@
 //! [`node_restriction`] for who counts as one and how its node is found).
 
 mod attributes;
-mod authn;
+pub(crate) mod authn;
 mod delegated;
 pub(crate) mod node_restriction;
 mod standalone;

@@ -132,7 +132,7 @@ impl Replication {
         };
         let request = http::Request::get(format!(
             "/replication/v1/stream?{query}&token={token}&identity={}",
-            super::peer::percent_encode(&self.identity)
+            crate::auth::authn::percent_encode(&self.identity)
         ))
         .body(Vec::new())?;
         let reader = tokio::time::timeout(PEER_REQUEST_TIMEOUT, client.request_stream(request))

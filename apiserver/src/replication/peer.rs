@@ -25,6 +25,7 @@ use super::{
     FORWARDED_EXTRA_PREFIX, FORWARDED_GROUP, FORWARDED_UID, FORWARDED_USER, LEADER_REVISION, Role, STREAM_HEARTBEAT,
 };
 use crate::AppState;
+use crate::auth::authn::percent_decode;
 use crate::auth::{NodeScope, UserInfo};
 use crate::status::ApiError;
 use crate::store::{EventType, WatchRefusal};
@@ -100,36 +101,6 @@ fn extras(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
         extra.entry(percent_decode(key)).or_default().push(value.to_owned());
     }
     extra
-}
-
-/// Header-name-safe encoding of an extra's key: kube-apiserver's convention for
-/// `X-Remote-Extra-` headers (percent-encoding, lower case).
-pub(crate) fn percent_encode(key: &str) -> String {
-    key.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => (b as char).to_string(),
-            b'A'..=b'Z' => ((b + 32) as char).to_string(),
-            _ => format!("%{b:02x}"),
-        })
-        .collect()
-}
-
-fn percent_decode(key: &str) -> String {
-    let bytes = key.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(byte) = key.get(i + 1..i + 3).and_then(|hex| u8::from_str_radix(hex, 16).ok())
-        {
-            out.push(byte);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[derive(Debug, Deserialize)]

@@ -20,12 +20,13 @@ use http::header::{ACCEPT, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, WARNING}
 use http::{HeaderName, HeaderValue};
 use http_body_util::BodyExt;
 
-use super::peer::{Forwarded, percent_encode, with_leader_revision};
+use super::peer::{Forwarded, with_leader_revision};
 use super::{
     CONSISTENT_READ_WAIT, FORWARDED_EXTRA_PREFIX, FORWARDED_GROUP, FORWARDED_UID, FORWARDED_USER, LEADER_REVISION,
     READ_YOUR_WRITE_WAIT, Replication, Role, STORE_WARM_CHECK,
 };
 use crate::AppState;
+use crate::auth::authn::percent_encode;
 use crate::auth::{Attributes, UserInfo};
 use crate::status::ApiError;
 
