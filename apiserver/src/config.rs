@@ -6,9 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use numaresources_api::GoDuration;
 use numaresources_certs::CaBundle;
-use numaresources_certs::flags::{TlsServingDefaults, TlsServingFlags};
+use numaresources_certs::flags::{TlsServingDefaults, TlsServingFlags, period};
 
 use crate::Limits;
 use crate::auth::{RequestHeaderConfig, Standalone};
@@ -152,15 +151,6 @@ impl TlsServingDefaults for ServingCertificate {
     const CERT_FILE: &'static str = "/apiserver.local.config/certificates/apiserver.crt";
     const KEY_FILE: &'static str = "/apiserver.local.config/certificates/apiserver.key";
     const CERT_DIR: &'static str = "/tmp/numaresources-apiserver";
-}
-
-/// A period flag: a Go duration of at least one second.
-pub fn period(text: &str) -> Result<Duration, String> {
-    let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
-    match duration.to_std() {
-        Some(duration) if duration >= Duration::from_secs(1) => Ok(duration),
-        _ => Err("must be at least 1s".into()),
-    }
 }
 
 /// What the flags make, checked: what [`crate::ApiServer::new`] runs.

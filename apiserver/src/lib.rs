@@ -88,7 +88,7 @@ impl Default for Limits {
             bookmark_interval: Duration::from_secs(60),
             watch_buffer_bytes: DEFAULT_WATCH_BUFFER_BYTES,
             // A constant that parses (a unit test builds the default limits).
-            watch_blocked_timeout: config::period(DEFAULT_WATCH_BLOCKED_TIMEOUT)
+            watch_blocked_timeout: numaresources_certs::flags::period(DEFAULT_WATCH_BLOCKED_TIMEOUT)
                 .unwrap_or_else(|error| unreachable!("the default watch blocked timeout: {error}")),
             max_nesting_depth: body::DEFAULT_MAX_NESTING_DEPTH,
             max_json_patch_operations: patch_limits::MAX_JSON_PATCH_OPERATIONS,

@@ -199,6 +199,19 @@ pub async fn serve_plain(
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
+/// Binds a component's admin port and serves `app` there ([`serve_plain`]) in a task of its
+/// own, until `shutdown`.
+pub async fn spawn_plain(
+    address: std::net::SocketAddr,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| std::io::Error::new(error.kind(), format!("listening on {address}: {error}")))?;
+    Ok(tokio::spawn(serve_plain(listener, app, shutdown)))
+}
+
 async fn endpoint(
     name: &'static str,
     State(admin): State<Arc<Admin>>,

@@ -2,8 +2,11 @@
 
 use std::marker::PhantomData;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use crate::{Error, ReloadingCertificate, load_self_signed};
+use numaresources_api::GoDuration;
+
+use crate::{DEFAULT_MAX_CONNECTIONS_PER_CLIENT, Error, ReloadingCertificate, ServeOptions, load_self_signed};
 
 /// A component's flags at their declared defaults, no environment variable read: what a
 /// component that composes another (`local`, a test) starts from.
@@ -62,5 +65,49 @@ impl<D: TlsServingDefaults> TlsServingFlags<D> {
             load_self_signed(&self.cert_dir, &self.tls_sni_names)
         };
         ReloadingCertificate::load_or_fallback(&self.tls_cert_file, &self.tls_private_key_file, fallback)
+    }
+}
+
+/// A period flag: a Go duration of at least one second.
+pub fn period(text: &str) -> Result<Duration, String> {
+    let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
+    match duration.to_std() {
+        Some(duration) if duration >= Duration::from_secs(1) => Ok(duration),
+        _ => Err("must be at least 1s".into()),
+    }
+}
+
+/// How the HTTPS listener bounds its clients (`apiserver` and `webhook`): idle and stalled
+/// connections, HTTP/2 keep-alive, connections per client address. Shared by both components,
+/// so their environment variables carry no component in their names (`NUMARESOURCES_<FLAG>`;
+/// each component runs in its own pod).
+#[derive(Debug, clap::Args)]
+pub struct ConnectionFlags {
+    /// Close a connection with no request open for this long (HTTP/2 gets a GOAWAY; HTTP/1.1
+    /// keep-alive connections close after 30 s between requests).
+    #[arg(long, env = "NUMARESOURCES_IDLE_CONNECTION_TIMEOUT", default_value = "90s", value_parser = period)]
+    idle_connection_timeout: Duration,
+    /// Drop a connection whose client has read nothing of what it was sent for this long.
+    #[arg(long, env = "NUMARESOURCES_WRITE_STALL_TIMEOUT", default_value = "60s", value_parser = period)]
+    write_stall_timeout: Duration,
+    /// HTTP/2: ping an idle peer this often.
+    #[arg(long, env = "NUMARESOURCES_HTTP2_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = period)]
+    http2_keepalive_interval: Duration,
+    /// HTTP/2: close the connection when a ping goes unanswered this long.
+    #[arg(long, env = "NUMARESOURCES_HTTP2_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = period)]
+    http2_keepalive_timeout: Duration,
+    /// Connections one client address may hold at once; more are closed on accept.
+    #[arg(long, env = "NUMARESOURCES_MAX_CONNECTIONS_PER_CLIENT", default_value_t = DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
+    max_connections_per_client: usize,
+}
+
+impl ConnectionFlags {
+    /// The listener's options.
+    pub fn serve_options(&self) -> ServeOptions {
+        ServeOptions::default()
+            .idle_timeout(self.idle_connection_timeout)
+            .write_stall_timeout(self.write_stall_timeout)
+            .http2_keep_alive(self.http2_keepalive_interval, self.http2_keepalive_timeout)
+            .max_connections_per_client(self.max_connections_per_client)
     }
 }

@@ -5,7 +5,6 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::builder::TypedValueParser as _;
 use numaresources_certs::admin;
 use numaresources_certs::kube_client;
@@ -92,10 +91,8 @@ async fn run_async(kubeconfig: Option<PathBuf>, health_port: u16, config: Config
     let client = kube_client(kubeconfig.as_deref()).await?;
     let controllers = Controllers::new(config, client);
     if health_port != 0 {
-        let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, health_port));
-        let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("binding {address}"))?;
         let app = admin::component_router(controllers.readiness(), |registry| controllers.register_metrics(registry));
-        tokio::spawn(admin::serve_plain(listener, app, shutdown.signaled()));
+        admin::spawn_plain(SocketAddr::from((Ipv4Addr::UNSPECIFIED, health_port)), app, shutdown.signaled()).await?;
     }
     controllers.run(shutdown.signaled()).await?;
     Ok(())

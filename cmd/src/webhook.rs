@@ -39,7 +39,7 @@ pub struct WebhookArgs {
     namespace: String,
     /// Bounds of the HTTPS listener.
     #[command(flatten)]
-    connections: crate::apiserver::ConnectionFlags,
+    connections: numaresources_certs::flags::ConnectionFlags,
 }
 
 /// The environment variables and defaults of the serving-certificate flags.
@@ -80,21 +80,14 @@ async fn serve_webhook(args: WebhookArgs, config: Config) -> anyhow::Result<()> 
     let webhook = Webhook::new(config, client);
 
     let admin_app = admin::component_router(webhook.readiness(), |registry| webhook.register_metrics(registry));
-    let admin = tokio::spawn(admin::serve_plain(
-        bind(args.bind_address, args.health_port).await?,
-        admin_app,
-        shutdown.signaled(),
-    ));
+    let admin_address = SocketAddr::new(args.bind_address, args.health_port);
+    let admin = admin::spawn_plain(admin_address, admin_app, shutdown.signaled()).await?;
     let running = tokio::spawn(webhook.clone().run(shutdown.signaled()));
-    let listener = bind(args.bind_address, args.secure_port).await?;
+    let address = SocketAddr::new(args.bind_address, args.secure_port);
+    let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
     let served =
         serve_with(listener, tls, webhook.router(), shutdown.signaled(), args.connections.serve_options()).await;
     admin.abort();
     running.abort();
     served.context("serving")
-}
-
-async fn bind(address: IpAddr, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
-    let address = SocketAddr::new(address, port);
-    tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))
 }
