@@ -360,6 +360,12 @@ struct Seen {
 }
 
 impl ApiServerVerifier {
+    /// At the end of a scenario: the publisher sends nothing more.
+    async fn assert_no_more_requests(mut self) {
+        let next = tokio::time::timeout(Duration::from_millis(50), self.0.next_request()).await;
+        assert!(next.is_err(), "no extra request");
+    }
+
     /// Takes the next request, checks its method and path, answers `status` with `reply`.
     async fn expect(&mut self, method: &str, path: &str, status: u16, reply: Value) -> Seen {
         let (request, respond) = bounded("next request", self.0.next_request()).await.expect("a request");
@@ -462,11 +468,7 @@ async fn an_existing_object_is_merge_patched_with_only_what_the_agent_owns() {
     assert_eq!(bounded("publish", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
     // Known to exist now: straight to the patch.
     assert_eq!(bounded("publish again", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
-    let mut server = bounded("api server scenario", api).await.unwrap();
-    assert!(
-        tokio::time::timeout(Duration::from_millis(50), server.0.next_request()).await.is_err(),
-        "no extra request"
-    );
+    bounded("api server scenario", api).await.unwrap().assert_no_more_requests().await;
 }
 
 #[tokio::test]
@@ -487,11 +489,7 @@ async fn an_object_lost_by_the_server_is_created_again_by_the_same_publish() {
     assert_eq!(bounded("publish", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
     assert_eq!(bounded("publish after the loss", publisher.publish(desired())).await.unwrap(), Outcome::Created);
     assert_eq!(bounded("publish once more", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
-    let mut server = bounded("api server scenario", api).await.unwrap();
-    assert!(
-        tokio::time::timeout(Duration::from_millis(50), server.0.next_request()).await.is_err(),
-        "no extra request"
-    );
+    bounded("api server scenario", api).await.unwrap().assert_no_more_requests().await;
 }
 
 #[tokio::test]
@@ -507,11 +505,7 @@ async fn patching_first_never_reads_so_a_replica_that_refuses_reads_while_warmin
     });
     assert_eq!(bounded("publish", publisher.publish(desired())).await.unwrap(), Outcome::Created);
     assert_eq!(bounded("publish again", publisher.publish(desired())).await.unwrap(), Outcome::Patched);
-    let mut server = bounded("api server scenario", api).await.unwrap();
-    assert!(
-        tokio::time::timeout(Duration::from_millis(50), server.0.next_request()).await.is_err(),
-        "no extra request"
-    );
+    bounded("api server scenario", api).await.unwrap().assert_no_more_requests().await;
 }
 
 #[tokio::test]

@@ -300,11 +300,3 @@ impl Payload {
         }
     }
 }
-
-/// Removes every placement attribute from an NRT: what a scan that could not encode publishes.
-pub fn clear_from(nrt: &mut NodeResourceTopology) {
-    nrt.attributes.retain(|a| a.name != ATTR_NUMA_PLACEMENT_METADATA);
-    for zone in &mut nrt.zones {
-        zone.attributes.retain(|a| a.name != ATTR_NUMA_PLACEMENT_VECTOR);
-    }
-}

@@ -220,12 +220,6 @@ impl Sysfs {
         Self { sys, proc }
     }
 
-    /// Reads procfs at `proc_root` instead of the sibling of the sysfs root.
-    pub fn with_proc_root(mut self, proc_root: impl Into<PathBuf>) -> Self {
-        self.proc = proc_root.into();
-        self
-    }
-
     /// The sysfs root.
     pub fn sys_root(&self) -> &Path {
         &self.sys

@@ -309,12 +309,7 @@ fn without_a_node_directory_the_machine_is_one_node_with_everything() {
 }
 
 #[test]
-fn the_proc_root_can_be_given_explicitly() {
-    let tree = Tree::two_nodes();
-    tree.remove("sys/devices/system/node");
-    tree.write("elsewhere/meminfo", "MemTotal: 1 kB\n");
-    let sysfs = Sysfs::new(tree.sys()).with_proc_root(tree.dir.path().join("elsewhere"));
-    assert_eq!(sysfs.discover().unwrap().machine.nodes[0].memory_bytes, 1024);
+fn the_proc_root_is_the_sibling_of_the_sys_root() {
     assert_eq!(Sysfs::default().proc_root(), Path::new("/proc"));
     assert_eq!(Sysfs::new("x/sys").proc_root(), Path::new("x/proc"));
 }
