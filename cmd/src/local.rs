@@ -12,9 +12,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
-use numaresources_api::GoDuration;
+
 use numaresources_apiserver::ApiServer;
 use numaresources_apiserver::auth::Standalone;
 use numaresources_apiserver::config::{Args as ServerArgs, Authentication};
@@ -55,8 +56,8 @@ pub struct LocalArgs {
     #[arg(long, env = "NODE_NAME")]
     hostname: Option<String>,
     /// How often the exporter rescans.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    refresh_period: GoDuration,
+    #[arg(long, default_value = "10s", value_parser = numaresources_certs::flags::period)]
+    refresh_period: Duration,
     /// The kubelet podresources socket: looked for at every scan until it exists, then the
     /// kubelet's allocations are accounted; `none` never looks.
     #[arg(long, default_value = KUBELET_SOCKET)]
@@ -68,14 +69,6 @@ pub struct LocalArgs {
     /// Which pods the fingerprint covers: `all` or `with-exclusive-resources`.
     #[arg(long, default_value = "with-exclusive-resources")]
     pods_fingerprint_method: Method,
-}
-
-fn parse_duration(text: &str) -> Result<GoDuration, String> {
-    let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
-    if duration.as_nanos() < 1_000_000_000 {
-        return Err("the refresh period must be at least 1s".into());
-    }
-    Ok(duration)
 }
 
 /// Runs until Ctrl-C.
@@ -154,7 +147,7 @@ async fn exporter(args: &LocalArgs, node_name: String, kubeconfig: &Path) -> any
         hostname: Some(node_name),
         sysfs: args.sysfs.clone(),
         podresources_socket: args.podresources_socket.clone(),
-        sleep_interval: Interval(args.refresh_period.to_std()),
+        sleep_interval: Interval(Some(args.refresh_period)),
         kubelet_config_file: usable_kubelet_config(&args.kubelet_config),
         pods_fingerprint_method: args.pods_fingerprint_method,
         // This server holds no Nodes to own the object, and the exporter runs in no Pod.
