@@ -23,7 +23,7 @@ pub struct ApiserverArgs {
     server: numaresources_apiserver::config::Args,
     /// Bounds of the HTTPS listener.
     #[command(flatten)]
-    connections: ConnectionFlags,
+    connections: numaresources_certs::flags::ConnectionFlags,
     /// Replication across replicas.
     #[command(flatten)]
     replication: crate::apiserver_replication::ReplicationArgs,

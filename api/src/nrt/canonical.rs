@@ -17,7 +17,7 @@ impl NodeResourceTopology {
         self.zones.sort_by(|a, b| natural_cmp(&a.name, &b.name));
         for zone in &mut self.zones {
             zone.resources.sort_by(|a, b| natural_cmp(&a.name, &b.name));
-            zone.costs.sort_by(|a, b| natural_cmp(&a.name, &b.name).then(a.value.cmp(&b.value)));
+            zone.costs.sort_by(cost_cmp);
             sort_attributes(&mut zone.attributes);
         }
     }
@@ -34,7 +34,7 @@ impl NodeResourceTopology {
     pub fn same_topology(&self, other: &Self) -> bool {
         self.topology_policies == other.topology_policies
             && same_attributes(&self.attributes, &other.attributes)
-            && same_sorted(&self.zones, &other.zones, |z| &z.name, same_zone)
+            && same_sorted(&self.zones, &other.zones, |x, y| natural_cmp(&x.name, &y.name), same_zone)
     }
 }
 
@@ -43,8 +43,8 @@ fn same_zone(a: &Zone, b: &Zone) -> bool {
         && a.zone_type == b.zone_type
         && a.parent == b.parent
         && same_attributes(&a.attributes, &b.attributes)
-        && same_sorted(&a.resources, &b.resources, |r: &ResourceInfo| &r.name, |x, y| x == y)
-        && same_sorted(&a.costs, &b.costs, |c: &CostInfo| &c.name, |x, y| x == y)
+        && same_sorted(&a.resources, &b.resources, |x: &ResourceInfo, y| natural_cmp(&x.name, &y.name), |x, y| x == y)
+        && same_sorted(&a.costs, &b.costs, cost_cmp, |x, y| x == y)
 }
 
 fn same_attributes(a: &[AttributeInfo], b: &[AttributeInfo]) -> bool {
@@ -57,16 +57,20 @@ fn same_attributes(a: &[AttributeInfo], b: &[AttributeInfo]) -> bool {
     a == b
 }
 
-/// Compares two lists as if both were sorted by `key`, without copying them.
-fn same_sorted<T>(a: &[T], b: &[T], key: impl Fn(&T) -> &String, same: impl Fn(&T, &T) -> bool) -> bool {
+/// Compares two lists as if both were sorted by `order` (the order `canonicalize` uses, so two
+/// costs of one name in either order compare alike), without copying them.
+fn same_sorted<T>(a: &[T], b: &[T], order: impl Fn(&T, &T) -> Ordering, same: impl Fn(&T, &T) -> bool) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    let by_key = |x: &&T, y: &&T| natural_cmp(key(x), key(y));
     let (mut a, mut b): (Vec<&T>, Vec<&T>) = (a.iter().collect(), b.iter().collect());
-    a.sort_by(by_key);
-    b.sort_by(by_key);
+    a.sort_by(|x, y| order(x, y));
+    b.sort_by(|x, y| order(x, y));
     a.iter().zip(&b).all(|(x, y)| same(x, y))
+}
+
+fn cost_cmp(a: &CostInfo, b: &CostInfo) -> Ordering {
+    natural_cmp(&a.name, &b.name).then(a.value.cmp(&b.value))
 }
 
 fn sort_attributes(attributes: &mut [AttributeInfo]) {
@@ -159,6 +163,17 @@ mod tests {
         let costs: Vec<&str> = nrt.zones[0].costs.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(costs, ["node-2", "node-10"]);
         assert_eq!(nrt.attributes[0].name, "topologyManagerPolicy");
+    }
+
+    #[test]
+    fn two_costs_of_one_name_in_either_order_are_the_same_topology() {
+        // Found by the round-trip property test: canonical order sorts such costs by value, and
+        // the comparison must use that order too, not the name alone.
+        let mut a = sample();
+        a.zones[0].costs = vec![CostInfo { name: "i".into(), value: 197 }, CostInfo { name: "i".into(), value: 0 }];
+        let b = a.clone().canonical();
+        assert!(b.same_topology(&a));
+        assert!(a.same_topology(&b));
     }
 
     #[test]
