@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use numaresources_apiserver::{ApiServer, Clients};
-use numaresources_certs::flags::ConnectionFlags;
 use numaresources_certs::shutdown::Shutdown;
 use numaresources_certs::{ServerConfigBuilder, WatchOptions, kube_client, serve_with};
 
@@ -107,8 +106,9 @@ mod tests {
         for arg in command.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
             let variable = long.to_uppercase().replace('-', "_");
-            let shared =
-                ConnectionFlags::augment_args(Command::new("c")).get_arguments().any(|a| a.get_long() == Some(long));
+            let shared = numaresources_certs::flags::ConnectionFlags::augment_args(Command::new("c"))
+                .get_arguments()
+                .any(|a| a.get_long() == Some(long));
             let expected = if shared {
                 format!("NUMARESOURCES_{variable}")
             } else {
