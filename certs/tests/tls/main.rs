@@ -6,4 +6,5 @@
 mod client_auth;
 mod reload;
 mod serve;
+mod shared;
 mod support;

@@ -1,6 +1,5 @@
 //! Hot reload: a server built once serves whatever pair its files hold now.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,6 +7,7 @@ use numaresources_certs::{
     CertificateAuthority, Error, PemPair, Reloaded, ReloadingCertificate, ServerConfigBuilder, WatchOptions,
 };
 
+use crate::shared::{kubelet_mount, kubelet_swap};
 use crate::support::{TestServer, app, bounded, ca, der_of, eventually, localhost_pair, served_leaf, write_plain};
 
 /// Watches with directory events only: the poll is too rare to matter within a test.
@@ -23,30 +23,6 @@ async fn serving(certificate: &ReloadingCertificate) -> TestServer {
 async fn wait_until_served(server: &TestServer, ca: &CertificateAuthority, pair: &PemPair, what: &str) {
     let expected = der_of(&pair.cert_pem);
     eventually(what, || async { served_leaf(server.addr, ca.cert_pem()).await.ok().as_ref() == Some(&expected) }).await;
-}
-
-/// Lays out a directory the way the kubelet mounts a Secret: `tls.crt -> ..data/tls.crt`,
-/// `..data -> ..<version>`.
-fn kubelet_mount(dir: &Path, version: &str, pair: &PemPair) {
-    let data = dir.join(version);
-    std::fs::create_dir(&data).unwrap();
-    std::fs::write(data.join("tls.crt"), &pair.cert_pem).unwrap();
-    std::fs::write(data.join("tls.key"), &pair.key_pem).unwrap();
-    std::os::unix::fs::symlink(version, dir.join("..data")).unwrap();
-    std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
-    std::os::unix::fs::symlink("..data/tls.key", dir.join("tls.key")).unwrap();
-}
-
-/// The kubelet's atomic update: a new version directory, a `..data_tmp` symlink to it renamed
-/// over `..data`, then the old version removed.
-fn kubelet_swap(dir: &Path, old: &str, new: &str, pair: &PemPair) {
-    let data = dir.join(new);
-    std::fs::create_dir(&data).unwrap();
-    std::fs::write(data.join("tls.crt"), &pair.cert_pem).unwrap();
-    std::fs::write(data.join("tls.key"), &pair.key_pem).unwrap();
-    std::os::unix::fs::symlink(new, dir.join("..data_tmp")).unwrap();
-    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-    std::fs::remove_dir_all(dir.join(old)).unwrap();
 }
 
 #[tokio::test]

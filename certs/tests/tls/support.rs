@@ -15,12 +15,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_certs::{CertificateAuthority, PeerInfo, PemPair, ServeOptions, serve_with};
 use rustls::ClientConfig;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::net::TcpStream;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
+
+pub use crate::shared::connect;
 
 /// The bound on every wait in these tests; reaching it means something is stuck.
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -170,11 +169,6 @@ pub fn client_with_versions(
     };
     config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
     Arc::new(config)
-}
-
-pub async fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(addr).await?;
-    TlsConnector::from(config).connect(ServerName::try_from("localhost").unwrap(), tcp).await
 }
 
 /// The end-entity certificate a new connection is served.

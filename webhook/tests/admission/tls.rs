@@ -4,7 +4,6 @@
 //! admission.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,15 +17,16 @@ use numaresources_certs::{
 };
 use numaresources_webhook::MUTATE_PODS_PATH;
 use rustls::ClientConfig;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
 
 use crate::support::{fixture, scheduler, webhook_with};
 use crate::tls_client::client;
+use shared::{connect, kubelet_mount, kubelet_swap};
+
+#[path = "../../../certs/tests/tls/shared.rs"]
+mod shared;
 
 /// The bound on every wait; reaching it means something is stuck.
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -78,31 +78,6 @@ impl Server {
 
 fn pair(ca: &CertificateAuthority) -> PemPair {
     ca.issue_serving(&["localhost".to_owned()], Duration::from_secs(3600)).unwrap()
-}
-
-fn kubelet_mount(dir: &Path, version: &str, pair: &PemPair) {
-    let data = dir.join(version);
-    std::fs::create_dir(&data).unwrap();
-    pair.write(&data.join("tls.crt"), &data.join("tls.key")).unwrap();
-    std::os::unix::fs::symlink(version, dir.join("..data")).unwrap();
-    std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
-    std::os::unix::fs::symlink("..data/tls.key", dir.join("tls.key")).unwrap();
-}
-
-/// The kubelet's atomic update: a new version directory, `..data_tmp` renamed over `..data`,
-/// the old version removed.
-fn kubelet_swap(dir: &Path, old: &str, new: &str, pair: &PemPair) {
-    let data = dir.join(new);
-    std::fs::create_dir(&data).unwrap();
-    pair.write(&data.join("tls.crt"), &data.join("tls.key")).unwrap();
-    std::os::unix::fs::symlink(new, dir.join("..data_tmp")).unwrap();
-    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-    std::fs::remove_dir_all(dir.join(old)).unwrap();
-}
-
-async fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(addr).await?;
-    TlsConnector::from(config).connect(ServerName::try_from("localhost").unwrap(), tcp).await
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;

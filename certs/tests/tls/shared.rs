@@ -1,0 +1,40 @@
+//! A TLS connection to `localhost`, and a Secret mounted the kubelet's way. Shared by `#[path]`
+//! with the webhook's TLS tests, which rotate its serving pair the same way.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use numaresources_certs::PemPair;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+pub async fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    TlsConnector::from(config).connect(ServerName::try_from("localhost").unwrap(), tcp).await
+}
+
+/// Lays out a directory the way the kubelet mounts a Secret: `tls.crt -> ..data/tls.crt`,
+/// `..data -> ..<version>`.
+pub fn kubelet_mount(dir: &Path, version: &str, pair: &PemPair) {
+    let data = dir.join(version);
+    std::fs::create_dir(&data).unwrap();
+    pair.write(&data.join("tls.crt"), &data.join("tls.key")).unwrap();
+    std::os::unix::fs::symlink(version, dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
+    std::os::unix::fs::symlink("..data/tls.key", dir.join("tls.key")).unwrap();
+}
+
+/// The kubelet's atomic update: a new version directory, a `..data_tmp` symlink to it renamed
+/// over `..data`, then the old version removed.
+pub fn kubelet_swap(dir: &Path, old: &str, new: &str, pair: &PemPair) {
+    let data = dir.join(new);
+    std::fs::create_dir(&data).unwrap();
+    pair.write(&data.join("tls.crt"), &data.join("tls.key")).unwrap();
+    std::os::unix::fs::symlink(new, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(dir.join(old)).unwrap();
+}
