@@ -27,9 +27,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Value, json};
+use support::BASE;
 use support::fleet::worker;
 use support::kube_double::{KubeDouble, OUR_AUDIENCE};
-use support::tls::{BASE, Protocol, connect, start};
+use support::tls::{Protocol, connect, start};
 
 const FLEET: usize = 5_000;
 /// Exporters writing at once, each on its own connection.

@@ -4,19 +4,18 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use axum::body::Body;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use numaresources_apiserver::auth::{Auth, AuthenticationConfig, Delegated, RequestHeaderConfig};
 use numaresources_apiserver::{AppState, Store, router};
 use serde_json::{Value, json};
-use tower::ServiceExt;
-
-const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+use support::{BASE, in_process, nrt};
 
 /// What the stand-in for kube-apiserver has been asked, and whether it is reachable.
 #[derive(Default)]
@@ -89,22 +88,11 @@ async fn call(
     token: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut request = Request::builder().method(method).uri(uri).header("content-type", "application/json");
-    if let Some(token) = token {
-        request = request.header("authorization", format!("Bearer {token}"));
-    }
-    let body = body.map_or_else(Body::empty, |b| Body::from(serde_json::to_vec(&b).unwrap()));
-    let response = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(request.body(body).unwrap()))
-        .await
-        .expect("the request hung; likely deadlocked")
-        .unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
-
-fn nrt(name: &str) -> Value {
-    json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology", "metadata": {"name": name}, "zones": []})
+    let authorization = token.map(|token| format!("Bearer {token}"));
+    let mut headers = vec![("content-type", "application/json")];
+    headers.extend(authorization.as_deref().map(|value| ("authorization", value)));
+    let answer = in_process::call(app, method, uri, &headers, body).await;
+    (answer.status, answer.body)
 }
 
 #[tokio::test]
@@ -174,9 +162,9 @@ async fn an_unreachable_kube_apiserver_fails_requests_clearly_and_is_not_remembe
 #[tokio::test]
 async fn a_node_bound_identity_writes_only_its_own_node() {
     let app = app(Arc::default(), true);
-    let (status, _) = call(&app, "POST", BASE, Some("rte-token"), Some(nrt("worker-0"))).await;
+    let (status, _) = call(&app, "POST", BASE, Some("rte-token"), Some(nrt("worker-0", 1))).await;
     assert_eq!(status, StatusCode::CREATED);
-    let (status, body) = call(&app, "POST", BASE, Some("rte-token"), Some(nrt("worker-1"))).await;
+    let (status, body) = call(&app, "POST", BASE, Some("rte-token"), Some(nrt("worker-1", 1))).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     let (status, _) = call(&app, "DELETE", &format!("{BASE}/worker-1"), Some("rte-token"), None).await;
     assert_eq!(status, StatusCode::FORBIDDEN);

@@ -5,14 +5,13 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-mod socket;
+mod support;
 
 use std::net::SocketAddr;
 
 use numaresources_apiserver::Limits;
 use serde_json::{Value, json};
-
-const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
+use support::{BASE, socket};
 /// Below the annotations' own 256 KiB, so that a large annotation meets the body limit first.
 const BODY_LIMIT: usize = 128 * 1024;
 
@@ -50,14 +49,12 @@ async fn send(address: SocketAddr, method: &str, path: &str, headers: &str, body
     Answer { code: raw.code, warnings: raw.headers("warning"), body }
 }
 
+/// The shared object, held by a finalizer and without attributes (a JSON patch adds them).
 fn nrt(name: &str) -> Value {
-    json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2",
-        "kind": "NodeResourceTopology",
-        "metadata": {"name": name, "labels": {"pool": "cnf"}, "finalizers": ["example.com/keep"]},
-        "zones": [{"name": "node-0", "type": "Node",
-                   "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": 10}]}]
-    })
+    let mut object = support::nrt(name, 10);
+    object["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    object.as_object_mut().unwrap().remove("attributes");
+    object
 }
 
 async fn create(address: SocketAddr, object: &Value) -> Answer {

@@ -7,45 +7,32 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use futures_util::StreamExt;
 use http::{Method, Request, StatusCode};
-use http_body_util::BodyExt;
-use numaresources_apiserver::{AppState, Store, router};
+use numaresources_apiserver::router;
 use serde_json::{Value, json};
+use support::{BASE, in_process, nrt};
 use tower::ServiceExt;
 
-const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
-
 fn app() -> Router {
-    router(Arc::new(AppState::new(Arc::new(Store::starting_at(1000, 100)), "0.1.0", "test")))
-}
-
-fn nrt(name: &str, finalizers: &[&str]) -> Value {
-    json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2",
-        "kind": "NodeResourceTopology",
-        "metadata": {"name": name, "labels": {"pool": "cnf"}, "finalizers": finalizers},
-        "zones": [{"name": "node-0", "type": "Node",
-                   "resources": [{"name": "cpu", "capacity": 4, "allocatable": 4, "available": 4}]}]
-    })
+    router(std::sync::Arc::new(in_process::state()))
 }
 
 async fn call(app: &Router, method: Method, uri: &str, content_type: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
-    let request = Request::builder().method(method).uri(uri).header("content-type", content_type).body(body).unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let answer = in_process::call(app, method, uri, &[("content-type", content_type)], body).await;
+    (answer.status, answer.body)
 }
 
 async fn create(app: &Router, name: &str, finalizers: &[&str]) {
-    let (status, body) = call(app, Method::POST, BASE, "application/json", Some(nrt(name, finalizers))).await;
+    let mut object = nrt(name, 4);
+    object["metadata"]["finalizers"] = json!(finalizers);
+    let (status, body) = call(app, Method::POST, BASE, "application/json", Some(object)).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 

@@ -14,16 +14,9 @@ use http::StatusCode;
 use numaresources_api::direct_write::{EXTRA_POD_NAME, EXTRA_POD_UID};
 use numaresources_apiserver::exporter_pods::Lookup;
 use serde_json::{Value, json};
+use support::BASE;
 use support::kube_double::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, KUBE_AUDIENCE, KubeDouble, OUR_AUDIENCE};
-use support::tls::{Answer, BASE, Connection, Protocol, TlsServer, start};
-
-fn nrt(name: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-        "metadata": {"name": name},
-        "zones": [{"name": "node-0", "type": "Node",
-                   "resources": [{"name": "cpu", "capacity": "32", "allocatable": "30", "available": "30"}]}]}))
-    .unwrap()
-}
+use support::tls::{Answer, Connection, Protocol, TlsServer, start};
 
 fn bearer(token: &str) -> String {
     format!("Bearer {token}")
@@ -32,7 +25,7 @@ fn bearer(token: &str) -> String {
 async fn create(connection: &mut Connection, headers: &[(&str, &str)], name: &str) -> Answer {
     let mut headers = headers.to_vec();
     headers.push(("content-type", "application/json"));
-    connection.send("POST", BASE, &headers, nrt(name)).await
+    connection.send("POST", BASE, &headers, serde_json::to_vec(&support::nrt(name, 30)).unwrap()).await
 }
 
 async fn patch(connection: &mut Connection, headers: &[(&str, &str)], name: &str) -> Answer {

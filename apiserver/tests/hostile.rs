@@ -5,53 +5,20 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-mod socket;
+mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use numaresources_apiserver::Limits;
-use serde_json::{Value, json};
-use socket::{PATIENCE, request};
+use serde_json::json;
+use support::socket::{create, metrics, request, serve};
+use support::{BASE, PATIENCE, nrt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
-
-async fn server(limits: Limits) -> SocketAddr {
-    socket::serve(limits).await
-}
-
-fn json_of(answer: &socket::RawAnswer) -> Value {
-    serde_json::from_slice(&answer.body)
-        .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&answer.body)))
-}
-
-async fn metrics(address: SocketAddr) -> String {
-    let answer = request(address, "GET", "/metrics", "", b"").await;
-    assert_eq!(answer.code, 200);
-    String::from_utf8(answer.body).unwrap()
-}
-
-fn nrt(name: &str) -> Value {
-    json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2",
-        "kind": "NodeResourceTopology",
-        "metadata": {"name": name},
-        "zones": [{"name": "node-0", "type": "Node",
-                   "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": 30}]}]
-    })
-}
-
-async fn create(address: SocketAddr, name: &str) {
-    let body = serde_json::to_vec(&nrt(name)).unwrap();
-    let answer = request(address, "POST", BASE, "content-type: application/json\r\n", &body).await;
-    assert_eq!(answer.code, 201, "{:?}", String::from_utf8_lossy(&answer.body));
-}
-
 #[tokio::test]
 async fn request_series_stay_bounded_whatever_the_method_and_path() {
-    let address = server(Limits::default()).await;
+    let address = serve(Limits::default()).await;
     // 500 pipelined requests, each with its own made-up method and path, on one connection.
     let mut pipelined = String::new();
     for i in 0..500 {
@@ -83,7 +50,7 @@ async fn request_series_stay_bounded_whatever_the_method_and_path() {
 
 #[tokio::test]
 async fn every_error_answer_is_a_status() {
-    let address = server(Limits::default()).await;
+    let address = serve(Limits::default()).await;
     create(address, "worker-0").await;
     for (method, path, code, reason) in [
         ("GET", format!("{BASE}?limit=x"), 400, "BadRequest"),
@@ -104,7 +71,7 @@ async fn every_error_answer_is_a_status() {
         assert_eq!(answer.code, code, "{method} {path}");
         let content_type = answer.headers("content-type").concat();
         assert!(content_type.starts_with("application/json"), "{method} {path}: {content_type}");
-        let status = json_of(&answer);
+        let status = answer.json();
         assert_eq!(status["kind"], "Status", "{method} {path}: {status}");
         assert_eq!(status["code"], code, "{method} {path}: {status}");
         assert_eq!(status["reason"], reason, "{method} {path}: {status}");
@@ -116,13 +83,13 @@ async fn every_error_answer_is_a_status() {
 /// value of a single-valued option and every value of `dryRun`: a repeated parameter is no error.
 #[tokio::test]
 async fn a_repeated_query_parameter_counts_once_with_its_first_value() {
-    let address = server(Limits::default()).await;
+    let address = serve(Limits::default()).await;
     create(address, "worker-0").await;
     create(address, "worker-1").await;
     let list = |query: &'static str| async move {
         let answer = request(address, "GET", &format!("{BASE}?{query}"), "", b"").await;
         assert_eq!(answer.code, 200, "{query}: {:?}", String::from_utf8_lossy(&answer.body));
-        json_of(&answer)
+        answer.json()
     };
     assert_eq!(list("limit=1&limit=2").await["items"].as_array().unwrap().len(), 1);
     assert_eq!(list("limit=2&limit=1").await["items"].as_array().unwrap().len(), 2);
@@ -133,7 +100,7 @@ async fn a_repeated_query_parameter_counts_once_with_its_first_value() {
     assert_eq!(list("watch=false&watch=true").await["kind"], "NodeResourceTopologyList");
 
     // Every dryRun value counts: all `All` is a dry run.
-    let body = serde_json::to_vec(&nrt("worker-2")).unwrap();
+    let body = serde_json::to_vec(&nrt("worker-2", 30)).unwrap();
     let dry =
         request(address, "POST", &format!("{BASE}?dryRun=All&dryRun=All"), "content-type: application/json\r\n", &body)
             .await;
@@ -144,12 +111,12 @@ async fn a_repeated_query_parameter_counts_once_with_its_first_value() {
 
 #[tokio::test]
 async fn a_foreign_continue_token_is_not_called_malformed_base64() {
-    let address = server(Limits::default()).await;
+    let address = serve(Limits::default()).await;
     // Valid base64 of something that is not a list position (and with trailing bits set, which
     // kube-apiserver's decoder ignores).
     let answer = request(address, "GET", &format!("{BASE}?limit=1&continue=aGVsbG8gd29ybGR"), "", b"").await;
     assert_eq!(answer.code, 400);
-    let message = json_of(&answer)["message"].as_str().unwrap().to_owned();
+    let message = answer.json()["message"].as_str().unwrap().to_owned();
     assert!(message.starts_with("continue key is not valid: "), "{message}");
     assert!(!message.contains("base64"), "{message}");
 }
@@ -161,7 +128,7 @@ async fn a_watch_whose_client_stops_reading_is_ended() {
         watch_blocked_timeout: Duration::from_millis(300),
         ..Limits::default()
     };
-    let address = server(limits).await;
+    let address = serve(limits).await;
     create(address, "worker-0").await;
 
     // A watch whose client never reads a byte of the answer.
@@ -209,14 +176,14 @@ async fn a_watch_whose_client_stops_reading_is_ended() {
 #[tokio::test]
 async fn an_oversized_uri_or_head_is_answered_with_a_status() {
     use numaresources_apiserver::request_head::{MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_URI_BYTES};
-    let address = server(Limits::default()).await;
+    let address = serve(Limits::default()).await;
     let selector = "a".repeat(MAX_REQUEST_URI_BYTES);
     let long_uri = request(address, "GET", &format!("{BASE}?labelSelector={selector}"), "", b"").await;
     let padding = "b".repeat(MAX_REQUEST_HEAD_BYTES / 2);
     let big_head = request(address, "GET", BASE, &format!("x-pad-1: {padding}\r\nx-pad-2: {padding}\r\n"), b"").await;
     for (answer, code) in [(long_uri, 414), (big_head, 431)] {
         assert_eq!(answer.code, code, "{}", answer.head);
-        let status = json_of(&answer);
+        let status = answer.json();
         assert_eq!(status["kind"], "Status", "{status}");
         assert_eq!(status["code"], code, "{status}");
         assert!(status["message"].as_str().unwrap().contains("more than the limit"), "{status}");

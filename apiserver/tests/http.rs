@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,9 +16,10 @@ use http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use numaresources_apiserver::{AppState, Limits, Store, router};
 use serde_json::{Value, json};
+use support::in_process::{Answer, call};
+use support::{BASE, nrt};
 use tower::ServiceExt;
 
-const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 const TABLE: &str =
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
@@ -31,41 +34,6 @@ fn app_with_history(history: usize) -> (Router, Arc<AppState>) {
         Limits { max_body_bytes: 64 * 1024, bookmark_interval: Duration::from_millis(200), ..Limits::default() };
     let state = Arc::new(state);
     (router(state.clone()), state)
-}
-
-fn nrt(name: &str, available: i64) -> Value {
-    json!({
-        "apiVersion": "topology.node.k8s.io/v1alpha2",
-        "kind": "NodeResourceTopology",
-        "metadata": {"name": name, "labels": {"pool": "cnf"}},
-        "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}],
-        "zones": [{"name": "node-0", "type": "Node", "costs": [{"name": "node-0", "value": 10}],
-                   "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": available}]}]
-    })
-}
-
-struct Answer {
-    status: StatusCode,
-    headers: http::HeaderMap,
-    body: Value,
-}
-
-async fn call(app: &Router, method: Method, uri: &str, headers: &[(&str, &str)], body: Option<Value>) -> Answer {
-    let mut request = Request::builder().method(method).uri(uri);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let body = body.map_or_else(Body::empty, |b| Body::from(serde_json::to_vec(&b).unwrap()));
-    let response = app.clone().oneshot(request.body(body).unwrap()).await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let body = if bytes.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-    };
-    Answer { status, headers, body }
 }
 
 async fn create(app: &Router, object: Value) -> Answer {

@@ -6,16 +6,16 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+mod support;
+
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::body::Body;
-use http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use http::StatusCode;
 use numaresources_apiserver::openapi::OpenApi;
-use numaresources_apiserver::{AppState, Store, router};
+use numaresources_apiserver::router;
 use serde_json::Value;
-use tower::ServiceExt;
+use support::in_process::{self, Answer};
 
 const V3_PATH: &str = "/openapi/v3/apis/topology.node.k8s.io/v1alpha2";
 const ITEM: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/{name}";
@@ -104,35 +104,21 @@ fn each_version_spells_parameters_bodies_and_answers_its_own_way() {
     }
 }
 
-struct Answer {
-    status: StatusCode,
-    content_type: String,
-    vary: String,
-    body: bytes::Bytes,
-}
-
 async fn get(path: &str, accept: Option<&str>) -> Answer {
-    let state = Arc::new(AppState::new(Arc::new(Store::starting_at(1, 10)), "0.1.0", "test"));
-    let mut request = Request::get(path);
-    if let Some(accept) = accept {
-        request = request.header("accept", accept);
-    }
-    let response = router(state).oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
-    let status = response.status();
-    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
-    let (content_type, vary) = (header("content-type"), header("vary"));
-    Answer { status, content_type, vary, body: response.into_body().collect().await.unwrap().to_bytes() }
+    let app = router(Arc::new(in_process::state()));
+    let headers: Vec<_> = accept.map(|accept| ("accept", accept)).into_iter().collect();
+    in_process::call(&app, "GET", path, &headers, None).await
 }
 
 #[tokio::test]
 async fn the_served_documents_are_the_valid_ones() {
     let v2 = get("/openapi/v2", Some("application/json")).await;
-    assert_eq!((v2.status, v2.content_type.as_str()), (StatusCode::OK, "application/json"));
-    let found = violations(&swagger_2(), &serde_json::from_slice(&v2.body).unwrap());
+    assert_eq!((v2.status, v2.header("content-type")), (StatusCode::OK, "application/json"));
+    let found = violations(&swagger_2(), &serde_json::from_slice(&v2.bytes).unwrap());
     assert!(found.is_empty(), "{found:#?}");
     let v3 = get(V3_PATH, None).await;
-    assert_eq!((v3.status, v3.content_type.as_str()), (StatusCode::OK, "application/json"));
-    let found = violations(&openapi_3(), &serde_json::from_slice(&v3.body).unwrap());
+    assert_eq!((v3.status, v3.header("content-type")), (StatusCode::OK, "application/json"));
+    let found = violations(&openapi_3(), &serde_json::from_slice(&v3.bytes).unwrap());
     assert!(found.is_empty(), "{found:#?}");
 }
 
@@ -143,12 +129,12 @@ async fn a_protobuf_only_accept_is_never_answered_with_json() {
     let protobuf_v3 = "application/com.github.proto-openapi.spec.v3@v1.0+protobuf";
     let refused = get(V3_PATH, Some(protobuf_v3)).await;
     assert_eq!(refused.status, StatusCode::NOT_ACCEPTABLE);
-    let status: Value = serde_json::from_slice(&refused.body).unwrap();
+    let status: Value = serde_json::from_slice(&refused.bytes).unwrap();
     assert_eq!(status["reason"], "NotAcceptable");
     // Offering JSON as well (or anything) gets JSON.
     for accept in [format!("{protobuf_v3}, application/json"), "*/*".to_owned(), "application/*".to_owned()] {
         let served = get(V3_PATH, Some(&accept)).await;
-        assert_eq!((served.status, served.content_type.as_str()), (StatusCode::OK, "application/json"), "{accept}");
+        assert_eq!((served.status, served.header("content-type")), (StatusCode::OK, "application/json"), "{accept}");
     }
     let text = get(V3_PATH, Some("text/html")).await;
     assert_eq!(text.status, StatusCode::NOT_ACCEPTABLE);
@@ -161,13 +147,13 @@ async fn a_protobuf_only_accept_is_never_answered_with_json() {
 async fn v2_is_served_as_protobuf_to_clients_that_ask_for_it() {
     let protobuf = get("/openapi/v2", Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf")).await;
     assert_eq!(protobuf.status, StatusCode::OK);
-    assert_eq!(protobuf.content_type, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf");
-    assert_eq!(protobuf.body, OpenApi::new().v2_protobuf);
-    assert_ne!(protobuf.body.first(), Some(&b'{'), "not JSON");
-    assert_eq!(protobuf.vary, "Accept", "caches must not answer one form for the other");
+    assert_eq!(protobuf.header("content-type"), "application/com.github.proto-openapi.spec.v2.v1.0+protobuf");
+    assert_eq!(protobuf.bytes, OpenApi::new().v2_protobuf);
+    assert_ne!(protobuf.bytes.first(), Some(&b'{'), "not JSON");
+    assert_eq!(protobuf.header("vary"), "Accept", "caches must not answer one form for the other");
     let json =
         get("/openapi/v2", Some("application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf")).await;
-    assert_eq!(json.content_type, "application/json", "the client's first choice wins");
+    assert_eq!(json.header("content-type"), "application/json", "the client's first choice wins");
     let refused = get("/openapi/v2", Some("application/vnd.kubernetes.protobuf")).await;
     assert_eq!(refused.status, StatusCode::NOT_ACCEPTABLE);
 }

@@ -1,8 +1,6 @@
 //! The worker the in-process and TLS benches load: two NUMA zones of four resources, with
 //! `available` CPUs free in each (≈1.3 KiB of JSON).
 
-#![allow(dead_code)] // the tests use the harness, the benches this
-
 use serde_json::{Value, json};
 
 pub fn worker(name: &str, available: i64) -> Value {

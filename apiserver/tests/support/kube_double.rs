@@ -11,8 +11,6 @@
 //! - Pods: a list with a resourceVersion, then a watch from it whose events carry increasing
 //!   resourceVersions; a deleted pod's watch event is DELETED with its last state.
 
-#![allow(dead_code)] // each test binary uses part of the double
-
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,8 +2,6 @@
 //! delegated mode against the kube-apiserver double, and kept-alive HTTP/1.1 or HTTP/2 client
 //! connections to it, with or without the front proxy's client certificate.
 
-#![allow(dead_code)] // each test binary uses part of the harness
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +24,6 @@ use tokio_rustls::TlsConnector;
 
 use super::kube_double::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, EXPORTER_SELECTOR, KubeDouble};
 
-pub const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 /// The aggregator's client certificate CN, as kube-apiserver's front proxy presents it.
 pub const FRONT_PROXY_CN: &str = "front-proxy-client";
 const VALIDITY: Duration = Duration::from_secs(3600);

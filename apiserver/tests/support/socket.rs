@@ -1,24 +1,20 @@
 //! A server on loopback and a raw HTTP/1.1 client for the tests that need a real socket: the
 //! requests are written by hand so nothing in a client library smooths over what a hostile or
-//! broken client sends. Shared by test binaries with `mod socket;`.
-
-#![allow(dead_code)] // each test binary uses its own part
+//! broken client sends.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use numaresources_apiserver::{AppState, Limits, Store, router};
+use numaresources_apiserver::{Limits, router};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// How long a test waits for what must happen before calling it a failure (a hang guard, not a
-/// figure).
-pub const PATIENCE: Duration = Duration::from_secs(30);
+use super::{BASE, PATIENCE, nrt};
 
 /// The router with `limits`, served by hyper on 127.0.0.1.
 pub async fn serve(limits: Limits) -> SocketAddr {
-    let mut state = AppState::new(Arc::new(Store::starting_at(1000, 100)), "0.1.0", "test");
+    let mut state = super::in_process::state();
     state.limits = limits;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
@@ -45,6 +41,12 @@ impl RawAnswer {
             .map(|(_, v)| v.trim().to_owned())
             .collect()
     }
+
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
+    }
 }
 
 /// Sends one request on a fresh connection (`connection: close`) and reads the answer to the end.
@@ -63,6 +65,20 @@ pub async fn request(address: SocketAddr, method: &str, path: &str, headers: &st
     };
     let raw = tokio::time::timeout(PATIENCE, exchange).await.expect("the server answers");
     parse(&raw)
+}
+
+/// Creates [`nrt`] `name` (with 30 CPUs free).
+pub async fn create(address: SocketAddr, name: &str) {
+    let body = serde_json::to_vec(&nrt(name, 30)).unwrap();
+    let answer = request(address, "POST", BASE, "content-type: application/json\r\n", &body).await;
+    assert_eq!(answer.code, 201, "{:?}", String::from_utf8_lossy(&answer.body));
+}
+
+/// The server's `/metrics` text.
+pub async fn metrics(address: SocketAddr) -> String {
+    let answer = request(address, "GET", "/metrics", "", b"").await;
+    assert_eq!(answer.code, 200);
+    String::from_utf8(answer.body).unwrap()
 }
 
 /// Splits a raw answer into its code, head and (de-chunked) body.
@@ -88,4 +104,40 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
         raw = &raw[end + 4 + size..];
     }
     out
+}
+
+/// One HTTP/1.1 exchange whose answer is read as it streams (a watch's, say).
+pub struct Exchange {
+    stream: TcpStream,
+    received: Vec<u8>,
+    closed: bool,
+}
+
+impl Exchange {
+    pub async fn get(address: SocketAddr, path: &str) -> Self {
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        Self { stream, received: Vec::new(), closed: false }
+    }
+
+    /// Reads until what was received contains `needle` (true) or the server closes the
+    /// connection without sending it (false).
+    pub async fn read_until(&mut self, needle: &str) -> bool {
+        let found = |received: &[u8]| String::from_utf8_lossy(received).contains(needle);
+        while !found(&self.received) && !self.closed {
+            let mut buffer = [0u8; 4096];
+            let read = tokio::time::timeout(PATIENCE, self.stream.read(&mut buffer))
+                .await
+                .unwrap_or_else(|_| panic!("nothing more within {PATIENCE:?}; waiting for {needle:?}"))
+                .unwrap_or(0);
+            self.closed = read == 0;
+            self.received.extend_from_slice(&buffer[..read]);
+        }
+        found(&self.received)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.received).into_owned()
+    }
 }
