@@ -4,23 +4,13 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-mod apiserver_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use apiserver_support::{ApiServer, kubectl, wait_for, write_kubeconfig};
-
-/// A kubeconfig naming a kube-apiserver nobody listens for.
-fn unreachable_cluster(dir: &Path) -> PathBuf {
-    let kubeconfig = dir.join("cluster.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\ncontexts:\n- name: gone\n  context: {cluster: gone, user: gone}\ncurrent-context: gone\nusers:\n- name: gone\n  user: {token: x}\n",
-    )
-    .unwrap();
-    kubeconfig
-}
+use support::apiserver::ApiServer;
+use support::{kubectl, unreachable_cluster, write_kubeconfig};
 
 /// Starts the server delegating to an unreachable cluster, plus `flags`; returns it and a
 /// kubeconfig for talking to it with a token nobody can review.
@@ -49,7 +39,7 @@ fn without_kube_apiserver_it_serves_health_but_no_data() {
     assert!(stderr.contains("ServiceUnavailable") || stderr.contains("authentication configuration"), "{stderr}");
 
     // The log says why, with the kube-apiserver address.
-    wait_for(&server.log, "extension-apiserver-authentication", Duration::from_secs(10));
+    server.process.wait_for(&["extension-apiserver-authentication"]);
 
     server.stop();
 }
@@ -68,6 +58,6 @@ fn a_client_ca_alone_keeps_delegated_authorization() {
     assert!(!data.status.success());
     let stderr = String::from_utf8_lossy(&data.stderr);
     assert!(stderr.contains("ServiceUnavailable") || stderr.contains("authentication configuration"), "{stderr}");
-    let standalone = server.startup_log.iter().any(|line| line.contains("standalone mode"));
-    assert!(!standalone, "the permissive standalone authorizer was not chosen: {:#?}", server.startup_log);
+    let standalone = server.process.logged("standalone mode");
+    assert!(!standalone, "the permissive standalone authorizer was not chosen: {:#?}", server.process.log());
 }

@@ -3,20 +3,15 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use support::stderr;
 
 fn bundle(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_numaresources"))
-        .arg("bundle")
-        .args(args)
-        .env("NUMARESOURCES_LOG", "info")
-        .output()
-        .expect("the binary runs")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    support::numaresources(&["bundle"]).args(args).output().expect("the binary runs")
 }
 
 #[test]

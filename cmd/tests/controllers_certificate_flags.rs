@@ -3,12 +3,16 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+mod support;
+
 use std::process::{Command, Output};
+
+use support::stderr;
 
 /// Runs `numaresources controllers` with a kubeconfig that does not exist, so a run that gets
 /// past flag checking fails at once on it (no cluster needed).
 fn controllers(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_numaresources"));
+    let mut command = Command::new(support::BINARY);
     command
         .args(["controllers", "--image", "x", "--health-port", "0", "--kubeconfig", "/nonexistent/kubeconfig"])
         .args(args)
@@ -18,10 +22,6 @@ fn controllers(args: &[&str], env: &[(&str, &str)]) -> Output {
         command.env(key, value);
     }
     command.output().expect("the binary runs")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]

@@ -2,15 +2,15 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-use std::process::{Command, Output};
+mod support;
+
+use std::process::Output;
+use std::time::Duration;
+
+use support::{Process, stderr};
 
 fn numaresources(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_numaresources"))
-        .args(args)
-        .env("NUMARESOURCES_LOG", "info")
-        .env_remove("NUMARESOURCES_IMAGE")
-        .output()
-        .expect("the binary runs")
+    support::numaresources(args).env_remove("NUMARESOURCES_IMAGE").output().expect("the binary runs")
 }
 
 #[test]
@@ -25,7 +25,7 @@ fn controllers_take_the_flags_the_manifests_use() {
     }
     let missing_image = numaresources(&["controllers"]);
     assert!(!missing_image.status.success());
-    assert!(String::from_utf8_lossy(&missing_image.stderr).contains("--image"));
+    assert!(stderr(&missing_image).contains("--image"));
 }
 
 #[test]
@@ -40,7 +40,7 @@ fn an_unreadable_kubeconfig_is_a_clear_error() {
         "0",
     ]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reading the kubeconfig /nonexistent/kubeconfig"));
+    assert!(stderr(&out).contains("reading the kubeconfig /nonexistent/kubeconfig"));
 }
 
 #[test]
@@ -57,7 +57,7 @@ fn every_configuration_problem_is_reported_at_once_before_connecting() {
         "/nonexistent/kubeconfig",
     ]);
     assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr(&out);
     for problem in ["namespace \"Numa\"", "the image must be set", "--apiserver-deployment=installed"] {
         assert!(stderr.contains(problem), "{problem} in {stderr}");
     }
@@ -68,23 +68,16 @@ fn every_configuration_problem_is_reported_at_once_before_connecting() {
 /// cleanly.
 #[test]
 fn pause_sleeps_until_sigterm_and_exits_cleanly() {
-    use std::io::{BufRead, BufReader};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
-        .arg("pause")
-        .env("NUMARESOURCES_LOG", "numaresources_certs=debug")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines().map_while(Result::ok);
-    assert!(lines.any(|line| line.contains("listening for SIGTERM")), "the handlers are installed");
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
-    assert!(lines.any(|line| line.contains("shutting down")));
-    let status = child.wait().unwrap();
+    let mut pause =
+        Process::spawn(support::numaresources(&["pause"]).env("NUMARESOURCES_LOG", "numaresources_certs=debug"));
+    pause.wait_for(&["listening for SIGTERM"]); // the handlers are installed
+    let status = pause.terminate(Duration::from_secs(30));
+    pause.wait_for(&["shutting down"]);
     assert!(status.success(), "{status}");
 }
 
 #[test]
 fn pause_exists_for_the_shared_pool_container() {
     let out = numaresources(&["pause", "--help"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{}", stderr(&out));
 }

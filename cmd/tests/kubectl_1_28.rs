@@ -6,12 +6,13 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-mod local_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 
-use local_support::{Server, start};
 use serde_json::Value;
+use support::local::{Server, start};
+use support::{kubectl_command, nrt_fixture, stderr, stdout};
 
 /// The kubectl 1.28 binary, or `None` (outside CI) when it is not installed.
 fn kubectl_1_28() -> Option<PathBuf> {
@@ -26,17 +27,14 @@ fn kubectl_1_28() -> Option<PathBuf> {
 }
 
 fn run(server: &Server, kubectl: &Path, args: &[&str]) -> (String, String) {
-    let out = server.kubectl_from(kubectl, args);
-    let (stdout, stderr) =
-        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(out.status.success(), "kubectl 1.28 {args:?} failed:\n{stderr}\n{stdout}");
-    (stdout, stderr)
+    let out = kubectl_command(kubectl, &server.kubeconfig, args).output().unwrap();
+    assert!(out.status.success(), "kubectl 1.28 {args:?} failed:\n{}\n{}", stderr(&out), stdout(&out));
+    (stdout(&out), stderr(&out))
 }
 
 /// A fixture object renamed, so each command writes an object of its own.
 fn manifest(dir: &Path, name: &str, available_cpus: u32) -> PathBuf {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nrt/worker-0-2numa-v1alpha2.yaml");
-    let text = std::fs::read_to_string(&fixture).unwrap();
+    let text = std::fs::read_to_string(nrt_fixture()).unwrap();
     let mut object: Value = serde_norway::from_str(&text).unwrap();
     object["metadata"] = serde_json::json!({"name": name});
     object["zones"][0]["resources"][0]["available"] = Value::String(available_cpus.to_string());

@@ -3,17 +3,16 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-mod local_support;
+mod support;
 
-use std::path::Path;
-
-use local_support::{launch, start, start_with};
 use serde_json::Value;
+use support::local::{launch, start, start_with};
+use support::nrt_fixture;
 
 #[test]
 fn kubectl_reads_this_machines_topology() {
     let server = start();
-    server.wait_for_log("no kubelet here: allocatable = capacity, nothing allocated");
+    server.process.wait_for(&["no kubelet here: allocatable = capacity, nothing allocated"]);
 
     let table = server.kubectl_ok(&["get", "noderesourcetopologies"]);
     assert!(table.contains("NAME") && table.contains("ZONES") && table.contains("POLICY"), "{table}");
@@ -37,7 +36,7 @@ fn kubectl_reads_this_machines_topology() {
 #[test]
 fn kubectl_writes_patches_and_deletes_objects() {
     let server = start();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nrt/worker-0-2numa-v1alpha2.yaml");
+    let fixture = nrt_fixture();
     let applied = server.kubectl_ok(&["apply", "-f", fixture.to_str().unwrap()]);
     assert!(applied.contains("worker-0 created"), "{applied}");
     let again = server.kubectl_ok(&["apply", "-f", fixture.to_str().unwrap()]);
@@ -100,8 +99,8 @@ fn a_socket_left_by_a_stopped_kubelet_is_no_kubelet_yet() {
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     let server = launch(&[], socket.to_str().unwrap());
 
-    server.wait_for_log("a kubelet socket exists but does not answer");
-    server.wait_for_log("published the node topology");
+    server.process.wait_for(&["a kubelet socket exists but does not answer"]);
+    server.process.wait_for(&["published the node topology"]);
     let table = server.kubectl_ok(&["get", "nrt", "fixture-node"]);
     assert!(table.contains("12/12 12/12"), "the machine's own view: {table}");
     assert!(server.kubectl(&["get", "--raw", "/readyz"]).status.success());
@@ -114,7 +113,7 @@ fn a_kubelet_config_that_is_not_one_means_the_kubelet_defaults() {
     std::fs::write(&config, "topologyManagerPolicy: [this is: not a policy\n").unwrap();
     let server = start_with(&["--kubelet-config", config.to_str().unwrap()]);
 
-    server.wait_for_log("using the kubelet defaults none/container");
+    server.process.wait_for(&["using the kubelet defaults none/container"]);
     let json: Value = serde_json::from_str(&server.kubectl_ok(&["get", "nrt", "fixture-node", "-o", "json"])).unwrap();
     let attribute = |name: &str| json["attributes"].as_array().unwrap().iter().find(|a| a["name"] == name).cloned();
     assert_eq!(attribute("topologyManagerPolicy").unwrap()["value"], "none");

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly by design
 
-mod local_support;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -29,7 +29,7 @@ fn names_in_monitoring() -> BTreeSet<String> {
 
 #[test]
 fn the_api_server_metrics_the_alerts_and_dashboard_use_are_served() {
-    let server = local_support::start();
+    let server = support::local::start();
     let exposition = server.kubectl_ok(&["get", "--raw", "/metrics"]);
     let types: BTreeMap<&str, &str> =
         exposition.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_once(' ')).collect();

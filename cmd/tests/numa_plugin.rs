@@ -4,65 +4,39 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-mod local_support;
+mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use local_support::{Server, start_with};
 use serde_json::{Value, json};
+use support::local::{Server, start_with};
+use support::{BINARY, Process, nrt_fixture, output_with_stdin, poll, stdout};
 
 /// Runs `numaresources numa ARGS` against the server.
 fn numa(server: &Server, args: &[&str]) -> Output {
     numa_with_stdin(server, args, None)
 }
 
-fn numa_with_stdin(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
-        .arg("numa")
-        .args(args)
-        .env("KUBECONFIG", &server.kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(text) = stdin {
-        std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
+/// `numaresources numa ARGS` against the server, colours left to the binary.
+fn numa_command(server: &Server, args: &[&str]) -> Command {
+    let mut command = Command::new(BINARY);
+    command.arg("numa").args(args).env("KUBECONFIG", &server.kubeconfig).env_remove("KUBERNETES_SERVICE_HOST");
+    command.env_remove("NO_COLOR");
+    command
 }
 
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
+fn numa_with_stdin(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
+    output_with_stdin(&mut numa_command(server, args), stdin.unwrap_or_default())
 }
 
 fn apply(server: &Server, object: &Value) {
-    let mut child = Command::new("kubectl")
-        .args(["apply", "-f", "-"])
-        .env("KUBECONFIG", &server.kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), object.to_string().as_bytes()).unwrap();
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = output_with_stdin(&mut server.kubectl_command(&["apply", "-f", "-"]), &object.to_string());
+    assert!(out.status.success(), "{}", support::stderr(&out));
 }
 
 fn real_fixture() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/nrt/worker-0-2numa-v1alpha2.yaml")
-        .display()
-        .to_string()
+    nrt_fixture().display().to_string()
 }
 
 /// An NRT for the plugin's cases: (cpu, memory GiB) available per zone, allocatable the same.
@@ -166,15 +140,11 @@ fn top_shows_each_zone_with_bars_policy_and_report_age() {
     assert!(yaml.contains("sortedBy: headroom"), "{yaml}");
 
     // A report older than --stale-after is marked.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    poll(Duration::from_secs(30), || {
         let stale = stdout(&numa(&server, &["top", "-l", "pool=cnf", "--stale-after", "1s"]));
-        if stale.contains(", 1 stale;") && stale.contains("STALE") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "worker-0 is never reported again, so it becomes stale: {stale}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        let marked = stale.contains(", 1 stale;") && stale.contains("STALE");
+        marked.then_some(()).ok_or_else(|| format!("worker-0 is never reported again, so it becomes stale: {stale}"))
+    });
 }
 
 #[test]
@@ -284,37 +254,9 @@ fn kubectl_runs_the_binary_as_its_numa_plugin() {
 #[test]
 fn top_watch_redraws_when_an_nrt_changes() {
     let server = start_with(&[]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
-        .args(["numa", "top", "--watch", "--sort-by", "name"])
-        .env("KUBECONFIG", &server.kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (sender, receiver) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if sender.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let wait_for = |needle: &str| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match receiver.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return,
-                Ok(_) => {}
-                Err(error) => panic!("never printed {needle:?}: {error}"),
-            }
-        }
-    };
-    wait_for("1 nodes, 2 NUMA zones");
+    let top = Process::spawn_stdout(&mut numa_command(&server, &["top", "--watch", "--sort-by", "name"]));
+    top.wait_for(&["1 nodes, 2 NUMA zones"]);
     server.kubectl_ok(&["apply", "-f", &real_fixture()]);
-    wait_for("2 nodes, 4 NUMA zones");
-    wait_for("worker-0  single-numa-node/container");
-    let _ = child.kill();
-    let _ = child.wait();
+    top.wait_for(&["2 nodes, 4 NUMA zones"]);
+    top.wait_for(&["worker-0  single-numa-node/container"]);
 }

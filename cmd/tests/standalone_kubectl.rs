@@ -4,14 +4,13 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-mod apiserver_support;
+mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Duration;
+use std::path::PathBuf;
 
-use apiserver_support::{ApiServer, follow, kubectl_command, kubectl_fails, kubectl_ok, wait_for, write_kubeconfig};
 use serde_json::Value;
+use support::apiserver::ApiServer;
+use support::{Process, kubectl_command, kubectl_fails, kubectl_ok, nrt_fixture, write_kubeconfig};
 
 struct Standalone {
     _server: ApiServer,
@@ -55,8 +54,7 @@ impl Standalone {
 }
 
 fn fixture() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nrt/worker-0-2numa-v1alpha2.yaml");
-    path.to_str().unwrap().to_owned()
+    nrt_fixture().to_str().unwrap().to_owned()
 }
 
 #[test]
@@ -110,14 +108,10 @@ fn kubectl_get_watch_sees_another_clients_writes() {
     server.ok(&["label", "nrt", "worker-0", "pool=first"]);
     let watch_args =
         server.as_reader(&["get", "nrt", "worker-0", "-w", "-o", "jsonpath={.metadata.labels.pool}{\"\\n\"}"]);
-    let mut watch =
-        kubectl_command(&server.admin, &watch_args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let lines = follow(watch.stdout.take().unwrap());
-    wait_for(&lines, "first", Duration::from_secs(30));
+    let watch = Process::spawn_stdout(&mut kubectl_command("kubectl", &server.admin, &watch_args));
+    watch.wait_for(&["first"]);
     // Another client (the admin) writes; the reader's watch prints the change.
     server.ok(&["label", "nrt", "worker-0", "pool=second", "--overwrite"]);
-    wait_for(&lines, "second", Duration::from_secs(30));
+    watch.wait_for(&["second"]);
     server.ok(&["delete", "nrt", "worker-0"]);
-    let _ = watch.kill();
-    let _ = watch.wait();
 }

@@ -4,35 +4,17 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
+use support::{Process, address_in, exchange, get, unreachable_cluster};
 
 const POD_REVIEW: &str = include_str!("../../webhook/tests/fixtures/admission/pod-create-guaranteed-integral.json");
-
-/// One HTTP/1.1 exchange on `stream`: (status, body).
-fn exchange(mut stream: impl Read + Write, request: &str) -> (u16, String) {
-    stream.write_all(request.as_bytes()).unwrap();
-    // Until the server closes (`Connection: close`); a TLS close without close_notify still
-    // leaves the whole response read.
-    let mut bytes = Vec::new();
-    let _ = stream.read_to_end(&mut bytes);
-    let response = String::from_utf8_lossy(&bytes).into_owned();
-    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
-    (status, body)
-}
-
-fn get(address: &str, path: &str) -> (u16, String) {
-    let stream = TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    exchange(stream, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"))
-}
 
 fn post_tls(address: &str, certificate_pem: &[u8], path: &str, body: &str) -> (u16, String) {
     let mut roots = rustls::RootCertStore::empty();
@@ -57,51 +39,23 @@ fn post_tls(address: &str, certificate_pem: &[u8], path: &str, body: &str) -> (u
 #[test]
 fn without_kube_apiserver_it_serves_but_routes_nothing_and_is_not_ready() {
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: https://127.0.0.1:1\ncontexts:\n- name: gone\n  context: {cluster: gone, user: gone}\ncurrent-context: gone\nusers:\n- name: gone\n  user: {token: x}\n",
-    )
-    .unwrap();
+    let kubeconfig = unreachable_cluster(dir.path());
     let cert_dir = dir.path().join("certs");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_numaresources"))
-        .arg("webhook")
-        // Every option through its environment variable, as a Deployment may set them.
-        .env("NUMARESOURCES_WEBHOOK_BIND_ADDRESS", "127.0.0.1")
-        .env("NUMARESOURCES_WEBHOOK_SECURE_PORT", "0")
-        .env("NUMARESOURCES_WEBHOOK_HEALTH_PORT", "0")
-        .env("NUMARESOURCES_WEBHOOK_KUBECONFIG", &kubeconfig)
-        .env("NUMARESOURCES_WEBHOOK_TLS_CERT_FILE", dir.path().join("missing.crt"))
-        .env("NUMARESOURCES_WEBHOOK_TLS_PRIVATE_KEY_FILE", dir.path().join("missing.key"))
-        .env("NUMARESOURCES_WEBHOOK_CERT_DIR", &cert_dir)
-        .env("NUMARESOURCES_WEBHOOK_TLS_SNI_NAMES", "localhost")
-        .env("POD_NAMESPACE", "numaresources")
-        .env("NUMARESOURCES_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (mut https, mut health) = (None, None);
-    let mut log = Vec::new();
-    while https.is_none() || health.is_none() {
-        let line = receiver.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("it started");
-        let address = || line.split("address=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
-        if line.contains("serving HTTPS") {
-            https = Some(address());
-        } else if line.contains("over plain HTTP") {
-            health = Some(address());
-        }
-        log.push(line);
-    }
-    let (https, health) = (https.unwrap(), health.unwrap());
+    let mut webhook = Process::spawn(
+        support::numaresources(&["webhook"])
+            // Every option through its environment variable, as a Deployment may set them.
+            .env("NUMARESOURCES_WEBHOOK_BIND_ADDRESS", "127.0.0.1")
+            .env("NUMARESOURCES_WEBHOOK_SECURE_PORT", "0")
+            .env("NUMARESOURCES_WEBHOOK_HEALTH_PORT", "0")
+            .env("NUMARESOURCES_WEBHOOK_KUBECONFIG", &kubeconfig)
+            .env("NUMARESOURCES_WEBHOOK_TLS_CERT_FILE", dir.path().join("missing.crt"))
+            .env("NUMARESOURCES_WEBHOOK_TLS_PRIVATE_KEY_FILE", dir.path().join("missing.key"))
+            .env("NUMARESOURCES_WEBHOOK_CERT_DIR", &cert_dir)
+            .env("NUMARESOURCES_WEBHOOK_TLS_SNI_NAMES", "localhost")
+            .env("POD_NAMESPACE", "numaresources"),
+    );
+    let https = address_in(&webhook.wait_for(&["serving HTTPS"]));
+    let health = address_in(&webhook.wait_for(&["over plain HTTP"]));
 
     assert_eq!(get(&health, "/healthz"), (200, "ok".to_owned()));
     let (status, body) = get(&health, "/readyz?verbose");
@@ -128,15 +82,6 @@ fn without_kube_apiserver_it_serves_but_routes_nothing_and_is_not_ready() {
     assert!(metrics.contains("numaresources_webhook_pods_skipped_total{reason=\"not-synced\"} 1"), "{metrics}");
 
     // SIGTERM drains and exits cleanly.
-    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(killed.success());
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the webhook did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "exit status {status}; log: {log:#?}");
+    let status = webhook.terminate(Duration::from_secs(40));
+    assert!(status.success(), "exit status {status}; log: {:#?}", webhook.log());
 }
