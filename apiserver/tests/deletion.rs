@@ -9,11 +9,8 @@
 
 mod support;
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::body::Body;
-use futures_util::StreamExt;
 use http::{Method, Request, StatusCode};
 use numaresources_apiserver::router;
 use serde_json::{Value, json};
@@ -85,20 +82,14 @@ async fn removing_the_last_finalizer_deletes_the_object_with_a_deleted_event() {
     let (_, marked) = delete(&app, "worker-0", Some(json!({"propagationPolicy": "Orphan"}))).await;
     let revision = marked["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
     let watch = Request::get(format!("{BASE}?watch=true&resourceVersion={revision}")).body(Body::empty()).unwrap();
-    let mut events = app.clone().oneshot(watch).await.unwrap().into_body().into_data_stream();
+    let watch = app.clone().oneshot(watch).await.unwrap().into_body();
     // The collector, done orphaning, removes its finalizer with a patch.
     let release = json!({"metadata": {"finalizers": null}});
     let (status, _) =
         call(&app, Method::PATCH, &format!("{BASE}/worker-0"), "application/merge-patch+json", Some(release)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(get(&app, "worker-0").await.0, StatusCode::NOT_FOUND);
-    // One event is one line, which may come in several chunks.
-    let mut line = Vec::new();
-    while !line.ends_with(b"\n") {
-        let chunk = tokio::time::timeout(Duration::from_secs(30), events.next()).await.unwrap().unwrap().unwrap();
-        line.extend_from_slice(&chunk);
-    }
-    let event: Value = serde_json::from_slice(&line).unwrap();
+    let event = &in_process::events(watch, 1).await[0];
     assert_eq!(event["type"], "DELETED", "{event}");
     assert_eq!(event["object"]["metadata"]["name"], "worker-0");
 }

@@ -16,7 +16,7 @@ use http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use numaresources_apiserver::{AppState, Limits, Store, router};
 use serde_json::{Value, json};
-use support::in_process::{Answer, call};
+use support::in_process::{Answer, call, events};
 use support::{BASE, nrt};
 use tower::ServiceExt;
 
@@ -253,25 +253,6 @@ async fn deletes_honour_preconditions_and_collections() {
 }
 
 /// Reads watch events from a streaming response until `count` arrived (bounded wait).
-async fn events(body: Body, count: usize) -> Vec<Value> {
-    let mut stream = body.into_data_stream();
-    let mut buffer = Vec::new();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while out.len() < count {
-            let Some(chunk) = stream.next().await else { break };
-            buffer.extend_from_slice(&chunk.unwrap());
-            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buffer.drain(..=end).collect();
-                out.push(serde_json::from_slice(&line).unwrap());
-            }
-        }
-    })
-    .await
-    .expect("watch events did not arrive; likely deadlocked");
-    out
-}
-
 async fn watch(app: &Router, query: &str, accept: &str) -> Body {
     let request =
         Request::get(format!("{BASE}?watch=true&{query}")).header("accept", accept).body(Body::empty()).unwrap();

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use futures_util::StreamExt;
+
 use axum::Router;
 use axum::body::Body;
 use bytes::Bytes;
@@ -57,4 +59,24 @@ where
         serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     Answer { status, headers, body, bytes }
+}
+
+/// The first `count` events of a watch's `body`, one JSON object a line (fewer if it ends).
+pub async fn events(body: Body, count: usize) -> Vec<Value> {
+    let mut stream = body.into_data_stream();
+    let mut buffer = Vec::new();
+    let mut out = Vec::new();
+    tokio::time::timeout(PATIENCE, async {
+        while out.len() < count {
+            let Some(chunk) = stream.next().await else { break };
+            buffer.extend_from_slice(&chunk.unwrap());
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                out.push(serde_json::from_slice(&line).unwrap());
+            }
+        }
+    })
+    .await
+    .expect("watch events did not arrive; likely deadlocked");
+    out
 }
