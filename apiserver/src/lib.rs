@@ -21,7 +21,7 @@ mod fallback;
 mod headroom;
 mod health;
 mod legacy_watch;
-mod merge_patch;
+pub mod merge_patch;
 mod metrics;
 mod negotiate;
 mod nodes;
