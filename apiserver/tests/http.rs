@@ -16,7 +16,7 @@ use http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use numaresources_apiserver::{AppState, Limits, Store, router};
 use serde_json::{Value, json};
-use support::in_process::{Answer, call, events};
+use support::in_process::{Answer, call, events, get};
 use support::{BASE, nrt};
 use tower::ServiceExt;
 
@@ -43,7 +43,7 @@ async fn create(app: &Router, object: Value) -> Answer {
 #[tokio::test]
 async fn discovery_answers_the_aggregator_and_kubectl() {
     let (app, _) = app();
-    let probe = call(&app, Method::GET, "/apis/topology.node.k8s.io/v1alpha2", &[], None).await;
+    let probe = get(&app, "/apis/topology.node.k8s.io/v1alpha2").await;
     assert_eq!(probe.status, StatusCode::OK);
     assert_eq!(probe.body["kind"], "APIResourceList");
     assert_eq!(probe.body["resources"][0]["shortNames"], json!(["node-res-topo", "nrt"]));
@@ -64,7 +64,7 @@ async fn discovery_answers_the_aggregator_and_kubectl() {
     let again = call(&app, Method::GET, "/apis", &[("accept", accept), ("if-none-match", &etag)], None).await;
     assert_eq!(again.status, StatusCode::NOT_MODIFIED);
 
-    let version = call(&app, Method::GET, "/version", &[], None).await;
+    let version = get(&app, "/version").await;
     assert_eq!(version.body["major"], "1");
 }
 
@@ -81,15 +81,15 @@ async fn objects_can_be_created_read_listed_and_tabled() {
     assert_eq!(duplicate.status, StatusCode::CONFLICT);
     assert_eq!(duplicate.body["reason"], "AlreadyExists");
 
-    let got = call(&app, Method::GET, &format!("{BASE}/worker-0"), &[], None).await;
+    let got = get(&app, &format!("{BASE}/worker-0")).await;
     assert_eq!(got.body, created.body);
-    let missing = call(&app, Method::GET, &format!("{BASE}/worker-9"), &[], None).await;
+    let missing = get(&app, &format!("{BASE}/worker-9")).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
     assert_eq!(missing.body["kind"], "Status");
     assert_eq!(missing.body["message"], "noderesourcetopologies.topology.node.k8s.io \"worker-9\" not found");
 
     create(&app, nrt("worker-1", 30)).await;
-    let list = call(&app, Method::GET, &format!("{BASE}?limit=500"), &[], None).await;
+    let list = get(&app, &format!("{BASE}?limit=500")).await;
     assert_eq!(list.body["kind"], "NodeResourceTopologyList");
     assert_eq!(list.body["metadata"]["resourceVersion"], "1002");
     assert_eq!(list.body["items"].as_array().unwrap().len(), 2);
@@ -131,19 +131,10 @@ async fn selectors_filter_lists() {
             .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
             .collect()
     };
-    assert_eq!(
-        names(call(&app, Method::GET, &format!("{BASE}?labelSelector=pool%3Dinfra"), &[], None).await),
-        ["worker-1"]
-    );
-    assert_eq!(
-        names(call(&app, Method::GET, &format!("{BASE}?labelSelector=pool%20notin%20(infra)"), &[], None).await),
-        ["worker-0"]
-    );
-    assert_eq!(
-        names(call(&app, Method::GET, &format!("{BASE}?fieldSelector=metadata.name%3Dworker-0"), &[], None).await),
-        ["worker-0"]
-    );
-    let bad = call(&app, Method::GET, &format!("{BASE}?fieldSelector=spec.x%3D1"), &[], None).await;
+    assert_eq!(names(get(&app, &format!("{BASE}?labelSelector=pool%3Dinfra")).await), ["worker-1"]);
+    assert_eq!(names(get(&app, &format!("{BASE}?labelSelector=pool%20notin%20(infra)")).await), ["worker-0"]);
+    assert_eq!(names(get(&app, &format!("{BASE}?fieldSelector=metadata.name%3Dworker-0")).await), ["worker-0"]);
+    let bad = get(&app, &format!("{BASE}?fieldSelector=spec.x%3D1")).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
 }
 
@@ -223,11 +214,9 @@ async fn bad_input_gets_a_status_never_a_crash() {
 
     let dry = call(&app, Method::POST, &format!("{BASE}?dryRun=All"), &[], Some(nrt("worker-5", 1))).await;
     assert_eq!(dry.status, StatusCode::CREATED);
-    assert_eq!(call(&app, Method::GET, &format!("{BASE}/worker-5"), &[], None).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(get(&app, &format!("{BASE}/worker-5")).await.status, StatusCode::NOT_FOUND);
 
-    let nowhere =
-        call(&app, Method::GET, "/apis/topology.node.k8s.io/v1alpha2/namespaces/x/noderesourcetopologies", &[], None)
-            .await;
+    let nowhere = get(&app, "/apis/topology.node.k8s.io/v1alpha2/namespaces/x/noderesourcetopologies").await;
     assert_eq!(nowhere.status, StatusCode::NOT_FOUND);
     assert_eq!(nowhere.body["kind"], "Status");
     let not_allowed = call(&app, Method::PUT, BASE, &[], Some(json!({}))).await;
@@ -248,7 +237,7 @@ async fn deletes_honour_preconditions_and_collections() {
     assert_eq!(call(&app, Method::DELETE, &format!("{BASE}/worker-0"), &[], None).await.status, StatusCode::NOT_FOUND);
     let collection = call(&app, Method::DELETE, &format!("{BASE}?labelSelector=pool%3Dcnf"), &[], None).await;
     assert_eq!(collection.body["items"].as_array().unwrap().len(), 1);
-    let list = call(&app, Method::GET, BASE, &[], None).await;
+    let list = get(&app, BASE).await;
     assert!(list.body["items"].as_array().unwrap().is_empty());
 }
 
@@ -302,7 +291,7 @@ async fn lists_page_through_one_consistent_snapshot() {
     for i in 0..5 {
         create(&app, nrt(&format!("worker-{i}"), 10)).await; // 1001..=1005
     }
-    let first = call(&app, Method::GET, &format!("{BASE}?limit=2"), &[], None).await;
+    let first = get(&app, &format!("{BASE}?limit=2")).await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(names(&first.body), ["worker-0", "worker-1"]);
     assert_eq!(first.body["metadata"]["resourceVersion"], "1005");
@@ -322,19 +311,19 @@ async fn lists_page_through_one_consistent_snapshot() {
     assert_eq!(patched.status, StatusCode::OK);
     create(&app, nrt("worker-20", 10)).await;
 
-    let second = call(&app, Method::GET, &format!("{BASE}?limit=2&{}", continue_query(&first.body)), &[], None).await;
+    let second = get(&app, &format!("{BASE}?limit=2&{}", continue_query(&first.body))).await;
     assert_eq!(second.status, StatusCode::OK, "{}", second.body);
     assert_eq!(names(&second.body), ["worker-2", "worker-3"]);
     assert_eq!(second.body["items"][1]["metadata"]["labels"]["pool"], "cnf", "worker-3 as it was in the snapshot");
     assert_eq!(second.body["metadata"]["resourceVersion"], "1005");
     assert_eq!(second.body["metadata"]["remainingItemCount"], 1);
-    let last = call(&app, Method::GET, &format!("{BASE}?limit=2&{}", continue_query(&second.body)), &[], None).await;
+    let last = get(&app, &format!("{BASE}?limit=2&{}", continue_query(&second.body))).await;
     assert_eq!(names(&last.body), ["worker-4"]);
     assert!(last.body["metadata"].get("continue").is_none());
     assert!(last.body["metadata"].get("remainingItemCount").is_none());
 
     // Selectors page too, without a remaining count (kube-apiserver cannot know it either).
-    let selected = call(&app, Method::GET, &format!("{BASE}?limit=1&labelSelector=pool%3Dcnf"), &[], None).await;
+    let selected = get(&app, &format!("{BASE}?limit=1&labelSelector=pool%3Dcnf")).await;
     assert_eq!(names(&selected.body), ["worker-0"]);
     assert!(selected.body["metadata"]["continue"].is_string());
     assert!(selected.body["metadata"].get("remainingItemCount").is_none());
@@ -361,16 +350,16 @@ async fn a_continue_token_older_than_the_history_is_expired() {
     for i in 0..3 {
         create(&app, nrt(&format!("worker-{i}"), 10)).await;
     }
-    let first = call(&app, Method::GET, &format!("{BASE}?limit=1"), &[], None).await;
+    let first = get(&app, &format!("{BASE}?limit=1")).await;
     for i in 3..6 {
         create(&app, nrt(&format!("worker-{i}"), 10)).await;
     }
-    let expired = call(&app, Method::GET, &format!("{BASE}?limit=1&{}", continue_query(&first.body)), &[], None).await;
+    let expired = get(&app, &format!("{BASE}?limit=1&{}", continue_query(&first.body))).await;
     assert_eq!(expired.status, StatusCode::GONE);
     assert_eq!(expired.body["reason"], "Expired");
     assert!(expired.body["message"].as_str().unwrap().starts_with("The provided continue parameter is too old"));
     // The Status carries a token for the rest of the list, from the latest state.
-    let rest = call(&app, Method::GET, &format!("{BASE}?{}", continue_query(&expired.body)), &[], None).await;
+    let rest = get(&app, &format!("{BASE}?{}", continue_query(&expired.body))).await;
     assert_eq!(rest.status, StatusCode::OK);
     assert_eq!(names(&rest.body), ["worker-1", "worker-2", "worker-3", "worker-4", "worker-5"]);
 }
@@ -391,31 +380,29 @@ async fn bad_list_parameters_get_a_status() {
         ("resourceVersionMatch=Sometimes&resourceVersion=1", StatusCode::BAD_REQUEST),
         ("timeoutSeconds=-1", StatusCode::BAD_REQUEST),
     ] {
-        let answer = call(&app, Method::GET, &format!("{BASE}?{query}"), &[], None).await;
+        let answer = get(&app, &format!("{BASE}?{query}")).await;
         assert_eq!(answer.status, code, "{query}: {}", answer.body);
         assert_eq!(answer.body["kind"], "Status", "{query}");
         assert_eq!(answer.body["code"], code.as_u16(), "{query}");
     }
-    let bogus_get = call(&app, Method::GET, &format!("{BASE}/worker-0?resourceVersion=abc"), &[], None).await;
+    let bogus_get = get(&app, &format!("{BASE}/worker-0?resourceVersion=abc")).await;
     assert_eq!(bogus_get.body["kind"], "Status");
     assert_eq!(bogus_get.status, StatusCode::BAD_REQUEST);
 
     // A continue token with a resourceVersion is refused, as kube-apiserver refuses it.
-    let first = call(&app, Method::GET, &format!("{BASE}?limit=1"), &[], None).await;
-    let with_rv =
-        call(&app, Method::GET, &format!("{BASE}?resourceVersion=1002&{}", continue_query(&first.body)), &[], None)
-            .await;
+    let first = get(&app, &format!("{BASE}?limit=1")).await;
+    let with_rv = get(&app, &format!("{BASE}?resourceVersion=1002&{}", continue_query(&first.body))).await;
     assert_eq!(with_rv.status, StatusCode::BAD_REQUEST);
 
     // Zero and negative limits, and absurdly large ones that still fit in int64, do not page.
     for limit in ["0", "-5", "9223372036854775807"] {
-        let answer = call(&app, Method::GET, &format!("{BASE}?limit={limit}"), &[], None).await;
+        let answer = get(&app, &format!("{BASE}?limit={limit}")).await;
         assert_eq!(answer.status, StatusCode::OK, "limit={limit}");
         assert_eq!(names(&answer.body), ["worker-0", "worker-1"], "limit={limit}");
         assert!(answer.body["metadata"].get("continue").is_none());
     }
     // Unknown parameters are ignored, as kube-apiserver ignores them.
-    let unknown = call(&app, Method::GET, &format!("{BASE}?shardSelector=x&frobnicate=%00&=&a"), &[], None).await;
+    let unknown = get(&app, &format!("{BASE}?shardSelector=x&frobnicate=%00&=&a")).await;
     assert_eq!(unknown.status, StatusCode::OK);
     assert_eq!(names(&unknown.body).len(), 2);
     let unknown_write = call(
@@ -438,7 +425,7 @@ async fn a_resource_version_from_the_future_is_too_large_as_client_go_knows_it()
         "resourceVersion=5000&resourceVersionMatch=NotOlderThan",
         "resourceVersion=5000&resourceVersionMatch=Exact",
     ] {
-        let answer = call(&app, Method::GET, &format!("{BASE}?{query}"), &[], None).await;
+        let answer = get(&app, &format!("{BASE}?{query}")).await;
         // apierrors.IsTimeout (504, reason Timeout) and a ResourceVersionTooLarge cause.
         assert_eq!(answer.status, StatusCode::GATEWAY_TIMEOUT, "{query}");
         assert_eq!(answer.body["reason"], "Timeout");
@@ -448,13 +435,11 @@ async fn a_resource_version_from_the_future_is_too_large_as_client_go_knows_it()
     }
     // An exact list of an earlier state is served while the history reaches it.
     create(&app, nrt("worker-1", 1)).await; // 1002
-    let exact =
-        call(&app, Method::GET, &format!("{BASE}?resourceVersion=1001&resourceVersionMatch=Exact"), &[], None).await;
+    let exact = get(&app, &format!("{BASE}?resourceVersion=1001&resourceVersionMatch=Exact")).await;
     assert_eq!(exact.status, StatusCode::OK);
     assert_eq!(names(&exact.body), ["worker-0"]);
     assert_eq!(exact.body["metadata"]["resourceVersion"], "1001");
-    let gone =
-        call(&app, Method::GET, &format!("{BASE}?resourceVersion=7&resourceVersionMatch=Exact"), &[], None).await;
+    let gone = get(&app, &format!("{BASE}?resourceVersion=7&resourceVersionMatch=Exact")).await;
     assert_eq!(gone.status, StatusCode::GONE);
 }
 
@@ -465,16 +450,16 @@ async fn a_paged_list_at_a_resource_version_without_a_match_is_exact() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await; // 1001
     create(&app, nrt("worker-1", 1)).await; // 1002
-    let paged = call(&app, Method::GET, &format!("{BASE}?resourceVersion=1001&limit=10"), &[], None).await;
+    let paged = get(&app, &format!("{BASE}?resourceVersion=1001&limit=10")).await;
     assert_eq!(paged.status, StatusCode::OK);
     assert_eq!(names(&paged.body), ["worker-0"]);
     assert_eq!(paged.body["metadata"]["resourceVersion"], "1001");
-    let gone = call(&app, Method::GET, &format!("{BASE}?resourceVersion=7&limit=10"), &[], None).await;
+    let gone = get(&app, &format!("{BASE}?resourceVersion=7&limit=10")).await;
     assert_eq!(gone.status, StatusCode::GONE);
     assert_eq!(gone.body["reason"], "Expired");
     // Without a limit, or with NotOlderThan, the resourceVersion is a lower bound: the latest serves.
     for query in ["resourceVersion=1001", "resourceVersion=1001&limit=10&resourceVersionMatch=NotOlderThan"] {
-        let latest = call(&app, Method::GET, &format!("{BASE}?{query}"), &[], None).await;
+        let latest = get(&app, &format!("{BASE}?{query}")).await;
         assert_eq!(latest.status, StatusCode::OK, "{query}");
         assert_eq!(names(&latest.body), ["worker-0", "worker-1"], "{query}");
         assert_eq!(latest.body["metadata"]["resourceVersion"], "1002", "{query}");
@@ -496,7 +481,7 @@ async fn watches_resume_from_a_resource_version_or_expire() {
     assert_eq!(seen[0]["object"]["reason"], "Expired");
 
     // A version this server has not reached is too large, answered as a LIST answers it.
-    let future = call(&app, Method::GET, &format!("{BASE}?watch=true&resourceVersion=5000"), &[], None).await;
+    let future = get(&app, &format!("{BASE}?watch=true&resourceVersion=5000")).await;
     assert_eq!(future.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(future.body["reason"], "Timeout");
     assert_eq!(future.body["details"]["causes"][0]["type"], "ResourceVersionTooLarge");
@@ -600,7 +585,7 @@ async fn streaming_lists_end_their_initial_events_with_a_bookmark() {
     assert_eq!(seen[3]["type"], "BOOKMARK");
     assert!(seen[3]["object"]["metadata"].get("annotations").is_none());
 
-    let wrong = call(&app, Method::GET, &format!("{BASE}?watch=true&sendInitialEvents=true"), &[], None).await;
+    let wrong = get(&app, &format!("{BASE}?watch=true&sendInitialEvents=true")).await;
     assert_eq!(wrong.status, StatusCode::UNPROCESSABLE_ENTITY);
 }
 
@@ -634,30 +619,30 @@ async fn kubectl_get_watch_gets_table_events() {
 #[tokio::test]
 async fn health_endpoints_report_checks() {
     let (app, state) = app();
-    assert_eq!(call(&app, Method::GET, "/healthz", &[], None).await.status, StatusCode::OK);
+    assert_eq!(get(&app, "/healthz").await.status, StatusCode::OK);
     state.readiness.set("store-warm", false);
-    let ready = call(&app, Method::GET, "/readyz?verbose", &[], None).await;
+    let ready = get(&app, "/readyz?verbose").await;
     assert_eq!(ready.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(ready.body.as_str().unwrap().contains("[-]store-warm failed"));
     state.readiness.set("store-warm", true);
-    let ready = call(&app, Method::GET, "/readyz?verbose", &[], None).await;
+    let ready = get(&app, "/readyz?verbose").await;
     assert_eq!(ready.status, StatusCode::OK);
     assert!(ready.body.as_str().unwrap().contains("[+]store-warm ok"));
-    assert_eq!(call(&app, Method::GET, "/livez", &[], None).await.status, StatusCode::OK);
+    assert_eq!(get(&app, "/livez").await.status, StatusCode::OK);
 }
 
 #[tokio::test]
 async fn openapi_documents_are_served_with_etags() {
     let (app, _) = app();
-    let index = call(&app, Method::GET, "/openapi/v3", &[], None).await;
+    let index = get(&app, "/openapi/v3").await;
     let url =
         index.body["paths"]["apis/topology.node.k8s.io/v1alpha2"]["serverRelativeURL"].as_str().unwrap().to_owned();
-    let document = call(&app, Method::GET, &url, &[], None).await;
+    let document = get(&app, &url).await;
     assert_eq!(document.status, StatusCode::OK);
     assert_eq!(document.body["openapi"], "3.0.0");
     let etag = document.headers["etag"].to_str().unwrap().to_owned();
     assert_eq!(call(&app, Method::GET, &url, &[("if-none-match", &etag)], None).await.status, StatusCode::NOT_MODIFIED);
-    let v2 = call(&app, Method::GET, "/openapi/v2", &[], None).await;
+    let v2 = get(&app, "/openapi/v2").await;
     assert_eq!(v2.body["swagger"], "2.0");
 }
 
@@ -709,9 +694,9 @@ async fn exporter_shaped_merge_patches_are_checked_like_any_other() {
 async fn metrics_count_requests_watches_and_report_ages() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await;
-    call(&app, Method::GET, &format!("{BASE}/worker-9"), &[], None).await;
+    get(&app, &format!("{BASE}/worker-9")).await;
     let _watch = watch(&app, "", "application/json").await;
-    let metrics = call(&app, Method::GET, "/metrics", &[], None).await;
+    let metrics = get(&app, "/metrics").await;
     assert_eq!(metrics.status, StatusCode::OK);
     let text = metrics.body.as_str().unwrap();
     assert!(
@@ -738,7 +723,7 @@ async fn metrics_give_the_fleet_headroom_per_zone_without_a_per_node_series() {
     for (name, available) in [("worker-0", 1), ("worker-1", 9), ("worker-2", 30)] {
         create(&app, nrt(name, available)).await;
     }
-    let text = call(&app, Method::GET, "/metrics", &[], None).await.body.as_str().unwrap().to_owned();
+    let text = get(&app, "/metrics").await.body.as_str().unwrap().to_owned();
     for line in [
         "numaresources_apiserver_fleet_numa_zones 3",
         "numaresources_apiserver_fleet_numa_zones_free_cpus{at_least=\"1\"} 3",

@@ -61,6 +61,11 @@ where
     Answer { status, headers, body, bytes }
 }
 
+/// A plain `GET` of `uri`.
+pub async fn get(app: &Router, uri: &str) -> Answer {
+    call(app, Method::GET, uri, &[], None).await
+}
+
 /// The first `count` events of a watch's `body`, one JSON object a line (fewer if it ends).
 pub async fn events(body: Body, count: usize) -> Vec<Value> {
     let mut stream = body.into_data_stream();
