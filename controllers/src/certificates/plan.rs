@@ -57,10 +57,6 @@ pub struct Plan {
     /// keeps losing `caBundle`, say to a GitOps tool re-applying it, is reported once an hour,
     /// not every pass).
     pub announce_republished: bool,
-    /// During an overlap, a consumer could not be read: leaves wait for it (not recorded: when
-    /// it is readable again it either holds the bundle, which only we write, or restarts the
-    /// overlap as a lacking one).
-    pub held_back: bool,
     /// The pair each leaf Secret must hold (same order as `LEAVES`).
     pub leaves: Vec<PemPair>,
     /// Why each leaf was issued in this pass, if it was.
@@ -105,8 +101,10 @@ pub fn plan(observed: &Observed, namespace: &str, policy: &RotationPolicy, now: 
     }
     let announce_republished = republished
         && stored_rotated_at.is_some_and(|at| at.checked_add(policy.propagation).is_some_and(|end| end <= now));
+    // During an overlap, a consumer could not be read: leaves wait for it, decided as if the
+    // overlap started now (not recorded: when it is readable again it either holds the bundle,
+    // which only we write, or restarts the overlap as a lacking one).
     let held_back = overlapping && !republished && observed.unreadable > 0;
-    // The leaves are decided as if the overlap started now while a consumer is unknown.
     let deciding = if held_back { ca.republished(now) } else { ca.clone() };
 
     let mut leaves = Vec::with_capacity(LEAVES.len());
@@ -129,7 +127,7 @@ pub fn plan(observed: &Observed, namespace: &str, policy: &RotationPolicy, now: 
     }
     let certs: Vec<&str> = leaves.iter().map(|pair| pair.cert_pem.as_str()).collect();
     let next = rotation::next_decision(&ca, &certs, policy, now);
-    Ok(Plan { ca, ca_step, republished, announce_republished, held_back, leaves, issued, next })
+    Ok(Plan { ca, ca_step, republished, announce_republished, leaves, issued, next })
 }
 
 /// With no usable CA Secret: the CA certificate clients may trust now, so that it stays in the
