@@ -10,8 +10,11 @@ pub mod pod_routing;
 pub mod rte;
 pub mod scheduler;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ServiceAccount;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A rendered literal did not match its type (a bug in the renderer).
 #[derive(Debug, thiserror::Error)]
@@ -25,4 +28,36 @@ pub struct RenderError {
 /// Types a JSON literal.
 pub(crate) fn typed<T: DeserializeOwned>(what: &'static str, value: Value) -> Result<T, RenderError> {
     serde_json::from_value(value).map_err(|source| RenderError { what, source })
+}
+
+/// A component's ServiceAccount `name`.
+pub(crate) fn service_account(
+    name: &str,
+    namespace: &str,
+    labels: BTreeMap<String, String>,
+) -> Result<ServiceAccount, RenderError> {
+    typed(
+        "ServiceAccount",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace, "labels": labels}}),
+    )
+}
+
+/// A ClusterRoleBinding (`role_kind` `ClusterRole`) or RoleBinding (`Role`) with `metadata`,
+/// granting `role` to the ServiceAccount `account` of `namespace`.
+pub(crate) fn binding<T: DeserializeOwned>(
+    metadata: Value,
+    role_kind: &str,
+    role: &str,
+    account: &str,
+    namespace: &str,
+) -> Result<T, RenderError> {
+    let kind = format!("{role_kind}Binding");
+    typed(
+        "role binding",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        }),
+    )
 }

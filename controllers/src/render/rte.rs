@@ -42,7 +42,7 @@ use numaresources_api::nrt;
 use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
 use serde_json::{Value, json};
 
-use super::{RenderError, typed};
+use super::{RenderError, binding, typed};
 use crate::names::{self, COMPONENT_RTE, RTE_CLUSTER_ROLE, RTE_CONTAINER, RTE_ROLE, RTE_SERVICE_ACCOUNT};
 use crate::nodegroups::ResolvedPool;
 
@@ -404,13 +404,7 @@ pub fn metrics_service(namespace: &str) -> Result<Service, RenderError> {
 
 /// The exporters' ServiceAccount.
 pub fn service_account(namespace: &str) -> Result<ServiceAccount, RenderError> {
-    typed(
-        "exporter ServiceAccount",
-        json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": RTE_SERVICE_ACCOUNT, "namespace": namespace, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
-        }),
-    )
+    super::service_account(RTE_SERVICE_ACCOUNT, namespace, names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE))
 }
 
 /// What the exporters need cluster-wide: write their node's NRT, read their Node.
@@ -430,15 +424,8 @@ pub fn cluster_role() -> Result<ClusterRole, RenderError> {
 
 /// Binds [`cluster_role`] to the exporters' ServiceAccount.
 pub fn cluster_role_binding(namespace: &str) -> Result<ClusterRoleBinding, RenderError> {
-    typed(
-        "exporter ClusterRoleBinding",
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": RTE_CLUSTER_ROLE, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RTE_CLUSTER_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": RTE_SERVICE_ACCOUNT, "namespace": namespace}],
-        }),
-    )
+    let metadata = json!({"name": RTE_CLUSTER_ROLE, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)});
+    binding(metadata, "ClusterRole", RTE_CLUSTER_ROLE, RTE_SERVICE_ACCOUNT, namespace)
 }
 
 /// What the exporters need in their namespace: the readiness conditions of their own pods.
@@ -455,15 +442,9 @@ pub fn role(namespace: &str) -> Result<Role, RenderError> {
 
 /// Binds [`role`] to the exporters' ServiceAccount.
 pub fn role_binding(namespace: &str) -> Result<RoleBinding, RenderError> {
-    typed(
-        "exporter RoleBinding",
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": RTE_ROLE, "namespace": namespace, "labels": names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE)},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RTE_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": RTE_SERVICE_ACCOUNT, "namespace": namespace}],
-        }),
-    )
+    let labels = names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE);
+    let metadata = json!({"name": RTE_ROLE, "namespace": namespace, "labels": labels});
+    binding(metadata, "Role", RTE_ROLE, RTE_SERVICE_ACCOUNT, namespace)
 }
 
 #[cfg(test)]

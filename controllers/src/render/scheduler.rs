@@ -21,7 +21,7 @@ use numaresources_api::operator::{
 use numaresources_api::{GoDuration, StringEnum, nrt};
 use serde_json::{Value, json};
 
-use super::{RenderError, typed};
+use super::{RenderError, binding, typed};
 use crate::names::{
     self, COMPONENT_SCHEDULER, SCHEDULER, SCHEDULER_CLUSTER_ROLE, SCHEDULER_CONFIG, SCHEDULER_LEADER_LEASE,
     SCHEDULER_LEADER_ROLE,
@@ -258,13 +258,7 @@ pub fn deployment(
 
 /// The scheduler's ServiceAccount.
 pub fn service_account(namespace: &str) -> Result<ServiceAccount, RenderError> {
-    typed(
-        "scheduler ServiceAccount",
-        json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": SCHEDULER, "namespace": namespace, "labels": names::labels(SCHEDULER, COMPONENT_SCHEDULER)},
-        }),
-    )
+    super::service_account(SCHEDULER, namespace, names::labels(SCHEDULER, COMPONENT_SCHEDULER))
 }
 
 /// What the plugin reads beyond a kube-scheduler's built-in role: NodeResourceTopologies.
@@ -289,15 +283,8 @@ pub fn cluster_role_bindings(namespace: &str) -> Result<Vec<ClusterRoleBinding>,
     ]
     .into_iter()
     .map(|(name, role)| {
-        typed(
-            "scheduler ClusterRoleBinding",
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": name, "labels": names::labels(SCHEDULER, COMPONENT_SCHEDULER)},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": SCHEDULER, "namespace": namespace}],
-            }),
-        )
+        let metadata = json!({"name": name, "labels": names::labels(SCHEDULER, COMPONENT_SCHEDULER)});
+        binding(metadata, "ClusterRole", role, SCHEDULER, namespace)
     })
     .collect()
 }
@@ -330,15 +317,8 @@ pub fn role_bindings(namespace: &str) -> Result<Vec<RoleBinding>, RenderError> {
     ]
     .into_iter()
     .map(|(name, in_namespace, role)| {
-        typed(
-            "scheduler RoleBinding",
-            json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": in_namespace, "labels": names::labels(SCHEDULER, COMPONENT_SCHEDULER)},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": SCHEDULER, "namespace": namespace}],
-            }),
-        )
+        let labels = names::labels(SCHEDULER, COMPONENT_SCHEDULER);
+        binding(json!({"name": name, "namespace": in_namespace, "labels": labels}), "Role", role, SCHEDULER, namespace)
     })
     .collect()
 }
