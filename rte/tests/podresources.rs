@@ -312,32 +312,6 @@ async fn a_kubelet_restart_between_two_calls_is_invisible_to_the_second() {
 }
 
 #[tokio::test]
-async fn wait_ready_returns_once_a_late_kubelet_comes_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = socket_in(&dir);
-    let client = client(&path);
-
-    let late_path = path.clone();
-    let starter = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        serve(FakeKubelet::default(), &late_path)
-    });
-    bounded("wait_ready", client.wait_ready(Duration::from_secs(10))).await.unwrap();
-    let health = client.health();
-    assert!(health.connected && health.dial_failures_total >= 1, "{health:?}");
-    let kubelet = bounded("starter", starter).await.unwrap();
-    bounded("stop", kubelet.stop()).await.unwrap();
-}
-
-#[tokio::test]
-async fn wait_ready_gives_up_after_its_budget_with_the_last_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let client = client(&socket_in(&dir));
-    let error = bounded("wait_ready", client.wait_ready(Duration::from_millis(300))).await.unwrap_err();
-    assert!(matches!(error, Error::SocketMissing { .. } | Error::Backoff { .. }), "{error}");
-}
-
-#[tokio::test]
 async fn a_kubelet_that_never_answers_hits_the_call_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let kubelet = serve(FakeKubelet { hang: true, ..Default::default() }, &socket_in(&dir));

@@ -146,30 +146,6 @@ impl PodResourcesClient {
         Ok(Allocatable::from_proto(response))
     }
 
-    /// Waits until a `List` succeeds, retrying transient failures as the backoff allows, for at
-    /// most `within`. The exporter calls this at start instead of failing on a kubelet that is
-    /// still coming up.
-    ///
-    /// # Errors
-    /// The last error when no further try fits in `within`, or at once an error that retrying
-    /// cannot fix.
-    pub async fn wait_ready(&self, within: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + within;
-        loop {
-            let error = match tokio::time::timeout_at(deadline, self.list()).await {
-                Ok(Ok(_)) => return Ok(()),
-                Ok(Err(error)) => error,
-                Err(_) => return Err(Error::DeadlineExceeded { method: "List", timeout: within }),
-            };
-            let now = Instant::now();
-            let next_try = now + self.dialer.retry_in(now).max(Duration::from_millis(10));
-            if !error.is_transient() || next_try >= deadline {
-                return Err(error);
-            }
-            tokio::time::sleep_until(next_try).await;
-        }
-    }
-
     /// Runs one unary call under the call timeout, redialing once if the connection broke.
     async fn call<T, F>(
         &self,
@@ -321,10 +297,5 @@ impl Dialer {
 
     fn connection_lost(&self) {
         self.lock().health.connected = false;
-    }
-
-    /// How long until the backoff allows the next dial.
-    fn retry_in(&self, now: Instant) -> Duration {
-        self.lock().retry_at.map_or(Duration::ZERO, |at| at.saturating_duration_since(now))
     }
 }

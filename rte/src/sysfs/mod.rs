@@ -225,11 +225,6 @@ impl Sysfs {
         &self.sys
     }
 
-    /// The procfs root.
-    pub fn proc_root(&self) -> &Path {
-        &self.proc
-    }
-
     /// Discovers the machine. See the module documentation for what is read and skipped.
     pub fn discover(&self) -> Result<Discovery, Error> {
         read::discover(self)
@@ -329,11 +324,6 @@ impl Machine {
     /// Every online CPU with its NUMA node, for the accounting.
     pub fn cpu_to_numa(&self) -> BTreeMap<u32, u32> {
         self.nodes.iter().flat_map(|n| n.cpus.iter().map(move |&cpu| (cpu, n.id))).collect()
-    }
-
-    /// Number of online logical CPUs.
-    pub fn online_cpus(&self) -> usize {
-        self.nodes.iter().map(|n| n.cpus.len()).sum()
     }
 
     /// One more than the highest NUMA id: the smallest node count under which every id is a valid
