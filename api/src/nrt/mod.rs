@@ -143,31 +143,40 @@ impl Serialize for NodeResourceTopology {
     }
 }
 
-impl k8s_openapi::Resource for NodeResourceTopology {
-    const API_VERSION: &'static str = "topology.node.k8s.io/v1alpha2";
-    const GROUP: &'static str = GROUP;
-    const KIND: &'static str = KIND;
-    const VERSION: &'static str = "v1alpha2";
-    const URL_PATH_SEGMENT: &'static str = PLURAL;
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::ListableResource for NodeResourceTopology {
-    const LIST_KIND: &'static str = LIST_KIND;
-}
-
-impl k8s_openapi::Metadata for NodeResourceTopology {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 /// A list of NodeResourceTopology objects (`NodeResourceTopologyList`).
 pub type NodeResourceTopologyList = k8s_openapi::List<NodeResourceTopology>;
+
+/// The `k8s_openapi` traits of one version's NodeResourceTopology: cluster-scoped, listable, with
+/// standard metadata.
+macro_rules! resource_impls {
+    ($type:ty, $version:literal) => {
+        impl k8s_openapi::Resource for $type {
+            const API_VERSION: &'static str = concat!("topology.node.k8s.io/", $version);
+            const GROUP: &'static str = $crate::nrt::GROUP;
+            const KIND: &'static str = $crate::nrt::KIND;
+            const VERSION: &'static str = $version;
+            const URL_PATH_SEGMENT: &'static str = $crate::nrt::PLURAL;
+            type Scope = k8s_openapi::ClusterResourceScope;
+        }
+
+        impl k8s_openapi::ListableResource for $type {
+            const LIST_KIND: &'static str = $crate::nrt::LIST_KIND;
+        }
+
+        impl k8s_openapi::Metadata for $type {
+            type Ty = ObjectMeta;
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+use resource_impls;
+
+resource_impls!(NodeResourceTopology, "v1alpha2");
 
 /// The root schema as upstream has it: `zones` required, no defaults (we read leniently, but
 /// the schema is what writers are validated against).

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 
-use super::{KIND, LIST_KIND, PLURAL, Zone, null_as_default};
+use super::{KIND, Zone, null_as_default};
 
 /// The resource topology of one node (`topology.node.k8s.io/v1alpha1`).
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
@@ -43,28 +43,7 @@ impl Serialize for NodeResourceTopology {
     }
 }
 
-impl k8s_openapi::Resource for NodeResourceTopology {
-    const API_VERSION: &'static str = "topology.node.k8s.io/v1alpha1";
-    const GROUP: &'static str = super::GROUP;
-    const KIND: &'static str = KIND;
-    const VERSION: &'static str = "v1alpha1";
-    const URL_PATH_SEGMENT: &'static str = PLURAL;
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::ListableResource for NodeResourceTopology {
-    const LIST_KIND: &'static str = LIST_KIND;
-}
-
-impl k8s_openapi::Metadata for NodeResourceTopology {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::resource_impls!(NodeResourceTopology, "v1alpha1");
 
 impl From<NodeResourceTopology> for super::NodeResourceTopology {
     fn from(old: NodeResourceTopology) -> Self {

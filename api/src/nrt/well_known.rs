@@ -8,8 +8,6 @@ pub const ZONE_TYPE_NODE: &str = "Node";
 pub const ATTR_TOPOLOGY_MANAGER_POLICY: &str = "topologyManagerPolicy";
 /// Node-wide attribute: the kubelet's topology manager scope (`container`, `pod`).
 pub const ATTR_TOPOLOGY_MANAGER_SCOPE: &str = "topologyManagerScope";
-/// Node-wide attribute: the kubelet's `max-allowable-numa-nodes` option.
-pub const ATTR_TOPOLOGY_MANAGER_MAX_NUMA_NODES: &str = "topologyManagerMaxNUMANodes";
 /// Node-wide attribute: the pods fingerprint (`pfp0v001<16 hex>`).
 pub const ATTR_PODS_FINGERPRINT: &str = "nodeTopologyPodsFingerprint";
 /// Node-wide attribute: which pods the fingerprint covers (`all`, `with-exclusive-resources`).
