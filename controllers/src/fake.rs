@@ -117,6 +117,12 @@ impl FakeApi {
         state.record(path, kind, object);
     }
 
+    /// Seeds the Node `name` with `labels`.
+    pub fn insert_node(&self, name: &str, labels: Value) {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}});
+        self.insert(&format!("/api/v1/nodes/{name}"), node);
+    }
+
     /// Removes the object at `path`, as someone deleting it by hand would.
     pub fn remove(&self, path: &str) {
         let mut state = self.state.lock().unwrap();

@@ -71,10 +71,7 @@ fn the_first_kubelet_config_selecting_the_pool_wins() {
 fn harness(policies: &[(&str, &str)]) -> (FakeApi, Arc<Context>) {
     let (fake, client) = FakeApi::start();
     for (node, policy) in policies {
-        fake.insert(
-            &format!("/api/v1/nodes/{node}"),
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"node-role.kubernetes.io/worker": ""}}}),
-        );
+        fake.insert_node(node, json!({"node-role.kubernetes.io/worker": ""}));
         fake.insert(
             &format!("/api/v1/nodes/{node}/proxy/configz"),
             json!({"kubeletconfig": {"topologyManagerPolicy": policy, "topologyManagerScope": "pod"}}),
@@ -126,10 +123,7 @@ async fn the_group_config_map_carries_the_kubelets_settings_and_pod_excludes() {
 #[tokio::test]
 async fn disagreeing_kubelets_are_reported_and_an_unreachable_one_skipped() {
     let (fake, ctx) = harness(&[("worker-a", "single-numa-node"), ("worker-b", "none")]);
-    fake.insert(
-        "/api/v1/nodes/worker-c",
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker-c", "labels": {"node-role.kubernetes.io/worker": ""}}}),
-    );
+    fake.insert_node("worker-c", json!({"node-role.kubernetes.io/worker": ""}));
     run_once(&fake, &ctx).await;
     let (yaml, disagreement) = config_of(&fake);
     assert_eq!(yaml["kubelet"], json!({}), "not averaged");

@@ -71,10 +71,7 @@ impl Harness {
             ("worker-b", json!({"node-role.kubernetes.io/worker": "", "gpu": "true"})),
             ("cp-a", json!({"node-role.kubernetes.io/control-plane": ""})),
         ] {
-            fake.insert(
-                &format!("/api/v1/nodes/{name}"),
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}),
-            );
+            fake.insert_node(name, labels);
         }
         fake.insert(NRO, nro_object(OPERATOR_SINGLETON_NAME, groups));
         Self { fake, ctx: Arc::new(Context::new(client, settings, None)) }

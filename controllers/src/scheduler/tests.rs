@@ -55,17 +55,13 @@ impl Harness {
         for i in 0..control_plane_nodes {
             h.add_control_plane_node(i);
         }
-        h.fake.insert("/api/v1/nodes/worker", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "worker", "labels": {"node-role.kubernetes.io/worker": ""}}}));
+        h.fake.insert_node("worker", json!({"node-role.kubernetes.io/worker": ""}));
         h.fake.insert(NRS, nrs_object(SCHEDULER_SINGLETON_NAME));
         h
     }
 
     fn add_control_plane_node(&self, i: usize) {
-        let name = format!("cp-{i}");
-        self.fake.insert(
-            &format!("/api/v1/nodes/{name}"),
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"node-role.kubernetes.io/control-plane": ""}}}),
-        );
+        self.fake.insert_node(&format!("cp-{i}"), json!({"node-role.kubernetes.io/control-plane": ""}));
     }
 
     /// One pass through the controller's entry point (the raw object of the guarded watch).

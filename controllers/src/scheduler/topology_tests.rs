@@ -19,10 +19,7 @@ fn with_worker_group(h: &Harness) {
 }
 
 fn add_worker(h: &Harness, name: &str) {
-    h.fake.insert(
-        &format!("/api/v1/nodes/{name}"),
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"node-role.kubernetes.io/worker": ""}}}),
-    );
+    h.fake.insert_node(name, json!({"node-role.kubernetes.io/worker": ""}));
 }
 
 /// Publishes `node`'s NRT as created at `created` (RFC 3339).
