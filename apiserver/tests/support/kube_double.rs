@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -64,6 +64,8 @@ pub struct KubeDouble {
     next: AtomicUsize,
     pub token_reviews: AtomicUsize,
     pub access_reviews: AtomicUsize,
+    /// While set, every request fails as an unreachable server's would.
+    pub down: AtomicBool,
 }
 
 type DoubleBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -78,6 +80,7 @@ impl KubeDouble {
             next: AtomicUsize::new(1),
             token_reviews: AtomicUsize::new(0),
             access_reviews: AtomicUsize::new(0),
+            down: AtomicBool::new(false),
         })
     }
 
@@ -86,7 +89,12 @@ impl KubeDouble {
         let double = self.clone();
         let service = tower::service_fn(move |request: Request<kube::client::Body>| {
             let double = double.clone();
-            async move { Ok::<_, Infallible>(double.answer(request).await) }
+            async move {
+                if double.down.load(Ordering::SeqCst) {
+                    return Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+                }
+                Ok(double.answer(request).await)
+            }
         });
         kube::Client::new(service, "default")
     }
