@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 pub mod lease_double;
 pub mod replicas;
+pub mod served;
 
 /// The workspace root.
 pub fn workspace_root() -> &'static Path {

@@ -72,6 +72,13 @@ pub fn free_port() -> u16 {
     listener.local_addr().map(|address| address.port()).unwrap_or_else(|e| panic!("local address: {e}"))
 }
 
+/// The resident memory (VmRSS) in KiB of the process `pid` (`self`: this one).
+pub fn rss_kib(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The files every replica of one cluster reads.
 #[derive(Debug, Clone)]
 pub struct ClusterFiles {
@@ -117,16 +124,8 @@ impl ClusterFiles {
     /// A kube-rs client for `url` as the admin, trusting the CA, without kube-rs' own retries
     /// (the tests look at every 503 themselves).
     pub async fn client(&self, url: &str) -> kube::Client {
-        let yaml = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: nrt\n  cluster:\n    server: {url}\n    certificate-authority: {}\n\
-             contexts:\n- name: nrt\n  context: {{cluster: nrt, user: nrt}}\ncurrent-context: nrt\n\
-             users:\n- name: nrt\n  user: {{token: {ADMIN_TOKEN}}}\n",
-            self.ca.display()
-        );
-        let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("kubeconfig: {e}"));
-        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+        let ca_pem = std::fs::read_to_string(&self.ca).unwrap_or_else(|e| panic!("{}: {e}", self.ca.display()));
+        let mut config = crate::served::kube_config(url, &ca_pem, ADMIN_TOKEN).await;
         config.default_retry = false;
         kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
     }
@@ -195,11 +194,9 @@ impl Replica {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Resident memory in KiB (VmRSS), while it runs.
+    /// Resident memory in KiB, while it runs.
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+        rss_kib(&self.pid()?.to_string())
     }
 
     /// The log lines so far (the newest [`LOG_LINES_KEPT`]).
@@ -462,12 +459,11 @@ pub async fn write_retrying(
     }
 }
 
-/// A 2-zone NRT named `name` whose attribute `sequence` carries `sequence` (so every write
-/// changes it and a watcher can tell the writes apart).
-pub fn nrt(name: &str, sequence: u64) -> serde_json::Value {
-    use numaresources_api::nrt::{AttributeInfo, CostInfo, NodeResourceTopology, ResourceInfo, Zone};
+/// A 2-zone NRT named `name`: 12 CPUs per zone, 10 allocatable, `available` free.
+pub fn two_zone_nrt(name: &str, available: [i64; 2]) -> numaresources_api::nrt::NodeResourceTopology {
+    use numaresources_api::nrt::{CostInfo, NodeResourceTopology, ResourceInfo, Zone};
     use numaresources_api::quantity::Quantity;
-    let zone = |id: u32| Zone {
+    let zone = |id: u32, free: i64| Zone {
         name: format!("node-{id}"),
         zone_type: "Node".into(),
         costs: (0..2)
@@ -477,13 +473,21 @@ pub fn nrt(name: &str, sequence: u64) -> serde_json::Value {
             name: "cpu".into(),
             capacity: Quantity::from_i64(12),
             allocatable: Quantity::from_i64(10),
-            available: Quantity::from_i64(i64::try_from(sequence % 10).unwrap_or(0)),
+            available: Quantity::from_i64(free),
         }],
         ..Zone::default()
     };
     let mut object = NodeResourceTopology::new(name);
-    object.zones = vec![zone(0), zone(1)];
-    object.attributes = vec![AttributeInfo::new("sequence", sequence.to_string())];
+    object.zones = vec![zone(0, available[0]), zone(1, available[1])];
+    object
+}
+
+/// A [`two_zone_nrt`] named `name` whose attribute `sequence` carries `sequence` (so every write
+/// changes it and a watcher can tell the writes apart).
+pub fn nrt(name: &str, sequence: u64) -> serde_json::Value {
+    let free = i64::try_from(sequence % 10).unwrap_or(0);
+    let mut object = two_zone_nrt(name, [free, free]);
+    object.attributes = vec![numaresources_api::nrt::AttributeInfo::new("sequence", sequence.to_string())];
     serde_json::to_value(object).unwrap_or_default()
 }
 

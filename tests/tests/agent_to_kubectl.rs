@@ -12,36 +12,27 @@ mod sysfs_fixture;
 
 use std::fs;
 use std::io::Write;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use numaresources_api::exporter::TopologyManager;
 use numaresources_apiserver::{AppState, Store, router};
-use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
 use numaresources_rte::agent::Agent;
 use numaresources_rte::config::Config;
 use numaresources_rte::metrics::{Metrics, Stats};
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
-use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
+use numaresources_rte::podresources::{PodResourcesClient, proto};
 use numaresources_rte::publish::{KubePublisher, Outcome};
 use numaresources_rte::trigger::Trigger;
+use numaresources_tests::served::{Served, bounded, kubeconfig, serving_tls, test_ca};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 const NODE: &str = "worker-0";
 const GIB: i64 = 1 << 30;
 const VF: &str = "example.com/sriov_vf";
-
-/// Bounds a wait: a hang fails the test with `what` instead of stalling the suite.
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no progress in 30 s, likely deadlocked"))
-}
 
 /// A temporary directory with the machine's /sys, the kubelet socket, the notify file, the
 /// certificates and the kubeconfig.
@@ -68,31 +59,22 @@ impl Workspace {
         self.dir.path().join(name)
     }
 
-    /// A kubeconfig for `address` trusting `ca_pem`, with a placeholder token (the server runs
-    /// with authentication disabled; kubectl would otherwise prompt).
-    fn write_kubeconfig(&self, address: SocketAddr, ca_pem: &str) {
-        let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-        let text = format!(
-            "apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster:
-    server: https://{address}
-    certificate-authority-data: {ca}
-contexts:
-- name: e2e
-  context:
-    cluster: e2e
-    user: e2e
-current-context: e2e
-users:
-- name: e2e
-  user:
-    token: placeholder
-"
-        );
-        fs::write(&self.kubeconfig, text).unwrap();
+    /// Our API server over TLS on 127.0.0.1 with authentication disabled, and the kubeconfig
+    /// that trusts it (with a placeholder token: kubectl would otherwise prompt).
+    async fn serve(&self) -> Served {
+        let ca = test_ca();
+        let tls = serving_tls(&ca, self.dir.path(), "apiserver");
+        let state = Arc::new(AppState::new(Arc::new(Store::new(1_000)), "0.1.0", "e2e"));
+        let served = Served::on_loopback(tls, router(state)).await;
+        fs::write(&self.kubeconfig, kubeconfig(&served.url(), ca.cert_pem(), "placeholder")).unwrap();
+        served
+    }
+
+    /// The client the agent would build from KUBECONFIG.
+    async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let options = kube::config::KubeConfigOptions::default();
+        kube::Client::try_from(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.unwrap()).unwrap()
     }
 
     /// Makes the agent scan: closing the notify file after a write open is what it watches for.
@@ -251,38 +233,6 @@ fn attribute<'a>(object: &'a Value, name: &str) -> &'a str {
 // ---------------------------------------------------------------------------------------------
 // The server, the agent and kubectl.
 
-struct Server {
-    address: SocketAddr,
-    ca_pem: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Server {
-    /// Our API server over TLS on 127.0.0.1:0: a generated CA, a serving certificate for
-    /// `localhost` and `127.0.0.1` it signed, authentication disabled.
-    async fn start(dir: &Path) -> Self {
-        let ca = CertificateAuthority::generate("e2e-ca", Duration::from_secs(24 * 3600)).unwrap();
-        let pair =
-            ca.issue_serving(&["localhost".to_owned(), "127.0.0.1".to_owned()], Duration::from_secs(3600)).unwrap();
-        let (cert, key) = (dir.join("apiserver.crt"), dir.join("apiserver.key"));
-        pair.write(&cert, &key).unwrap();
-        let tls = ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap())).build().unwrap();
-        let state = Arc::new(AppState::new(Arc::new(Store::new(1_000)), "0.1.0", "e2e"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let options = ServeOptions::default().shutdown_grace(Duration::from_millis(200));
-        let task = tokio::spawn(serve_with(listener, tls, router(state), async move { drop(stopped.await) }, options));
-        Self { address, ca_pem: ca.cert_pem().to_owned(), stop: Some(stop), task }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        bounded("server shutdown", &mut self.task).await.unwrap().unwrap();
-    }
-}
-
 /// The agent running in the background, with its counters.
 struct RunningAgent {
     metrics: Arc<Metrics>,
@@ -294,28 +244,12 @@ struct RunningAgent {
 /// refresh), and no heartbeat unless `adjust` turns it on, so every write the server sees is one
 /// the test caused.
 async fn agent_for(ws: &Workspace, adjust: impl FnOnce(&mut Config)) -> Agent<PodResourcesClient, KubePublisher> {
-    let mut config = Config::for_node(NODE);
-    config.sysfs.clone_from(&ws.sys);
-    config.podresources_socket = Some(ws.socket.clone().into());
-    config.sleep_interval = None;
-    config.heartbeat = None;
+    let mut config = sysfs_fixture::agent_config(NODE, &ws.sys, &ws.socket);
     config.notify_file = Some(ws.notify.clone());
-    config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap();
-    // Our API server serves no Nodes to own the object.
-    config.add_nrt_owner = false;
     config.topology_manager = TopologyManager { policy: "single-numa-node".into(), scope: "pod".into() };
     adjust(&mut config);
-
-    let mut kubelet = ClientConfig::new(ws.socket.clone().into());
-    kubelet.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 };
-    kubelet.call_timeout = Duration::from_secs(5);
-
-    // The client the agent would build from KUBECONFIG.
-    let kubeconfig = kube::config::Kubeconfig::read_from(&ws.kubeconfig).unwrap();
-    let client_config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.unwrap();
-    let client = kube::Client::try_from(client_config).unwrap();
-    Agent::new(config, PodResourcesClient::new(kubelet), KubePublisher::new(client, false))
+    let kubelet = sysfs_fixture::kubelet_client(&ws.socket);
+    Agent::new(config, kubelet, KubePublisher::new(ws.client().await, false))
 }
 
 impl RunningAgent {
@@ -324,7 +258,10 @@ impl RunningAgent {
     }
 
     async fn start_with(ws: &Workspace, adjust: impl FnOnce(&mut Config)) -> Self {
-        let agent = agent_for(ws, adjust).await;
+        Self::run(agent_for(ws, adjust).await)
+    }
+
+    fn run(agent: Agent<PodResourcesClient, KubePublisher>) -> Self {
         let metrics = agent.metrics();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(agent.run(async move { drop(stopped.await) }));
@@ -456,8 +393,7 @@ fn summary(event: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_sees_what_the_agent_publishes_and_each_change_exactly_once() {
     let ws = Workspace::new();
-    let server = Server::start(ws.dir.path()).await;
-    ws.write_kubeconfig(server.address, &server.ca_pem);
+    let server = ws.serve().await;
     let kubelet = ws.serve_kubelet(pods_before());
     let agent = RunningAgent::start(&ws).await;
 
@@ -553,25 +489,14 @@ async fn kubectl_sees_what_the_agent_publishes_and_each_change_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_the_server_lost_is_published_again_within_seconds() {
     let ws = Workspace::new();
-    let server = Server::start(ws.dir.path()).await;
-    ws.write_kubeconfig(server.address, &server.ca_pem);
+    let server = ws.serve().await;
     let kubelet = ws.serve_kubelet(pods_before());
     // No timer and no heartbeat: only the watch of its own object can make the agent publish
     // again after the first time.
     let lost = Arc::new(tokio::sync::Notify::new());
     let agent = agent_for(&ws, |_| {}).await.with_republish(lost.clone());
-    let kubeconfig = kube::config::Kubeconfig::read_from(&ws.kubeconfig).unwrap();
-    let client_config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.unwrap();
-    let watch = tokio::spawn(numaresources_rte::agent::own_object::watch(
-        kube::Client::try_from(client_config).unwrap(),
-        NODE.to_owned(),
-        lost,
-    ));
-    let metrics = agent.metrics();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(agent.run(async move { drop(stopped.await) }));
-    let running = RunningAgent { metrics, stop, task };
+    let watch = tokio::spawn(numaresources_rte::agent::own_object::watch(ws.client().await, NODE.to_owned(), lost));
+    let running = RunningAgent::run(agent);
     running.wait_for("the first publish", |stats| stats.publishes >= 1).await;
 
     kubectl(&ws, &["delete", "nrt", NODE]).await;
@@ -588,8 +513,7 @@ async fn an_object_the_server_lost_is_published_again_within_seconds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_after_a_reactive_change_reach_no_watcher() {
     let ws = Workspace::new();
-    let server = Server::start(ws.dir.path()).await;
-    ws.write_kubeconfig(server.address, &server.ca_pem);
+    let server = ws.serve().await;
     let kubelet = ws.serve_kubelet(pods_before());
     // Every unchanged scan is a heartbeat. Driven scan by scan, so which trigger each scan has
     // is the test's choice, not the timer's.
@@ -717,8 +641,7 @@ async fn hugepages_unaffine_devices_multi_numa_memory_and_the_shared_pool_reach_
     let ws = Workspace::new();
     ws.set_hugepages(0, 1_048_576, 4);
     ws.set_hugepages(1, 2048, 512);
-    let server = Server::start(ws.dir.path()).await;
-    ws.write_kubeconfig(server.address, &server.ca_pem);
+    let server = ws.serve().await;
     let kubelet = ws.serve_kubelet_with(rich_pods(), rich_allocatable());
     let agent =
         RunningAgent::start_with(&ws, |config| config.reference_container = Some(REFERENCE.parse().unwrap())).await;

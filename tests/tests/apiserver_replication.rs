@@ -26,18 +26,15 @@ use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_tests::replicas::{
     Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, write_retrying,
 };
+use numaresources_tests::served::{BOUND, bounded};
 use tokio::time::Instant;
 
 /// Generous bound for anything the cluster must do (elect, catch up, become Ready).
-const PATIENCE: Duration = Duration::from_secs(60);
+const PATIENCE: Duration = BOUND;
 /// What a replica logs when it starts leading.
 const LEADING: &str = "leading the store";
 /// The discovery document kube-apiserver's availability check reads.
 const DISCOVERY: &str = "/apis/topology.node.k8s.io/v1alpha2";
-
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future).await.unwrap_or_else(|_| panic!("{what}: not within {PATIENCE:?}"))
-}
 
 fn object_path(name: &str) -> String {
     format!("{NRT_PATH}/{name}")

@@ -10,55 +10,29 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::middleware::Next;
-use base64::Engine;
 use futures_util::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use numaresources_api::nrt::{CostInfo, NodeResourceTopology, ResourceInfo, Zone};
-use numaresources_api::quantity::Quantity;
+use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_apiserver::{AppState, Store, router};
-use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
+use numaresources_tests::replicas::two_zone_nrt;
+use numaresources_tests::served::{Served, bounded, kube_client, serving_tls, test_ca};
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
-
-/// Bounds a wait: a hang fails the test with `what` instead of stalling the suite.
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no progress in 60 s, likely deadlocked"))
-}
-
-/// The TLS material shared by both incarnations of the server.
-struct Tls {
-    config: Arc<rustls::ServerConfig>,
-    ca_pem: String,
-}
-
-fn tls(dir: &Path) -> Tls {
-    let ca = CertificateAuthority::generate("kube-clients-ca", Duration::from_secs(24 * 3600)).unwrap();
-    let pair = ca.issue_serving(&["localhost".to_owned(), "127.0.0.1".to_owned()], Duration::from_secs(3600)).unwrap();
-    let (cert, key) = (dir.join("apiserver.crt"), dir.join("apiserver.key"));
-    pair.write(&cert, &key).unwrap();
-    let config = ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap())).build().unwrap();
-    Tls { config, ca_pem: ca.cert_pem().to_owned() }
-}
+use tokio::sync::mpsc;
 
 /// One incarnation of the API server: its own store, every request's path and query recorded.
 struct Server {
-    address: SocketAddr,
+    served: Served,
     requests: Arc<Mutex<Vec<String>>>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Server {
-    async fn start(tls: &Tls, address: SocketAddr) -> Self {
+    async fn start(tls: &Arc<rustls::ServerConfig>, address: SocketAddr) -> Self {
         let state = Arc::new(AppState::new(Arc::new(Store::new(1_000)), "0.1.0", "kube-clients"));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&requests);
@@ -69,88 +43,17 @@ impl Server {
                 next.run(request).await
             }
         }));
-        let listener = bounded("binding the port", async {
-            // The old incarnation's listener is closed by now; retry briefly in case the kernel
-            // has not let go of the port yet.
-            loop {
-                match tokio::net::TcpListener::bind(address).await {
-                    Ok(listener) => return listener,
-                    Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    Err(error) => panic!("binding {address}: {error}"),
-                }
-            }
-        })
-        .await;
-        let address = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        // Open watches count as in-flight requests: a short grace so the restart is prompt.
-        let options = ServeOptions::default().shutdown_grace(Duration::from_millis(100));
-        let task = tokio::spawn(serve_with(
-            listener,
-            Arc::clone(&tls.config),
-            app,
-            async move { drop(stopped.await) },
-            options,
-        ));
-        Self { address, requests, stop: Some(stop), task }
+        Self { served: Served::start(address, Arc::clone(tls), app).await, requests }
     }
 
     fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        bounded("server shutdown", &mut self.task).await.unwrap().unwrap();
-    }
-}
-
-async fn client(address: SocketAddr, ca_pem: &str) -> kube::Client {
-    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let yaml = format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster:
-    server: https://{address}
-    certificate-authority-data: {ca}
-contexts:
-- name: test
-  context: {{cluster: test, user: test}}
-current-context: test
-users:
-- name: test
-  user: {{token: placeholder}}
-"
-    );
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await.unwrap();
-    kube::Client::try_from(config).unwrap()
 }
 
 /// A 2-zone worker with `available` CPUs free in zone 0.
 fn nrt(name: &str, available: i64) -> NodeResourceTopology {
-    let zone = |id: u32, free: i64| Zone {
-        name: format!("node-{id}"),
-        zone_type: "Node".into(),
-        costs: (0..2)
-            .map(|to| CostInfo { name: format!("node-{to}"), value: if to == id { 10 } else { 20 } })
-            .collect(),
-        resources: vec![ResourceInfo {
-            name: "cpu".into(),
-            capacity: Quantity::from_i64(12),
-            allocatable: Quantity::from_i64(10),
-            available: Quantity::from_i64(free),
-        }],
-        ..Zone::default()
-    };
-    let mut object = NodeResourceTopology::new(name);
-    object.zones = vec![zone(0, available), zone(1, 10)];
-    object
+    two_zone_nrt(name, [available, 10])
 }
 
 fn available_patch(available: i64) -> Patch<serde_json::Value> {
@@ -232,10 +135,11 @@ async fn churn(api: Api<NodeResourceTopology>, prefix: &str, count: usize, patch
 
 async fn watcher_and_reflector_survive_a_restart(config: watcher::Config, streaming: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let tls = tls(dir.path());
+    let ca = test_ca();
+    let tls = serving_tls(&ca, dir.path(), "apiserver");
     let server = Server::start(&tls, "127.0.0.1:0".parse().unwrap()).await;
-    let address = server.address;
-    let kube = client(address, &tls.ca_pem).await;
+    let (address, url) = (server.served.address, server.served.url());
+    let kube = kube_client(&url, ca.cert_pem(), "placeholder").await;
     let api: Api<NodeResourceTopology> = Api::all(kube.clone());
 
     // Objects that exist before the watcher starts.
@@ -295,9 +199,9 @@ async fn watcher_and_reflector_survive_a_restart(config: watcher::Config, stream
 
     // The restart: a fresh store on the same port, with some of the old names (new objects) and
     // some new ones; everything else the reflector holds is now stale.
-    server.stop().await;
+    server.served.stop().await;
     let server = Server::start(&tls, address).await;
-    let admin = client(address, &tls.ca_pem).await;
+    let admin = kube_client(&url, ca.cert_pem(), "placeholder").await;
     let fresh: Api<NodeResourceTopology> = Api::all(admin);
     for name in ["before-1", "after-a", "after-b"] {
         fresh.create(&PostParams::default(), &nrt(name, 7)).await.unwrap();
@@ -348,7 +252,7 @@ async fn watcher_and_reflector_survive_a_restart(config: watcher::Config, stream
     assert_eq!(reader.state().len(), 2);
 
     consumer.abort();
-    server.stop().await;
+    server.served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

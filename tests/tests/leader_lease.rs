@@ -17,6 +17,7 @@ use kube::Api;
 use kube::api::PostParams;
 use numaresources_certs::leader::{LeaderLease, LeaseTimings, ORPHANED_AFTER_LEASES};
 use numaresources_tests::lease_double::LeaseDouble;
+use numaresources_tests::served::bounded;
 
 const NAMESPACE: &str = "numaresources";
 const NAME: &str = "numaresources-apiserver";
@@ -27,10 +28,6 @@ const TIMINGS: LeaseTimings = LeaseTimings {
     renew_deadline: Duration::from_millis(800),
     retry: Duration::from_millis(100),
 };
-
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future).await.unwrap_or_else(|_| panic!("{what}: not within 30 s"))
-}
 
 async fn candidate(double: &LeaseDouble, identity: &str) -> LeaderLease {
     LeaderLease::new(double.client().await.unwrap(), NAMESPACE, NAME, identity, TIMINGS)

@@ -26,20 +26,20 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::middleware::{Next, from_fn};
 use axum::response::IntoResponse as _;
-use base64::Engine;
 use numaresources_apiserver::auth::{Auth, Standalone};
 use numaresources_apiserver::replication::STORE_WARM_CHECK;
 use numaresources_apiserver::{AppState, Store, router};
-use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
+use numaresources_certs::CertificateAuthority;
 use numaresources_rte::agent::{Agent, own_object};
 use numaresources_rte::config::Config;
 use numaresources_rte::direct::DirectServer;
 use numaresources_rte::direct::failover::{FailoverOptions, FailoverPublisher};
 use numaresources_rte::metrics::DirectPathMetrics;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
-use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
+use numaresources_rte::podresources::{PodResourcesClient, proto};
 use numaresources_rte::publish::Outcome;
 use numaresources_rte::trigger::Trigger;
+use numaresources_tests::served::{Served, bounded, kube_client, serving_tls, test_ca};
 use serde_json::json;
 use tokio::sync::{Notify, oneshot, watch};
 
@@ -49,13 +49,6 @@ const KUBE_TOKEN: &str = "kube-apiserver-service-account-token";
 /// The projected tokens of our audience, before and after the kubelet rotates the file.
 const PROJECTED: [&str; 2] = ["projected-token-1", "projected-token-2"];
 const COLLECTION: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
-
-/// Bounds a wait: a hang fails the test with `what` instead of stalling the suite.
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no progress in 30 s, likely deadlocked"))
-}
 
 /// Waits (bounded) until `done`.
 async fn until(what: &str, done: impl Fn() -> bool) {
@@ -134,23 +127,17 @@ impl Log {
 
 /// Our router over TLS on 127.0.0.1:0, recording requests.
 struct Listener {
-    address: SocketAddr,
+    served: Served,
     state: Arc<AppState>,
     log: Log,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Listener {
     /// `tokens`: `(token, user)` pairs authenticated, each in `system:masters` (the standalone
     /// authorizer lets only those write).
     async fn start(ca: &CertificateAuthority, dir: &Path, store: &Arc<Store>, tokens: &[(&str, &str)]) -> Self {
-        let pair =
-            ca.issue_serving(&["localhost".to_owned(), "127.0.0.1".to_owned()], Duration::from_secs(3600)).unwrap();
         let name = tokens.first().map_or("none", |(_, user)| *user).replace(':', "-");
-        let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-        pair.write(&cert, &key).unwrap();
-        let tls = ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap())).build().unwrap();
+        let tls = serving_tls(ca, dir, &name);
         let mut state = AppState::new(Arc::clone(store), "0.1.0", "e2e");
         let token_file: String =
             tokens.iter().map(|(token, user)| format!("{token},{user},{user},\"system:masters\"\n")).collect();
@@ -160,21 +147,11 @@ impl Listener {
         let recorder = log.clone();
         let app =
             router(Arc::clone(&state)).layer(from_fn(move |request, next| recorder.clone().record(request, next)));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let options = ServeOptions::default().shutdown_grace(Duration::from_millis(200));
-        let task = tokio::spawn(serve_with(listener, tls, app, async move { drop(stopped.await) }, options));
-        Self { address, state, log, stop: Some(stop), task }
+        Self { served: Served::on_loopback(tls, app).await, state, log }
     }
 
     fn url(&self) -> String {
-        format!("https://{}", self.address)
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        bounded("listener shutdown", &mut self.task).await.unwrap().unwrap();
+        self.served.url()
     }
 }
 
@@ -207,7 +184,7 @@ impl Node {
         }
         .serve(&socket)
         .unwrap();
-        let ca = CertificateAuthority::generate("e2e-ca", Duration::from_secs(24 * 3600)).unwrap();
+        let ca = test_ca();
         fs::create_dir_all(dir.path().join("nrt-server")).unwrap();
         fs::write(dir.path().join("nrt-server/ca.crt"), ca.cert_pem()).unwrap();
         let node = Self { dir, sys, socket, ca, kubelet };
@@ -236,42 +213,13 @@ impl Node {
 
     /// The client the agent builds for kube-apiserver (in a cluster: in-cluster config).
     async fn kube_client(&self, kube: &Listener) -> kube::Client {
-        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca.cert_pem());
-        let text = format!(
-            "apiVersion: v1
-kind: Config
-clusters: [{{name: kube, cluster: {{server: '{}', certificate-authority-data: {ca}}}}}]
-contexts: [{{name: kube, context: {{cluster: kube, user: rte}}}}]
-current-context: kube
-users: [{{name: rte, user: {{token: {KUBE_TOKEN}}}}}]
-",
-            kube.url()
-        );
-        let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-            .await
-            .unwrap();
-        kube::Client::try_from(config).unwrap()
+        kube_client(&kube.url(), self.ca.cert_pem(), KUBE_TOKEN).await
     }
 
     fn config(&self) -> Config {
-        let mut config = Config::for_node(NODE);
-        config.sysfs.clone_from(&self.sys);
-        config.podresources_socket = Some(self.socket.clone().into());
-        config.sleep_interval = None;
-        config.heartbeat = None;
+        let mut config = sysfs_fixture::agent_config(NODE, &self.sys, &self.socket);
         config.allocation_poll = None;
-        config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap();
-        // Our API server serves no Nodes to own the object.
-        config.add_nrt_owner = false;
         config
-    }
-
-    fn kubelet_client(&self) -> PodResourcesClient {
-        let mut kubelet = ClientConfig::new(self.socket.clone().into());
-        kubelet.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 };
-        kubelet.call_timeout = Duration::from_secs(5);
-        PodResourcesClient::new(kubelet)
     }
 
     /// The agent writing to `direct` (falling back to `kube`), retrying the direct path quickly
@@ -296,7 +244,7 @@ users: [{{name: rte, user: {{token: {KUBE_TOKEN}}}}}]
             FailoverPublisher::with_options(self.direct(direct), NODE, self.kube_client(kube).await, false, options)
                 .with_metrics(metrics.clone());
         let path = publisher.client_in_use();
-        (Agent::new(self.config(), self.kubelet_client(), publisher), path, metrics)
+        (Agent::new(self.config(), sysfs_fixture::kubelet_client(&self.socket), publisher), path, metrics)
     }
 
     /// Makes the next scan differ: `n` exclusive CPUs taken on NUMA node 0.
@@ -370,8 +318,8 @@ async fn the_agent_publishes_to_our_server_directly_with_the_projected_token_and
     assert_eq!(bearers(&through_kube), [Some(KUBE_TOKEN)]);
     assert_eq!(through_kube[0].status, 200);
 
-    kube.stop().await;
-    ours.stop().await;
+    kube.served.stop().await;
+    ours.served.stop().await;
 }
 
 #[tokio::test]
@@ -412,8 +360,8 @@ async fn a_replica_answering_503_is_bypassed_through_kube_apiserver_until_it_ans
     until("the watch on our server again", || ours.log.all().iter().any(|s| s.is_watch() && s.status == 200)).await;
 
     watching.abort();
-    kube.stop().await;
-    ours.stop().await;
+    kube.served.stop().await;
+    ours.served.stop().await;
 }
 
 #[tokio::test]
@@ -434,8 +382,8 @@ async fn a_cold_replica_is_written_directly_since_the_exporters_writes_are_what_
     assert!(store.get(NODE).is_some());
     assert_eq!(metrics.get(), (true, 0), "(in use, fallbacks)");
 
-    kube.stop().await;
-    ours.stop().await;
+    kube.served.stop().await;
+    ours.served.stop().await;
 }
 
 #[tokio::test]
@@ -459,8 +407,8 @@ async fn an_unreachable_or_untrusted_server_is_bypassed_through_kube_apiserver()
     assert_eq!(kube.log.writes().len(), 2);
     assert_eq!(store.len(), 1);
 
-    kube.stop().await;
-    ours.stop().await;
+    kube.served.stop().await;
+    ours.served.stop().await;
 }
 
 #[tokio::test]
@@ -490,6 +438,6 @@ async fn the_own_object_watch_follows_the_direct_path_and_a_lost_object_is_publi
     let _ = stop.send(());
     bounded("agent shutdown", running).await.unwrap().unwrap();
     watching.abort();
-    kube.stop().await;
-    ours.stop().await;
+    kube.served.stop().await;
+    ours.served.stop().await;
 }

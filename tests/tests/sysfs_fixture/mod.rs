@@ -1,8 +1,13 @@
 //! The real sysfs tree the agent tests read (a two-NUMA, 24-CPU Intel machine, copied into
-//! `rte/tests/fixtures/sysfs/`). Shared by test binaries with `mod sysfs_fixture;`.
+//! `rte/tests/fixtures/sysfs/`), and the agent as the end-to-end tests run it on that machine.
+//! Shared by test binaries with `mod sysfs_fixture;`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use numaresources_rte::config::Config;
+use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient};
 
 /// Unpacks the tree under `dir/machine`; returns its `sys` directory.
 pub fn unpack_intel_2numa_24cpu(dir: &Path) -> PathBuf {
@@ -13,4 +18,27 @@ pub fn unpack_intel_2numa_24cpu(dir: &Path) -> PathBuf {
         .unpack(&machine)
         .unwrap_or_else(|e| panic!("unpacking {}: {e}", tarball.display()));
     machine.join("sys")
+}
+
+/// The agent's configuration for `node` on the machine under `sys` with the kubelet on `socket`:
+/// it scans only when the test says so (no timer, no heartbeat), so every write the server sees
+/// is one the test caused.
+pub fn agent_config(node: &str, sys: &Path, socket: &Path) -> Config {
+    let mut config = Config::for_node(node);
+    config.sysfs = sys.to_owned();
+    config.podresources_socket = Some(socket.to_owned().into());
+    config.sleep_interval = None;
+    config.heartbeat = None;
+    config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap_or(std::num::NonZeroU32::MIN);
+    // Our API server serves no Nodes to own the object.
+    config.add_nrt_owner = false;
+    config
+}
+
+/// A client of the kubelet on `socket` that retries quickly.
+pub fn kubelet_client(socket: &Path) -> PodResourcesClient {
+    let mut kubelet = ClientConfig::new(socket.to_owned().into());
+    kubelet.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 };
+    kubelet.call_timeout = Duration::from_secs(5);
+    PodResourcesClient::new(kubelet)
 }
