@@ -24,6 +24,12 @@ fn start() -> SystemTime {
     SystemTime::now()
 }
 
+/// What `advance_ca` does to `ca` when `leaves` are the serving certificates written.
+fn ca_step(ca: &CaState, leaves: &[&PemPair], p: &RotationPolicy, now: SystemTime) -> CaStep {
+    let written: Vec<Option<&str>> = leaves.iter().map(|leaf| Some(leaf.cert_pem.as_str())).collect();
+    advance_ca(Some(ca), &written, p, now).unwrap().1
+}
+
 fn subject_of(pem: &str) -> String {
     Parsed::from_pem(pem).unwrap().subject
 }
@@ -43,7 +49,7 @@ fn a_first_run_creates_a_ca_alone_and_issues_a_leaf_for_the_service_names() {
     assert_eq!(issuer_of(&leaf.cert_pem), subject_of(&ca.cert_pem));
     assert_eq!(Parsed::from_pem(&leaf.cert_pem).unwrap().names, names());
     assert_eq!(plan_leaf(&ca, Some(&leaf), &names(), &policy(), now), LeafStep::Keep);
-    assert_eq!(advance_ca(Some(&ca), &[Some(leaf.cert_pem.as_str())], &policy(), now).unwrap().1, CaStep::Unchanged);
+    assert_eq!(ca_step(&ca, &[&leaf], &policy(), now), CaStep::Unchanged);
 }
 
 #[test]
@@ -112,10 +118,7 @@ fn a_rotation_publishes_both_cas_then_reissues_leaves_then_retires_the_old_ca() 
     assert_eq!(rotated.previous_cert_pem.as_deref(), Some(old.cert_pem.as_str()));
     assert_eq!(rotated.bundle().matches("BEGIN CERTIFICATE").count(), 2);
     assert_eq!(plan_leaf(&rotated, Some(&leaf), &names(), &p, t1 + HOUR / 2), LeafStep::Keep);
-    assert_eq!(
-        advance_ca(Some(&rotated), &[Some(leaf.cert_pem.as_str())], &p, t1 + HOUR / 2).unwrap().1,
-        CaStep::Unchanged
-    );
+    assert_eq!(ca_step(&rotated, &[&leaf], &p, t1 + HOUR / 2), CaStep::Unchanged);
 
     // One propagation later the new CA is everywhere: re-issue from it.
     let t2 = t1 + HOUR;
@@ -126,20 +129,12 @@ fn a_rotation_publishes_both_cas_then_reissues_leaves_then_retires_the_old_ca() 
     let new_leaf = issue_leaf(&rotated, &names(), &p, t2).unwrap();
     assert_eq!(issuer_of(&new_leaf.cert_pem), subject_of(&rotated.cert_pem));
     // The old CA stays until the new leaf has reached every server.
-    assert_eq!(
-        advance_ca(Some(&rotated), &[Some(new_leaf.cert_pem.as_str())], &p, t2 + HOUR / 2).unwrap().1,
-        CaStep::Unchanged
-    );
+    assert_eq!(ca_step(&rotated, &[&new_leaf], &p, t2 + HOUR / 2), CaStep::Unchanged);
     let (retired, step) = advance_ca(Some(&rotated), &[Some(new_leaf.cert_pem.as_str())], &p, t2 + HOUR).unwrap();
     assert_eq!(step, CaStep::PreviousRetired);
     assert_eq!(retired.bundle().matches("BEGIN CERTIFICATE").count(), 1);
     // An old leaf still written somewhere holds the old CA back.
-    assert_eq!(
-        advance_ca(Some(&rotated), &[Some(new_leaf.cert_pem.as_str()), Some(leaf.cert_pem.as_str())], &p, t2 + HOUR)
-            .unwrap()
-            .1,
-        CaStep::Unchanged
-    );
+    assert_eq!(ca_step(&rotated, &[&new_leaf, &leaf], &p, t2 + HOUR), CaStep::Unchanged);
 }
 
 #[test]
@@ -267,10 +262,7 @@ fn the_next_decision_is_the_earliest_pending_moment() {
     assert!(issued_by(&moved.cert_pem, &rotated.cert_pem) && !issued_by(&moved.cert_pem, &ca.cert_pem));
     let retire_at = next_decision(&rotated, &[&moved.cert_pem], &p, t2).unwrap();
     assert_eq!(seconds(retire_at), seconds(t2 + HOUR));
-    assert_eq!(
-        advance_ca(Some(&rotated), &[Some(moved.cert_pem.as_str())], &p, retire_at).unwrap().1,
-        CaStep::PreviousRetired
-    );
+    assert_eq!(ca_step(&rotated, &[&moved], &p, retire_at), CaStep::PreviousRetired);
     assert_eq!(next_decision(&CaState { cert_pem: "garbage".to_owned(), ..ca }, &[], &p, t0), None);
 }
 
@@ -337,12 +329,7 @@ fn a_missing_leaf_holds_the_previous_ca_in_the_bundle() {
         advance_ca(Some(&rotated), &[Some(moved.cert_pem.as_str()), None], &p, later).unwrap().1,
         CaStep::Unchanged
     );
-    assert_eq!(
-        advance_ca(Some(&rotated), &[Some(moved.cert_pem.as_str()), Some(moved.cert_pem.as_str())], &p, later)
-            .unwrap()
-            .1,
-        CaStep::PreviousRetired
-    );
+    assert_eq!(ca_step(&rotated, &[&moved, &moved], &p, later), CaStep::PreviousRetired);
 }
 
 #[test]

@@ -115,13 +115,6 @@ impl ServeOptions {
         self
     }
 
-    /// How long an HTTP/1.1 client may take to send a request's headers (also the idle limit of
-    /// a keep-alive connection).
-    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
-        self.header_read_timeout = timeout;
-        self
-    }
-
     /// How long in-flight requests (and open watches) may run after shutdown starts before their
     /// connections are closed.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {

@@ -18,15 +18,15 @@ struct Fixture {
 }
 
 async fn fixture(options: ServeOptions) -> Fixture {
-    fixture_with(options, app()).await
+    fixture_with(options, app(), TlsPolicy::default()).await
 }
 
-async fn fixture_with(options: ServeOptions, app: axum::Router) -> Fixture {
+async fn fixture_with(options: ServeOptions, app: axum::Router, policy: TlsPolicy) -> Fixture {
     let serving_ca = ca("serving-ca");
     let dir = tempfile::tempdir().unwrap();
     write_plain(dir.path(), &localhost_pair(&serving_ca));
     let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
-    let tls = ServerConfigBuilder::new(Arc::new(certificate)).build().unwrap();
+    let tls = ServerConfigBuilder::new(Arc::new(certificate)).policy(policy).build().unwrap();
     Fixture {
         server: TestServer::start_with(tls, app, options).await,
         roots: serving_ca.cert_pem().to_owned(),
@@ -76,35 +76,23 @@ async fn tls_1_2_clients_are_served_and_handlers_see_the_peer_address() {
 
 #[tokio::test]
 async fn a_tls13_minimum_refuses_tls12_clients_and_serves_tls13_ones() {
-    let serving_ca = ca("serving-ca");
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &localhost_pair(&serving_ca));
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
     let policy = TlsPolicy::from_flags(Some("VersionTLS13"), None).unwrap();
-    let tls = ServerConfigBuilder::new(Arc::new(certificate)).policy(policy).build().unwrap();
-    let server = TestServer::start_with(tls, app(), ServeOptions::default()).await;
-    let roots = serving_ca.cert_pem();
-    let tls12 = client_with_versions(roots, None, &[], &[&rustls::version::TLS12]);
+    let Fixture { server, roots, _dir } = fixture_with(ServeOptions::default(), app(), policy).await;
+    let tls12 = client_with_versions(&roots, None, &[], &[&rustls::version::TLS12]);
     assert!(fetch(server.addr, tls12, "/whoami").await.is_err(), "a TLS 1.2-only client must be refused");
-    let (_, body) = fetch(server.addr, client(roots, None, &[]), "/whoami").await.unwrap();
+    let (_, body) = fetch(server.addr, client(&roots, None, &[]), "/whoami").await.unwrap();
     assert_eq!(body, "anonymous HTTP/1.1");
     server.stop().await;
 }
 
 #[tokio::test]
 async fn a_cipher_suite_list_limits_what_tls12_clients_may_negotiate() {
-    let serving_ca = ca("serving-ca");
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &localhost_pair(&serving_ca));
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
     // Our generated keys are ECDSA: allowing only an RSA suite leaves TLS 1.2 nothing to agree on.
     let policy = TlsPolicy::from_flags(None, Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256")).unwrap();
-    let tls = ServerConfigBuilder::new(Arc::new(certificate)).policy(policy).build().unwrap();
-    let server = TestServer::start_with(tls, app(), ServeOptions::default()).await;
-    let roots = serving_ca.cert_pem();
-    let tls12 = client_with_versions(roots, None, &[], &[&rustls::version::TLS12]);
+    let Fixture { server, roots, _dir } = fixture_with(ServeOptions::default(), app(), policy).await;
+    let tls12 = client_with_versions(&roots, None, &[], &[&rustls::version::TLS12]);
     assert!(fetch(server.addr, tls12, "/whoami").await.is_err(), "no ECDSA suite is allowed for TLS 1.2");
-    let (_, body) = fetch(server.addr, client(roots, None, &[]), "/whoami").await.unwrap();
+    let (_, body) = fetch(server.addr, client(&roots, None, &[]), "/whoami").await.unwrap();
     assert_eq!(body, "anonymous HTTP/1.1", "TLS 1.3 is not constrained by the list");
     server.stop().await;
 }
@@ -162,7 +150,7 @@ async fn shutdown_lets_an_in_flight_request_finish_then_refuses_new_connections(
             }
         }),
     );
-    let Fixture { mut server, roots, _dir } = fixture_with(ServeOptions::default(), app).await;
+    let Fixture { mut server, roots, _dir } = fixture_with(ServeOptions::default(), app, TlsPolicy::default()).await;
     let addr = server.addr;
     let in_flight = tokio::spawn({
         let config = client(&roots, None, &[b"h2"]);
@@ -186,15 +174,7 @@ async fn shutdown_closes_connections_that_outlive_the_grace_period() {
     let mut idle = crate::support::connect(server.addr, client(&roots, None, &[b"http/1.1"])).await.unwrap();
     idle.write_all(b"GET /whoami HTTP/1.1\r\nHost: local").await.unwrap();
     server.stop().await;
-    bounded("the server to close the half-sent request", async {
-        let mut buffer = [0_u8; 256];
-        while let Ok(read) = idle.read(&mut buffer).await {
-            if read == 0 {
-                break;
-            }
-        }
-    })
-    .await;
+    closed_by_server(idle.get_mut().0).await;
 }
 
 #[tokio::test]
@@ -225,7 +205,7 @@ async fn a_client_that_stops_reading_is_disconnected() {
         axum::routing::get(|| async { axum::body::Body::new(Endless(bytes::Bytes::from(vec![b'x'; 16 * 1024]))) }),
     );
     let options = ServeOptions::default().write_stall_timeout(Duration::from_millis(300));
-    let Fixture { server, roots, _dir } = fixture_with(options, endless).await;
+    let Fixture { server, roots, _dir } = fixture_with(options, endless, TlsPolicy::default()).await;
     let mut stalled = crate::support::connect(server.addr, client(&roots, None, &[b"http/1.1"])).await.unwrap();
     stalled.write_all(b"GET /endless HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await; // not reading while the socket buffers fill
