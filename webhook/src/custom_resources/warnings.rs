@@ -108,8 +108,27 @@ mod tests {
         Some(LabelSelector { match_labels: Some(labels(&[(key, "")])), match_expressions: None })
     }
 
-    fn group(config: NodeGroupConfig) -> NodeGroup {
-        NodeGroup { pool_name: Some("w".into()), config: Some(config), ..NodeGroup::default() }
+    /// One pool-named group with `config`.
+    fn grouped(config: NodeGroupConfig) -> NUMAResourcesOperatorSpec {
+        let group = NodeGroup { pool_name: Some("w".into()), config: Some(config), ..NodeGroup::default() };
+        NUMAResourcesOperatorSpec { node_groups: vec![group], ..Default::default() }
+    }
+
+    /// One group choosing the nodes labelled `key`.
+    fn selecting(key: &str) -> NUMAResourcesOperatorSpec {
+        let group = NodeGroup { node_selector: selector(key), ..NodeGroup::default() };
+        NUMAResourcesOperatorSpec { node_groups: vec![group], ..Default::default() }
+    }
+
+    /// No warning when `want` is `None`, else exactly one that contains it.
+    fn assert_warns(row: &str, warnings: &[String], want: Option<&str>) {
+        match want {
+            None => assert!(warnings.is_empty(), "{row}: {warnings:?}"),
+            Some(needle) => {
+                assert_eq!(warnings.len(), 1, "{row}: {warnings:?}");
+                assert!(warnings[0].contains(needle), "{row}: {warnings:?}");
+            }
+        }
     }
 
     fn operator_warnings(spec: NUMAResourcesOperatorSpec, nodes: Option<&[BTreeMap<String, String>]>) -> Vec<String> {
@@ -124,17 +143,7 @@ mod tests {
     fn operator_warnings_one_row_per_rule() {
         let nodes = [labels(&[("node-role.kubernetes.io/worker", "")])];
         let rows: Vec<(&str, NUMAResourcesOperatorSpec, Option<&str>)> = vec![
-            (
-                "nothing to say",
-                NUMAResourcesOperatorSpec {
-                    node_groups: vec![NodeGroup {
-                        node_selector: selector("node-role.kubernetes.io/worker"),
-                        ..NodeGroup::default()
-                    }],
-                    ..Default::default()
-                },
-                None,
-            ),
+            ("nothing to say", selecting("node-role.kubernetes.io/worker"), None),
             (
                 "deprecated imageSpec",
                 NUMAResourcesOperatorSpec { exporter_image: "quay.io/rte:1".into(), ..Default::default() },
@@ -142,79 +151,47 @@ mod tests {
             ),
             (
                 "selector without nodes",
-                NUMAResourcesOperatorSpec {
-                    node_groups: vec![NodeGroup {
-                        node_selector: selector("node-role.kubernetes.io/cnf"),
-                        ..NodeGroup::default()
-                    }],
-                    ..Default::default()
-                },
+                selecting("node-role.kubernetes.io/cnf"),
                 Some("spec.nodeGroups[0].nodeSelector selects no node"),
             ),
             (
                 "refresh under 1s",
-                NUMAResourcesOperatorSpec {
-                    node_groups: vec![group(NodeGroupConfig {
-                        info_refresh_period: Some(GoDuration::from_nanos(500_000_000)),
-                        ..Default::default()
-                    })],
+                grouped(NodeGroupConfig {
+                    info_refresh_period: Some(GoDuration::from_nanos(500_000_000)),
                     ..Default::default()
-                },
+                }),
                 Some("spec.nodeGroups[0].config.infoRefreshPeriod 500ms is under 1s"),
             ),
             (
                 "paused",
-                NUMAResourcesOperatorSpec {
-                    node_groups: vec![group(NodeGroupConfig {
-                        info_refresh_pause: Some(InfoRefreshPauseMode::Enabled),
-                        ..Default::default()
-                    })],
+                grouped(NodeGroupConfig {
+                    info_refresh_pause: Some(InfoRefreshPauseMode::Enabled),
                     ..Default::default()
-                },
+                }),
                 Some("infoRefreshPause is Enabled"),
             ),
             (
                 "no fingerprint",
-                NUMAResourcesOperatorSpec {
-                    node_groups: vec![group(NodeGroupConfig {
-                        pods_fingerprinting: Some(PodsFingerprintingMode::Disabled),
-                        ..Default::default()
-                    })],
+                grouped(NodeGroupConfig {
+                    pods_fingerprinting: Some(PodsFingerprintingMode::Disabled),
                     ..Default::default()
-                },
+                }),
                 Some("podsFingerprinting is Disabled"),
             ),
             (
                 "0 disables, no warning",
-                NUMAResourcesOperatorSpec {
-                    node_groups: vec![group(NodeGroupConfig {
-                        info_refresh_period: Some(GoDuration::ZERO),
-                        ..Default::default()
-                    })],
-                    ..Default::default()
-                },
+                grouped(NodeGroupConfig { info_refresh_period: Some(GoDuration::ZERO), ..Default::default() }),
                 None,
             ),
         ];
         for (name, spec, want) in rows {
-            let warnings = operator_warnings(spec, Some(&nodes));
-            match want {
-                None => assert!(warnings.is_empty(), "{name}: {warnings:?}"),
-                Some(needle) => {
-                    assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
-                    assert!(warnings[0].contains(needle), "{name}: {warnings:?}");
-                }
-            }
+            assert_warns(name, &operator_warnings(spec, Some(&nodes)), want);
         }
     }
 
     #[test]
     fn node_selectors_are_not_judged_before_the_node_cache_syncs() {
-        let spec = NUMAResourcesOperatorSpec {
-            node_groups: vec![NodeGroup { node_selector: selector("x"), ..NodeGroup::default() }],
-            ..Default::default()
-        };
-        assert!(operator_warnings(spec, None).is_empty());
+        assert!(operator_warnings(selecting("x"), None).is_empty());
     }
 
     #[test]
@@ -267,14 +244,7 @@ mod tests {
             ),
         ];
         for (name, spec, want) in rows {
-            let warnings = scheduler_warnings(spec);
-            match want {
-                None => assert!(warnings.is_empty(), "{name}: {warnings:?}"),
-                Some(needle) => {
-                    assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
-                    assert!(warnings[0].contains(needle), "{name}: {warnings:?}");
-                }
-            }
+            assert_warns(name, &scheduler_warnings(spec), want);
         }
     }
 }

@@ -294,8 +294,10 @@ mod tests {
 
     #[test]
     fn every_rule_one_row() {
+        use Decision::Leave;
         use PodRoutingMode::*;
         use SkipReason::*;
+        let two_cpus = || pod("2", "1Gi");
         let selected: BTreeMap<String, String> = [("numa".to_owned(), "true".to_owned())].into();
         let other: BTreeMap<String, String> = [("team".to_owned(), "web".to_owned())].into();
         let known = NamespaceLabels::Known;
@@ -304,7 +306,7 @@ mod tests {
         let rows: Vec<Row<'_>> = vec![
             (
                 "integral CPUs, ExclusiveResources",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "work",
                 policy(ExclusiveResources, None),
                 known(&other),
@@ -316,7 +318,7 @@ mod tests {
                 "work",
                 policy(ExclusiveResources, None),
                 known(&other),
-                Decision::Leave(NoExclusiveResources),
+                Leave(NoExclusiveResources),
             ),
             (
                 "hugepages with fractional CPUs",
@@ -340,7 +342,7 @@ mod tests {
                 "work",
                 policy(ExclusiveResources, None),
                 known(&other),
-                Decision::Leave(NotGuaranteed(QosClass::Burstable)),
+                Leave(NotGuaranteed(QosClass::Burstable)),
             ),
             (
                 "BestEffort",
@@ -348,7 +350,7 @@ mod tests {
                 "work",
                 policy(ExclusiveResources, None),
                 known(&other),
-                Decision::Leave(NotGuaranteed(QosClass::BestEffort)),
+                Leave(NotGuaranteed(QosClass::BestEffort)),
             ),
             (
                 "mode All routes BestEffort too",
@@ -358,41 +360,34 @@ mod tests {
                 known(&other),
                 route(RouteReason::All),
             ),
-            (
-                "mode Disabled",
-                pod("2", "1Gi"),
-                "work",
-                policy(Disabled, None),
-                known(&other),
-                Decision::Leave(RoutingDisabled),
-            ),
+            ("mode Disabled", two_cpus(), "work", policy(Disabled, None), known(&other), Leave(RoutingDisabled)),
             (
                 "unknown mode",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "work",
                 policy(PodRoutingMode::Unknown("Some".into()), None),
                 known(&other),
-                Decision::Leave(RoutingDisabled),
+                Leave(RoutingDisabled),
             ),
             (
                 "another scheduler named",
-                named(pod("2", "1Gi"), "my-scheduler"),
+                named(two_cpus(), "my-scheduler"),
                 "work",
                 policy(All, None),
                 known(&other),
-                Decision::Leave(OtherScheduler("my-scheduler".into())),
+                Leave(OtherScheduler("my-scheduler".into())),
             ),
             (
                 "already ours",
-                named(pod("2", "1Gi"), "topo-aware-scheduler"),
+                named(two_cpus(), "topo-aware-scheduler"),
                 "work",
                 policy(All, None),
                 known(&other),
-                Decision::Leave(OtherScheduler("topo-aware-scheduler".into())),
+                Leave(OtherScheduler("topo-aware-scheduler".into())),
             ),
             (
                 "empty scheduler name is the default",
-                named(pod("2", "1Gi"), ""),
+                named(two_cpus(), ""),
                 "work",
                 policy(All, None),
                 known(&other),
@@ -400,63 +395,49 @@ mod tests {
             ),
             (
                 "opt-out annotation",
-                annotated(pod("2", "1Gi"), OPT_OUT_ANNOTATION, "default"),
+                annotated(two_cpus(), OPT_OUT_ANNOTATION, "default"),
                 "work",
                 policy(All, None),
                 known(&other),
-                Decision::Leave(OptedOut),
+                Leave(OptedOut),
             ),
             (
                 "another value of the annotation does not opt out",
-                annotated(pod("2", "1Gi"), OPT_OUT_ANNOTATION, "numa"),
+                annotated(two_cpus(), OPT_OUT_ANNOTATION, "numa"),
                 "work",
                 policy(All, None),
                 known(&other),
                 route(RouteReason::All),
             ),
-            (
-                "kube-system",
-                pod("2", "1Gi"),
-                "kube-system",
-                policy(All, None),
-                known(&selected),
-                Decision::Leave(SystemNamespace),
-            ),
-            (
-                "kube-public",
-                pod("2", "1Gi"),
-                "kube-public",
-                policy(All, None),
-                known(&selected),
-                Decision::Leave(SystemNamespace),
-            ),
+            ("kube-system", two_cpus(), "kube-system", policy(All, None), known(&selected), Leave(SystemNamespace)),
+            ("kube-public", two_cpus(), "kube-public", policy(All, None), known(&selected), Leave(SystemNamespace)),
             (
                 "kube-node-lease",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "kube-node-lease",
                 policy(All, None),
                 known(&selected),
-                Decision::Leave(SystemNamespace),
+                Leave(SystemNamespace),
             ),
             (
                 "openshift-*",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "openshift-monitoring",
                 policy(All, None),
                 known(&selected),
-                Decision::Leave(SystemNamespace),
+                Leave(SystemNamespace),
             ),
             (
                 "our own namespace",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "numaresources",
                 policy(All, numa_selector()),
                 known(&selected),
-                Decision::Leave(SystemNamespace),
+                Leave(SystemNamespace),
             ),
             (
                 "a namespace merely starting with kube-",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "kube-apps",
                 policy(All, None),
                 known(&other),
@@ -464,7 +445,7 @@ mod tests {
             ),
             (
                 "selector matches",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "work",
                 policy(ExclusiveResources, numa_selector()),
                 known(&selected),
@@ -472,23 +453,23 @@ mod tests {
             ),
             (
                 "selector does not match",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "work",
                 policy(ExclusiveResources, numa_selector()),
                 known(&other),
-                Decision::Leave(NamespaceNotSelected),
+                Leave(NamespaceNotSelected),
             ),
             (
                 "selector and a namespace not cached",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "work",
                 policy(All, numa_selector()),
                 NamespaceLabels::Unknown,
-                Decision::Leave(NamespaceUnknown),
+                Leave(NamespaceUnknown),
             ),
             (
                 "no selector needs no labels",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "work",
                 policy(All, None),
                 NamespaceLabels::Unknown,
@@ -496,7 +477,7 @@ mod tests {
             ),
             (
                 "expression selector",
-                pod("2", "1Gi"),
+                two_cpus(),
                 "work",
                 policy(
                     All,
@@ -510,7 +491,7 @@ mod tests {
                     }),
                 ),
                 known(&other),
-                Decision::Leave(NamespaceNotSelected),
+                Leave(NamespaceNotSelected),
             ),
         ];
         for (name, pod, namespace, policy, labels, want) in rows {
