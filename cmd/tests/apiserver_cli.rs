@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::apiserver::ApiServer;
-use support::{kubectl, unreachable_cluster, write_kubeconfig};
+use support::{kubectl, stderr, unreachable_cluster, write_kubeconfig};
 
 /// Starts the server delegating to an unreachable cluster, plus `flags`; returns it and a
 /// kubeconfig for talking to it with a token nobody can review.
@@ -24,19 +24,24 @@ fn start_delegating(dir: &Path, flags: &[&str]) -> (ApiServer, PathBuf) {
     (server, client)
 }
 
+/// No data is served: kube-apiserver's authentication settings never load.
+fn assert_no_data(client: &Path) {
+    let data = kubectl(client, &["get", "--raw", "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"]);
+    assert!(!data.status.success());
+    let stderr = stderr(&data);
+    assert!(stderr.contains("ServiceUnavailable") || stderr.contains("authentication configuration"), "{stderr}");
+}
+
 #[test]
 fn without_kube_apiserver_it_serves_health_but_no_data() {
     let dir = tempfile::tempdir().unwrap();
     let (mut server, client) = start_delegating(dir.path(), &[]);
 
     let health = kubectl(&client, &["get", "--raw", "/healthz"]);
-    assert!(health.status.success(), "{}", String::from_utf8_lossy(&health.stderr));
+    assert!(health.status.success(), "{}", stderr(&health));
     let ready = kubectl(&client, &["get", "--raw", "/readyz?verbose"]);
     assert!(!ready.status.success());
-    let data = kubectl(&client, &["get", "--raw", "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"]);
-    assert!(!data.status.success());
-    let stderr = String::from_utf8_lossy(&data.stderr);
-    assert!(stderr.contains("ServiceUnavailable") || stderr.contains("authentication configuration"), "{stderr}");
+    assert_no_data(&client);
 
     // The log says why, with the kube-apiserver address.
     server.process.wait_for(&["extension-apiserver-authentication"]);
@@ -54,10 +59,7 @@ fn a_client_ca_alone_keeps_delegated_authorization() {
 
     // Delegated: nothing is served until kube-apiserver's settings load (standalone would have
     // answered 401 for the unknown token at once).
-    let data = kubectl(&client, &["get", "--raw", "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies"]);
-    assert!(!data.status.success());
-    let stderr = String::from_utf8_lossy(&data.stderr);
-    assert!(stderr.contains("ServiceUnavailable") || stderr.contains("authentication configuration"), "{stderr}");
+    assert_no_data(&client);
     let standalone = server.process.logged("standalone mode");
     assert!(!standalone, "the permissive standalone authorizer was not chosen: {:#?}", server.process.log());
 }
