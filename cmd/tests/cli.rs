@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use support::{stderr, stdout, unpack_sysfs};
 
@@ -72,22 +72,8 @@ fn unknown_subcommands_and_bad_flags_fail_with_usage() {
 
 /// `rte` with no kubelet and no API server, as the README shows it.
 fn rte_oneshot(sys: &Path, extra: &[&str]) -> Output {
-    let sys = sys.to_str().unwrap();
-    let mut args = vec![
-        "rte",
-        "--oneshot",
-        "--no-publish",
-        "--podresources-socket",
-        "none",
-        "--sysfs",
-        sys,
-        "--hostname",
-        "worker-0",
-        "--metrics-mode=disabled",
-        "--podreadiness=false",
-    ];
-    args.extend_from_slice(extra);
-    Command::new(support::BINARY).args(&args).env_remove("NUMARESOURCES_LOG").output().unwrap()
+    let mut command = support::rte_alone(sys, &["--oneshot", "--metrics-mode=disabled"]);
+    command.args(extra).env_remove("NUMARESOURCES_LOG").output().unwrap()
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use support::{LOG_BOUND, Process, get, numaresources, poll, unpack_sysfs};
+use support::{LOG_BOUND, Process, get, numaresources, poll, rte_alone, unpack_sysfs};
 
 /// How long a process may take to exit after SIGTERM: far below the kubelet's 30 s grace
 /// period, far above what a healthy exit takes (a fraction of a second).
@@ -23,11 +23,6 @@ fn sysfs_with_fifo(dir: &Path, fifo: &str) -> PathBuf {
     let _ = std::fs::remove_file(&path); // some files (cpu online) may be missing
     assert!(Command::new("mkfifo").arg(&path).status().unwrap().success());
     sys
-}
-
-/// Starts the binary with `args`, collecting its log.
-fn start(args: &[&str]) -> Process {
-    Process::spawn(&mut numaresources(args))
 }
 
 /// Sends SIGTERM; the process must exit by itself within [`EXIT_BOUND`].
@@ -43,20 +38,7 @@ fn rte_reports_a_fifo_in_the_tree_and_stops_on_sigterm() {
     {
         let dir = tempfile::tempdir().unwrap();
         let sys = sysfs_with_fifo(dir.path(), fifo);
-        let mut rte = start(&[
-            "rte",
-            "--no-publish",
-            "--podresources-socket",
-            "none",
-            "--sysfs",
-            sys.to_str().unwrap(),
-            "--hostname",
-            "worker-0",
-            "--metrics-mode=disabled",
-            "--podreadiness=false",
-            "--sleep-interval",
-            "1s",
-        ]);
+        let mut rte = Process::spawn(&mut rte_alone(&sys, &["--metrics-mode=disabled", "--sleep-interval=1s"]));
         // The scan fails, naming the file, instead of waiting for a writer.
         rte.wait_for(&["refresh failed", fifo, "is a FIFO"]);
         terminate(&mut rte);
@@ -69,25 +51,15 @@ fn local_with_a_fifo_in_the_tree_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let sys = sysfs_with_fifo(&dir.path().join("machine"), "devices/system/cpu/cpu3/online");
     // An `online` file is optional: the FIFO is skipped and the machine published anyway.
-    let state = dir.path().join("state");
-    let kubeconfig = dir.path().join("kubeconfig");
-    let mut local = start(&[
-        "local",
-        "--secure-port",
-        "0",
-        "--hostname",
-        "fixture-node",
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--sysfs",
-        sys.to_str().unwrap(),
-        "--podresources-socket",
-        "none",
-        "--kubelet-config",
-        "/nonexistent/config.yaml",
-    ]);
+    let mut local = Process::spawn(
+        numaresources(&["local", "--secure-port=0", "--hostname=fixture-node", "--podresources-socket=none"])
+            .args(["--kubelet-config=/nonexistent/config.yaml", "--sysfs"])
+            .arg(&sys)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--kubeconfig")
+            .arg(dir.path().join("kubeconfig")),
+    );
     local.wait_for(&["published the node topology"]);
     terminate(&mut local);
 }
@@ -98,16 +70,10 @@ fn rte_oneshot_no_publish_opens_no_listener() {
     let sys = unpack_sysfs(dir.path());
     // Hold the metrics port: an agent that binds it fails to start.
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = held.local_addr().unwrap().port().to_string();
-    let out = Command::new(support::BINARY)
-        .args(["rte", "--oneshot", "--no-publish", "--podresources-socket", "none", "--hostname", "worker-0"])
-        .args(["--podreadiness=false", "--metrics-mode=http", "--metrics-address", "127.0.0.1", "--metrics-port"])
-        .arg(&port)
-        .arg("--sysfs")
-        .arg(sys)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let port = held.local_addr().unwrap().port();
+    let flags = ["--oneshot", "--metrics-mode=http", "--metrics-address=127.0.0.1", &format!("--metrics-port={port}")];
+    let out = rte_alone(&sys, &flags).output().unwrap();
+    assert!(out.status.success(), "{}", support::stderr(&out));
 }
 
 #[test]
@@ -117,16 +83,8 @@ fn rte_serves_metrics_and_probes_on_its_metrics_port() {
     // A port free a moment ago; the exporter binds it again.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let address = format!("127.0.0.1:{port}");
-    let mut rte = start(&[
-        "rte",
-        "--no-publish",
-        "--podresources-socket=none",
-        &format!("--sysfs={}", sys.display()),
-        "--hostname=worker-0",
-        "--podreadiness=false",
-        "--metrics-address=127.0.0.1",
-        &format!("--metrics-port={port}"),
-    ]);
+    let mut rte =
+        Process::spawn(&mut rte_alone(&sys, &["--metrics-address=127.0.0.1", &format!("--metrics-port={port}")]));
     rte.wait_for(&["serving /healthz, /livez, /readyz and /metrics"]);
     assert_eq!(get(&address, "/livez"), (200, "ok".to_owned()));
     // Ready once the first topology is published (here: the dry run of --no-publish).

@@ -26,6 +26,14 @@ pub fn numaresources(args: &[&str]) -> Command {
     command
 }
 
+/// `numaresources rte` on the machine at `sys` with neither a kubelet nor an API server (what it
+/// would publish is only logged), plus `extra`.
+pub fn rte_alone(sys: &Path, extra: &[&str]) -> Command {
+    let mut command = numaresources(&["rte", "--no-publish", "--podresources-socket=none", "--hostname=worker-0"]);
+    command.arg("--podreadiness=false").arg("--sysfs").arg(sys).args(extra);
+    command
+}
+
 /// Runs `command` with `stdin` as its standard input, to completion.
 pub fn output_with_stdin(command: &mut Command, stdin: &str) -> Output {
     let mut child = command
