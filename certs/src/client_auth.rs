@@ -16,6 +16,7 @@ use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, RootCer
 use rustls_pki_types::{CertificateDer, UnixTime};
 
 use crate::Error;
+use crate::config::SessionTickets;
 
 /// One PEM bundle of trusted CA certificates, parsed and checked.
 ///
@@ -89,6 +90,9 @@ fn verifier_for(certificates: &[CertificateDer<'static>]) -> Result<Arc<dyn Clie
 pub struct ClientCaVerifier {
     provider: Arc<CryptoProvider>,
     current: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
+    /// The session tickets of the servers verifying with these bundles, renewed when they are
+    /// replaced: a resumed session keeps the certificate verified when it started.
+    tickets: Arc<SessionTickets>,
 }
 
 impl fmt::Debug for ClientCaVerifier {
@@ -100,15 +104,26 @@ impl fmt::Debug for ClientCaVerifier {
 impl ClientCaVerifier {
     /// Trusts the union of `bundles` (none: ask no client for a certificate).
     pub fn new(bundles: &[CaBundle]) -> Result<Self, Error> {
-        Ok(Self { provider: crate::config::provider(), current: RwLock::new(combine(bundles)?) })
+        Ok(Self {
+            provider: crate::config::provider(),
+            current: RwLock::new(combine(bundles)?),
+            tickets: Arc::new(SessionTickets::new()),
+        })
     }
 
     /// Replaces the trusted bundles for handshakes that start from now on; connections already
-    /// established keep the identity they were verified with. On error nothing changes.
+    /// established keep the identity they were verified with, and no TLS session started before
+    /// resumes. On error nothing changes.
     pub fn replace(&self, bundles: &[CaBundle]) -> Result<(), Error> {
         let verifier = combine(bundles)?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = verifier;
+        self.tickets.renew();
         Ok(())
+    }
+
+    /// The session tickets a server verifying with these bundles issues.
+    pub(crate) fn session_tickets(&self) -> Arc<SessionTickets> {
+        Arc::clone(&self.tickets)
     }
 
     fn installed(&self) -> Option<Arc<dyn ClientCertVerifier>> {

@@ -1,11 +1,12 @@
 //! The rustls `ServerConfig` every server of ours uses.
 
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
-use rustls::server::{NoServerSessionStorage, ResolvesServerCert};
+use rustls::crypto::ring::Ticketer;
+use rustls::server::{NoServerSessionStorage, ProducesTickets, ResolvesServerCert};
 
 use crate::{ClientCaVerifier, Error, TlsPolicy};
 
@@ -64,8 +65,9 @@ impl ServerConfigBuilder {
     /// installed in `verifier` at handshake time; clients without one still connect (anonymous,
     /// for `/healthz` and token callers). Keep a clone of the `Arc` to replace the bundles.
     ///
-    /// TLS session resumption is turned off with this option, so that a replaced bundle applies
-    /// to every new connection instead of being bypassed by a resumed session.
+    /// A resumed TLS session keeps the certificate verified when it started, so replacing the
+    /// bundles also renews the session tickets: no session from before resumes, and a replaced
+    /// bundle applies to every new connection.
     pub fn client_cas(mut self, verifier: Arc<ClientCaVerifier>) -> Self {
         self.client_cas = Some(verifier);
         self
@@ -75,17 +77,161 @@ impl ServerConfigBuilder {
     pub fn build(self) -> Result<Arc<ServerConfig>, Error> {
         let builder = ServerConfig::builder_with_provider(self.policy.provider(&provider()))
             .with_protocol_versions(self.policy.versions())?;
-        let resumable = self.client_cas.is_none();
+        let tickets = match &self.client_cas {
+            Some(verifier) => verifier.session_tickets(),
+            None => Arc::new(SessionTickets::new()),
+        };
         let builder = match self.client_cas {
             Some(verifier) => builder.with_client_cert_verifier(verifier),
             None => builder.with_no_client_auth(),
         };
         let mut config = builder.with_cert_resolver(self.certificate);
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        if !resumable {
-            config.session_storage = Arc::new(NoServerSessionStorage {});
-            config.send_tls13_tickets = 0;
-        }
+        // Resumption by stateless tickets only: nothing kept per session, however many clients
+        // reconnect (exporters close their idle connections and come back every few seconds).
+        config.session_storage = Arc::new(NoServerSessionStorage {});
+        config.ticketer = tickets;
         Ok(Arc::new(config))
+    }
+}
+
+/// TLS session tickets (TLS 1.3, and TLS 1.2 for clients that ask), so a client that reconnects
+/// resumes its session instead of making a full handshake. The tickets are stateless (the
+/// session travels encrypted in the ticket), so the server keeps nothing per client however many
+/// reconnect; rustls' ticketer rotates its keys every 6 hours (a ticket lasts at most 12).
+///
+/// [`Self::renew`] throws the keys away: no ticket issued before resumes. A resumed session keeps
+/// the client certificate verified when it started, so a server verifying client certificates
+/// renews its tickets whenever its CA bundles are replaced ([`crate::ClientCaVerifier::replace`]).
+pub(crate) struct SessionTickets {
+    /// `None` when no keys could be made (no randomness): no tickets, every handshake full.
+    keys: RwLock<Option<Arc<dyn ProducesTickets>>>,
+}
+
+impl fmt::Debug for SessionTickets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionTickets").field("enabled", &self.enabled()).finish_non_exhaustive()
+    }
+}
+
+impl SessionTickets {
+    pub(crate) fn new() -> Self {
+        Self { keys: RwLock::new(Self::fresh_keys()) }
+    }
+
+    fn fresh_keys() -> Option<Arc<dyn ProducesTickets>> {
+        Ticketer::new()
+            .inspect_err(
+                |error| tracing::warn!(%error, "no TLS session tickets: every connection makes a full handshake"),
+            )
+            .ok()
+    }
+
+    /// New keys: tickets issued until now no longer resume.
+    pub(crate) fn renew(&self) {
+        *self.keys.write().unwrap_or_else(PoisonError::into_inner) = Self::fresh_keys();
+    }
+
+    fn keys(&self) -> Option<Arc<dyn ProducesTickets>> {
+        self.keys.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+impl ProducesTickets for SessionTickets {
+    fn enabled(&self) -> bool {
+        self.keys().is_some()
+    }
+
+    fn lifetime(&self) -> u32 {
+        self.keys().map_or(0, |keys| keys.lifetime())
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.keys()?.encrypt(plain)
+    }
+
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        self.keys()?.decrypt(cipher)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use rustls::{ClientConfig, HandshakeKind, RootCertStore};
+    use rustls_pki_types::ServerName;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+    use crate::{CaBundle, CertificateAuthority, ReloadingCertificate};
+
+    /// A TLS listener with `config` that sends `ok` on each connection and closes it.
+    async fn listen(config: Arc<ServerConfig>) -> SocketAddr {
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                if let Ok(mut tls) = acceptor.accept(tcp).await {
+                    let _ = tls.write_all(b"ok").await;
+                    let _ = tls.shutdown().await;
+                }
+            }
+        });
+        address
+    }
+
+    /// Connects, reads until the server closes (the session tickets come after the handshake),
+    /// and says how the TLS session started.
+    async fn connect(client: &tokio_rustls::TlsConnector, address: SocketAddr) -> HandshakeKind {
+        let tcp = TcpStream::connect(address).await.unwrap();
+        let mut tls = client.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+        let mut received = Vec::new();
+        tls.read_to_end(&mut received).await.unwrap();
+        assert_eq!(received, b"ok");
+        tls.get_ref().1.handshake_kind().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_client_resumes_its_session_until_the_client_ca_bundles_are_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = Duration::from_secs(3600);
+        let ca = CertificateAuthority::generate("ca", hour).unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        ca.issue_serving(&["localhost".to_owned()], hour).unwrap().write(&cert, &key).unwrap();
+        let certificate = Arc::new(ReloadingCertificate::load(cert, key).unwrap());
+        let bundle = CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(bundle.certificates()[0].clone()).unwrap();
+        let client = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let client = tokio_rustls::TlsConnector::from(Arc::new(client));
+
+        // Without client certificates (the webhook).
+        let address = listen(ServerConfigBuilder::new(certificate.clone()).build().unwrap()).await;
+        assert_eq!(connect(&client, address).await, HandshakeKind::Full);
+        assert_eq!(connect(&client, address).await, HandshakeKind::Resumed);
+
+        // With client CA bundles (the API server).
+        let verifier = Arc::new(ClientCaVerifier::new(std::slice::from_ref(&bundle)).unwrap());
+        let address = listen(ServerConfigBuilder::new(certificate).client_cas(verifier.clone()).build().unwrap()).await;
+        assert_eq!(connect(&client, address).await, HandshakeKind::Full);
+        assert_eq!(connect(&client, address).await, HandshakeKind::Resumed);
+        verifier.replace(&[bundle]).unwrap();
+        assert_eq!(
+            connect(&client, address).await,
+            HandshakeKind::Full,
+            "a session from before the bundles were replaced"
+        );
+        assert_eq!(connect(&client, address).await, HandshakeKind::Resumed);
     }
 }
