@@ -6,10 +6,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::Store;
 use numaresources_api::operator::defaults::Platform;
 use numaresources_certs::admin::{Checks, Flag};
 
@@ -172,14 +170,6 @@ impl Readiness {
             .with("operator-cache", synced(&self.operator))
             .with("scheduler-cache", synced(&self.scheduler))
             .with("kubeletconfig-cache", synced(&self.kubeletconfig))
-    }
-}
-
-/// Sets `synced` once a controller's main watch has listed everything (the store of
-/// [`kube::runtime::Controller::store`]); returns early, unset, if the controller stops first.
-pub(crate) async fn mark_when_synced(store: Store<DynamicObject>, synced: Flag) {
-    if store.wait_until_ready().await.is_ok() {
-        synced.set();
     }
 }
 

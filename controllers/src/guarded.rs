@@ -7,10 +7,15 @@
 //! an older schema let through. Parsed here, such an object only degrades itself: its status
 //! says which field is wrong and why, and every other object keeps being reconciled.
 
+use std::sync::Arc;
+
+use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
+use numaresources_certs::admin::Flag;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -43,6 +48,40 @@ pub fn resource<K: Resource<DynamicType = ()>>() -> ApiResource {
 /// What a controller watches for `K`: every object, as raw JSON.
 pub fn watched_api<K: Resource<DynamicType = ()>>(client: kube::Client) -> Api<DynamicObject> {
     Api::all_with(client, &resource::<K>())
+}
+
+/// A controller of `K` over its guarded watch ([`watched_api`]).
+pub fn controller<K: Resource<DynamicType = ()>>(client: kube::Client) -> Controller<DynamicObject> {
+    Controller::new_with(watched_api::<K>(client), Default::default(), resource::<K>())
+}
+
+/// Runs the controller `name` until `shutdown` completes; sets `synced` once its main watch has
+/// listed everything (left unset if the controller stops first).
+pub async fn drive<F>(
+    name: &'static str,
+    controller: Controller<DynamicObject>,
+    reconcile: impl FnMut(Arc<DynamicObject>, Arc<Context>) -> F,
+    error_policy: impl Fn(Arc<DynamicObject>, &Error, Arc<Context>) -> Action,
+    ctx: Arc<Context>,
+    synced: Flag,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) where
+    F: Future<Output = Result<Action>> + Send + 'static,
+{
+    let store = controller.store();
+    let mark_synced = async move {
+        if store.wait_until_ready().await.is_ok() {
+            synced.set();
+        }
+    };
+    let running = controller.graceful_shutdown_on(shutdown).run(reconcile, error_policy, ctx).for_each(|result| {
+        match result {
+            Ok((object, _)) => tracing::debug!(controller = name, object = %object.name, "reconciled"),
+            Err(error) => tracing::debug!(controller = name, %error, "reconcile error"),
+        }
+        std::future::ready(())
+    });
+    futures_util::future::join(mark_synced, running).await;
 }
 
 /// The object as `K`, or the field that stops it.

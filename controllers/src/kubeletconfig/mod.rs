@@ -31,7 +31,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use numaresources_api::operator::{NUMAResourcesOperator, OPERATOR_SINGLETON_NAME};
@@ -40,6 +40,7 @@ use numaresources_api::selector;
 use crate::apply::{Applier, controlled_by, delete};
 use crate::cluster_nodes;
 use crate::context::{Context, Error, Result, error_policy_for};
+use crate::guarded;
 use crate::names::{self, ANNOTATION_PAUSE};
 use crate::nodegroups;
 use crate::render::kubeletconfig::{self as render, TopologyManager};
@@ -91,7 +92,7 @@ pub fn topology_manager_of(config: &serde_json::Value, defaults: bool) -> Topolo
 /// Reconciles one watched object (guarded watch, [`crate::guarded`]); a malformed one is left to
 /// the operator controller, which reports it.
 pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
-    match crate::guarded::parse::<NUMAResourcesOperator>(&obj) {
+    match guarded::parse::<NUMAResourcesOperator>(&obj) {
         Ok(nro) => reconcile(Arc::new(nro), ctx).await,
         Err(_) => Ok(Action::await_change()),
     }
@@ -275,23 +276,9 @@ fn triggers(ctx: &Context) -> futures_util::stream::BoxStream<'static, ()> {
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
-    let triggers = triggers(&ctx);
-    let resource = crate::guarded::resource::<NUMAResourcesOperator>();
-    let controller = Controller::new_with(
-        crate::guarded::watched_api::<NUMAResourcesOperator>(ctx.client.clone()),
-        Default::default(),
-        resource,
-    )
-    .reconcile_all_on(triggers);
-    let synced = crate::context::mark_when_synced(controller.store(), ctx.readiness.kubeletconfig.clone());
-    let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
-        |result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "kubeletconfig reconcile error");
-            }
-        },
-    );
-    futures_util::future::join(synced, running).await;
+    let controller = guarded::controller::<NUMAResourcesOperator>(ctx.client.clone()).reconcile_all_on(triggers(&ctx));
+    let synced = ctx.readiness.kubeletconfig.clone();
+    guarded::drive("kubeletconfig", controller, reconcile_raw, error_policy_raw, ctx, synced, shutdown).await;
 }
 
 #[cfg(test)]

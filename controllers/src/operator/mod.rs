@@ -31,7 +31,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
@@ -421,34 +421,21 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let namespace = ctx.settings.namespace.clone();
     let ours = watcher::Config::default().labels(&format!("{}={}", names::LABEL_MANAGED_BY, FIELD_MANAGER));
     let exporter_configs = watcher::Config::default().labels(names::LABEL_NRO_NAME);
-    let resource = guarded::resource::<NUMAResourcesOperator>();
-    let config_owner = resource.clone();
+    let config_owner = guarded::resource::<NUMAResourcesOperator>();
     // Node label changes move nodes between groups (and may make a failed resolution succeed).
     let node_labels = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
         .touched_objects()
         .predicate_filter(predicates::labels, Default::default())
         .filter_map(|node| async move { node.ok().map(|_| ()) });
-    let controller = Controller::new_with(
-        guarded::watched_api::<NUMAResourcesOperator>(client.clone()),
-        Default::default(),
-        resource,
-    )
-    .owns(Api::<DaemonSet>::namespaced(client.clone(), &namespace), ours.clone())
-    .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours)
-    .watches(Api::<ConfigMap>::namespaced(client, &namespace), exporter_configs, move |cm| {
-        cm.labels().get(names::LABEL_NRO_NAME).map(|name| ObjectRef::new_with(name, config_owner.clone()))
-    })
-    .reconcile_all_on(node_labels);
-    let synced = crate::context::mark_when_synced(controller.store(), ctx.readiness.operator.clone());
-    let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
-        |result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled NUMAResourcesOperator"),
-                Err(error) => tracing::debug!(%error, "NUMAResourcesOperator reconcile error"),
-            }
-        },
-    );
-    futures_util::future::join(synced, running).await;
+    let controller = guarded::controller::<NUMAResourcesOperator>(client.clone())
+        .owns(Api::<DaemonSet>::namespaced(client.clone(), &namespace), ours.clone())
+        .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours)
+        .watches(Api::<ConfigMap>::namespaced(client, &namespace), exporter_configs, move |cm| {
+            cm.labels().get(names::LABEL_NRO_NAME).map(|name| ObjectRef::new_with(name, config_owner.clone()))
+        })
+        .reconcile_all_on(node_labels);
+    let synced = ctx.readiness.operator.clone();
+    guarded::drive("operator", controller, reconcile_raw, error_policy_raw, ctx, synced, shutdown).await;
 }
 
 #[cfg(test)]

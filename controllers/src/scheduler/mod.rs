@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
@@ -451,25 +451,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     .touched_objects()
     .predicate_filter(uid_hash, Default::default())
     .filter_map(|nrt| async move { nrt.ok().map(|_| ()) });
-    let resource = guarded::resource::<NUMAResourcesScheduler>();
-    let controller = Controller::new_with(
-        guarded::watched_api::<NUMAResourcesScheduler>(client.clone()),
-        Default::default(),
-        resource,
-    )
-    .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours.clone())
-    .owns(Api::<ConfigMap>::namespaced(client, &namespace), ours)
-    .reconcile_all_on(futures_util::stream::select(node_labels, nrts_created));
-    let synced = crate::context::mark_when_synced(controller.store(), ctx.readiness.scheduler.clone());
-    let running = controller.graceful_shutdown_on(shutdown).run(reconcile_raw, error_policy_raw, ctx).for_each(
-        |result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(object = %object.name, "reconciled NUMAResourcesScheduler"),
-                Err(error) => tracing::debug!(%error, "NUMAResourcesScheduler reconcile error"),
-            }
-        },
-    );
-    futures_util::future::join(synced, running).await;
+    let controller = guarded::controller::<NUMAResourcesScheduler>(client.clone())
+        .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours.clone())
+        .owns(Api::<ConfigMap>::namespaced(client, &namespace), ours)
+        .reconcile_all_on(futures_util::stream::select(node_labels, nrts_created));
+    let synced = ctx.readiness.scheduler.clone();
+    guarded::drive("scheduler", controller, reconcile_raw, error_policy_raw, ctx, synced, shutdown).await;
 }
 
 #[cfg(test)]
