@@ -104,7 +104,7 @@ pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     }
 }
 
-/// [`error_policy`] for the raw object.
+/// Retries a failed reconcile with a per-object backoff.
 pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
     error_policy_for(&key(&obj.name_any()), error, &ctx)
 }
@@ -150,12 +150,6 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
             Err(error)
         }
     }
-}
-
-/// [`error_policy_raw`] for a typed object (the tests' entry point).
-#[cfg(test)]
-pub fn error_policy(nro: Arc<NUMAResourcesOperator>, error: &Error, ctx: Arc<Context>) -> Action {
-    error_policy_for(&key(&nro.name_any()), error, &ctx)
 }
 
 /// The backoff and metrics key: `operator/<name>`.

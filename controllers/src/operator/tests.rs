@@ -344,17 +344,21 @@ async fn api_errors_are_degraded_and_retried_with_backoff() {
     let h = Harness::new(vec![worker_group()]);
     h.reconcile().await.unwrap();
     h.fake.fail(Method::PATCH, "/daemonsets/", 500, 2);
-    let nro = Arc::new(h.nro());
+    let nro: Arc<DynamicObject> = Arc::new(h.fake.typed(NRO));
     let error = h.reconcile().await.unwrap_err();
     assert!(error.to_string().contains("apply DaemonSet numaresources/numaresourcesoperator-worker"), "{error}");
     let (reason, message) = h.degraded();
     assert_eq!(reason, cond::REASON_INTERNAL_ERROR);
     assert!(message.contains("injected failure"), "the API server's words: {message}");
-    assert_eq!(error_policy(nro.clone(), &error, h.ctx.clone()), Action::requeue(Duration::from_secs(5)));
+    assert_eq!(error_policy_raw(nro.clone(), &error, h.ctx.clone()), Action::requeue(Duration::from_secs(5)));
     let error = h.reconcile().await.unwrap_err();
-    assert_eq!(error_policy(nro.clone(), &error, h.ctx.clone()), Action::requeue(Duration::from_secs(10)));
+    assert_eq!(error_policy_raw(nro.clone(), &error, h.ctx.clone()), Action::requeue(Duration::from_secs(10)));
     h.reconcile().await.unwrap();
-    assert_eq!(error_policy(nro, &error, h.ctx.clone()), Action::requeue(Duration::from_secs(5)), "reset by success");
+    assert_eq!(
+        error_policy_raw(nro, &error, h.ctx.clone()),
+        Action::requeue(Duration::from_secs(5)),
+        "reset by success"
+    );
     let metrics = h.ctx.metrics.encode().unwrap();
     assert!(metrics.contains(r#"reconcile_failures_total{controller="operator",error="kube"} 3"#), "{metrics}");
 }

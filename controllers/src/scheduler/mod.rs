@@ -82,7 +82,7 @@ pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
     }
 }
 
-/// [`error_policy`] for the raw object.
+/// Retries a failed reconcile with a per-object backoff.
 pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
     error_policy_for(&key(&obj.name_any()), error, &ctx)
 }
@@ -132,12 +132,6 @@ pub async fn reconcile(nrs: Arc<NUMAResourcesScheduler>, ctx: Arc<Context>) -> R
 /// The backoff and metrics key: `scheduler/<name>`.
 fn key(name: &str) -> String {
     format!("scheduler/{name}")
-}
-
-/// The error policy for a typed object (the tests' entry point).
-#[cfg(test)]
-pub fn error_policy(nrs: Arc<NUMAResourcesScheduler>, error: &Error, ctx: Arc<Context>) -> Action {
-    error_policy_for(&key(&nrs.name_any()), error, &ctx)
 }
 
 /// What status reports besides the conditions.

@@ -238,8 +238,8 @@ async fn api_errors_degrade_and_retry() {
     let error = h.reconcile().await.unwrap_err();
     assert!(error.to_string().contains("apply Deployment numaresources/numaresources-scheduler"), "{error}");
     assert_eq!(h.condition(cond::DEGRADED).1, cond::REASON_INTERNAL_ERROR);
-    let nrs = Arc::new(h.fake.typed::<NUMAResourcesScheduler>(NRS));
-    assert_eq!(error_policy(nrs, &error, h.ctx.clone()), Action::requeue(Duration::from_secs(5)));
+    let nrs: Arc<DynamicObject> = Arc::new(h.fake.typed(NRS));
+    assert_eq!(error_policy_raw(nrs, &error, h.ctx.clone()), Action::requeue(Duration::from_secs(5)));
     h.reconcile().await.unwrap();
     assert_eq!(h.condition(cond::DEGRADED).0, "False");
 }
