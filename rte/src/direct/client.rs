@@ -1,7 +1,8 @@
 //! The kube client for our API server: its CA (re-read while running, so a rotated CA is
-//! followed), the bearer token from [`BearerFile`] on every request, a short connect timeout and
-//! no retries of its own: a failure must reach the failover at once, which then publishes through
-//! kube-apiserver instead of retrying a replica that is not ready.
+//! followed), the bearer token from [`BearerFile`] on every request, a short connect timeout, no
+//! retries of its own (a failure must reach the failover at once, which then publishes through
+//! kube-apiserver instead of retrying a replica that is not ready), and no connection kept open
+//! between publishes ([`DIRECT_IDLE_CONNECTION_TIMEOUT`]).
 
 use std::fs;
 use std::io::Read as _;
@@ -11,8 +12,11 @@ use std::time::Duration;
 
 use http::Request;
 use http::header::AUTHORIZATION;
-use kube::client::{Body, ClientBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{Body, ClientBuilder, ConfigExt as _};
 use numaresources_certs::CaBundle;
+use tower::ServiceBuilder;
 use tower::util::MapRequestLayer;
 
 use super::DirectServer;
@@ -21,6 +25,25 @@ use super::bearer::BearerFile;
 /// How long connecting to our server may take. It is a Service address inside the cluster:
 /// when it does not connect within this, it is not there, and kube-apiserver is used instead.
 pub(crate) const DIRECT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long a connection to our server stays open after its last request (it is closed between
+/// once and twice this: the pool looks for idle connections once per this period).
+///
+/// An agent publishes about every 10 s on a busy node and once a minute (the heartbeat) on a
+/// quiet one, and each request takes milliseconds. A kept-alive TLS connection costs the replica
+/// ≈28 KiB however idle it is (hyper's read and write buffers, the connection's task, rustls'
+/// state): 5,000 agents holding one each cost a replica 140 MiB, several times its objects.
+/// Closed shortly after use, a replica holds connections only for the agents writing right now;
+/// and after a rollout the agents spread over the new replicas with their next publishes instead
+/// of staying on whichever replica they first reached. The requests of one publish (a 404's
+/// create after the patch) and the own-object watch's list then watch still share a connection.
+/// A reconnect resumes the TLS session (our server issues session tickets), so it costs a
+/// key exchange, not a certificate verification.
+pub const DIRECT_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How many idle connections to our server the client keeps at most: an agent makes one request
+/// at a time besides its own-object watch, so a second idle connection is never needed.
+pub(crate) const DIRECT_MAX_IDLE_CONNECTIONS: usize = 1;
 
 /// The largest CA bundle read (a bundle of a few certificates is a few KiB; the controllers'
 /// rotation keeps two).
@@ -70,24 +93,55 @@ fn read_ca(path: &Path) -> Result<Vec<Vec<u8>>, ClientError> {
     Ok(bundle.certificates().iter().map(|c| c.to_vec()).collect())
 }
 
-/// A client for `server` presenting the token `bearer` reads.
+/// A client for `server` presenting the token `bearer` reads, closing its connections after
+/// [`DIRECT_IDLE_CONNECTION_TIMEOUT`] idle.
 pub fn direct_client(server: &DirectServer, bearer: Arc<BearerFile>) -> Result<kube::Client, ClientError> {
+    direct_client_with_idle_timeout(server, bearer, Some(DIRECT_IDLE_CONNECTION_TIMEOUT))
+}
+
+/// [`direct_client`] closing connections after `idle_timeout` idle; with `None`, keeping them
+/// until they are next used, as kube's default client does (the fleet benchmark compares both).
+pub fn direct_client_with_idle_timeout(
+    server: &DirectServer,
+    bearer: Arc<BearerFile>,
+    idle_timeout: Option<Duration>,
+) -> Result<kube::Client, ClientError> {
     let roots = read_ca(&server.ca_file)?;
     let mut config = kube::Config::new(server.url.clone());
     config.root_cert = Some(roots);
     // kube re-reads this file while running and verifies with what it holds.
     config.root_cert_file = Some(server.ca_file.clone());
-    config.connect_timeout = Some(DIRECT_CONNECT_TIMEOUT);
-    config.default_retry = false;
     let kube = |source| ClientError::Kube { url: server.url.clone(), source: Box::new(source) };
+
+    // kube's own client stack minus what the direct path does not use (retries, kubeconfig
+    // credentials, gzip, per-request tracing), with a pool of our own: kube builds its pool
+    // without a timer, and without one hyper never closes an idle connection (it only notices
+    // an expired one when it would reuse it).
+    let mut connector = HttpConnector::new();
+    connector.enforce_http(false);
+    connector.set_connect_timeout(Some(DIRECT_CONNECT_TIMEOUT));
+    let connector = config.rustls_https_connector_with_connector(connector).map_err(kube)?;
+    let mut pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    if let Some(idle_timeout) = idle_timeout {
+        pool.pool_timer(TokioTimer::new())
+            .pool_idle_timeout(idle_timeout)
+            .pool_max_idle_per_host(DIRECT_MAX_IDLE_CONNECTIONS);
+    }
+    let http = pool.build::<_, Body>(connector);
+
     let bearer = MapRequestLayer::new(move |mut request: Request<Body>| {
         if let Some(header) = bearer.header() {
             request.headers_mut().insert(AUTHORIZATION, header);
         }
         request
     });
-    Ok(ClientBuilder::try_from(config).map_err(kube)?.with_layer(&bearer).build())
+    let service = ServiceBuilder::new().layer(config.base_uri_layer()).layer(bearer).service(http);
+    Ok(ClientBuilder::new(service, config.default_namespace).build())
 }
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod connection_tests;
 
 #[cfg(test)]
 mod tests {
