@@ -24,12 +24,12 @@ use numaresources_apiserver::{AppState, Store, router};
 use serde_json::json;
 use tower::ServiceExt;
 
-#[path = "../tests/support/fleet.rs"]
-mod fleet;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
-use fleet::worker;
+use support::BASE;
+use support::fleet::worker;
 
-const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 const NODES: usize = 5_000;
 
 async fn send(app: &Router, request: Request<Body>) -> usize {
@@ -44,9 +44,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 fn resident_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    support::resident_kib(std::process::id())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -174,14 +174,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 }
 
 fn resident_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
+    support::resident_kib(pid).unwrap_or(0) as f64 / 1024.0
 }
 
 #[derive(Clone, Copy)]

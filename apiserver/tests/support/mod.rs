@@ -31,3 +31,10 @@ pub fn nrt(name: &str, available: i64) -> Value {
                    "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": available}]}]
     })
 }
+
+/// The resident memory (VmRSS) of process `pid` in KiB, for the benches.
+pub fn resident_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
