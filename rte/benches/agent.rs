@@ -13,10 +13,12 @@
 
 #[path = "../../bench-support/median.rs"]
 mod median;
+#[path = "../tests/sysfs_fixture/mod.rs"]
+mod sysfs_fixture;
 
 use std::future::Future;
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use numaresources_api::nrt::NodeResourceTopology;
@@ -162,11 +164,7 @@ async fn reactive(config: Config, socket: PathBuf, kubelet: &RunningKubelet) {
 }
 
 fn main() {
-    let dir = tempfile::tempdir().unwrap();
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-    let file = std::fs::File::open(tarball).unwrap();
-    tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
-    let sys = dir.path().join("sys");
+    let (dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
     let mut config = Config::for_node("worker-0");
     config.sysfs.clone_from(&sys);
 

@@ -8,9 +8,10 @@
 
 #[path = "../../bench-support/median.rs"]
 mod median;
+#[path = "../tests/sysfs_fixture/mod.rs"]
+mod sysfs_fixture;
 
 use std::hint::black_box;
-use std::path::Path;
 
 use numaresources_rte::fingerprint::Fingerprint;
 use numaresources_rte::numaplacement::{self, Decoder, Metadata, Placement};
@@ -36,11 +37,7 @@ fn containers(count: usize, numa_nodes: u32) -> Vec<(String, String, String, i64
 }
 
 fn main() {
-    let dir = tempfile::tempdir().unwrap();
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-    let file = std::fs::File::open(tarball).unwrap();
-    tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
-    let sys = dir.path().join("sys");
+    let (_dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
 
     bench("sysfs: discover intel-2numa-24cpu (2 nodes, 24 CPUs)", 200, || {
         black_box(sysfs::discover(black_box(&sys)).unwrap());

@@ -3,9 +3,11 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
+mod sysfs_fixture;
+
 use std::fs;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,11 +73,7 @@ struct Node {
 
 impl Node {
     fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-        let file = fs::File::open(tarball).unwrap();
-        tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
-        let sys = dir.path().join("sys");
+        let (dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
         let socket = dir.path().join("kubelet.sock");
         Self { dir, sys, socket }
     }

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
 mod run_loop;
+mod sysfs_fixture;
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -14,7 +15,7 @@ use std::path::Path;
 use numaresources_rte::agent::Agent;
 use numaresources_rte::config::{Args, Interval, Kubelet, MetricsMode};
 use numaresources_rte::podresources::PodResourcesClient;
-use run_loop::{Told, bounded, unpack_fixture};
+use run_loop::{Told, bounded};
 use tokio::sync::mpsc;
 
 /// Writes a new version of the mounted ConfigMap as the kubelet does: a new timestamped
@@ -37,8 +38,7 @@ fn publish_configmap(mount: &Path, version: u32, policy: &str) {
 
 #[tokio::test]
 async fn a_changed_configmap_policy_is_published_without_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let sys = unpack_fixture(dir.path());
+    let (dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
     let mount = dir.path().join("rte-config");
     fs::create_dir(&mount).unwrap();
     publish_configmap(&mount, 1, "restricted");

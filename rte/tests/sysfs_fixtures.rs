@@ -3,21 +3,14 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unpack is a failed test
 
+mod sysfs_fixture;
+
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use numaresources_rte::sysfs::{self, Discovery, Layout, Machine, capacity_zones};
-
-/// Unpacks a fixture into a temporary directory; returns it and its `sys/` root.
-fn unpack(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(format!("{name}.tar.gz"));
-    let dir = tempfile::tempdir().unwrap();
-    let file = fs::File::open(&tarball).unwrap();
-    tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
-    let sys = dir.path().join("sys");
-    (dir, sys)
-}
+use sysfs_fixture::unpack;
 
 fn discover_fixture(name: &str) -> (tempfile::TempDir, Machine) {
     let (dir, sys) = unpack(name);

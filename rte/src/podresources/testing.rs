@@ -99,19 +99,16 @@ struct Lister {
 }
 
 impl Lister {
-    /// A copy of the answers now, counting the call.
-    fn answers(&self) -> FakeKubelet {
+    /// A copy of the answers now, counting the call; a hanging kubelet answers only when stopped.
+    async fn answers(&self) -> Result<FakeKubelet, Status> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        self.answers.read().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    async fn maybe_hang(&self, answers: &FakeKubelet) -> Result<(), Status> {
+        let answers = self.answers.read().unwrap_or_else(PoisonError::into_inner).clone();
         if answers.hang {
             let mut stopping = self.stopping.clone();
             let _ = stopping.wait_for(|stop| *stop).await;
             return Err(Status::unavailable("fake kubelet stopping"));
         }
-        Ok(())
+        Ok(answers)
     }
 }
 
@@ -121,8 +118,7 @@ impl PodResourcesLister for Lister {
         &self,
         _: Request<proto::ListPodResourcesRequest>,
     ) -> Result<Response<proto::ListPodResourcesResponse>, Status> {
-        let answers = self.answers();
-        self.maybe_hang(&answers).await?;
+        let answers = self.answers().await?;
         Ok(Response::new(answers.list))
     }
 
@@ -130,8 +126,7 @@ impl PodResourcesLister for Lister {
         &self,
         _: Request<proto::AllocatableResourcesRequest>,
     ) -> Result<Response<proto::AllocatableResourcesResponse>, Status> {
-        let answers = self.answers();
-        self.maybe_hang(&answers).await?;
+        let answers = self.answers().await?;
         match &answers.allocatable {
             Some(allocatable) => Ok(Response::new(allocatable.clone())),
             // What tonic itself answers for an unknown method.
@@ -145,8 +140,7 @@ impl PodResourcesLister for Lister {
         &self,
         request: Request<proto::GetPodResourcesRequest>,
     ) -> Result<Response<proto::GetPodResourcesResponse>, Status> {
-        let answers = self.answers();
-        self.maybe_hang(&answers).await?;
+        let answers = self.answers().await?;
         let wanted = request.into_inner();
         let pod = answers
             .list

@@ -1,9 +1,7 @@
-//! What the run-loop tests share: a bound on every wait, a publisher that tells the test what it
-//! is asked to publish, and the 2-NUMA sysfs fixture unpacked.
+//! What the run-loop tests share: a bound on every wait and a publisher that tells the test what
+//! it is asked to publish.
 
-use std::fs;
 use std::future::Future;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
@@ -24,11 +22,4 @@ impl Publisher for Told {
         let _ = self.0.send(desired);
         std::future::ready(Ok(Outcome::Patched))
     }
-}
-
-/// Unpacks the `intel-2numa-24cpu` fixture into `dir`; returns its `sys`.
-pub fn unpack_fixture(dir: &Path) -> PathBuf {
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-    tar::Archive::new(flate2::read::GzDecoder::new(fs::File::open(tarball).unwrap())).unpack(dir).unwrap();
-    dir.join("sys")
 }
