@@ -37,9 +37,9 @@ fn kubectl_reads_this_machines_topology() {
 fn kubectl_writes_patches_and_deletes_objects() {
     let server = start();
     let fixture = nrt_fixture();
-    let applied = server.kubectl_ok(&["apply", "-f", fixture.to_str().unwrap()]);
+    let applied = server.kubectl_ok(&["apply", "-f", &fixture]);
     assert!(applied.contains("worker-0 created"), "{applied}");
-    let again = server.kubectl_ok(&["apply", "-f", fixture.to_str().unwrap()]);
+    let again = server.kubectl_ok(&["apply", "-f", &fixture]);
     assert!(again.contains("worker-0 unchanged") || again.contains("worker-0 configured"), "{again}");
 
     let patch = r#"{"metadata":{"labels":{"pool":"cnf"}}}"#;

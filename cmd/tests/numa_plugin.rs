@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::local::{Server, start_with};
-use support::{BINARY, Process, nrt_fixture, output_with_stdin, poll, stdout};
+use support::{BINARY, Process, kubectl_command, nrt_fixture, output_with_stdin, poll, stdout};
 
 /// Runs `numaresources numa ARGS` against the server.
 fn numa(server: &Server, args: &[&str]) -> Output {
@@ -31,12 +31,9 @@ fn numa_with_stdin(server: &Server, args: &[&str], stdin: Option<&str>) -> Outpu
 }
 
 fn apply(server: &Server, object: &Value) {
-    let out = output_with_stdin(&mut server.kubectl_command(&["apply", "-f", "-"]), &object.to_string());
+    let mut apply = kubectl_command("kubectl", &server.kubeconfig, &["apply", "-f", "-"]);
+    let out = output_with_stdin(&mut apply, &object.to_string());
     assert!(out.status.success(), "{}", support::stderr(&out));
-}
-
-fn real_fixture() -> String {
-    nrt_fixture().display().to_string()
 }
 
 /// An NRT for the plugin's cases: (cpu, memory GiB) available per zone, allocatable the same.
@@ -83,7 +80,7 @@ fn line<'a>(answer: &'a str, node: &str) -> &'a str {
 #[test]
 fn top_shows_each_zone_with_bars_policy_and_report_age() {
     let server = start_with(&["--simulate-nodes", "3"]);
-    server.kubectl_ok(&["apply", "-f", &real_fixture()]);
+    server.kubectl_ok(&["apply", "-f", &nrt_fixture()]);
 
     let out = numa(&server, &["top", "--sort-by", "name"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -150,7 +147,7 @@ fn top_shows_each_zone_with_bars_policy_and_report_age() {
 #[test]
 fn fit_gives_the_plugins_verdict_for_each_case() {
     let server = start_with(&[]);
-    server.kubectl_ok(&["apply", "-f", &real_fixture()]);
+    server.kubectl_ok(&["apply", "-f", &nrt_fixture()]);
     apply(&server, &nrt("snn-container", "single-numa-node", "container", &[(4, 8), (8, 2)]));
     apply(&server, &nrt("snn-pod", "single-numa-node", "pod", &[(4, 8), (4, 8)]));
 
@@ -256,7 +253,7 @@ fn top_watch_redraws_when_an_nrt_changes() {
     let server = start_with(&[]);
     let top = Process::spawn_stdout(&mut numa_command(&server, &["top", "--watch", "--sort-by", "name"]));
     top.wait_for(&["1 nodes, 2 NUMA zones"]);
-    server.kubectl_ok(&["apply", "-f", &real_fixture()]);
+    server.kubectl_ok(&["apply", "-f", &nrt_fixture()]);
     top.wait_for(&["2 nodes, 4 NUMA zones"]);
     top.wait_for(&["worker-0  single-numa-node/container"]);
 }

@@ -53,16 +53,12 @@ impl Standalone {
     }
 }
 
-fn fixture() -> String {
-    nrt_fixture().to_str().unwrap().to_owned()
-}
-
 #[test]
 fn kubectl_reads_writes_and_is_refused_as_kube_apiserver_would() {
     let server = start();
     let versions = server.ok(&["api-versions"]);
     assert!(versions.lines().any(|l| l == "topology.node.k8s.io/v1alpha2"), "{versions}");
-    assert!(server.ok(&["create", "-f", &fixture()]).contains("worker-0 created"));
+    assert!(server.ok(&["create", "-f", &nrt_fixture()]).contains("worker-0 created"));
 
     // Output formats: yaml (with the server-set freshness annotation), wide (the extra columns).
     let yaml = server.ok(&["get", "nrt", "worker-0", "-o", "yaml"]);
@@ -104,7 +100,7 @@ fn kubectl_reads_writes_and_is_refused_as_kube_apiserver_would() {
 #[test]
 fn kubectl_get_watch_sees_another_clients_writes() {
     let server = start();
-    server.ok(&["create", "-f", &fixture()]);
+    server.ok(&["create", "-f", &nrt_fixture()]);
     server.ok(&["label", "nrt", "worker-0", "pool=first"]);
     let watch_args =
         server.as_reader(&["get", "nrt", "worker-0", "-w", "-o", "jsonpath={.metadata.labels.pool}{\"\\n\"}"]);

@@ -2,9 +2,9 @@
 //! `numa_*` and `monitoring_*` tests.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use super::{LOG_BOUND, Process, kubectl_command, numaresources, poll, unpack_sysfs};
+use super::{LOG_BOUND, Process, numaresources, poll, unpack_sysfs};
 
 /// A running `numaresources local`, killed when the test ends, however it ends.
 pub struct Server {
@@ -17,11 +17,6 @@ pub struct Server {
 impl Server {
     pub fn kubectl(&self, args: &[&str]) -> Output {
         super::kubectl(&self.kubeconfig, args)
-    }
-
-    /// `kubectl args` against the server, to run as the caller needs.
-    pub fn kubectl_command(&self, args: &[&str]) -> Command {
-        kubectl_command("kubectl", &self.kubeconfig, args)
     }
 
     pub fn kubectl_ok(&self, args: &[&str]) -> String {

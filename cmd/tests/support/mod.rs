@@ -224,7 +224,7 @@ pub fn unpack_sysfs(dir: &Path) -> PathBuf {
     dir.join("sys")
 }
 
-/// A real NRT of a 2-NUMA worker (`worker-0`).
-pub fn nrt_fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nrt/worker-0-2numa-v1alpha2.yaml")
+/// The path of a real NRT of a 2-NUMA worker (`worker-0`), for `kubectl -f`.
+pub fn nrt_fixture() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/nrt/worker-0-2numa-v1alpha2.yaml").to_owned()
 }
