@@ -1,9 +1,11 @@
-//! A TLS connection to `localhost`, and a Secret mounted the kubelet's way. Shared by `#[path]`
-//! with the webhook's TLS tests, which rotate its serving pair the same way.
+//! A bound on every wait, a TLS connection to `localhost`, and a Secret mounted the kubelet's
+//! way. Shared by `#[path]` with the webhook's TLS tests, which rotate its serving pair the same
+//! way.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use numaresources_certs::PemPair;
 use rustls::ClientConfig;
@@ -11,6 +13,14 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
+
+/// The bound on every wait in these tests; reaching it means something is stuck.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Awaits `future`, failing the test if it takes longer than [`PATIENCE`].
+pub async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future).await.unwrap_or_else(|_| panic!("{what} took too long: likely deadlocked"))
+}
 
 pub async fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<TlsStream<TcpStream>> {
     let tcp = TcpStream::connect(addr).await?;

@@ -19,19 +19,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use crate::shared::connect;
-
-/// The bound on every wait in these tests; reaching it means something is stuck.
-pub const PATIENCE: Duration = Duration::from_secs(10);
+pub use crate::shared::{bounded, connect};
 
 pub type TestResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-/// Awaits `future`, failing the test if it takes longer than [`PATIENCE`].
-pub async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future).await.unwrap_or_else(|_| panic!("{what} took too long: likely deadlocked"))
-}
-
-/// Polls `check` until it returns true, failing the test after [`PATIENCE`].
+/// Polls `check` until it returns true, failing the test after [`PATIENCE`](crate::shared::PATIENCE).
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,

@@ -23,17 +23,10 @@ use serde_json::Value;
 
 use crate::support::{fixture, scheduler, webhook_with};
 use crate::tls_client::client;
-use shared::{connect, kubelet_mount, kubelet_swap};
+use shared::{bounded, connect, kubelet_mount, kubelet_swap};
 
 #[path = "../../../certs/tests/tls/shared.rs"]
 mod shared;
-
-/// The bound on every wait; reaching it means something is stuck.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future).await.unwrap_or_else(|_| panic!("{what} took too long"))
-}
 
 struct Server {
     addr: SocketAddr,
