@@ -6,7 +6,6 @@
 //! aggregator asks for first, with an ETag so an unchanged document costs a 304.
 //! `/version` and `/api` are for clients talking to us directly (standalone and `local` modes).
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -15,10 +14,10 @@ use bytes::Bytes;
 use http::header::ACCEPT;
 use http::{HeaderMap, StatusCode};
 use numaresources_api::nrt::{GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::AppState;
-use crate::etag::with_etag;
+use crate::etag::{hash, json_bytes, with_etag};
 use crate::rest::json_response;
 
 /// The version this API server serves.
@@ -124,9 +123,7 @@ impl Discovery {
                 }],
             })
         };
-        let aggregated_v2 = bytes(&aggregated("apidiscovery.k8s.io/v2"));
-        let mut hasher = DefaultHasher::new();
-        aggregated_v2.hash(&mut hasher);
+        let aggregated_v2 = json_bytes(&aggregated("apidiscovery.k8s.io/v2"));
         let version = json!({
             "major": "1",
             "minor": KUBERNETES_MINOR,
@@ -139,14 +136,14 @@ impl Discovery {
             "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
         });
         Self {
-            group_list: bytes(&group_list),
-            group: bytes(&group),
-            resource_list: bytes(&resource_list),
+            group_list: json_bytes(&group_list),
+            group: json_bytes(&group),
+            resource_list: json_bytes(&resource_list),
+            etag: format!("\"{}\"", hash(&aggregated_v2)),
             aggregated_v2,
-            aggregated_v2beta1: bytes(&aggregated("apidiscovery.k8s.io/v2beta1")),
-            etag: format!("\"{:016X}\"", hasher.finish()),
-            version: bytes(&version),
-            core: bytes(&json!({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []})),
+            aggregated_v2beta1: json_bytes(&aggregated("apidiscovery.k8s.io/v2beta1")),
+            version: json_bytes(&version),
+            core: json_bytes(&json!({"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []})),
         }
     }
 }
@@ -192,12 +189,10 @@ fn go_arch() -> &'static str {
     }
 }
 
-fn bytes(value: &Value) -> Bytes {
-    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[test]

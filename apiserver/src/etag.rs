@@ -1,9 +1,24 @@
 //! Conditional GETs of the documents rendered once (discovery, OpenAPI): an ETag per document.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
+
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, ETAG, HeaderValue, IF_NONE_MATCH};
 use http::{HeaderMap, StatusCode};
+use serde_json::Value;
+
+/// A document rendered once, as the JSON it is served as.
+pub(crate) fn json_bytes(value: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// The hash of a rendered document, in hex: its ETag's text.
+pub(crate) fn hash(bytes: &Bytes) -> String {
+    let mut hasher = DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    format!("{:016X}", hasher.finish())
+}
 
 /// 304 when the client already has this version, else the body with its ETag.
 pub(crate) fn with_etag(headers: &HeaderMap, body: Bytes, etag: &str, content_type: &'static str) -> Response {

@@ -2,7 +2,6 @@
 //! for our group-version) and v2 (Swagger 2.0). Both are generated from the Rust types and
 //! rendered once; every top-level kind carries `x-kubernetes-group-version-kind`.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -16,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::discovery::VERSION;
-use crate::etag::with_etag;
+use crate::etag::{hash, json_bytes, with_etag};
 use crate::negotiate::{OPENAPI_V2_PROTOBUF, OpenApiForm, openapi_form};
 use crate::rest::json_response;
 use crate::status::ApiError;
@@ -57,7 +56,7 @@ impl OpenApi {
             "paths": paths(Spec::V3),
             "components": {"schemas": definitions(Spec::V3)},
         });
-        let v3_bytes = bytes(&v3);
+        let v3_bytes = json_bytes(&v3);
         let v3_hash = hash(&v3_bytes);
         let index = json!({"paths": {
             format!("apis/{GROUP}/{VERSION}"): {"serverRelativeURL": format!("/openapi/v3/apis/{GROUP}/{VERSION}?hash={v3_hash}")}
@@ -68,7 +67,7 @@ impl OpenApi {
             "paths": paths(Spec::V2),
             "definitions": definitions(Spec::V2),
         });
-        let v2_bytes = bytes(&v2);
+        let v2_bytes = json_bytes(&v2);
         // The document is ours and its unit test encodes it: a failure here is a bug that test
         // catches, so the server still starts (and answers JSON) rather than refusing to.
         let v2_protobuf = Bytes::from(protobuf::document(&v2).unwrap_or_default());
@@ -77,7 +76,7 @@ impl OpenApi {
             v2: v2_bytes,
             v2_protobuf_etag: format!("\"{}\"", hash(&v2_protobuf)),
             v2_protobuf,
-            v3_index: bytes(&index),
+            v3_index: json_bytes(&index),
             v3_group_version: v3_bytes,
             v3_etag: format!("\"{v3_hash}\""),
         }
@@ -486,16 +485,6 @@ fn request_definitions() -> [(&'static str, Value); 2] {
             }),
         ),
     ]
-}
-
-fn hash(bytes: &Bytes) -> String {
-    let mut hasher = DefaultHasher::new();
-    bytes.hash(&mut hasher);
-    format!("{:016X}", hasher.finish())
-}
-
-fn bytes(value: &Value) -> Bytes {
-    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
 }
 
 #[cfg(test)]
