@@ -146,8 +146,6 @@ pub struct DeleteParameters {
     pub propagation_policy: Option<String>,
     /// `orphanDependents` (deprecated).
     pub orphan_dependents: Option<bool>,
-    /// `gracePeriodSeconds`: parsed, and without effect, as for every custom resource.
-    pub grace_period_seconds: Option<i64>,
 }
 
 /// `fieldValidation`: what happens to unknown fields in a written object.
@@ -317,13 +315,12 @@ impl TryFrom<RawQuery> for Options {
                 None | Some("") => None,
                 Some(text) => Some(flag(Some(text), "orphanDependents")?),
             },
-            grace_period_seconds: match raw.grace_period_seconds.as_deref() {
-                None | Some("") => None,
-                Some(text) => Some(text.parse().map_err(|_| {
-                    ApiError::bad_request(format!("invalid gracePeriodSeconds {text:?}: must be an integer"))
-                })?),
-            },
         };
+        // `gracePeriodSeconds` is checked, and without effect, as for every custom resource.
+        if let Some(text) = raw.grace_period_seconds.as_deref().filter(|text| !text.is_empty()) {
+            let invalid = |_| ApiError::bad_request(format!("invalid gracePeriodSeconds {text:?}: must be an integer"));
+            text.parse::<i64>().map_err(invalid)?;
+        }
         options.include_object = match raw.include_object.as_deref() {
             None | Some("") | Some("Metadata") => IncludeObject::Metadata,
             Some("None") => IncludeObject::None,

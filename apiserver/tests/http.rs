@@ -379,6 +379,7 @@ async fn bad_list_parameters_get_a_status() {
         ("continue=bm90IGpzb24", StatusCode::BAD_REQUEST), // "not json"
         ("resourceVersionMatch=Sometimes&resourceVersion=1", StatusCode::BAD_REQUEST),
         ("timeoutSeconds=-1", StatusCode::BAD_REQUEST),
+        ("gracePeriodSeconds=soon", StatusCode::BAD_REQUEST),
     ] {
         let answer = get(&app, &format!("{BASE}?{query}")).await;
         assert_eq!(answer.status, code, "{query}: {}", answer.body);
