@@ -674,13 +674,9 @@ impl Store {
         Ok(state.history.range(first..).take_while(|e| e.revision <= up_to).take(max).cloned().collect())
     }
 
-    /// Starts a watch with every current object as a synthetic `ADDED` event, then every change.
-    pub fn watch_with_snapshot(&self) -> WatchStart {
-        self.watch_with_snapshot_of(None)
-    }
-
-    /// [`Store::watch_with_snapshot`], the backlog holding only the object named `name` when one
-    /// is given (a watch whose selector pins the name: it would drop every other one).
+    /// Starts a watch with every current object as a synthetic `ADDED` event, then every change;
+    /// the backlog holds only the object named `name` when one is given (a watch whose selector
+    /// pins the name: it would drop every other one).
     pub fn watch_with_snapshot_of(&self, name: Option<&str>) -> WatchStart {
         let state = self.read();
         let revision = self.visible_in(&state);
@@ -763,24 +759,14 @@ impl Store {
         dry_run: bool,
     ) -> Result<(Arc<Stored>, bool), StoreError> {
         let name = object.metadata.name.clone().unwrap_or_default();
-        self.modify(&name, preconditions, dry_run, |_| Ok::<_, StoreError>(object))
+        self.modify_within(&name, preconditions, dry_run, usize::MAX, |_| Ok::<_, StoreError>(object))
     }
 
     /// Computes the new object from the current one under the write lock (patches apply to the
-    /// exact state they replace), then writes it like [`Store::update`].
-    pub fn modify<E: From<StoreError>>(
-        &self,
-        name: &str,
-        preconditions: &Preconditions,
-        dry_run: bool,
-        change: impl FnOnce(&NodeResourceTopology) -> Result<NodeResourceTopology, E>,
-    ) -> Result<(Arc<Stored>, bool), E> {
-        self.modify_within(name, preconditions, dry_run, usize::MAX, change)
-    }
-
-    /// [`Store::modify`], refusing ([`StoreError::TooLarge`]) a new version whose JSON, as stored
-    /// (server-set metadata included), is larger than `max_json_bytes`: the size is read off the
-    /// encoding the store makes anyway rather than from a second serialization.
+    /// exact state they replace), then writes it like [`Store::update`], refusing
+    /// ([`StoreError::TooLarge`]) a new version whose JSON, as stored (server-set metadata
+    /// included), is larger than `max_json_bytes`: the size is read off the encoding the store
+    /// makes anyway rather than from a second serialization.
     pub fn modify_within<E: From<StoreError>>(
         &self,
         name: &str,
@@ -1652,7 +1638,7 @@ pub(crate) mod tests {
         let names = |start: WatchStart| start.backlog.iter().map(|e| e.object.name().to_owned()).collect::<Vec<_>>();
         assert_eq!(names(store.watch_with_snapshot_of(Some("n1"))), ["n1"]);
         assert!(names(store.watch_with_snapshot_of(Some("absent"))).is_empty());
-        assert_eq!(names(store.watch_with_snapshot()), ["n0", "n1", "n2"]);
+        assert_eq!(names(store.watch_with_snapshot_of(None)), ["n0", "n1", "n2"]);
         // Clients see up to revision 1: n1 did not exist yet.
         store.visible.store(1, Ordering::Release);
         assert!(names(store.watch_with_snapshot_of(Some("n1"))).is_empty());

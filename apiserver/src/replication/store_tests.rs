@@ -99,7 +99,7 @@ fn clients_see_only_what_followers_hold() {
     assert_eq!(leader.revision(), 101);
     assert!(leader.events_after(101, 10).unwrap().is_empty());
     assert!(matches!(leader.watch(Some(102)), Err(WatchRefusal::TooLarge { current: 101 })));
-    let initial = leader.watch_with_snapshot();
+    let initial = leader.watch_with_snapshot_of(None);
     assert_eq!((initial.backlog.len(), initial.revision), (1, 101));
     // Followers: everything, so that they come to hold it.
     let batch = leader.replication_events_after(101, 10).unwrap();
