@@ -13,8 +13,8 @@
 
 #[path = "../../bench-support/median.rs"]
 mod median;
-#[path = "../tests/sysfs_fixture/mod.rs"]
-mod sysfs_fixture;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::future::Future;
 use std::hint::black_box;
@@ -164,7 +164,7 @@ async fn reactive(config: Config, socket: PathBuf, kubelet: &RunningKubelet) {
 }
 
 fn main() {
-    let (dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
+    let (dir, sys) = support::unpack("intel-2numa-24cpu");
     let mut config = Config::for_node("worker-0");
     config.sysfs.clone_from(&sys);
 

@@ -8,8 +8,8 @@
 
 #[path = "../../bench-support/median.rs"]
 mod median;
-#[path = "../tests/sysfs_fixture/mod.rs"]
-mod sysfs_fixture;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::hint::black_box;
 
@@ -37,7 +37,7 @@ fn containers(count: usize, numa_nodes: u32) -> Vec<(String, String, String, i64
 }
 
 fn main() {
-    let (_dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
+    let (_dir, sys) = support::unpack("intel-2numa-24cpu");
 
     bench("sysfs: discover intel-2numa-24cpu (2 nodes, 24 CPUs)", 200, || {
         black_box(sysfs::discover(black_box(&sys)).unwrap());

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
-mod sysfs_fixture;
+mod support;
 
 use std::fs;
 use std::future::Future;
@@ -27,14 +27,8 @@ use numaresources_rte::publish::{self, KubePublisher, Outcome, PublishError, Pub
 use numaresources_rte::terminal::TerminalPods;
 use numaresources_rte::trigger::Trigger;
 use serde_json::{Value, json};
+use support::bounded;
 use tokio::sync::mpsc;
-
-/// Bounds every wait: a test that hangs fails instead.
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: timed out, likely deadlocked"))
-}
 
 // ---------------------------------------------------------------------------------------------
 // The agent with a real fake kubelet and a real sysfs tree.
@@ -73,7 +67,7 @@ struct Node {
 
 impl Node {
     fn new() -> Self {
-        let (dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
+        let (dir, sys) = support::unpack("intel-2numa-24cpu");
         let socket = dir.path().join("kubelet.sock");
         Self { dir, sys, socket }
     }

@@ -5,8 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
-mod run_loop;
-mod sysfs_fixture;
+mod support;
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -15,7 +14,7 @@ use std::path::Path;
 use numaresources_rte::agent::Agent;
 use numaresources_rte::config::{Args, Interval, Kubelet, MetricsMode};
 use numaresources_rte::podresources::PodResourcesClient;
-use run_loop::{Told, bounded};
+use support::{Told, bounded};
 use tokio::sync::mpsc;
 
 /// Writes a new version of the mounted ConfigMap as the kubelet does: a new timestamped
@@ -38,7 +37,7 @@ fn publish_configmap(mount: &Path, version: u32, policy: &str) {
 
 #[tokio::test]
 async fn a_changed_configmap_policy_is_published_without_a_restart() {
-    let (dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
+    let (dir, sys) = support::unpack("intel-2numa-24cpu");
     let mount = dir.path().join("rte-config");
     fs::create_dir(&mount).unwrap();
     publish_configmap(&mount, 1, "restricted");

@@ -1,8 +1,9 @@
 //! The podresources client against a fake kubelet: the generated gRPC server on a real unix
 //! socket in a temporary directory.
 
+mod support;
+
 use std::collections::HashSet;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,13 +15,7 @@ use numaresources_rte::podresources::{
 };
 use proptest::prelude::*;
 use prost::Message;
-
-/// Every wait in this file goes through here, so a bug shows as a failure, never a hang.
-async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(20), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what} took more than 20 s: likely deadlocked"))
-}
+use support::bounded;
 
 fn socket_in(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("kubelet.sock")

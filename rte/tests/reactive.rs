@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
-mod run_loop;
-mod sysfs_fixture;
+mod support;
 
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use numaresources_rte::config::Config;
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{ClientConfig, PodResourcesClient};
-use run_loop::{Told, bounded};
+use support::{Told, bounded};
 use tokio::sync::mpsc;
 
 /// A `List` with one pod holding `cpus` exclusively (none: no pod).
@@ -57,7 +56,7 @@ async fn calls_beyond(kubelet: &RunningKubelet, from: u64, more: u64) {
 
 #[tokio::test]
 async fn an_allocation_and_its_release_are_published_reactively_by_polling_the_kubelet() {
-    let (dir, sys) = sysfs_fixture::unpack("intel-2numa-24cpu");
+    let (dir, sys) = support::unpack("intel-2numa-24cpu");
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet {
         list: list(&[]),

@@ -3,14 +3,14 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unpack is a failed test
 
-mod sysfs_fixture;
+mod support;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
 use numaresources_rte::sysfs::{self, Discovery, Layout, Machine, capacity_zones};
-use sysfs_fixture::unpack;
+use support::unpack;
 
 fn discover_fixture(name: &str) -> (tempfile::TempDir, Machine) {
     let (dir, sys) = unpack(name);

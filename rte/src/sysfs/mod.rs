@@ -61,7 +61,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub use zones::capacity_zones;
 pub(crate) use zones::{RESOURCE_CPU, hugepages_resource_name};
@@ -218,11 +218,6 @@ impl Sysfs {
         let sys = sys_root.into();
         let proc = sys.parent().map_or_else(|| PathBuf::from("/proc"), |parent| parent.join("proc"));
         Self { sys, proc }
-    }
-
-    /// The sysfs root.
-    pub fn sys_root(&self) -> &Path {
-        &self.sys
     }
 
     /// Discovers the machine. See the module documentation for what is read and skipped.
