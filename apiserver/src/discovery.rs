@@ -17,7 +17,8 @@ use numaresources_api::nrt::{GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR};
 use serde_json::json;
 
 use crate::AppState;
-use crate::etag::{hash, json_bytes, with_etag};
+use crate::etag::{hash, with_etag};
+use crate::render::json_bytes;
 use crate::rest::json_response;
 
 /// The version this API server serves.

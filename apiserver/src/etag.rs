@@ -6,12 +6,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, ETAG, HeaderValue, IF_NONE_MATCH};
 use http::{HeaderMap, StatusCode};
-use serde_json::Value;
-
-/// A document rendered once, as the JSON it is served as.
-pub(crate) fn json_bytes(value: &Value) -> Bytes {
-    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
-}
 
 /// The hash of a rendered document, in hex: its ETag's text.
 pub(crate) fn hash(bytes: &Bytes) -> String {

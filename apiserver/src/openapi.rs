@@ -15,8 +15,9 @@ use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::discovery::VERSION;
-use crate::etag::{hash, json_bytes, with_etag};
+use crate::etag::{hash, with_etag};
 use crate::negotiate::{OPENAPI_V2_PROTOBUF, OpenApiForm, openapi_form};
+use crate::render::json_bytes;
 use crate::rest::json_response;
 use crate::status::ApiError;
 

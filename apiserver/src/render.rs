@@ -19,6 +19,11 @@ use crate::table::{self, Columns};
 
 const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 
+/// `value` as JSON bytes (a response body, or a line of a watch).
+pub(crate) fn json_bytes(value: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
 /// A single object in the requested representation.
 /// Fails, as a 500, when a replaced version cannot be rendered (see [`table::table`]).
 pub fn object(stored: &Stored, representation: Representation, include: IncludeObject) -> Result<Bytes, ApiError> {

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::AppState;
 use crate::negotiate::Representation;
 use crate::query::{Options, ResourceVersion, VersionMatch};
+use crate::render::json_bytes;
 use crate::status::ApiError;
 use crate::store::{Event, EventType, WatchRefusal, WatchStart};
 use crate::table::{self, Columns};
@@ -243,7 +244,7 @@ impl Watch {
 
     async fn send_expired(&self, message: String) {
         let status = ApiError::expired(message).to_status();
-        let line = line("ERROR", &Bytes::from(serde_json::to_vec(&status).unwrap_or_default()));
+        let line = line("ERROR", &json_bytes(&status));
         self.send(line).await;
     }
 
@@ -268,7 +269,7 @@ impl Watch {
         match object {
             Ok(object) => self.send(line(kind.as_str(), &object)).await,
             Err(error) => {
-                self.send(line("ERROR", &to_bytes(&error.to_status()))).await;
+                self.send(line("ERROR", &json_bytes(&error.to_status()))).await;
                 false
             }
         }
@@ -298,7 +299,7 @@ impl Watch {
             }
             _ => json!({"kind": KIND, "apiVersion": API_VERSION, "metadata": metadata}),
         };
-        line("BOOKMARK", &to_bytes(&object))
+        line("BOOKMARK", &json_bytes(&object))
     }
 
     /// Queues `line` for the client. False when the client left, or when the deadline passes or
@@ -378,125 +379,4 @@ fn line(kind: &str, object: &Bytes) -> buffer::Line {
         other => Bytes::from(format!("{{\"type\":\"{other}\",\"object\":")),
     };
     [prefix, object.clone(), Bytes::from_static(b"}\n")]
-}
-
-fn to_bytes(value: &Value) -> Bytes {
-    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::body::Body;
-    use futures_util::StreamExt;
-    use http::Request;
-    use numaresources_api::nrt::NodeResourceTopology;
-    use tower::ServiceExt;
-
-    use super::*;
-    use crate::store::{Preconditions, Store, tests::nrt};
-    use crate::{Limits, router};
-
-    const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
-
-    fn app(history: usize) -> (axum::Router, Arc<AppState>) {
-        let mut state = AppState::new(Arc::new(Store::starting_at(1000, history)), "0.1.0", "test");
-        state.limits = Limits { bookmark_interval: Duration::from_millis(200), ..Limits::default() };
-        let state = Arc::new(state);
-        (router(state.clone()), state)
-    }
-
-    fn write(store: &Store, object: NodeResourceTopology) {
-        store.update(object, &Preconditions::default(), false).unwrap();
-    }
-
-    /// Reads `count` lines of a watch (bounded wait: a watch that stalls fails the test).
-    async fn lines(
-        body: &mut (impl futures_util::Stream<Item = Result<Bytes, axum::Error>> + Unpin),
-        count: usize,
-    ) -> Vec<Value> {
-        let mut buffer = Vec::new();
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while out.len() < count {
-                let Some(chunk) = body.next().await else { break };
-                buffer.extend_from_slice(&chunk.unwrap());
-                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = buffer.drain(..=end).collect();
-                    out.push(serde_json::from_slice(&line).unwrap());
-                }
-            }
-        })
-        .await
-        .expect("the watch events did not arrive");
-        out
-    }
-
-    async fn watch(
-        app: &axum::Router,
-        query: &str,
-    ) -> impl futures_util::Stream<Item = Result<Bytes, axum::Error>> + Unpin {
-        let request = Request::get(format!("{BASE}?watch=true&{query}")).body(Body::empty()).unwrap();
-        app.clone().oneshot(request).await.unwrap().into_body().into_data_stream()
-    }
-
-    fn summary(event: &Value) -> (String, String) {
-        let name = event["object"]["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        (event["type"].as_str().unwrap().to_owned(), name)
-    }
-
-    /// A watch pinned to one name sees exactly that object's events, its deletion and
-    /// re-creation included, never another's; others' changes push the history far past where
-    /// it last read without making it relist; its bookmarks carry the current revision.
-    #[tokio::test]
-    async fn a_watch_of_one_name_sees_exactly_its_objects_events_and_current_bookmarks() {
-        let (app, state) = app(4);
-        let store = &state.store;
-        store.create(nrt("mine", 1), false).unwrap(); // 1001
-        store.create(nrt("other", 1), false).unwrap(); // 1002
-        let mut mine =
-            watch(&app, "resourceVersion=1002&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dmine").await;
-        let mut pinned_from_now = watch(&app, "fieldSelector=metadata.name%3Dmine").await;
-        // Ten changes of another object: the four-event history no longer reaches 1001.
-        for cpus in 2..12 {
-            write(store, nrt("other", cpus));
-        }
-        write(store, nrt("mine", 2)); // 1013
-        store.delete("mine", &Preconditions::default(), false).unwrap(); // 1014
-        store.create(nrt("mine", 3), false).unwrap(); // 1015
-        let seen: Vec<_> = lines(&mut mine, 3).await.iter().map(summary).collect();
-        let mine_events = [("MODIFIED", "mine"), ("DELETED", "mine"), ("ADDED", "mine")];
-        assert_eq!(seen, mine_events.map(|(kind, name)| (kind.to_owned(), name.to_owned())));
-        for cpus in 12..20 {
-            write(store, nrt("other", cpus));
-        }
-        let bookmark = lines(&mut mine, 1).await.remove(0);
-        assert_eq!(bookmark["type"], "BOOKMARK");
-        assert_eq!(bookmark["object"]["metadata"]["resourceVersion"], store.revision().to_string());
-        // The one started with the state sees it first, then the same changes.
-        let seen: Vec<_> = lines(&mut pinned_from_now, 4).await.iter().map(summary).collect();
-        assert_eq!(seen[0], ("ADDED".to_owned(), "mine".to_owned()));
-        assert_eq!(seen[1..], mine_events.map(|(kind, name)| (kind.to_owned(), name.to_owned())));
-    }
-
-    /// A pinned watch resuming from before the index followed its name reads its events from
-    /// the history, and one from before the history reaches is told to relist.
-    #[tokio::test]
-    async fn a_pinned_watch_resumes_from_the_history_or_expires() {
-        let (app, state) = app(4);
-        let store = &state.store;
-        store.create(nrt("mine", 1), false).unwrap(); // 1001
-        write(store, nrt("mine", 2)); // 1002
-        store.create(nrt("other", 1), false).unwrap(); // 1003
-        let mut resumed = watch(&app, "resourceVersion=1001&fieldSelector=metadata.name%3Dmine").await;
-        let seen = lines(&mut resumed, 1).await;
-        assert_eq!(summary(&seen[0]), ("MODIFIED".to_owned(), "mine".to_owned()));
-        assert_eq!(seen[0]["object"]["metadata"]["resourceVersion"], "1002");
-        for cpus in 2..8 {
-            write(store, nrt("other", cpus));
-        }
-        let mut expired = watch(&app, "resourceVersion=1001&fieldSelector=metadata.name%3Dmine").await;
-        let seen = lines(&mut expired, 1).await;
-        assert_eq!(seen[0]["type"], "ERROR");
-        assert_eq!(seen[0]["object"]["code"], 410);
-    }
 }

@@ -82,14 +82,14 @@ async fn removing_the_last_finalizer_deletes_the_object_with_a_deleted_event() {
     let (_, marked) = delete(&app, "worker-0", Some(json!({"propagationPolicy": "Orphan"}))).await;
     let revision = marked["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
     let watch = Request::get(format!("{BASE}?watch=true&resourceVersion={revision}")).body(Body::empty()).unwrap();
-    let watch = app.clone().oneshot(watch).await.unwrap().into_body();
+    let mut watch = app.clone().oneshot(watch).await.unwrap().into_body().into_data_stream();
     // The collector, done orphaning, removes its finalizer with a patch.
     let release = json!({"metadata": {"finalizers": null}});
     let (status, _) =
         call(&app, Method::PATCH, &format!("{BASE}/worker-0"), "application/merge-patch+json", Some(release)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(get(&app, "worker-0").await.0, StatusCode::NOT_FOUND);
-    let event = &in_process::events(watch, 1).await[0];
+    let event = &in_process::events(&mut watch, 1).await[0];
     assert_eq!(event["type"], "DELETED", "{event}");
     assert_eq!(event["object"]["metadata"]["name"], "worker-0");
 }

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use futures_util::StreamExt;
+use axum::body::{Body, BodyDataStream};
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
 use http::{Method, Request, StatusCode};
-use http_body_util::BodyExt;
+use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_apiserver::{AppState, Limits, Store, router};
 use serde_json::{Value, json};
 use support::in_process::{Answer, call, events, get};
@@ -242,25 +243,25 @@ async fn deletes_honour_preconditions_and_collections() {
 }
 
 /// Reads watch events from a streaming response until `count` arrived (bounded wait).
-async fn watch(app: &Router, query: &str, accept: &str) -> Body {
+async fn watch(app: &Router, query: &str, accept: &str) -> BodyDataStream {
     let request =
         Request::get(format!("{BASE}?watch=true&{query}")).header("accept", accept).body(Body::empty()).unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    response.into_body()
+    response.into_body().into_data_stream()
 }
 
 #[tokio::test]
 async fn watches_replay_state_then_stream_changes() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await;
-    let body = watch(&app, "", "application/json").await;
+    let mut body = watch(&app, "", "application/json").await;
     create(&app, nrt("worker-1", 1)).await;
     let merge = [("content-type", "application/merge-patch+json")];
     call(&app, Method::PATCH, &format!("{BASE}/worker-0"), &merge, Some(json!({"metadata": {"labels": {"x": "y"}}})))
         .await;
     call(&app, Method::DELETE, &format!("{BASE}/worker-1"), &[], None).await;
-    let seen = events(body, 4).await;
+    let seen = events(&mut body, 4).await;
     let summary: Vec<(String, String)> = seen
         .iter()
         .map(|e| (e["type"].as_str().unwrap().to_owned(), e["object"]["metadata"]["name"].as_str().unwrap().to_owned()))
@@ -472,11 +473,11 @@ async fn watches_resume_from_a_resource_version_or_expire() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await; // 1001
     create(&app, nrt("worker-1", 1)).await; // 1002
-    let seen = events(watch(&app, "resourceVersion=1001", "application/json").await, 1).await;
+    let seen = events(&mut watch(&app, "resourceVersion=1001", "application/json").await, 1).await;
     assert_eq!(seen[0]["type"], "ADDED");
     assert_eq!(seen[0]["object"]["metadata"]["name"], "worker-1");
 
-    let seen = events(watch(&app, "resourceVersion=5", "application/json").await, 1).await;
+    let seen = events(&mut watch(&app, "resourceVersion=5", "application/json").await, 1).await;
     assert_eq!(seen[0]["type"], "ERROR");
     assert_eq!(seen[0]["object"]["code"], 410);
     assert_eq!(seen[0]["object"]["reason"], "Expired");
@@ -496,25 +497,23 @@ async fn a_watcher_that_falls_behind_the_history_is_told_to_relist() {
     // body, after the writes below have pushed its position out of a three-event history.
     let (app, state) = app_with_history(3);
     create(&app, nrt("worker-0", 1)).await; // 1001
-    let behind = watch(&app, "resourceVersion=1001", "application/json").await;
+    let mut behind = watch(&app, "resourceVersion=1001", "application/json").await;
     for available in 2..7 {
-        let object: numaresources_api::nrt::NodeResourceTopology =
-            serde_json::from_value(nrt("worker-0", available)).unwrap();
-        state.store.update(object, &Default::default(), false).unwrap();
+        write(&state.store, typed("worker-0", available));
     }
-    let seen = events(behind, 1).await;
+    let seen = events(&mut behind, 1).await;
     assert_eq!(seen[0]["type"], "ERROR");
     assert_eq!(seen[0]["object"]["code"], 410);
     assert_eq!(seen[0]["object"]["reason"], "Expired");
 }
 
 /// Every line a watch stream carries until it ends (bounded: a stream that never ends fails).
-async fn all_events(body: Body) -> Vec<Value> {
-    let bytes = tokio::time::timeout(Duration::from_secs(3600), body.collect())
+async fn all_events(stream: BodyDataStream) -> Vec<Value> {
+    let chunks: Vec<Bytes> = tokio::time::timeout(Duration::from_secs(3600), stream.try_collect())
         .await
         .expect("the watch stream never ended")
-        .unwrap()
-        .to_bytes();
+        .unwrap();
+    let bytes = chunks.concat();
     bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect()
 }
 
@@ -526,8 +525,7 @@ async fn a_stalled_watch_ends(end: impl AsyncFnOnce(&AppState)) -> usize {
     let from = created.body["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
     let stalled = watch(&app, &format!("resourceVersion={from}&timeoutSeconds=60"), "application/json").await;
     for available in 1..=300 {
-        let mut object: numaresources_api::nrt::NodeResourceTopology =
-            serde_json::from_value(nrt("worker-0", available)).unwrap();
+        let mut object = typed("worker-0", available);
         // 8 KiB events: 300 of them are far more than a watch may queue.
         object.attributes = vec![numaresources_api::nrt::AttributeInfo::new("filler", "x".repeat(8 * 1024))];
         state.store.update(object, &Default::default(), false).unwrap();
@@ -553,15 +551,89 @@ async fn a_client_that_stops_reading_never_holds_a_watch_past_its_timeout_or_a_s
     assert!(stopped <= 65, "{stopped} events: the watch outlived the shutdown");
 }
 
+/// `nrt` as the store takes it.
+fn typed(name: &str, available: i64) -> NodeResourceTopology {
+    serde_json::from_value(nrt(name, available)).unwrap()
+}
+
+fn write(store: &Store, object: NodeResourceTopology) {
+    store.update(object, &Default::default(), false).unwrap();
+}
+
+fn summary(event: &Value) -> (String, String) {
+    let name = event["object"]["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    (event["type"].as_str().unwrap().to_owned(), name)
+}
+
+/// A watch pinned to one name sees exactly that object's events, its deletion and
+/// re-creation included, never another's; others' changes push the history far past where
+/// it last read without making it relist; its bookmarks carry the current revision.
+#[tokio::test]
+async fn a_watch_of_one_name_sees_exactly_its_objects_events_and_current_bookmarks() {
+    let (app, state) = app_with_history(4);
+    let store = &state.store;
+    store.create(typed("mine", 1), false).unwrap(); // 1001
+    store.create(typed("other", 1), false).unwrap(); // 1002
+    let mut mine = watch(
+        &app,
+        "resourceVersion=1002&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dmine",
+        "application/json",
+    )
+    .await;
+    let mut pinned_from_now = watch(&app, "fieldSelector=metadata.name%3Dmine", "application/json").await;
+    // Ten changes of another object: the four-event history no longer reaches 1001.
+    for cpus in 2..12 {
+        write(store, typed("other", cpus));
+    }
+    write(store, typed("mine", 2)); // 1013
+    store.delete("mine", &Default::default(), false).unwrap(); // 1014
+    store.create(typed("mine", 3), false).unwrap(); // 1015
+    let seen: Vec<_> = events(&mut mine, 3).await.iter().map(summary).collect();
+    let mine_events = [("MODIFIED", "mine"), ("DELETED", "mine"), ("ADDED", "mine")];
+    assert_eq!(seen, mine_events.map(|(kind, name)| (kind.to_owned(), name.to_owned())));
+    for cpus in 12..20 {
+        write(store, typed("other", cpus));
+    }
+    let bookmark = events(&mut mine, 1).await.remove(0);
+    assert_eq!(bookmark["type"], "BOOKMARK");
+    assert_eq!(bookmark["object"]["metadata"]["resourceVersion"], store.revision().to_string());
+    // The one started with the state sees it first, then the same changes.
+    let seen: Vec<_> = events(&mut pinned_from_now, 4).await.iter().map(summary).collect();
+    assert_eq!(seen[0], ("ADDED".to_owned(), "mine".to_owned()));
+    assert_eq!(seen[1..], mine_events.map(|(kind, name)| (kind.to_owned(), name.to_owned())));
+}
+
+/// A pinned watch resuming from before the index followed its name reads its events from
+/// the history, and one from before the history reaches is told to relist.
+#[tokio::test]
+async fn a_pinned_watch_resumes_from_the_history_or_expires() {
+    let (app, state) = app_with_history(4);
+    let store = &state.store;
+    store.create(typed("mine", 1), false).unwrap(); // 1001
+    write(store, typed("mine", 2)); // 1002
+    store.create(typed("other", 1), false).unwrap(); // 1003
+    let mut resumed = watch(&app, "resourceVersion=1001&fieldSelector=metadata.name%3Dmine", "application/json").await;
+    let seen = events(&mut resumed, 1).await;
+    assert_eq!(summary(&seen[0]), ("MODIFIED".to_owned(), "mine".to_owned()));
+    assert_eq!(seen[0]["object"]["metadata"]["resourceVersion"], "1002");
+    for cpus in 2..8 {
+        write(store, typed("other", cpus));
+    }
+    let mut expired = watch(&app, "resourceVersion=1001&fieldSelector=metadata.name%3Dmine", "application/json").await;
+    let seen = events(&mut expired, 1).await;
+    assert_eq!(seen[0]["type"], "ERROR");
+    assert_eq!(seen[0]["object"]["code"], 410);
+}
+
 #[tokio::test]
 async fn metadata_watchers_see_a_deletion_with_its_full_metadata() {
     let (app, _) = app();
     let created = create(&app, nrt("worker-0", 1)).await; // 1001
     let metadata = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
-    let body = watch(&app, "resourceVersion=1001", metadata).await;
+    let mut body = watch(&app, "resourceVersion=1001", metadata).await;
     let deleted = call(&app, Method::DELETE, &format!("{BASE}/worker-0"), &[], None).await;
     assert_eq!(deleted.status, StatusCode::OK);
-    let seen = events(body, 1).await;
+    let seen = events(&mut body, 1).await;
     assert_eq!(seen[0]["type"], "DELETED");
     assert_eq!(seen[0]["object"]["kind"], "PartialObjectMetadata");
     let meta = &seen[0]["object"]["metadata"];
@@ -576,7 +648,7 @@ async fn streaming_lists_end_their_initial_events_with_a_bookmark() {
     create(&app, nrt("worker-0", 1)).await;
     create(&app, nrt("worker-1", 1)).await;
     let query = "sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
-    let seen = events(watch(&app, query, "application/json").await, 4).await;
+    let seen = events(&mut watch(&app, query, "application/json").await, 4).await;
     assert_eq!(seen[0]["type"], "ADDED");
     assert_eq!(seen[1]["type"], "ADDED");
     assert_eq!(seen[2]["type"], "BOOKMARK");
@@ -594,12 +666,12 @@ async fn streaming_lists_end_their_initial_events_with_a_bookmark() {
 async fn selector_watches_see_objects_enter_and_leave() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await;
-    let body = watch(&app, "resourceVersion=1001&labelSelector=pool%3Dinfra", "application/json").await;
+    let mut body = watch(&app, "resourceVersion=1001&labelSelector=pool%3Dinfra", "application/json").await;
     let merge = [("content-type", "application/merge-patch+json")];
     let uri = format!("{BASE}/worker-0");
     call(&app, Method::PATCH, &uri, &merge, Some(json!({"metadata": {"labels": {"pool": "infra"}}}))).await;
     call(&app, Method::PATCH, &uri, &merge, Some(json!({"metadata": {"labels": {"pool": "cnf"}}}))).await;
-    let seen = events(body, 2).await;
+    let seen = events(&mut body, 2).await;
     assert_eq!(seen[0]["type"], "ADDED");
     assert_eq!(seen[1]["type"], "DELETED");
 }
@@ -608,9 +680,9 @@ async fn selector_watches_see_objects_enter_and_leave() {
 async fn kubectl_get_watch_gets_table_events() {
     let (app, _) = app();
     create(&app, nrt("worker-0", 1)).await;
-    let body = watch(&app, "", TABLE).await;
+    let mut body = watch(&app, "", TABLE).await;
     create(&app, nrt("worker-1", 1)).await;
-    let seen = events(body, 2).await;
+    let seen = events(&mut body, 2).await;
     assert_eq!(seen[0]["object"]["kind"], "Table");
     assert!(!seen[0]["object"]["columnDefinitions"].as_array().unwrap().is_empty());
     assert!(seen[1]["object"]["columnDefinitions"].as_array().unwrap().is_empty());
@@ -745,9 +817,8 @@ async fn metrics_give_the_fleet_headroom_per_zone_without_a_per_node_series() {
 async fn stopping_ends_watches_with_a_final_bookmark() {
     let (app, state) = app();
     create(&app, nrt("worker-0", 1)).await;
-    let body = watch(&app, "resourceVersion=1001&allowWatchBookmarks=true", "application/json").await;
+    let mut stream = watch(&app, "resourceVersion=1001&allowWatchBookmarks=true", "application/json").await;
     state.stopping.cancel();
-    let mut stream = body.into_data_stream();
     let mut text = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(chunk) = stream.next().await {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, BodyDataStream};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
@@ -66,9 +66,8 @@ pub async fn get(app: &Router, uri: &str) -> Answer {
     call(app, Method::GET, uri, &[], None).await
 }
 
-/// The first `count` events of a watch's `body`, one JSON object a line (fewer if it ends).
-pub async fn events(body: Body, count: usize) -> Vec<Value> {
-    let mut stream = body.into_data_stream();
+/// The next `count` events of a watch's `stream`, one JSON object a line (fewer if it ends).
+pub async fn events(stream: &mut BodyDataStream, count: usize) -> Vec<Value> {
     let mut buffer = Vec::new();
     let mut out = Vec::new();
     tokio::time::timeout(PATIENCE, async {
