@@ -63,36 +63,3 @@ pub(crate) async fn answer_with(router: Router, request: Request) -> Response {
         Err(never) => match never {},
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use axum::body::Body;
-    use http_body_util::BodyExt;
-
-    use super::*;
-    use crate::Store;
-
-    async fn get(state: &Arc<AppState>, uri: &str) -> (u16, String) {
-        let request = Request::get(uri).body(Body::empty()).unwrap();
-        let response = crate::router(state.clone()).oneshot(request).await.unwrap();
-        let status = response.status().as_u16();
-        (status, String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
-    }
-
-    #[tokio::test]
-    async fn one_check_answers_on_its_own_path() {
-        let state = Arc::new(AppState::new(Arc::new(Store::default()), "v", "c"));
-        state.readiness.set("store-warm", false);
-        assert_eq!(get(&state, "/readyz/store-warm").await, (500, "internal server error: not ready\n".into()));
-        assert_eq!(get(&state, "/readyz/ping").await, (200, "ok".into()));
-        state.readiness.set("store-warm", true);
-        assert_eq!(get(&state, "/readyz/store-warm").await, (200, "ok".into()));
-        let (status, body) = get(&state, "/readyz/nothing").await;
-        assert_eq!(status, 404);
-        assert!(body.contains("\"kind\":\"Status\""), "{body}");
-        assert_eq!(
-            get(&state, "/readyz?verbose").await,
-            (200, "[+]ping ok\n[+]store-warm ok\nreadyz check passed\n".into())
-        );
-    }
-}

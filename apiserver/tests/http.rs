@@ -697,10 +697,21 @@ async fn health_endpoints_report_checks() {
     let ready = get(&app, "/readyz?verbose").await;
     assert_eq!(ready.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(ready.body.as_str().unwrap().contains("[-]store-warm failed"));
+    // One check answers on its own path.
+    let one = get(&app, "/readyz/store-warm").await;
+    assert_eq!(
+        (one.status, one.body.as_str()),
+        (StatusCode::INTERNAL_SERVER_ERROR, Some("internal server error: not ready\n"))
+    );
+    assert_eq!(get(&app, "/readyz/ping").await.body, "ok");
+    let nothing = get(&app, "/readyz/nothing").await;
+    assert_eq!((nothing.status, nothing.body["kind"].as_str()), (StatusCode::NOT_FOUND, Some("Status")));
     state.readiness.set("store-warm", true);
     let ready = get(&app, "/readyz?verbose").await;
     assert_eq!(ready.status, StatusCode::OK);
-    assert!(ready.body.as_str().unwrap().contains("[+]store-warm ok"));
+    assert_eq!(ready.body, "[+]ping ok\n[+]store-warm ok\nreadyz check passed\n");
+    let one = get(&app, "/readyz/store-warm").await;
+    assert_eq!((one.status, one.body.as_str()), (StatusCode::OK, Some("ok")));
     assert_eq!(get(&app, "/livez").await.status, StatusCode::OK);
 }
 
