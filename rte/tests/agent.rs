@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
 mod support;
+#[path = "../../certs/tests/tls/shared.rs"]
+mod tls;
 
 use std::fs;
 use std::future::Future;
@@ -688,20 +690,8 @@ async fn http_get(address: std::net::SocketAddr, path: &str) -> (String, String)
 
 /// A `GET` over HTTPS trusting only `ca_pem`; `Err` when the handshake or the request fails.
 async fn https_get(address: std::net::SocketAddr, ca_pem: &str, path: &str) -> std::io::Result<String> {
-    use rustls::pki_types::pem::PemObject;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(address).await?;
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut stream = connector.connect(name, tcp).await?;
+    let mut stream = tls::connect(address, tls::client(ca_pem, None, &[])).await?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut response = String::new();

@@ -12,8 +12,8 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // a benchmark prints its figures
 
-#[path = "../tests/admission/tls_client.rs"]
-mod tls_client;
+#[path = "../../certs/tests/tls/shared.rs"]
+mod shared;
 
 use std::hint::black_box;
 use std::net::SocketAddr;
@@ -31,7 +31,6 @@ use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServerConf
 use numaresources_webhook::{ClusterCache, Config, MUTATE_PODS_PATH, Webhook};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use tls_client::client;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tower::ServiceExt;
@@ -53,11 +52,11 @@ fn main() {
         let (addr, ca) = start(webhook, dir.path()).await;
         for (label, body, patched) in [("routed pod", &routed, true), ("pod left alone", &left_alone, false)] {
             for (connections, streams) in [(1, 8), (2, 16)] {
-                let config = client(&ca, b"h2");
+                let config = shared::client(ca.cert_pem(), None, &[b"h2"]);
                 let what = format!("{label}, HTTP/2, {connections} connection(s) × {} streams", streams / connections);
                 load(&what, addr, config, connections, streams, body, patched).await;
             }
-            let config = client(&ca, b"http/1.1");
+            let config = shared::client(ca.cert_pem(), None, &[b"http/1.1"]);
             load(&format!("{label}, HTTP/1.1, 8 kept-alive connections"), addr, config, 8, 8, body, patched).await;
         }
     });

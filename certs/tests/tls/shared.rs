@@ -1,6 +1,8 @@
-//! A bound on every wait, a TLS connection to `localhost`, and a Secret mounted the kubelet's
-//! way. Shared by `#[path]` with the webhook's TLS tests, which rotate its serving pair the same
-//! way.
+//! A bound on every wait, rustls clients and their connections to `localhost`, and a Secret
+//! mounted the kubelet's way. Shared by `#[path]` with the webhook's TLS tests and bench and the
+//! exporter's metrics tests; each uses a part of it.
+
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,7 +11,8 @@ use std::time::Duration;
 
 use numaresources_certs::PemPair;
 use rustls::ClientConfig;
-use rustls::pki_types::ServerName;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -20,6 +23,38 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 /// Awaits `future`, failing the test if it takes longer than [`PATIENCE`].
 pub async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(PATIENCE, future).await.unwrap_or_else(|_| panic!("{what} took too long: likely deadlocked"))
+}
+
+/// A rustls client trusting `roots_pem`, presenting `identity` if given, offering `alpn`.
+pub fn client(roots_pem: &str, identity: Option<&PemPair>, alpn: &[&[u8]]) -> Arc<ClientConfig> {
+    client_with_versions(roots_pem, identity, alpn, rustls::DEFAULT_VERSIONS)
+}
+
+pub fn client_with_versions(
+    roots_pem: &str,
+    identity: Option<&PemPair>,
+    alpn: &[&[u8]],
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(roots_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match identity {
+        Some(pair) => {
+            let chain =
+                CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
+            let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
+    Arc::new(config)
 }
 
 pub async fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<TlsStream<TcpStream>> {

@@ -14,12 +14,12 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_certs::{CertificateAuthority, PeerInfo, PemPair, ServeOptions, serve_with};
 use rustls::ClientConfig;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use crate::shared::{bounded, connect};
+pub use crate::shared::{bounded, client, client_with_versions, connect};
 
 pub type TestResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -129,38 +129,6 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.begin_shutdown();
     }
-}
-
-/// A rustls client trusting `roots_pem`, presenting `identity` if given, offering `alpn`.
-pub fn client(roots_pem: &str, identity: Option<&PemPair>, alpn: &[&[u8]]) -> Arc<ClientConfig> {
-    client_with_versions(roots_pem, identity, alpn, rustls::DEFAULT_VERSIONS)
-}
-
-pub fn client_with_versions(
-    roots_pem: &str,
-    identity: Option<&PemPair>,
-    alpn: &[&[u8]],
-    versions: &[&'static rustls::SupportedProtocolVersion],
-) -> Arc<ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(roots_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_protocol_versions(versions)
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut config = match identity {
-        Some(pair) => {
-            let chain =
-                CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
-            let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
-    Arc::new(config)
 }
 
 /// The end-entity certificate a new connection is served.

@@ -10,4 +10,3 @@ mod pods;
 mod properties;
 mod support;
 mod tls;
-mod tls_client;

@@ -22,8 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 
 use crate::support::{fixture, scheduler, webhook_with};
-use crate::tls_client::client;
-use shared::{bounded, connect, kubelet_mount, kubelet_swap};
+use shared::{bounded, client, connect, kubelet_mount, kubelet_swap};
 
 #[path = "../../../certs/tests/tls/shared.rs"]
 mod shared;
@@ -147,7 +146,10 @@ async fn admissions_over_kept_alive_http1_and_http2_connections() {
     let server = Server::start().await;
     let body = pod_review();
     for alpn in [&b"http/1.1"[..], b"h2"] {
-        let mut connection = bounded("connect", Connection::open(server.addr, client(&server.ca, alpn))).await.unwrap();
+        let mut connection =
+            bounded("connect", Connection::open(server.addr, client(server.ca.cert_pem(), None, &[alpn])))
+                .await
+                .unwrap();
         assert_eq!(matches!(connection, Connection::H2(_)), alpn == b"h2");
         for _ in 0..20 {
             let response = bounded("admission", connection.admit(&body)).await.unwrap();
@@ -172,7 +174,7 @@ async fn certificate_rotation_under_load_fails_no_admission() {
         let (stop, addr) = (stop.clone(), server.addr);
         // Half the clients reconnect for every admission (each handshake sees the current pair),
         // half keep one connection alive across the rotations; HTTP/1.1 and HTTP/2 alike.
-        let config = client(&server.ca, if i % 2 == 0 { b"http/1.1" } else { b"h2" });
+        let config = client(server.ca.cert_pem(), None, &[if i % 2 == 0 { b"http/1.1" } else { b"h2" }]);
         let reconnect = i < 2;
         clients.push(tokio::spawn(async move {
             let body = pod_review();
@@ -204,7 +206,7 @@ async fn certificate_rotation_under_load_fails_no_admission() {
         let expected = CertificateDer::from_pem_slice(next.cert_pem.as_bytes()).unwrap();
         bounded("the rotated pair to be served", async {
             loop {
-                let tls = connect(server.addr, client(&server.ca, b"http/1.1")).await.unwrap();
+                let tls = connect(server.addr, client(server.ca.cert_pem(), None, &[b"http/1.1"])).await.unwrap();
                 if tls.get_ref().1.peer_certificates().and_then(|chain| chain.first()) == Some(&expected) {
                     break;
                 }
