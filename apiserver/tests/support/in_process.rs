@@ -1,12 +1,12 @@
-//! The router called in process (no sockets): one request, its answer read whole.
+//! The router called in process (no sockets): one request and its whole answer, or a watch's
+//! events as they come.
 
 use std::sync::Arc;
-
-use futures_util::StreamExt;
 
 use axum::Router;
 use axum::body::{Body, BodyDataStream};
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use numaresources_apiserver::{AppState, Store};
