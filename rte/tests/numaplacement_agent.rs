@@ -5,10 +5,10 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
+mod support;
+
 use std::fs;
-use std::future::Future;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
@@ -17,22 +17,11 @@ use numaresources_rte::config::Config;
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::FakeKubelet;
 use numaresources_rte::podresources::{ClientConfig, PodResourcesClient};
-use numaresources_rte::publish::{Outcome, PublishError, Publisher};
 use numaresources_rte::trigger::Trigger;
+use support::Told;
 
 const METADATA: &str = "topology.node.k8s.io/numaplacement-metadata";
 const VECTOR: &str = "topology.node.k8s.io/numaplacement-vector";
-
-/// Keeps the last object it was asked to publish.
-#[derive(Clone, Default)]
-struct Last(Arc<Mutex<Option<NodeResourceTopology>>>);
-
-impl Publisher for Last {
-    fn publish(&self, desired: NodeResourceTopology) -> impl Future<Output = Result<Outcome, PublishError>> + Send {
-        *self.0.lock().unwrap() = Some(desired);
-        std::future::ready(Ok(Outcome::Patched))
-    }
-}
 
 /// Writes a sysfs tree of `nodes` NUMA nodes with 4 CPUs each under `root`.
 fn synthetic_sysfs(root: &Path, nodes: u32) {
@@ -119,11 +108,11 @@ async fn published(
     }
     let mut client = ClientConfig::new(socket.into());
     client.call_timeout = Duration::from_secs(5);
-    let last = Last::default();
-    let mut agent = Agent::new(config, Some(PodResourcesClient::new(client)), last.clone());
+    let (tell, mut told) = tokio::sync::mpsc::unbounded_channel();
+    let mut agent = Agent::new(config, Some(PodResourcesClient::new(client)), Told(tell));
     agent.refresh(Trigger::Periodic).await.unwrap();
     kubelet.stop().await.unwrap();
-    last.0.lock().unwrap().take().unwrap()
+    told.try_recv().unwrap()
 }
 
 /// The metadata attribute (if any) and the zones' vectors, as `(zone, vector)`.
