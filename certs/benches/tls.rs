@@ -7,6 +7,9 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // a benchmark prints its figures
 
+#[path = "../../bench-support/median.rs"]
+mod median;
+
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -88,20 +91,23 @@ fn resolver(certificate: &ReloadingCertificate) {
 }
 
 fn reload_and_parse(certificate: &ReloadingCertificate, pair: &PemPair) {
-    let unchanged = median_time(7, 2_000, || {
+    let unchanged = median::median_per_iteration(7, 2_000, || {
         black_box(certificate.reload().unwrap());
-    });
+    })
+    .as_secs_f64();
     println!("reload with unchanged files (read both, hash, compare): {:.1} µs", unchanged * 1e6);
-    let parse = median_time(7, 2_000, || {
+    let parse = median::median_per_iteration(7, 2_000, || {
         black_box(ServingCertificate::from_pem(pair.cert_pem.as_bytes(), pair.key_pem.as_bytes()).unwrap());
-    });
+    })
+    .as_secs_f64();
     println!("parse and check a new pair (PEM, x509, key load, key match): {:.1} µs", parse * 1e6);
 }
 
 fn generation(ca: &CertificateAuthority) {
-    let issue = median_time(5, 200, || {
+    let issue = median::median_per_iteration(5, 200, || {
         black_box(ca.issue_serving(&["svc.ns.svc".to_owned(), "svc.ns.svc.cluster.local".to_owned()], HOUR).unwrap());
-    });
+    })
+    .as_secs_f64();
     println!("CA issues a serving certificate (key generation + signing): {:.1} µs", issue * 1e6);
 }
 
@@ -229,20 +235,6 @@ fn request() -> http::Request<Empty<Bytes>> {
 
 fn request_h2() -> http::Request<Empty<Bytes>> {
     http::Request::get("https://localhost/healthz").body(Empty::new()).unwrap()
-}
-
-/// Median seconds per call of `f` over `rounds` rounds of `iterations` calls.
-fn median_time(rounds: usize, iterations: u32, mut f: impl FnMut()) -> f64 {
-    let samples = (0..rounds)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iterations {
-                f();
-            }
-            start.elapsed().as_secs_f64() / f64::from(iterations)
-        })
-        .collect();
-    median(samples)
 }
 
 fn median(mut samples: Vec<f64>) -> f64 {
