@@ -33,7 +33,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use http::Method;
 use kube::api::WatchEvent;
-use numaresources_tests::replicas::{Cluster, NRT_PATH, ReplicaOptions, nrt, request, write_retrying};
+use numaresources_tests::replicas::{self, Cluster, NRT_PATH, ReplicaOptions, is_ready, nrt, request, write_retrying};
 use tokio::time::Instant;
 
 const REPLICAS: usize = 3;
@@ -199,13 +199,7 @@ async fn main() {
 /// Waits until each of `replicas` answers /readyz 200.
 async fn wait_ready(run: &Run, replicas: &[usize]) {
     for &i in replicas {
-        let deadline = Instant::now() + PATIENCE;
-        while Instant::now() < deadline {
-            if request(&run.clients[i], Method::GET, "/readyz", None).await.is_ok_and(|a| a.status == 200) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        replicas::wait_ready(&run.clients[i], PATIENCE).await;
     }
 }
 
@@ -589,7 +583,7 @@ async fn cold_start(run: &mut Run) {
         let mut complete = 0;
         for i in 0..REPLICAS {
             let client = &run.clients[i];
-            let ready = request(client, Method::GET, "/readyz", None).await.is_ok_and(|a| a.status == 200);
+            let ready = is_ready(client).await;
             let count = request(client, Method::GET, &format!("{NRT_PATH}?resourceVersion=0"), None)
                 .await
                 .ok()

@@ -428,6 +428,22 @@ pub async fn request(
     Ok(Answer { status, retry_after, body })
 }
 
+/// Whether `client`'s replica answers /readyz with 200.
+pub async fn is_ready(client: &kube::Client) -> bool {
+    request(client, http::Method::GET, "/readyz", None).await.is_ok_and(|answer| answer.status == 200)
+}
+
+/// Waits (at most `timeout`, asking every 100 ms) until `client`'s replica [`is_ready`]; whether
+/// it became so.
+pub async fn wait_ready(client: &kube::Client, timeout: Duration) -> bool {
+    let ready = async {
+        while !is_ready(client).await {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(timeout, ready).await.is_ok()
+}
+
 /// The longest wait between two attempts of [`write_retrying`], whatever Retry-After says.
 pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(1);
 

@@ -24,7 +24,8 @@ use kube::Api;
 use kube::api::{WatchEvent, WatchParams};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_tests::replicas::{
-    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, write_retrying,
+    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, wait_ready,
+    write_retrying,
 };
 use numaresources_tests::served::{BOUND, bounded};
 use tokio::time::Instant;
@@ -58,16 +59,10 @@ async fn listed(client: &kube::Client, query: &str) -> BTreeMap<String, String> 
 /// Waits until every running replica is Ready.
 async fn all_ready(cluster: &Cluster) {
     for index in 0..cluster.replicas.len() {
-        let client = cluster.client(index).await;
-        bounded(&format!("replica {index} Ready"), async {
-            loop {
-                if request(&client, Method::GET, "/readyz", None).await.is_ok_and(|a| a.status == 200) {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await;
+        assert!(
+            wait_ready(&cluster.client(index).await, PATIENCE).await,
+            "replica {index} Ready: not within {PATIENCE:?}"
+        );
     }
 }
 
