@@ -23,6 +23,8 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -33,10 +35,10 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use numaresources_apiserver::{AppState, Store, router};
-use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder, serve};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use numaresources_apiserver::Store;
+use numaresources_tests::replicas::rss_kib;
+use rustls::pki_types::ServerName;
+use support::BenchServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
@@ -93,12 +95,7 @@ fn nrt(name: &str, filler: &str) -> serde_json::Value {
 }
 
 fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    rss_kib("self").map_or(0, |kib| kib * 1024)
 }
 
 fn mib(bytes: u64) -> String {
@@ -161,18 +158,6 @@ impl Tls {
         tokio::spawn(connection);
         sender
     }
-}
-
-fn connector(ca_pem: &str, alpn: &[u8]) -> TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    TlsConnector::from(Arc::new(config))
 }
 
 async fn send(sender: &mut http1::SendRequest<Full<Bytes>>, request: Request<Full<Bytes>>) -> (StatusCode, Bytes) {
@@ -259,36 +244,84 @@ async fn stalled_watch(tls: &Tls) -> TlsStream<TcpStream> {
     stream
 }
 
-async fn server_metric(tls: &Tls, name: &str) -> (String, usize) {
-    let mut sender = tls.http1().await;
-    let (_, body) = send(&mut sender, get("/metrics")).await;
-    let text = String::from_utf8_lossy(&body);
-    let value = text.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_owned();
-    (value, body.len())
+/// The text of `/metrics`.
+async fn metrics(tls: &Tls) -> String {
+    let (_, body) = send(&mut tls.http1().await, get("/metrics")).await;
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The line of `/metrics` that starts with `name`.
+async fn server_metric(tls: &Tls, name: &str) -> String {
+    metrics(tls).await.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_owned()
 }
 
 /// How many request series `/metrics` holds.
 async fn request_series(tls: &Tls) -> usize {
-    let mut sender = tls.http1().await;
-    let (_, body) = send(&mut sender, get("/metrics")).await;
-    String::from_utf8_lossy(&body).lines().filter(|l| l.starts_with("numaresources_apiserver_requests_total{")).count()
+    metrics(tls).await.lines().filter(|l| l.starts_with("numaresources_apiserver_requests_total{")).count()
 }
 
-/// One attack's line: the GETs during it, RSS before it (`before`), at its peak and now, and
-/// whether the peak stayed within [`RSS_BUDGET`] above `before`.
-async fn report(what: &str, prober: &Prober, rss: &RssPeak, idle: u64, before: u64, extra: String) {
-    let (peak, after) = (rss.peak(), rss_bytes());
-    let added = peak.saturating_sub(before);
-    println!(
-        "{what}: {}; RSS before {}, peak {} (+{} over before, within 64 MiB: {}; {} above idle), after {}; {extra}",
-        prober.take().await,
-        mib(before),
-        mib(peak),
-        mib(added),
-        if added <= RSS_BUDGET { "yes" } else { "NO" },
-        mib(peak.saturating_sub(idle)),
-        mib(after),
-    );
+/// The server, the normal client and the RSS sampler every phase reports with.
+struct Bench {
+    tls: Tls,
+    prober: Prober,
+    rss: RssPeak,
+    /// RSS with the fleet loaded and no attack.
+    idle: u64,
+}
+
+impl Bench {
+    /// An attack begins: the RSS before it, and its peak from now on.
+    fn begin(&self) -> u64 {
+        let before = rss_bytes();
+        self.rss.reset();
+        before
+    }
+
+    /// One attack's line: the GETs during it, RSS before it (`before`), at its peak and now, and
+    /// whether the peak stayed within [`RSS_BUDGET`] above `before`.
+    async fn report(&self, what: &str, before: u64, extra: String) {
+        let (peak, after) = (self.rss.peak(), rss_bytes());
+        let added = peak.saturating_sub(before);
+        println!(
+            "{what}: {}; RSS before {}, peak {} (+{} over before, within 64 MiB: {}; {} above idle), after {}; {extra}",
+            self.prober.take().await,
+            mib(before),
+            mib(peak),
+            mib(added),
+            if added <= RSS_BUDGET { "yes" } else { "NO" },
+            mib(peak.saturating_sub(self.idle)),
+            mib(after),
+        );
+    }
+}
+
+/// Opens `watchers` watches that never read, then sends `patches` merge patches (`patch(k)`: the
+/// object's name and the patch); the seconds the patches took, and the watches.
+async fn patched_while_watched(
+    tls: &Tls,
+    writer: &mut http1::SendRequest<Full<Bytes>>,
+    watchers: usize,
+    patches: usize,
+    patch: impl Fn(usize) -> (String, serde_json::Value),
+) -> (f64, Vec<TlsStream<TcpStream>>) {
+    let mut stalled = Vec::new();
+    for _ in 0..watchers {
+        stalled.push(stalled_watch(tls).await);
+    }
+    let start = Instant::now();
+    for k in 0..patches {
+        let (name, patch) = patch(k);
+        assert_eq!(send(writer, merge_patch(&name, &patch)).await.0, StatusCode::OK);
+    }
+    (start.elapsed().as_secs_f64(), stalled)
+}
+
+/// The server's watch figures once the stalled watchers have had [`SETTLE`] to be ended.
+async fn settled_watches(tls: &Tls) -> String {
+    tokio::time::sleep(SETTLE).await;
+    let open = server_metric(tls, "numaresources_apiserver_watches ").await;
+    let ended = server_metric(tls, "numaresources_apiserver_terminated_watches_total").await;
+    format!("after {} s: {open}, {ended}", SETTLE.as_secs())
 }
 
 /// Whether the command line asks for `phase` (no phase named: every one).
@@ -348,6 +381,16 @@ fn copy_patch(copies: usize, doubling: bool) -> Bytes {
     Bytes::from(serde_json::to_vec(&ops).unwrap())
 }
 
+/// Creates `object`.
+async fn create(writer: &mut http1::SendRequest<Full<Bytes>>, object: &serde_json::Value) {
+    let request = Request::post(BASE)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(serde_json::to_vec(object).unwrap())))
+        .unwrap();
+    assert_eq!(send(writer, request).await.0, StatusCode::CREATED);
+}
+
 fn json_patch(name: String, body: Bytes) -> Request<Full<Bytes>> {
     Request::patch(format!("{BASE}/{name}"))
         .header("host", "localhost")
@@ -394,241 +437,129 @@ async fn made_up_methods(tls: &Tls) {
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = CertificateAuthority::generate("bench-ca", Duration::from_secs(24 * 3600)).unwrap();
-        let pair = ca.issue_serving(&["localhost".to_owned()], Duration::from_secs(3600)).unwrap();
-        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        pair.write(&cert, &key).unwrap();
-        let server_tls =
-            ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap())).build().unwrap();
         let store = Arc::new(Store::default());
-        let state = Arc::new(AppState::new(Arc::clone(&store), "bench", "bench"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(serve(listener, server_tls, router(state), std::future::pending()));
+        let server = BenchServer::start(&store).await;
         let tls = Tls {
-            connector: connector(ca.cert_pem(), b"http/1.1"),
-            connector_h2: connector(ca.cert_pem(), b"h2"),
-            address,
+            connector: server.connector(b"http/1.1"),
+            connector_h2: server.connector(b"h2"),
+            address: server.address,
         };
 
         let mut writer = tls.http1().await;
         for i in 0..FLEET {
-            let body = serde_json::to_vec(&nrt(&format!("worker-{i:04}"), "")).unwrap();
-            let request = Request::post(BASE)
-                .header("host", "localhost")
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(body)))
-                .unwrap();
-            assert_eq!(send(&mut writer, request).await.0, StatusCode::CREATED);
+            create(&mut writer, &nrt(&format!("worker-{i:04}"), "")).await;
         }
         let object_bytes = store.get("worker-0000").unwrap().json.len();
 
         let prober = Prober::start(&tls).await;
         tokio::time::sleep(BASELINE).await;
         let idle = rss_bytes();
-        let rss = RssPeak::start();
+        let bench = Bench { tls, prober, rss: RssPeak::start(), idle };
         println!(
-            "numaresources-apiserver over TLS on {address} (defaults: watch buffer 64 KiB, blocked limit 10 s, \
+            "numaresources-apiserver over TLS on {} (defaults: watch buffer 64 KiB, blocked limit 10 s, \
              write stall 60 s), {FLEET} objects of {object_bytes} bytes; one process, 2-worker runtime; idle RSS {}",
+            server.address,
             mib(idle)
         );
-        println!("quiet: {}", prober.take().await);
+        println!("quiet: {}", bench.prober.take().await);
+        let tls = &bench.tls;
 
         if wanted("methods") {
             // (5) Made-up methods.
-            let before = rss_bytes();
-            rss.reset();
+            let before = bench.begin();
             let start = Instant::now();
-            made_up_methods(&tls).await;
-            let elapsed = start.elapsed();
-            let (others, _) = server_metric(&tls, "numaresources_apiserver_requests_total{verb=\"other\"").await;
-            let series = request_series(&tls).await;
-            report(
-                &format!("{PIPELINED_REQUESTS} pipelined made-up methods ({:.1} s)", elapsed.as_secs_f64()),
-                &prober,
-                &rss,
-                idle,
-                before,
-                format!("{series} request series on /metrics; {others}"),
-            )
-            .await;
+            made_up_methods(tls).await;
+            let what = format!("{PIPELINED_REQUESTS} pipelined made-up methods ({:.1} s)", start.elapsed().as_secs_f64());
+            let others = server_metric(tls, "numaresources_apiserver_requests_total{verb=\"other\"").await;
+            let series = request_series(tls).await;
+            bench.report(&what, before, format!("{series} request series on /metrics; {others}")).await;
         }
         if wanted("watchers") {
             // (6a) 200 watches that never read, while the fleet is patched.
-            let before = rss_bytes();
-            rss.reset();
-            let mut stalled = Vec::new();
-            for _ in 0..STALLED_WATCHERS {
-                stalled.push(stalled_watch(&tls).await);
-        }
-        let start = Instant::now();
-        for k in 0..FLEET_PATCHES {
-            let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("patch {k}")}]});
-            assert_eq!(send(&mut writer, merge_patch(&format!("worker-{:04}", k % FLEET), &patch)).await.0, StatusCode::OK);
-        }
-        let patching = start.elapsed();
-        tokio::time::sleep(SETTLE).await;
-        let (open, _) = server_metric(&tls, "numaresources_apiserver_watches ").await;
-        let (ended, _) = server_metric(&tls, "numaresources_apiserver_terminated_watches_total").await;
-        report(
-            &format!(
-                "{STALLED_WATCHERS} watches that never read (snapshot of {FLEET} objects each), {FLEET_PATCHES} patches in {:.1} s",
-                patching.as_secs_f64()
-            ),
-            &prober,
-            &rss,
-            idle,
-            before,
-            format!("after {} s: {open}, {ended}", SETTLE.as_secs()),
-        )
-        .await;
-        drop(stalled);
+            let before = bench.begin();
+            let patch = |k: usize| {
+                let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("patch {k}")}]});
+                (format!("worker-{:04}", k % FLEET), patch)
+            };
+            let (seconds, stalled) = patched_while_watched(tls, &mut writer, STALLED_WATCHERS, FLEET_PATCHES, patch).await;
+            let what = format!(
+                "{STALLED_WATCHERS} watches that never read (snapshot of {FLEET} objects each), {FLEET_PATCHES} patches in {seconds:.1} s"
+            );
+            bench.report(&what, before, settled_watches(tls).await).await;
+            drop(stalled);
         }
 
         if wanted("large") {
             // (6b) 10 watches that never read, 70 patches of a 1 MB object; first the same patches
             // with no watcher, to tell what the writes cost from what the watchers hold.
             tokio::time::sleep(Duration::from_secs(2)).await;
-            let before = rss_bytes();
-            rss.reset();
+            let before = bench.begin();
             let big = "x".repeat(LARGE_OBJECT_BYTES);
-            let body = serde_json::to_vec(&nrt("large", &big)).unwrap();
-            let request = Request::post(BASE)
-                .header("host", "localhost")
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(body)))
-                .unwrap();
-            assert_eq!(send(&mut writer, request).await.0, StatusCode::CREATED);
-            let start = Instant::now();
-            for k in 0..LARGE_PATCHES {
-                let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("{k}{big}")}]});
-                assert_eq!(send(&mut writer, merge_patch("large", &patch)).await.0, StatusCode::OK);
-        }
-        let patching = start.elapsed();
-        report(
-            &format!("no watcher, {LARGE_PATCHES} patches of a 1 MiB object in {:.1} s", patching.as_secs_f64()),
-            &prober,
-            &rss,
-            idle,
-            before,
-            "the writes alone".to_owned(),
-        )
-        .await;
-        let before = rss_bytes();
-        rss.reset();
-        let mut stalled = Vec::new();
-        for _ in 0..LARGE_WATCHERS {
-            stalled.push(stalled_watch(&tls).await);
-        }
-        let start = Instant::now();
-        for k in 0..LARGE_PATCHES {
-            let patch = serde_json::json!({"attributes": [{"name": "filler", "value": format!("{k}{big}")}]});
-            assert_eq!(send(&mut writer, merge_patch("large", &patch)).await.0, StatusCode::OK);
-        }
-        let patching = start.elapsed();
-        tokio::time::sleep(SETTLE).await;
-        let (open, _) = server_metric(&tls, "numaresources_apiserver_watches ").await;
-        let (ended, _) = server_metric(&tls, "numaresources_apiserver_terminated_watches_total").await;
-        report(
-            &format!(
-                "{LARGE_WATCHERS} watches that never read, {LARGE_PATCHES} patches of a 1 MiB object in {:.1} s",
-                patching.as_secs_f64()
-            ),
-            &prober,
-            &rss,
-            idle,
-            before,
-            format!("after {} s: {open}, {ended}", SETTLE.as_secs()),
-        )
-        .await;
-        drop(stalled);
+            create(&mut writer, &nrt("large", &big)).await;
+            let patch = |k: usize| {
+                ("large".to_owned(), serde_json::json!({"attributes": [{"name": "filler", "value": format!("{k}{big}")}]}))
+            };
+            let (seconds, _) = patched_while_watched(tls, &mut writer, 0, LARGE_PATCHES, patch).await;
+            let what = format!("no watcher, {LARGE_PATCHES} patches of a 1 MiB object in {seconds:.1} s");
+            bench.report(&what, before, "the writes alone".to_owned()).await;
+            let before = bench.begin();
+            let (seconds, stalled) = patched_while_watched(tls, &mut writer, LARGE_WATCHERS, LARGE_PATCHES, patch).await;
+            let what =
+                format!("{LARGE_WATCHERS} watches that never read, {LARGE_PATCHES} patches of a 1 MiB object in {seconds:.1} s");
+            bench.report(&what, before, settled_watches(tls).await).await;
+            drop(stalled);
         }
 
         if wanted("yaml") {
             // (1) YAML bodies that cost the old parser quadratic CPU.
             tokio::time::sleep(Duration::from_secs(2)).await;
-            let before = rss_bytes();
-            rss.reset();
+            let before = bench.begin();
             let bomb = Bytes::from(format!("a: {}", "[".repeat(YAML_BRACKETS)));
             let start = Instant::now();
-            let codes = flood(&tls, YAML_BODIES, yaml_bomb(bomb)).await;
-            let elapsed = start.elapsed();
-            report(
-                &format!(
-                    "{YAML_BODIES} YAML bodies of {YAML_BRACKETS} brackets, {ATTACKERS} at a time, {:.1} s",
-                    elapsed.as_secs_f64()
-                ),
-                &prober,
-                &rss,
-                idle,
-                before,
-                format!("answers {codes:?}"),
-            )
-            .await;
+            let codes = flood(tls, YAML_BODIES, yaml_bomb(bomb)).await;
+            let what = format!(
+                "{YAML_BODIES} YAML bodies of {YAML_BRACKETS} brackets, {ATTACKERS} at a time, {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
+            bench.report(&what, before, format!("answers {codes:?}")).await;
         }
         if wanted("patch") {
             // (2) JSON patches whose copies double an object, or add to it until past the body limit.
-            let before = rss_bytes();
-            rss.reset();
+            let before = bench.begin();
             let (doubling, linear) = (copy_patch(DOUBLING_COPIES, true), copy_patch(LINEAR_COPIES, false));
             let start = Instant::now();
-            let doubled = flood(&tls, PATCH_BODIES, move |k| json_patch(format!("worker-{:04}", k % FLEET), doubling.clone())).await;
-            let lined = flood(&tls, PATCH_BODIES / 4, move |k| json_patch(format!("worker-{:04}", k % FLEET), linear.clone())).await;
-            let elapsed = start.elapsed();
-            report(
-                &format!(
-                    "{PATCH_BODIES} doubling JSON patches ({DOUBLING_COPIES} copies of 1 KB) and {} linear ones ({LINEAR_COPIES} copies of 8 KB), {ATTACKERS} at a time, {:.1} s",
-                    PATCH_BODIES / 4,
-                    elapsed.as_secs_f64()
-                ),
-                &prober,
-                &rss,
-                idle,
-                before,
-                format!("answers: doubling {doubled:?}, linear {lined:?}"),
-            )
-            .await;
+            let doubled = flood(tls, PATCH_BODIES, move |k| json_patch(format!("worker-{:04}", k % FLEET), doubling.clone())).await;
+            let lined = flood(tls, PATCH_BODIES / 4, move |k| json_patch(format!("worker-{:04}", k % FLEET), linear.clone())).await;
+            let what = format!(
+                "{PATCH_BODIES} doubling JSON patches ({DOUBLING_COPIES} copies of 1 KB) and {} linear ones ({LINEAR_COPIES} copies of 8 KB), {ATTACKERS} at a time, {:.1} s",
+                PATCH_BODIES / 4,
+                start.elapsed().as_secs_f64()
+            );
+            bench.report(&what, before, format!("answers: doubling {doubled:?}, linear {lined:?}")).await;
         }
         if wanted("idle-http2") {
             // (6c) Idle HTTP/2 connections, held until the server's idle timeout closes them. Last:
             // the writer's kept-alive HTTP/1.1 connection does not outlive this wait.
-            let before = rss_bytes();
-            rss.reset();
+            let before = bench.begin();
             let closed = Arc::new(AtomicUsize::new(0));
             let mut idle_connections = Vec::new();
             let start = Instant::now();
             for _ in 0..IDLE_HTTP2_CONNECTIONS {
                 idle_connections.push(tls.idle_http2(Arc::clone(&closed)).await);
-        }
-        let opened = start.elapsed();
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let held = rss_bytes();
-        report(
-            &format!("{IDLE_HTTP2_CONNECTIONS} idle HTTP/2 connections (opened in {:.1} s), held 5 s", opened.as_secs_f64()),
-            &prober,
-            &rss,
-            idle,
-            before,
-            format!("RSS while held {}; {} closed so far", mib(held), closed.load(Ordering::Relaxed)),
-        )
-        .await;
-        tokio::time::sleep(IDLE_WAIT).await;
-        let mut fresh = tls.http1().await;
-        let (status, _) = send(&mut fresh, get(&format!("{BASE}/worker-0001"))).await;
-        report(
-            &format!("the same after {} s", IDLE_WAIT.as_secs()),
-            &prober,
-            &rss,
-            idle,
-            held,
-            format!(
-                "{} of {IDLE_HTTP2_CONNECTIONS} closed by the server; a new client's GET: {status}",
-                closed.load(Ordering::Relaxed)
-            ),
-        )
-        .await;
-        drop(idle_connections);
+            }
+            let opened = start.elapsed().as_secs_f64();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let held = rss_bytes();
+            let what = format!("{IDLE_HTTP2_CONNECTIONS} idle HTTP/2 connections (opened in {opened:.1} s), held 5 s");
+            let extra = format!("RSS while held {}; {} closed so far", mib(held), closed.load(Ordering::Relaxed));
+            bench.report(&what, before, extra).await;
+            tokio::time::sleep(IDLE_WAIT).await;
+            let (status, _) = send(&mut tls.http1().await, get(&format!("{BASE}/worker-0001"))).await;
+            let closed = closed.load(Ordering::Relaxed);
+            let what = format!("the same after {} s", IDLE_WAIT.as_secs());
+            let extra = format!("{closed} of {IDLE_HTTP2_CONNECTIONS} closed by the server; a new client's GET: {status}");
+            bench.report(&what, held, extra).await;
+            drop(idle_connections);
         }
     });
 }

@@ -14,8 +14,12 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
+mod support;
+#[allow(dead_code)] // the agent half serves the tests
+#[path = "../tests/sysfs_fixture/mod.rs"]
+mod sysfs_fixture;
+
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -28,10 +32,9 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology, Zone};
 use numaresources_api::quantity::Quantity;
-use numaresources_apiserver::{AppState, Store, router};
-use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder, serve};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use numaresources_apiserver::Store;
+use rustls::pki_types::ServerName;
+use support::BenchServer;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_rustls::TlsConnector;
@@ -56,10 +59,8 @@ const PATCHED_OBJECTS: usize = 1_000;
 /// The capacity zones of the 2-NUMA fixture (2 zones, 4 resources each).
 fn fixture_zones() -> Vec<Zone> {
     let dir = tempfile::tempdir().unwrap();
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
-    let file = std::fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
-    tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
-    let machine = numaresources_rte::sysfs::discover(dir.path().join("sys")).unwrap().machine;
+    let machine =
+        numaresources_rte::sysfs::discover(sysfs_fixture::unpack_intel_2numa_24cpu(dir.path())).unwrap().machine;
     numaresources_rte::sysfs::capacity_zones(&machine)
 }
 
@@ -118,21 +119,13 @@ impl Protocol {
             Protocol::Http2 => "HTTP/2",
         }
     }
-}
 
-fn connector(ca_pem: &str, protocol: Protocol) -> TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![match protocol {
-        Protocol::Http1 => b"http/1.1".to_vec(),
-        Protocol::Http2 => b"h2".to_vec(),
-    }];
-    TlsConnector::from(Arc::new(config))
+    fn alpn(self) -> &'static [u8] {
+        match self {
+            Protocol::Http1 => b"http/1.1",
+            Protocol::Http2 => b"h2",
+        }
+    }
 }
 
 /// One kept-alive connection.
@@ -205,11 +198,11 @@ fn millis(d: Duration) -> String {
 // ---------------------------------------------------------------------------------------------
 // (a) GET by name, paced.
 
-async fn paced_gets(address: SocketAddr, ca_pem: &str, protocol: Protocol) {
-    let connector = connector(ca_pem, protocol);
+async fn paced_gets(server: &BenchServer, protocol: Protocol) {
+    let connector = server.connector(protocol.alpn());
     let mut connections = Vec::new();
     for _ in 0..GET_CONNECTIONS {
-        connections.push(Connection::open(address, &connector, protocol).await);
+        connections.push(Connection::open(server.address, &connector, protocol).await);
     }
     // Warm-up: a few hundred requests per connection, unpaced.
     for connection in &mut connections {
@@ -382,19 +375,19 @@ async fn writer(
     }
 }
 
-async fn fan_out(address: SocketAddr, ca_pem: &str, store: &Store) {
+async fn fan_out(server: &BenchServer, store: &Store) {
     let epoch = Instant::now();
     let total = WRITES_PER_SECOND * RUN.as_secs();
     let per_writer = total / WRITERS as u64;
     let total = per_writer * WRITERS as u64;
-    let connector = connector(ca_pem, Protocol::Http1);
+    let connector = server.connector(Protocol::Http1.alpn());
 
     let from = store.revision();
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let (ready, mut readies) = tokio::sync::mpsc::channel(WATCHERS);
     let mut watchers = Vec::new();
     for _ in 0..WATCHERS {
-        let connection = Connection::open(address, &connector, Protocol::Http1).await;
+        let connection = Connection::open(server.address, &connector, Protocol::Http1).await;
         watchers.push(tokio::spawn(watcher(connection, from, total as usize, epoch, stopping.clone(), ready.clone())));
     }
     for _ in 0..WATCHERS {
@@ -406,7 +399,7 @@ async fn fan_out(address: SocketAddr, ca_pem: &str, store: &Store) {
     let start = Instant::now() + Duration::from_millis(10);
     let mut writers = Vec::new();
     for index in 0..WRITERS {
-        let connection = Connection::open(address, &connector, Protocol::Http1).await;
+        let connection = Connection::open(server.address, &connector, Protocol::Http1).await;
         writers.push(tokio::spawn(writer(
             connection,
             index,
@@ -485,30 +478,20 @@ async fn fan_out(address: SocketAddr, ca_pem: &str, store: &Store) {
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = CertificateAuthority::generate("bench-ca", Duration::from_secs(24 * 3600)).unwrap();
-        let pair = ca.issue_serving(&["localhost".to_owned()], Duration::from_secs(3600)).unwrap();
-        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        pair.write(&cert, &key).unwrap();
-        let tls = ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(&cert, &key).unwrap())).build().unwrap();
-
         let store = Arc::new(Store::default());
         let zones = fixture_zones();
         for i in 0..FLEET {
             store.create(worker(&zones, i), false).unwrap();
         }
         let object_bytes = store.get("worker-00000").unwrap().json.len();
-        let state = Arc::new(AppState::new(Arc::clone(&store), "bench", "bench"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(serve(listener, tls, router(state), std::future::pending()));
-
+        let server = BenchServer::start(&store).await;
+        let address = server.address;
         println!(
             "numaresources-apiserver over TLS (ring, ECDSA P-256, TLS 1.3) on {address}: {FLEET} objects from the \
              intel-2numa-24cpu fixture ({object_bytes} bytes of JSON each); server and clients on one 2-worker runtime"
         );
-        paced_gets(address, ca.cert_pem(), Protocol::Http1).await;
-        paced_gets(address, ca.cert_pem(), Protocol::Http2).await;
-        fan_out(address, ca.cert_pem(), &store).await;
+        paced_gets(&server, Protocol::Http1).await;
+        paced_gets(&server, Protocol::Http2).await;
+        fan_out(&server, &store).await;
     });
 }
