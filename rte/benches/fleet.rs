@@ -6,7 +6,10 @@
 //! - each agent is the exporter's own direct-path client (`direct_client`: the CA bundle, its
 //!   own token file read through `BearerFile`, its own connections) and publisher
 //!   (`KubePublisher` as the direct path uses it: merge patches, a create after the first 404),
-//!   plus the exporter's own-object watch;
+//!   plus the exporter's own-object watch (`--no-agent-watches`: without it). The client closes
+//!   a connection 2 s after its last request (`DIRECT_IDLE_CONNECTION_TIMEOUT`), and a
+//!   reconnect resumes its TLS session; `--keep-idle-connections` keeps them open instead, as
+//!   the client did before;
 //!   it publishes a changed topology at exponentially distributed intervals (mean
 //!   `--change-every`, 10 s) and resends it unchanged when nothing changed for `--heartbeat`
 //!   (60 s), as the agent does. Zones are those of the real sysfs fixtures (2-NUMA Intel, 1-NUMA
@@ -19,10 +22,11 @@
 //! and which changes it never saw. After the run the agents stop, the watchers get a few seconds
 //! to drain, and every change an agent had acknowledged that a watcher did not see is lost.
 //!
-//! Printed: the server's CPU (cores, from /proc/<pid>/stat) and RSS over the measured window
-//! (after the ramp), this process's CPU (the clients share the machine's 2 cores with the
-//! server), publish latency, watch delivery p50/p99/max, lost and duplicate events, failed
-//! publishes and watch restarts.
+//! Printed: the server's CPU (cores, from /proc/<pid>/stat), RSS and open sockets over the
+//! measured window (after the ramp), the TCP connections accepted per second on the machine
+//! (/proc/net/snmp: every process's, the server's nearly all of them), this process's CPU (the
+//! clients share the machine's 2 cores with the server), publish latency, watch delivery
+//! p50/p99/max, lost and duplicate events, failed publishes and watch restarts.
 //!
 //! `cargo bench -p numaresources-rte --bench fleet` runs a small fleet (200 agents, 5 watchers,
 //! well under a minute); `-- --agents 5000 --watchers 100 --duration 120` the large one. The
@@ -47,7 +51,7 @@ use numaresources_certs::CertificateAuthority;
 use numaresources_rte::agent::own_object;
 use numaresources_rte::direct::DirectServer;
 use numaresources_rte::direct::bearer::BearerFile;
-use numaresources_rte::direct::client::direct_client;
+use numaresources_rte::direct::client::{direct_client, direct_client_with_idle_timeout};
 use numaresources_rte::publish::{KubePublisher, Publisher};
 use serde::Deserialize;
 use tokio::sync::Notify;
@@ -80,6 +84,8 @@ struct Options {
     change_every: Duration,
     heartbeat: Duration,
     agent_watches: bool,
+    /// The agents' clients keep idle connections open (the client before it closed them).
+    keep_idle_connections: bool,
 }
 
 impl Options {
@@ -92,6 +98,7 @@ impl Options {
             change_every: Duration::from_secs(10),
             heartbeat: Duration::from_secs(60),
             agent_watches: true,
+            keep_idle_connections: false,
         };
         let mut args = std::env::args().skip(1);
         let secs = |value: Option<String>| Duration::from_secs_f64(value.unwrap().parse().unwrap());
@@ -104,6 +111,7 @@ impl Options {
                 "--change-every" => options.change_every = secs(args.next()),
                 "--heartbeat" => options.heartbeat = secs(args.next()),
                 "--no-agent-watches" => options.agent_watches = false,
+                "--keep-idle-connections" => options.keep_idle_connections = true,
                 "--bench" => {}
                 other => panic!("unknown argument {other:?}"),
             }
@@ -268,6 +276,14 @@ impl Server {
         proc_cpu(&format!("/proc/{}/stat", self.child.id()))
     }
 
+    /// The sockets the server holds open: its connections, plus its listeners.
+    fn sockets(&self) -> usize {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.child.id())) else { return 0 };
+        fds.filter_map(Result::ok)
+            .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|link| link.to_string_lossy().starts_with("socket:")))
+            .count()
+    }
+
     fn rss_mib(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
         let kib: f64 = status
@@ -287,6 +303,19 @@ fn proc_cpu(path: &str) -> Duration {
     let fields: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 1)..].split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
     Duration::from_millis((ticks(11) + ticks(12)) * 1000 / TICKS_PER_SECOND)
+}
+
+/// TCP connections accepted on this machine so far (`PassiveOpens`, every process's).
+fn tcp_accepted() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "PassiveOpens")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The whole machine's busy CPU time so far (every process: other work on the machine shows as
@@ -399,7 +428,12 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
         token_file: fleet.dir.join(format!("tokens/{i}")),
     };
     let bearer = Arc::new(BearerFile::new(server.token_file.clone()));
-    let client = direct_client(&server, bearer).unwrap();
+    let client = if options.keep_idle_connections {
+        direct_client_with_idle_timeout(&server, bearer, None)
+    } else {
+        direct_client(&server, bearer)
+    }
+    .unwrap();
     let lost = Arc::new(Notify::new());
     let watch = options.agent_watches.then(|| tokio::spawn(own_object::watch(client.clone(), name(i), lost.clone())));
     // As `FailoverPublisher` builds it for the direct path.
@@ -586,12 +620,13 @@ fn main() {
 async fn run(options: Options) {
     now_micros();
     println!(
-        "fleet: {} agents (a change every ~{:?}, heartbeat {:?}, own-object watches: {}), {} watchers, \
-         window {:?} after {:?}",
+        "fleet: {} agents (a change every ~{:?}, heartbeat {:?}, own-object watches: {}, idle connections \
+         kept: {}), {} watchers, window {:?} after {:?}",
         options.agents,
         options.change_every,
         options.heartbeat,
         options.agent_watches,
+        options.keep_idle_connections,
         options.watchers,
         options.duration,
         options.settle()
@@ -636,24 +671,28 @@ async fn run(options: Options) {
     }
 
     tokio::time::sleep(options.settle()).await;
-    let (cpu_before, own_before, busy_before, window_start) =
-        (server.cpu(), proc_cpu("/proc/self/stat"), machine_busy(), Instant::now());
+    let (cpu_before, own_before, busy_before, accepted_before, window_start) =
+        (server.cpu(), proc_cpu("/proc/self/stat"), machine_busy(), tcp_accepted(), Instant::now());
     let window_from = now_micros();
     *fleet.window.lock().unwrap() = Some((window_from, u64::MAX));
     let (changes_before, heartbeats_before) =
         (fleet.changes.load(Ordering::Relaxed), fleet.heartbeats.load(Ordering::Relaxed));
     let mut rss = vec![server.rss_mib()];
+    let mut sockets = vec![server.sockets()];
     while Instant::now() + RSS_EVERY <= end {
         tokio::time::sleep(RSS_EVERY).await;
         rss.push(server.rss_mib());
+        sockets.push(server.sockets());
     }
     tokio::time::sleep(end.saturating_duration_since(Instant::now())).await;
     let window = window_start.elapsed();
     let (cpu, own) = (server.cpu() - cpu_before, proc_cpu("/proc/self/stat") - own_before);
     let busy = machine_busy().saturating_sub(busy_before);
+    let accepted = tcp_accepted().saturating_sub(accepted_before);
     *fleet.window.lock().unwrap() = Some((window_from, now_micros()));
     let changes = fleet.changes.load(Ordering::Relaxed) - changes_before;
     let heartbeats = fleet.heartbeats.load(Ordering::Relaxed) - heartbeats_before;
+    // (Not the sockets: the agents close theirs at the end of the window.)
     rss.push(server.rss_mib());
 
     fleet.stop_agents.store(true, Ordering::Relaxed);
@@ -694,6 +733,12 @@ async fn run(options: Options) {
         rss.last().copied().unwrap_or(f64::NAN),
         RSS_EVERY,
         rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(" ")
+    );
+    println!(
+        "server sockets (samples every {:?}: {}); TCP connections accepted on the machine {:.1}/s over the window",
+        RSS_EVERY,
+        sockets.iter().map(ToString::to_string).collect::<Vec<_>>().join(" "),
+        per_second(accepted)
     );
     let cores_of = |d: Duration| d.as_secs_f64() / window.as_secs_f64();
     println!(
