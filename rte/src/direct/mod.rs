@@ -13,7 +13,8 @@
 //! tried again later with a growing delay ([`failover`]).
 //!
 //! - [`bearer`]: the token, re-read when the kubelet rotates the file;
-//! - [`client`]: the kube client for our server (its CA, the token, no retries of its own);
+//! - [`client`]: the kube client for our server (its CA, the token, no retries of its own, no
+//!   connection kept open between publishes);
 //! - [`failover`]: which path a publish takes, and the publisher that switches.
 
 pub mod bearer;
