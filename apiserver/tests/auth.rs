@@ -247,17 +247,9 @@ async fn a_changed_authentication_configmap_is_applied_from_the_watch() {
     let following = tokio::spawn(async move {
         follower.keep_config_current(Duration::from_secs(3600), |ok| flag.store(ok, Ordering::SeqCst)).await;
     });
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let names = delegated.config().map(|c| c.request_header.allowed_names.clone()).unwrap_or_default();
-            if names == ["front-proxy-v2"] {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the watched change was applied without waiting for the hourly re-read");
+    // Applied from the watch, without waiting for the hourly re-read.
+    let applied = || delegated.config().is_some_and(|c| c.request_header.allowed_names == ["front-proxy-v2"]);
+    support::eventually("the watched change is applied", applied).await;
     assert!(ready.load(Ordering::SeqCst));
     following.abort();
 }

@@ -8,7 +8,6 @@
 mod support;
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use http::StatusCode;
 use numaresources_api::direct_write::{EXTRA_POD_NAME, EXTRA_POD_UID};
@@ -46,13 +45,7 @@ fn assert_refused_by_the_rule(answer: &Answer, says: &str) {
 
 /// Waits until the server's pod cache sees `pod` as `wanted` says.
 async fn until_the_cache_sees(server: &TlsServer, pod: &str, wanted: impl Fn(&Lookup) -> bool) {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !wanted(&server.exporter_pods.lookup(pod)) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the pod watch delivered the change");
+    support::eventually(pod, || wanted(&server.exporter_pods.lookup(pod))).await;
 }
 
 /// A cluster with one exporter pod `rte-a` on worker-a, our server, and that pod's token for

@@ -20,6 +20,17 @@ pub const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologi
 /// figure: everything here happens within milliseconds).
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// Waits until `done` holds (checked every 5 ms), for [`PATIENCE`] at most: then fails, saying
+/// `what` was awaited.
+pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let wait = async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, wait).await.unwrap_or_else(|_| panic!("never happened: {what}"));
+}
+
 /// A one-zone NodeResourceTopology labelled `pool=cnf`, with `available` CPUs free.
 pub fn nrt(name: &str, available: i64) -> Value {
     json!({

@@ -86,13 +86,7 @@ pub async fn start(double: &Arc<KubeDouble>, configure: impl FnOnce(&mut AppStat
     let address = listener.local_addr().unwrap();
     let app = router(Arc::new(state));
     tokio::spawn(serve(listener, tls, app.clone(), std::future::pending()));
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !exporter_pods.synced() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the exporter pods were listed");
+    super::eventually("the exporter pods are listed", || exporter_pods.synced()).await;
     let ca_pem = serving_ca.cert_pem().to_owned();
     TlsServer { address, ca_pem, front_proxy_ca, store, exporter_pods, app, _dir: dir }
 }
