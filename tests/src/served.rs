@@ -24,6 +24,16 @@ pub async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what}: no progress in {} s, likely deadlocked", BOUND.as_secs()))
 }
 
+/// Waits (bounded, looking every 20 ms) until `done`.
+pub async fn until(what: &str, done: impl Fn() -> bool) {
+    bounded(what, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
 /// A CA for one test's certificates.
 pub fn test_ca() -> CertificateAuthority {
     CertificateAuthority::generate("test-ca", Duration::from_secs(24 * 3600)).unwrap_or_else(|e| panic!("CA: {e}"))

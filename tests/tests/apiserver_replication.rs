@@ -27,7 +27,7 @@ use numaresources_tests::replicas::{
     Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, wait_ready,
     write_retrying,
 };
-use numaresources_tests::served::{BOUND, bounded};
+use numaresources_tests::served::{BOUND, bounded, until};
 use tokio::time::Instant;
 
 /// Generous bound for anything the cluster must do (elect, catch up, become Ready).
@@ -271,16 +271,6 @@ async fn assert_all_present(cluster: &Cluster, survivors: &[usize], writes: &Wri
     }
 }
 
-/// Waits until the writer passed `count` writes.
-async fn wait_for_writes(written: &AtomicUsize, count: usize) {
-    bounded("the writer makes progress", async {
-        while written.load(Ordering::Relaxed) < count {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_of_the_leader_loses_no_acknowledged_write_and_refuses_writes_only_during_the_election() {
     let (mut cluster, leader) = three_ready_replicas().await;
@@ -288,7 +278,7 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write_and_refuses_writes_onl
     let written = Arc::new(AtomicUsize::new(0));
     let writer = tokio::spawn(write_many(cluster.client(follower).await, "kill".to_owned(), 200, written.clone()));
 
-    wait_for_writes(&written, 50).await;
+    until("the writer makes progress", || written.load(Ordering::Relaxed) >= 50).await;
     cluster.replicas[leader].kill();
     let new_leader = cluster.wait_for_leader(Some(leader), PATIENCE).await.expect("a new leader is elected");
     assert!([follower, other].contains(&new_leader));
@@ -329,7 +319,7 @@ async fn sigterm_of_the_leader_hands_over_while_writes_keep_succeeding() {
         .map(|w| tokio::spawn(write_many(client.clone(), format!("term-{w}"), 60, written.clone())))
         .collect();
 
-    wait_for_writes(&written, 300).await;
+    until("the writer makes progress", || written.load(Ordering::Relaxed) >= 300).await;
     let status = tokio::task::block_in_place(|| cluster.replicas[leader].terminate(PATIENCE));
     let log = cluster.replicas[leader].log().join("\n");
     assert!(status.is_some_and(|s| s.success()), "the leader exits cleanly on SIGTERM: {status:?}; its log:\n{log}");

@@ -371,7 +371,7 @@ fn every_service_account_holds_what_its_component_calls() {
         }
 
         let controllers = install.rules_of(NAMESPACE, CONTROLLERS, NAMESPACE);
-        let calls: &[(&str, &str, &str, Option<&str>)] = &[
+        let mut calls: Vec<(&str, &str, &str, Option<&str>)> = vec![
             ("nodetopology.openshift.io", "numaresourcesoperators", "watch", None),
             ("nodetopology.openshift.io", "numaresourcesoperators/status", "patch", Some("numaresourcesoperator")),
             ("apps", "daemonsets", "patch", Some("numaresourcesoperator-worker")),
@@ -385,15 +385,9 @@ fn every_service_account_holds_what_its_component_calls() {
             ("", "secrets", "get", Some(PEER_CA_SECRET)),
             ("", "secrets", "patch", Some(PEER_CA_SECRET)),
         ];
-        for (group, resource, verb, name) in calls {
-            assert!(
-                allows(&controllers, group, resource, verb, *name),
-                "{overlay}: controllers: {verb} {group}/{resource} {name:?}"
-            );
-        }
         if certificate_mode(overlay) == "self-managed" {
             // Self-managed: the controllers write the Secrets and inject caBundle.
-            let cert_calls: &[(&str, &str, &str, Option<&str>)] = &[
+            calls.extend([
                 ("", "secrets", "create", None),
                 ("", "secrets", "get", Some(APISERVER_TLS_SECRET)),
                 ("", "secrets", "patch", Some(APISERVER_TLS_SECRET)),
@@ -409,13 +403,13 @@ fn every_service_account_holds_what_its_component_calls() {
                     "patch",
                     Some(WEBHOOK_CONFIGURATION),
                 ),
-            ];
-            for (group, resource, verb, name) in cert_calls {
-                assert!(
-                    allows(&controllers, group, resource, verb, *name),
-                    "{overlay}: controllers: {verb} {group}/{resource} {name:?}"
-                );
-            }
+            ]);
+        }
+        for (group, resource, verb, name) in calls {
+            assert!(
+                allows(&controllers, group, resource, verb, name),
+                "{overlay}: controllers: {verb} {group}/{resource} {name:?}"
+            );
         }
     }
 }

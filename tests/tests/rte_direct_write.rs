@@ -39,7 +39,7 @@ use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{PodResourcesClient, proto};
 use numaresources_rte::publish::Outcome;
 use numaresources_rte::trigger::Trigger;
-use numaresources_tests::served::{Served, bounded, kube_client, serving_tls, test_ca};
+use numaresources_tests::served::{Served, bounded, kube_client, serving_tls, test_ca, until};
 use serde_json::json;
 use tokio::sync::{Notify, oneshot, watch};
 
@@ -49,16 +49,6 @@ const KUBE_TOKEN: &str = "kube-apiserver-service-account-token";
 /// The projected tokens of our audience, before and after the kubelet rotates the file.
 const PROJECTED: [&str; 2] = ["projected-token-1", "projected-token-2"];
 const COLLECTION: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
-
-/// Waits (bounded) until `done`.
-async fn until(what: &str, done: impl Fn() -> bool) {
-    bounded(what, async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The two listeners.
