@@ -26,7 +26,7 @@ use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{PodResourcesClient, proto};
 use numaresources_rte::publish::{KubePublisher, Outcome};
 use numaresources_rte::trigger::Trigger;
-use numaresources_tests::served::{Served, bounded, kubeconfig, serving_tls, test_ca};
+use numaresources_tests::served::{Served, bounded, kubeconfig, serving_tls, test_ca, until};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -273,22 +273,13 @@ impl RunningAgent {
     }
 
     /// Waits until the counters satisfy `done`; fails on a scan or publish failure.
-    async fn wait_for(&self, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-        bounded(what, async {
-            loop {
-                let stats = self.stats();
-                assert_eq!(
-                    (stats.scan_failures, stats.publish_failures),
-                    (0, 0),
-                    "{what}: the agent failed: {stats:?}"
-                );
-                if done(&stats) {
-                    return stats;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+    async fn wait_for(&self, what: &str, done: impl Fn(&Stats) -> bool) {
+        until(what, || {
+            let stats = self.stats();
+            assert_eq!((stats.scan_failures, stats.publish_failures), (0, 0), "{what}: the agent failed: {stats:?}");
+            done(&stats)
         })
-        .await
+        .await;
     }
 
     async fn stop(self) {
