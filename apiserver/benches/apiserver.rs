@@ -76,16 +76,12 @@ async fn main() {
         );
     }
 
-    let mut bytes = 0;
-    let samples: Vec<Duration> = {
-        let mut samples = Vec::new();
-        for _ in 0..15 {
-            let start = Instant::now();
-            bytes = send(&app, Request::get(BASE).body(Body::empty()).unwrap()).await;
-            samples.push(start.elapsed());
-        }
-        samples
-    };
+    let (mut bytes, mut samples) = (0, Vec::new());
+    for _ in 0..15 {
+        let start = Instant::now();
+        bytes = send(&app, Request::get(BASE).body(Body::empty()).unwrap()).await;
+        samples.push(start.elapsed());
+    }
     println!(
         "LIST {NODES} as JSON ({:.1} MiB): median {:.1} ms",
         bytes as f64 / 1048576.0,

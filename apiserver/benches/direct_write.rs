@@ -214,32 +214,26 @@ async fn measure() {
     if memory_run() {
         let admin = format!("Bearer {}", ready["admin"].as_str().unwrap());
         memory(address, &ca, &admin, pid).await;
-        drop(child.stdin.take());
-        let _ = child.wait();
-        return;
-    }
-    if only_phase("connections") {
+    } else if only_phase("connections") {
         idle_connections(address, &ca, &tokens, pid).await;
-        drop(child.stdin.take());
-        let _ = child.wait();
-        return;
-    }
-    println!(
-        "numaresources-apiserver over TLS (ring, ECDSA P-256, TLS 1.3), delegated mode, {FLEET} objects, in its own \
-         process (2 tokio workers; VmRSS {:.1} MiB); {CONNECTIONS} exporters, one kept-alive connection and one \
-         pod-bound token each; load client on one thread; {requests} requests per phase",
-        resident_mib(pid)
-    );
-    let only = |variable: &str, value: &str| std::env::var(variable).map_or(true, |v| v == value);
-    for (protocol, protocol_name) in [(Protocol::Http1, "1"), (Protocol::Http2, "2")] {
-        for (operation, operation_name) in [(Operation::Patch, "patch"), (Operation::Get, "get")] {
-            if !only("BENCH_PROTOCOL", protocol_name) || !only("BENCH_ONLY", operation_name) {
-                continue;
+    } else {
+        println!(
+            "numaresources-apiserver over TLS (ring, ECDSA P-256, TLS 1.3), delegated mode, {FLEET} objects, in its own \
+             process (2 tokio workers; VmRSS {:.1} MiB); {CONNECTIONS} exporters, one kept-alive connection and one \
+             pod-bound token each; load client on one thread; {requests} requests per phase",
+            resident_mib(pid)
+        );
+        let only = |variable: &str, value: &str| std::env::var(variable).map_or(true, |v| v == value);
+        for (protocol, protocol_name) in [(Protocol::Http1, "1"), (Protocol::Http2, "2")] {
+            for (operation, operation_name) in [(Operation::Patch, "patch"), (Operation::Get, "get")] {
+                if !only("BENCH_PROTOCOL", protocol_name) || !only("BENCH_ONLY", operation_name) {
+                    continue;
+                }
+                phase(address, &ca, &tokens, protocol, operation, requests, pid).await;
             }
-            phase(address, &ca, &tokens, protocol, operation, requests, pid).await;
         }
+        println!("server VmRSS at the end: {:.1} MiB", resident_mib(pid));
     }
-    println!("server VmRSS at the end: {:.1} MiB", resident_mib(pid));
     drop(child.stdin.take());
     let _ = child.wait();
 }
