@@ -19,7 +19,6 @@ mod support;
 #[path = "../tests/sysfs_fixture/mod.rs"]
 mod sysfs_fixture;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,17 +26,12 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology, Zone};
 use numaresources_api::quantity::Quantity;
 use numaresources_apiserver::Store;
-use rustls::pki_types::ServerName;
 use support::BenchServer;
-use tokio::net::TcpStream;
+use support::apiserver::tls::{Connection, Protocol, connect};
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_rustls::TlsConnector;
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 const FLEET: usize = 5_000;
@@ -106,73 +100,10 @@ fn attributes(fingerprint: &str, sequence: Option<u64>) -> Vec<AttributeInfo> {
 // ---------------------------------------------------------------------------------------------
 // TLS clients.
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Protocol {
-    Http1,
-    Http2,
-}
-
-impl Protocol {
-    fn name(self) -> &'static str {
-        match self {
-            Protocol::Http1 => "HTTP/1.1",
-            Protocol::Http2 => "HTTP/2",
-        }
-    }
-
-    fn alpn(self) -> &'static [u8] {
-        match self {
-            Protocol::Http1 => b"http/1.1",
-            Protocol::Http2 => b"h2",
-        }
-    }
-}
-
-/// One kept-alive connection.
-enum Connection {
-    Http1(http1::SendRequest<Full<Bytes>>),
-    Http2(http2::SendRequest<Full<Bytes>>),
-}
-
-impl Connection {
-    async fn open(address: SocketAddr, connector: &TlsConnector, protocol: Protocol) -> Self {
-        let tcp = TcpStream::connect(address).await.unwrap();
-        tcp.set_nodelay(true).unwrap();
-        let tls = connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
-        let io = TokioIo::new(tls);
-        match protocol {
-            Protocol::Http1 => {
-                let (sender, connection) = http1::handshake(io).await.unwrap();
-                tokio::spawn(connection);
-                Connection::Http1(sender)
-            }
-            Protocol::Http2 => {
-                let (sender, connection) = http2::handshake(TokioExecutor::new(), io).await.unwrap();
-                tokio::spawn(connection);
-                Connection::Http2(sender)
-            }
-        }
-    }
-
-    fn request(&self, method: http::Method, path: &str) -> http::request::Builder {
-        // HTTP/2 needs the scheme and authority in the URI; HTTP/1.1 takes them from Host.
-        match self {
-            Connection::Http1(_) => Request::builder().method(method).uri(path).header("host", "localhost"),
-            Connection::Http2(_) => Request::builder().method(method).uri(format!("https://localhost{path}")),
-        }
-    }
-
-    async fn send(&mut self, request: Request<Full<Bytes>>) -> http::Response<Incoming> {
-        match self {
-            Connection::Http1(sender) => {
-                sender.ready().await.unwrap();
-                sender.send_request(request).await.unwrap()
-            }
-            Connection::Http2(sender) => {
-                sender.ready().await.unwrap();
-                sender.send_request(request).await.unwrap()
-            }
-        }
+fn name(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Http1 => "HTTP/1.1",
+        Protocol::Http2 => "HTTP/2",
     }
 }
 
@@ -199,10 +130,9 @@ fn millis(d: Duration) -> String {
 // (a) GET by name, paced.
 
 async fn paced_gets(server: &BenchServer, protocol: Protocol) {
-    let connector = server.connector(protocol.alpn());
     let mut connections = Vec::new();
     for _ in 0..GET_CONNECTIONS {
-        connections.push(Connection::open(server.address, &connector, protocol).await);
+        connections.push(connect(server.address, &server.ca_pem, protocol, None).await);
     }
     // Warm-up: a few hundred requests per connection, unpaced.
     for connection in &mut connections {
@@ -258,7 +188,7 @@ async fn paced_gets(server: &BenchServer, protocol: Protocol) {
     println!(
         "GET by name, {}, {GET_CONNECTIONS} connections, offered {GET_RATE}/s for {}s: achieved {rate:.0}/s ({} requests); \
          latency p50 {} p99 {} max {} (sent p50 {} / p99 {} after its slot: tokio's timer ticks in whole milliseconds)",
-        protocol.name(),
+        name(protocol),
         RUN.as_secs(),
         service.len(),
         micros(percentile(&service, 0.50)),
@@ -271,15 +201,9 @@ async fn paced_gets(server: &BenchServer, protocol: Protocol) {
 
 async fn get(connection: &mut Connection, n: usize) {
     let path = format!("{BASE}/worker-{:05}", (n * 2_654_435_761) % FLEET);
-    let request = connection
-        .request(http::Method::GET, &path)
-        .header("accept", "application/json")
-        .body(Full::default())
-        .unwrap();
-    let response = connection.send(request).await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    assert!(body.len() > 1_000, "a whole object");
+    let answer = connection.send("GET", &path, &[("accept", "application/json")], Bytes::new()).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(answer.body.len() > 1_000, "a whole object");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,16 +227,18 @@ fn sequence_of(line: &[u8]) -> Option<u64> {
 }
 
 async fn watcher(
-    mut connection: Connection,
+    connection: Connection,
     from: u64,
     expected: usize,
     epoch: Instant,
     mut stop: tokio::sync::watch::Receiver<bool>,
     ready: tokio::sync::mpsc::Sender<()>,
 ) -> Watched {
+    let Connection::Http1(mut sender) = connection else { unreachable!("the watchers speak HTTP/1.1") };
     let path = format!("{BASE}?watch=true&resourceVersion={from}");
-    let request = connection.request(http::Method::GET, &path).body(Full::default()).unwrap();
-    let response = connection.send(request).await;
+    let request = Request::get(path).header("host", "localhost").body(Full::default()).unwrap();
+    sender.ready().await.unwrap();
+    let response = sender.send_request(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     ready.send(()).await.unwrap();
     let mut body = response.into_body();
@@ -361,17 +287,12 @@ async fn writer(
         let sequence = k * WRITERS as u64 + index as u64;
         let name = format!("worker-{:05}", sequence as usize % PATCHED_OBJECTS);
         let patch = serde_json::json!({ "attributes": attributes(&format!("{sequence:016x}"), Some(sequence)) });
-        let request = connection
-            .request(http::Method::PATCH, &format!("{BASE}/{name}"))
-            .header("content-type", "application/merge-patch+json")
-            .body(Full::new(Bytes::from(serde_json::to_vec(&patch).unwrap())))
-            .unwrap();
+        let (path, body) = (format!("{BASE}/{name}"), serde_json::to_vec(&patch).unwrap());
+        let headers = [("content-type", "application/merge-patch+json")];
         sent_at[sequence as usize].store(epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        let response = connection.send(request).await;
-        let status = response.status();
-        let _ = response.into_body().collect().await.unwrap();
+        let answer = connection.send("PATCH", &path, &headers, body).await;
         done_at[sequence as usize].store(epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        assert_eq!(status, StatusCode::OK);
+        assert_eq!(answer.status, StatusCode::OK);
     }
 }
 
@@ -380,14 +301,13 @@ async fn fan_out(server: &BenchServer, store: &Store) {
     let total = WRITES_PER_SECOND * RUN.as_secs();
     let per_writer = total / WRITERS as u64;
     let total = per_writer * WRITERS as u64;
-    let connector = server.connector(Protocol::Http1.alpn());
 
     let from = store.revision();
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let (ready, mut readies) = tokio::sync::mpsc::channel(WATCHERS);
     let mut watchers = Vec::new();
     for _ in 0..WATCHERS {
-        let connection = Connection::open(server.address, &connector, Protocol::Http1).await;
+        let connection = connect(server.address, &server.ca_pem, Protocol::Http1, None).await;
         watchers.push(tokio::spawn(watcher(connection, from, total as usize, epoch, stopping.clone(), ready.clone())));
     }
     for _ in 0..WATCHERS {
@@ -399,7 +319,7 @@ async fn fan_out(server: &BenchServer, store: &Store) {
     let start = Instant::now() + Duration::from_millis(10);
     let mut writers = Vec::new();
     for index in 0..WRITERS {
-        let connection = Connection::open(server.address, &connector, Protocol::Http1).await;
+        let connection = connect(server.address, &server.ca_pem, Protocol::Http1, None).await;
         writers.push(tokio::spawn(writer(
             connection,
             index,

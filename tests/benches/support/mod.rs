@@ -1,5 +1,8 @@
-//! What the in-process API server benches share: the server over real TLS on loopback, and the
-//! TLS connector of their clients.
+//! What the in-process API server benches share: the server over real TLS on loopback, the TLS
+//! connector of their clients, and the API server tests' harness (`apiserver`, for its kept-alive
+//! HTTP/1.1 and HTTP/2 connections).
+
+#![allow(dead_code)] // each bench uses a part of it
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,6 +11,8 @@ use numaresources_apiserver::{AppState, Store, router};
 use numaresources_tests::served::{Served, serving_tls, test_ca};
 use tokio_rustls::TlsConnector;
 
+#[path = "../../../apiserver/tests/support/mod.rs"]
+pub mod apiserver;
 #[path = "../../../certs/tests/tls/shared.rs"]
 mod tls_client;
 
