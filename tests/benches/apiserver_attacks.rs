@@ -31,14 +31,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::{http1, http2};
+use http::StatusCode;
+use http_body_util::Full;
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_apiserver::Store;
 use numaresources_tests::replicas::rss_kib;
 use rustls::pki_types::ServerName;
 use support::BenchServer;
+use support::apiserver::tls::{Connection, Protocol, connect};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
@@ -131,6 +132,7 @@ struct Tls {
     connector: TlsConnector,
     connector_h2: TlsConnector,
     address: SocketAddr,
+    ca_pem: String,
 }
 
 impl Tls {
@@ -153,30 +155,14 @@ impl Tls {
         sender
     }
 
-    async fn http1(&self) -> http1::SendRequest<Full<Bytes>> {
-        let (sender, connection) = http1::handshake(TokioIo::new(self.connect().await)).await.unwrap();
-        tokio::spawn(connection);
-        sender
+    async fn http1(&self) -> Connection {
+        connect(self.address, &self.ca_pem, Protocol::Http1, None).await
     }
 }
 
-async fn send(sender: &mut http1::SendRequest<Full<Bytes>>, request: Request<Full<Bytes>>) -> (StatusCode, Bytes) {
-    sender.ready().await.unwrap();
-    let response = sender.send_request(request).await.unwrap();
-    let status = response.status();
-    (status, response.into_body().collect().await.unwrap().to_bytes())
-}
-
-fn get(path: &str) -> Request<Full<Bytes>> {
-    Request::get(path).header("host", "localhost").body(Full::default()).unwrap()
-}
-
-fn merge_patch(name: &str, patch: &serde_json::Value) -> Request<Full<Bytes>> {
-    Request::patch(format!("{BASE}/{name}"))
-        .header("host", "localhost")
-        .header("content-type", "application/merge-patch+json")
-        .body(Full::new(Bytes::from(serde_json::to_vec(patch).unwrap())))
-        .unwrap()
+/// An answer's status to `body` sent as `content_type`.
+async fn send(connection: &mut Connection, method: &str, path: &str, content_type: &str, body: Bytes) -> StatusCode {
+    connection.send(method, path, &[("content-type", content_type)], body).await.status
 }
 
 /// The normal client: paced GETs by name on a kept-alive connection, latencies collected
@@ -200,7 +186,8 @@ impl Prober {
             while !stopping.load(Ordering::Relaxed) {
                 ticker.tick().await;
                 let start = Instant::now();
-                let (status, _) = send(&mut sender, get(&format!("{BASE}/worker-{:04}", n % FLEET))).await;
+                let status =
+                    sender.send("GET", &format!("{BASE}/worker-{:04}", n % FLEET), &[], Bytes::new()).await.status;
                 let elapsed = start.elapsed();
                 if status == StatusCode::OK {
                     kept.lock().await.push(elapsed);
@@ -246,8 +233,8 @@ async fn stalled_watch(tls: &Tls) -> TlsStream<TcpStream> {
 
 /// The text of `/metrics`.
 async fn metrics(tls: &Tls) -> String {
-    let (_, body) = send(&mut tls.http1().await, get("/metrics")).await;
-    String::from_utf8_lossy(&body).into_owned()
+    let answer = tls.http1().await.send("GET", "/metrics", &[], Bytes::new()).await;
+    String::from_utf8_lossy(&answer.body).into_owned()
 }
 
 /// The line of `/metrics` that starts with `name`.
@@ -299,7 +286,7 @@ impl Bench {
 /// object's name and the patch); the seconds the patches took, and the watches.
 async fn patched_while_watched(
     tls: &Tls,
-    writer: &mut http1::SendRequest<Full<Bytes>>,
+    writer: &mut Connection,
     watchers: usize,
     patches: usize,
     patch: impl Fn(usize) -> (String, serde_json::Value),
@@ -311,7 +298,8 @@ async fn patched_while_watched(
     let start = Instant::now();
     for k in 0..patches {
         let (name, patch) = patch(k);
-        assert_eq!(send(writer, merge_patch(&name, &patch)).await.0, StatusCode::OK);
+        let (path, body) = (format!("{BASE}/{name}"), Bytes::from(serde_json::to_vec(&patch).unwrap()));
+        assert_eq!(send(writer, "PATCH", &path, "application/merge-patch+json", body).await, StatusCode::OK);
     }
     (start.elapsed().as_secs_f64(), stalled)
 }
@@ -330,12 +318,15 @@ fn wanted(phase: &str) -> bool {
     named.is_empty() || named.iter().any(|n| n == phase)
 }
 
+/// A request: its method, path, content type and body.
+type Call = (&'static str, String, &'static str, Bytes);
+
 /// Sends `bodies` requests made by `request`, `ATTACKERS` connections at a time; the answers'
 /// codes and how many of each.
 async fn flood(
     tls: &Tls,
     bodies: usize,
-    request: impl Fn(usize) -> Request<Full<Bytes>> + Clone + Send + 'static,
+    request: impl Fn(usize) -> Call + Clone + Send + 'static,
 ) -> std::collections::BTreeMap<u16, usize> {
     let mut tasks = Vec::new();
     for attacker in 0..ATTACKERS {
@@ -344,7 +335,8 @@ async fn flood(
         tasks.push(tokio::spawn(async move {
             let mut codes = Vec::new();
             for k in (attacker..bodies).step_by(ATTACKERS) {
-                codes.push(send(&mut sender, request(k)).await.0.as_u16());
+                let (method, path, content_type, body) = request(k);
+                codes.push(send(&mut sender, method, &path, content_type, body).await.as_u16());
             }
             codes
         }));
@@ -356,17 +348,6 @@ async fn flood(
         }
     }
     counts
-}
-
-/// `a: ` and [`YAML_BRACKETS`] opening brackets, as `application/yaml`.
-fn yaml_bomb(body: Bytes) -> impl Fn(usize) -> Request<Full<Bytes>> + Clone + Send + 'static {
-    move |_| {
-        Request::post(BASE)
-            .header("host", "localhost")
-            .header("content-type", "application/yaml")
-            .body(Full::new(body.clone()))
-            .unwrap()
-    }
 }
 
 /// A JSON patch that adds an object at `/zz` and then copies `/zz` `copies` times: into itself
@@ -382,21 +363,14 @@ fn copy_patch(copies: usize, doubling: bool) -> Bytes {
 }
 
 /// Creates `object`.
-async fn create(writer: &mut http1::SendRequest<Full<Bytes>>, object: &serde_json::Value) {
-    let request = Request::post(BASE)
-        .header("host", "localhost")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(serde_json::to_vec(object).unwrap())))
-        .unwrap();
-    assert_eq!(send(writer, request).await.0, StatusCode::CREATED);
+async fn create(writer: &mut Connection, object: &serde_json::Value) {
+    let body = Bytes::from(serde_json::to_vec(object).unwrap());
+    assert_eq!(send(writer, "POST", BASE, "application/json", body).await, StatusCode::CREATED);
 }
 
-fn json_patch(name: String, body: Bytes) -> Request<Full<Bytes>> {
-    Request::patch(format!("{BASE}/{name}"))
-        .header("host", "localhost")
-        .header("content-type", "application/json-patch+json")
-        .body(Full::new(body))
-        .unwrap()
+/// A JSON patch of worker `k` (of the fleet) with `body`.
+fn json_patch(k: usize, body: Bytes) -> Call {
+    ("PATCH", format!("{BASE}/worker-{:04}", k % FLEET), "application/json-patch+json", body)
 }
 
 /// 80,000 requests with made-up methods, pipelined on a few connections.
@@ -443,6 +417,7 @@ fn main() {
             connector: server.connector(b"http/1.1"),
             connector_h2: server.connector(b"h2"),
             address: server.address,
+            ca_pem: server.ca_pem.clone(),
         };
 
         let mut writer = tls.http1().await;
@@ -516,7 +491,7 @@ fn main() {
             let before = bench.begin();
             let bomb = Bytes::from(format!("a: {}", "[".repeat(YAML_BRACKETS)));
             let start = Instant::now();
-            let codes = flood(tls, YAML_BODIES, yaml_bomb(bomb)).await;
+            let codes = flood(tls, YAML_BODIES, move |_| ("POST", BASE.to_owned(), "application/yaml", bomb.clone())).await;
             let what = format!(
                 "{YAML_BODIES} YAML bodies of {YAML_BRACKETS} brackets, {ATTACKERS} at a time, {:.1} s",
                 start.elapsed().as_secs_f64()
@@ -528,8 +503,8 @@ fn main() {
             let before = bench.begin();
             let (doubling, linear) = (copy_patch(DOUBLING_COPIES, true), copy_patch(LINEAR_COPIES, false));
             let start = Instant::now();
-            let doubled = flood(tls, PATCH_BODIES, move |k| json_patch(format!("worker-{:04}", k % FLEET), doubling.clone())).await;
-            let lined = flood(tls, PATCH_BODIES / 4, move |k| json_patch(format!("worker-{:04}", k % FLEET), linear.clone())).await;
+            let doubled = flood(tls, PATCH_BODIES, move |k| json_patch(k, doubling.clone())).await;
+            let lined = flood(tls, PATCH_BODIES / 4, move |k| json_patch(k, linear.clone())).await;
             let what = format!(
                 "{PATCH_BODIES} doubling JSON patches ({DOUBLING_COPIES} copies of 1 KB) and {} linear ones ({LINEAR_COPIES} copies of 8 KB), {ATTACKERS} at a time, {:.1} s",
                 PATCH_BODIES / 4,
@@ -554,7 +529,7 @@ fn main() {
             let extra = format!("RSS while held {}; {} closed so far", mib(held), closed.load(Ordering::Relaxed));
             bench.report(&what, before, extra).await;
             tokio::time::sleep(IDLE_WAIT).await;
-            let (status, _) = send(&mut tls.http1().await, get(&format!("{BASE}/worker-0001"))).await;
+            let status = tls.http1().await.send("GET", &format!("{BASE}/worker-0001"), &[], Bytes::new()).await.status;
             let closed = closed.load(Ordering::Relaxed);
             let what = format!("the same after {} s", IDLE_WAIT.as_secs());
             let extra = format!("{closed} of {IDLE_HTTP2_CONNECTIONS} closed by the server; a new client's GET: {status}");
