@@ -242,7 +242,7 @@ impl FromStr for Interval {
         if duration.is_negative() {
             return Err(format!("{text:?} is negative; use 0 to turn it off"));
         }
-        Ok(Self(duration.to_std().filter(|d| !d.is_zero())))
+        Ok(duration.to_std().map_or(Self(None), Self::every))
     }
 }
 

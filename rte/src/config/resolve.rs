@@ -26,7 +26,12 @@ impl Problems {
 
     /// The value, or `None` with its problem recorded under `source`.
     fn check<T>(&mut self, source: &str, result: Result<T, String>) -> Option<T> {
-        result.map_err(|message| self.add(source, message)).ok()
+        self.take(result.map_err(|message| (source, message)))
+    }
+
+    /// The value, or `None` with its problem recorded under the source it names.
+    fn take<T>(&mut self, result: Result<T, (&str, String)>) -> Option<T> {
+        result.map_err(|(source, message)| self.add(source, message)).ok()
     }
 }
 
@@ -57,8 +62,7 @@ impl Args {
         };
         let own_pod = own_pod_from_env(env, reference_container.as_ref());
         let metrics = self.metrics(&mut problems);
-        let nrt_server =
-            self.direct.resolve().map_err(|(source, message)| problems.add(source, message)).ok().flatten();
+        let nrt_server = problems.take(self.direct.resolve()).flatten();
 
         if !problems.0.is_empty() {
             return Err(ConfigError { problems: problems.0 });
@@ -203,14 +207,9 @@ impl Args {
         let tls = match self.metrics_mode {
             MetricsMode::Disabled => return None,
             MetricsMode::Http => None,
-            MetricsMode::HttpTls => Some(self.metrics_tls().map_err(|(source, message)| problems.add(source, message))),
+            MetricsMode::HttpTls => Some(problems.take(self.metrics_tls())?),
         };
-        let address = (self.metrics_address, self.metrics_port).into();
-        match tls {
-            None => Some(MetricsEndpoint { address, tls: None }),
-            Some(Ok(tls)) => Some(MetricsEndpoint { address, tls: Some(tls) }),
-            Some(Err(())) => None,
-        }
+        Some(MetricsEndpoint { address: (self.metrics_address, self.metrics_port).into(), tls })
     }
 
     /// The `httptls` settings, or the flag at fault and why.
@@ -238,12 +237,11 @@ impl Args {
 
 /// The ConfigMap's `podExclude` globs, each checked.
 fn pod_excludes(exporter: &ExporterConfig, problems: &mut Problems) -> Vec<PodExclude> {
-    let mut excludes = Vec::new();
-    for (i, rule) in exporter.pod_exclude.iter().enumerate() {
+    let checked = exporter.pod_exclude.iter().enumerate().filter_map(|(i, rule)| {
         let exclude = PodExclude::new(&rule.namespace_pattern, &rule.name_pattern).map_err(|e| e.to_string());
-        excludes.extend(problems.check(&format!("--config podExclude[{i}]"), exclude));
-    }
-    excludes
+        problems.check(&format!("--config podExclude[{i}]"), exclude)
+    });
+    checked.collect()
 }
 
 /// The reference container from the three variables the DaemonSet sets; all or none.
