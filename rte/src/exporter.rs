@@ -194,18 +194,16 @@ impl Exporter {
                 if !oneshot {
                     background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
                 }
-                drive(Agent::new(config, source, options.announce(publisher)).with_republish(lost), options, shutdown)
-                    .await
+                drive(config, source, publisher, Some(lost), options, shutdown).await
             }
             (Some(client), None) => {
                 let publisher = KubePublisher::new(client.clone(), config.add_nrt_owner);
                 if !oneshot {
                     background.spawn(own_object::watch(client, node, lost.clone()));
                 }
-                drive(Agent::new(config, source, options.announce(publisher)).with_republish(lost), options, shutdown)
-                    .await
+                drive(config, source, publisher, Some(lost), options, shutdown).await
             }
-            (None, _) => drive(Agent::new(config, source, options.announce(DryRun)), options, shutdown).await,
+            (None, _) => drive(config, source, DryRun, None, options, shutdown).await,
         };
         background.shutdown().await;
         result
@@ -236,21 +234,22 @@ impl<P: Publisher + Sync> Publisher for Announce<P> {
     }
 }
 
-impl Options {
-    /// `publisher`, telling [`Options::published`] after each publish.
-    fn announce<P>(&self, publisher: P) -> Announce<P> {
-        Announce { inner: publisher, published: self.published.clone() }
-    }
-}
-
-/// Runs the agent with `options`, once (`--oneshot`) or until `shutdown`.
+/// Runs the agent publishing through `publisher` with `options`, republishing whenever `lost` is
+/// notified, once (`--oneshot`) or until `shutdown`.
 async fn drive<S: PodResourcesSource + Sync, P: Publisher + Sync>(
-    agent: Agent<Option<S>, P>,
+    config: Config,
+    source: Option<S>,
+    publisher: P,
+    lost: Option<Arc<Notify>>,
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let oneshot = agent.config().oneshot;
-    let mut agent = agent.with_metrics(options.metrics).with_config_reload();
+    let oneshot = config.oneshot;
+    let publisher = Announce { inner: publisher, published: options.published };
+    let mut agent = Agent::new(config, source, publisher).with_metrics(options.metrics).with_config_reload();
+    if let Some(lost) = lost {
+        agent = agent.with_republish(lost);
+    }
     if let Some(conditions) = options.conditions {
         agent = agent.with_pod_conditions(conditions);
     }
