@@ -70,10 +70,15 @@ impl<D: TlsServingDefaults> TlsServingFlags<D> {
 
 /// A period flag: a Go duration of at least one second.
 pub fn period(text: &str) -> Result<Duration, String> {
+    at_least(text, GoDuration::from_secs(1))
+}
+
+/// A duration flag: a Go duration of at least `min`.
+pub fn at_least(text: &str, min: GoDuration) -> Result<Duration, String> {
     let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
     match duration.to_std() {
-        Some(duration) if duration >= Duration::from_secs(1) => Ok(duration),
-        _ => Err("must be at least 1s".into()),
+        Some(std) if duration.as_nanos() >= min.as_nanos() => Ok(std),
+        _ => Err(format!("must be at least {min}")),
     }
 }
 

@@ -32,13 +32,13 @@ pub struct ReplicationArgs {
     /// A leader that has not renewed the Lease for this long has lost it: the longest a failover
     /// takes (plus one retry period).
     #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT_LEASE_DURATION", default_value = "4s", value_parser = parse_short)]
-    leader_elect_lease_duration: GoDuration,
+    leader_elect_lease_duration: Duration,
     /// The leader stops leading when it could not renew for this long (less than the duration).
     #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT_RENEW_DEADLINE", default_value = "3s", value_parser = parse_short)]
-    leader_elect_renew_deadline: GoDuration,
+    leader_elect_renew_deadline: Duration,
     /// How often the leader renews and the others look at the Lease.
     #[arg(long, env = "NUMARESOURCES_APISERVER_LEADER_ELECT_RETRY_PERIOD", default_value = "500ms", value_parser = parse_short)]
-    leader_elect_retry_period: GoDuration,
+    leader_elect_retry_period: Duration,
     /// The address peers reach this replica's peer listener at (the pod IP).
     #[arg(long, env = "NUMARESOURCES_APISERVER_PEER_ADVERTISE_IP")]
     peer_advertise_ip: Option<IpAddr>,
@@ -67,16 +67,9 @@ pub struct ReplicationArgs {
     peer_server_name: String,
 }
 
-fn parse_short(text: &str) -> Result<GoDuration, String> {
-    let duration = GoDuration::parse(text).map_err(|e| e.to_string())?;
-    if duration.as_nanos() < 100_000_000 {
-        return Err("must be at least 100ms".into());
-    }
-    Ok(duration)
-}
-
-fn std_duration(duration: &GoDuration) -> Duration {
-    duration.to_std().unwrap_or(Duration::from_secs(1))
+/// The Lease's timings: Go durations of at least 100ms.
+fn parse_short(text: &str) -> Result<Duration, String> {
+    numaresources_certs::flags::at_least(text, GoDuration::from_nanos(100_000_000))
 }
 
 /// What `--leader-elect` starts.
@@ -101,9 +94,9 @@ impl ReplicationArgs {
             return Ok(None);
         }
         let timings = LeaseTimings {
-            duration: std_duration(&self.leader_elect_lease_duration),
-            renew_deadline: std_duration(&self.leader_elect_renew_deadline),
-            retry: std_duration(&self.leader_elect_retry_period),
+            duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry: self.leader_elect_retry_period,
         };
         anyhow::ensure!(
             timings.retry < timings.renew_deadline && timings.renew_deadline < timings.duration,
@@ -222,8 +215,5 @@ fn host_name() -> String {
 
 /// A per-process suffix, so a restarted replica is a new identity (it holds nothing yet).
 fn random_suffix() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    format!("{:08x}", hasher.finish() as u32)
+    format!("{:08x}", crate::random_word(0) as u32)
 }
