@@ -56,21 +56,13 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     let (router, state) = (server.router(), server.state().clone());
     // The background work (warm-up first) starts before the election, and runs until the
     // listener has drained.
-    let (served, serving_ended) = tokio::sync::oneshot::channel::<()>();
-    let background = tokio::spawn(server.run(async move {
-        let _ = serving_ended.await;
-    }));
+    let (served, serving_ended) = Shutdown::manual();
+    let background = tokio::spawn(server.run(serving_ended.signaled()));
 
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
-    let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (stop_election, election_stopped) = Shutdown::manual();
     let election = match replicas {
-        Some(replicas) => Some(
-            replicas
-                .start(state.clone(), async move {
-                    let _ = election_stopped.await;
-                })
-                .await?,
-        ),
+        Some(replicas) => Some(replicas.start(state.clone(), election_stopped.signaled()).await?),
         None => None,
     };
     let stopping = state.stopping.clone();
@@ -79,7 +71,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         signaled.await;
         // A leader hands the Lease over while both listeners still serve (followers forward to
         // it and stream from it until then).
-        let _ = stop_election.send(());
+        stop_election.fire();
         if let Some(election) = election
             && tokio::time::timeout(HAND_OVER_GRACE, election).await.is_err()
         {

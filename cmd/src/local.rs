@@ -187,18 +187,9 @@ fn usable_kubelet_config(path: &Path) -> Option<PathBuf> {
     }
 }
 
-/// 128 random bits as hex, from the std hasher's per-process random keys.
+/// 128 random bits as hex.
 fn random_token() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let seed = std::collections::hash_map::RandomState::new();
-    let word = |salt: u64| {
-        let mut hasher = seed.build_hasher();
-        hasher.write_u64(salt);
-        hasher
-            .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-        hasher.finish()
-    };
-    format!("{:016x}{:016x}", word(1), word(2))
+    format!("{:016x}{:016x}", crate::random_word(1), crate::random_word(2))
 }
 
 fn host_name() -> Option<String> {
