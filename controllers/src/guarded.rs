@@ -10,10 +10,13 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
+use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use numaresources_certs::admin::Flag;
 use serde::de::DeserializeOwned;
@@ -53,6 +56,14 @@ pub fn watched_api<K: Resource<DynamicType = ()>>(client: kube::Client) -> Api<D
 /// A controller of `K` over its guarded watch ([`watched_api`]).
 pub fn controller<K: Resource<DynamicType = ()>>(client: kube::Client) -> Controller<DynamicObject> {
     Controller::new_with(watched_api::<K>(client), Default::default(), resource::<K>())
+}
+
+/// One `()` per change of a Node's labels; its status updates (the many heartbeats) give none.
+pub fn node_label_changes(client: kube::Client) -> impl futures_util::Stream<Item = ()> + Send + 'static {
+    watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client), watcher::Config::default())
+        .touched_objects()
+        .predicate_filter(predicates::labels, Default::default())
+        .filter_map(|node| async move { node.ok().map(|_| ()) })
 }
 
 /// Runs the controller `name` until `shutdown` completes; sets `synced` once its main watch has

@@ -30,9 +30,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use numaresources_api::operator::{NUMAResourcesOperator, OPERATOR_SINGLETON_NAME};
 use numaresources_api::selector;
@@ -252,11 +251,7 @@ fn triggers(ctx: &Context) -> futures_util::stream::BoxStream<'static, ()> {
     let client = ctx.client.clone();
     if ctx.settings.kubelet_configs {
         // OpenShift: the KubeletConfigs are the source; Nodes matter for their labels only.
-        let node_labels =
-            watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
-                .touched_objects()
-                .predicate_filter(predicates::labels, Default::default())
-                .filter_map(|node| async move { node.ok().map(|_| ()) });
+        let node_labels = guarded::node_label_changes(client.clone());
         let kubelet_configs = watcher::watcher(
             Api::<DynamicObject>::all_with(client, &kubelet_config_resource()),
             watcher::Config::default(),

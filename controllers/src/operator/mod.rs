@@ -26,16 +26,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use numaresources_api::nrt;
 use numaresources_api::operator::validation::validate_operator;
@@ -417,10 +415,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let exporter_configs = watcher::Config::default().labels(names::LABEL_NRO_NAME);
     let config_owner = guarded::resource::<NUMAResourcesOperator>();
     // Node label changes move nodes between groups (and may make a failed resolution succeed).
-    let node_labels = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
-        .touched_objects()
-        .predicate_filter(predicates::labels, Default::default())
-        .filter_map(|node| async move { node.ok().map(|_| ()) });
+    let node_labels = guarded::node_label_changes(client.clone());
     let controller = guarded::controller::<NUMAResourcesOperator>(client.clone())
         .owns(Api::<DaemonSet>::namespaced(client.clone(), &namespace), ours.clone())
         .owns(Api::<Deployment>::namespaced(client.clone(), &namespace), ours)

@@ -28,7 +28,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_api::operator::defaults::Platform;
@@ -431,10 +431,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     let ours = watcher::Config::default().labels(&format!("{}={}", names::LABEL_MANAGED_BY, FIELD_MANAGER));
     // Node label changes (a control-plane node added or relabelled) may change the replica count;
     // node status updates do not, so only label changes trigger a pass.
-    let node_labels = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default())
-        .touched_objects()
-        .predicate_filter(predicates::labels, Default::default())
-        .filter_map(|node| async move { node.ok().map(|_| ()) });
+    let node_labels = guarded::node_label_changes(client.clone());
     // An NRT created (or recreated: a new uid) may need the scheduler restarted; the many
     // updates of existing NRTs do not. Retried with backoff while the NRT API is not served yet.
     let nrts_created = watcher::watcher(
