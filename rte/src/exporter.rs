@@ -166,18 +166,12 @@ impl Exporter {
             );
         }
         let mut background = tokio::task::JoinSet::new();
-        let terminal = match (&client, config.exclude_terminal_pods) {
-            (Some(client), true) => {
-                let terminal = TerminalPods::default();
-                background.spawn(terminal.clone().watch(client.clone(), config.node_name.clone()));
-                Some(terminal)
-            }
-            _ => None,
-        };
-        let conditions = match (&client, own_pod) {
-            (Some(client), Some(pod)) => Some(PodConditions::new(client.clone(), pod)),
-            _ => None,
-        };
+        let terminal = client.as_ref().filter(|_| config.exclude_terminal_pods).map(|client| {
+            let terminal = TerminalPods::default();
+            background.spawn(terminal.clone().watch(client.clone(), config.node_name.clone()));
+            terminal
+        });
+        let conditions = client.clone().zip(own_pod).map(|(client, pod)| PodConditions::new(client, pod));
         let unused = config.flags.direct.unused_file_flags();
         if !unused.is_empty() {
             tracing::warn!(flags = ?unused, "given without --nrt-server, so unused: publishing through kube-apiserver");
