@@ -85,18 +85,15 @@ pub fn cache_resync_seconds(spec: &NUMAResourcesSchedulerSpec) -> i64 {
 
 /// The `KubeSchedulerConfiguration` text.
 pub fn config_yaml(spec: &NUMAResourcesSchedulerSpec, settings: &SchedulerSettings, replicas: i32) -> String {
-    let mut cache = serde_json::Map::new();
-    cache.insert("resyncMethod".into(), json!("Autodetect"));
     let foreign = match spec.cache_resync_detection {
         Some(CacheResyncDetectionMode::Aggressive) => "All",
         _ => "OnlyExclusiveResources",
     };
-    cache.insert("foreignPodsDetect".into(), json!(foreign));
     let informer = match spec.scheduler_informer {
         Some(SchedulerInformerMode::Shared) => "Shared",
         _ => "Dedicated",
     };
-    cache.insert("informerMode".into(), json!(informer));
+    let cache = json!({"resyncMethod": "Autodetect", "foreignPodsDetect": foreign, "informerMode": informer});
 
     let strategy = spec.scoring_strategy.clone().unwrap_or_default();
     let mut scoring = json!({"type": strategy.type_.unwrap_or(ScoringStrategyType::LeastAllocated).as_str()});
@@ -179,15 +176,12 @@ pub fn deployment(
     let labels = names::labels(SCHEDULER, COMPONENT_SCHEDULER);
     let selector = names::selector_labels(SCHEDULER, COMPONENT_SCHEDULER);
     let verbosity = spec.log_level.as_ref().map_or(2, LogLevel::klog_verbosity);
-    let (requests, limits) = if settings.guaranteed_qos {
-        (json!({"cpu": "600m", "memory": "1200Mi"}), Some(json!({"cpu": "600m", "memory": "1200Mi"})))
+    let resources = if settings.guaranteed_qos {
+        let guaranteed = json!({"cpu": "600m", "memory": "1200Mi"});
+        json!({"requests": guaranteed, "limits": guaranteed})
     } else {
-        (json!({"cpu": "150m", "memory": "500Mi"}), None)
+        json!({"requests": {"cpu": "150m", "memory": "500Mi"}})
     };
-    let mut resources = json!({"requests": requests});
-    if let Some(limits) = limits {
-        resources["limits"] = limits;
-    }
     let mut env = Vec::new();
     if spec.cache_resync_debug != Some(CacheResyncDebugMode::Disabled) {
         env.push(json!({"name": "PFP_STATUS_DUMP", "value": "/run/pfpstatus"}));
