@@ -33,7 +33,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::StatusCode;
-use http::header::{CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use http::header::{CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
 /// The process's one metrics registry: each component registers its series in it.
 pub use prometheus_client::registry::Registry;
 
@@ -266,23 +266,14 @@ async fn exposition(State(admin): State<Arc<Admin>>) -> Response {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &admin.metrics) {
         Ok(()) => {
-            let mut response = body.into_response();
-            response.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-            );
-            response
+            ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
         }
         Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics: {error}\n")),
     }
 }
 
 fn text(status: StatusCode, body: String) -> Response {
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    response
+    (status, [(CONTENT_TYPE, "text/plain; charset=utf-8"), (X_CONTENT_TYPE_OPTIONS, "nosniff")], body).into_response()
 }
 
 #[cfg(test)]

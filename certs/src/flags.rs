@@ -36,21 +36,15 @@ pub struct TlsServingFlags<D: TlsServingDefaults> {
     defaults: PhantomData<D>,
 }
 
-/// A component's environment variables and defaults of [`TlsServingFlags`].
+/// A component's environment variables (`*_ENV`) and defaults of [`TlsServingFlags`], each
+/// named after its flag (`--tls-sni-names` has no default).
 pub trait TlsServingDefaults: Clone + std::fmt::Debug + Send + Sync + 'static {
-    /// The environment variable of `--tls-cert-file`.
     const CERT_FILE_ENV: &'static str;
-    /// The environment variable of `--tls-private-key-file`.
     const KEY_FILE_ENV: &'static str;
-    /// The environment variable of `--cert-dir`.
     const CERT_DIR_ENV: &'static str;
-    /// The environment variable of `--tls-sni-names`.
     const SNI_NAMES_ENV: &'static str;
-    /// The default of `--tls-cert-file`.
     const CERT_FILE: &'static str;
-    /// The default of `--tls-private-key-file`.
     const KEY_FILE: &'static str;
-    /// The default of `--cert-dir`.
     const CERT_DIR: &'static str;
 }
 
