@@ -170,21 +170,16 @@ async fn exporter(args: &LocalArgs, node_name: String, kubeconfig: &Path) -> any
 /// is often root-only, and may be anything on a laptop): otherwise the kubelet's defaults, with
 /// a warning, rather than no server at all.
 fn usable_kubelet_config(path: &Path) -> Option<PathBuf> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
+    let problem = match std::fs::read_to_string(path) {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(error) => {
-            tracing::warn!("{}: {error}; using the kubelet defaults none/container", path.display());
-            return None;
-        }
+        Err(error) => error.to_string(),
+        Ok(text) => match read_kubelet_config(&text) {
+            Ok(_) => return Some(path.to_path_buf()),
+            Err(error) => error.to_string(),
+        },
     };
-    match read_kubelet_config(&text) {
-        Ok(_) => Some(path.to_path_buf()),
-        Err(error) => {
-            tracing::warn!("{}: {error}; using the kubelet defaults none/container", path.display());
-            None
-        }
-    }
+    tracing::warn!("{}: {problem}; using the kubelet defaults none/container", path.display());
+    None
 }
 
 /// 128 random bits as hex.
