@@ -236,12 +236,7 @@ impl Error {
     pub fn condition_message(&self) -> String {
         match self {
             Self::Kube { action, source: kube::Error::Api(status) } => format!("{action}: {}", status.message),
-            Self::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => {
-                    e.condition_message()
-                }
-                other => other.to_string(),
-            },
+            // Not `Finalizer`: it never holds our own step's failure (`From` unwraps that).
             other => other.to_string(),
         }
     }
