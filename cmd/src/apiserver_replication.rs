@@ -103,17 +103,16 @@ impl ReplicationArgs {
             "--leader-elect-retry-period < --leader-elect-renew-deadline < --leader-elect-lease-duration must hold"
         );
         let ip = self.peer_advertise_ip.context("--leader-elect needs --peer-advertise-ip (the pod IP)")?;
-        let port = self.peer_advertise_port;
-        let advertise = format!("https://{}", SocketAddr::new(ip, port));
-        let identity = format!("{}_{}_{}", host_name(), SocketAddr::new(ip, port), random_suffix());
+        let peer = SocketAddr::new(ip, self.peer_advertise_port);
+        let advertise = format!("https://{peer}");
+        let identity = format!("{}_{peer}_{}", host_name(), random_suffix());
         let tls = PeerTls {
             ca_file: self.peer_ca_file.clone(),
             cert_file: self.peer_client_cert_file.clone(),
             key_file: self.peer_client_key_file.clone(),
             server_name: self.peer_server_name.clone(),
         };
-        let client_cas = Arc::new(ClientCaVerifier::new(&[read_peer_ca(&tls.ca_file)?])?);
-        let ca_watcher = follow_peer_ca(&tls.ca_file, client_cas.clone())?;
+        let (client_cas, ca_watcher) = follow_peer_ca(&tls.ca_file)?;
         let certificate = ReloadingCertificate::load(&tls.cert_file, &tls.key_file)
             .with_context(|| format!("loading the peer certificate {}", tls.cert_file.display()))?;
         let watcher = certificate.watch(WatchOptions::default())?;
@@ -132,7 +131,7 @@ impl ReplicationArgs {
         Ok(Some(Replicas {
             replication,
             lease,
-            peer_addr: SocketAddr::new(bind, port),
+            peer_addr: SocketAddr::new(bind, self.peer_advertise_port),
             peer_tls,
             _certificate_watcher: watcher,
             _ca_watcher: ca_watcher,
@@ -140,35 +139,32 @@ impl ReplicationArgs {
     }
 }
 
-fn read_peer_ca(path: &std::path::Path) -> anyhow::Result<CaBundle> {
-    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    CaBundle::from_pem(&pem).with_context(|| path.display().to_string())
-}
-
-/// Trusts the peer CA file's current bundle for the peer listener's next handshakes whenever the
-/// file changes (a CA rotation writes both CAs first, then the new certificates, then drops the
-/// old CA). A bundle that does not parse leaves the previous one in force.
+/// The peer listener's client CAs: the peer CA file's bundle, trusted anew for the next
+/// handshakes whenever the file changes (a CA rotation writes both CAs first, then the new
+/// certificates, then drops the old CA). A bundle that does not parse leaves the previous one in
+/// force.
 fn follow_peer_ca(
     path: &std::path::Path,
-    verifier: Arc<ClientCaVerifier>,
-) -> anyhow::Result<numaresources_certs::CertificateWatcher> {
-    let owned = path.to_path_buf();
-    let last = std::sync::Mutex::new(std::fs::read(path).ok());
+) -> anyhow::Result<(Arc<ClientCaVerifier>, numaresources_certs::CertificateWatcher)> {
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let ca = CaBundle::from_pem(&pem).with_context(|| path.display().to_string())?;
+    let verifier = Arc::new(ClientCaVerifier::new(&[ca])?);
+    let (owned, following, last) = (path.to_path_buf(), verifier.clone(), std::sync::Mutex::new(pem));
     let watcher = numaresources_certs::follow_files(&[path], WatchOptions::default(), "the peer CA", move |why| {
         let Ok(pem) = std::fs::read(&owned) else { return };
         let mut last = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last.as_deref() == Some(pem.as_slice()) {
+        if *last == pem {
             return;
         }
-        match CaBundle::from_pem(&pem).map_err(anyhow::Error::from).and_then(|ca| Ok(verifier.replace(&[ca])?)) {
+        match CaBundle::from_pem(&pem).map_err(anyhow::Error::from).and_then(|ca| Ok(following.replace(&[ca])?)) {
             Ok(()) => {
                 tracing::info!(file = %owned.display(), trigger = why, "the peer CA changed; trusting the new bundle");
-                *last = Some(pem);
+                *last = pem;
             }
             Err(error) => tracing::warn!(file = %owned.display(), "keeping the previous peer CA: {error:#}"),
         }
     })?;
-    Ok(watcher)
+    Ok((verifier, watcher))
 }
 
 impl Replicas {
