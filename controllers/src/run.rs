@@ -287,6 +287,19 @@ mod tests {
         fake.typed::<Lease>(LEASE).spec.unwrap().holder_identity
     }
 
+    /// [`supervise`] under an hour of paused time as a guard: without the branch under test, the
+    /// Lease is held forever.
+    async fn supervised(
+        lease: &LeaderLease,
+        controllers: JoinHandle<()>,
+        stop: tokio::sync::watch::Sender<bool>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<()> {
+        tokio::time::timeout(Duration::from_secs(3600), supervise(Some(lease), controllers, stop, shutdown))
+            .await
+            .expect("supervise returns")
+    }
+
     /// Sets its flag when dropped: tells whether a task's future was torn down.
     struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
 
@@ -301,13 +314,7 @@ mod tests {
         let (fake, lease) = leading("a").await;
         let (stop, _) = tokio::sync::watch::channel(false);
         let controllers = tokio::spawn(async { panic!("a controller bug") });
-        // An hour of paused time as a guard: without the branch, the Lease is held forever.
-        let ended = tokio::time::timeout(
-            Duration::from_secs(3600),
-            supervise(Some(&lease), controllers, stop, std::future::pending()),
-        )
-        .await
-        .expect("leadership ends");
+        let ended = supervised(&lease, controllers, stop, std::future::pending()).await;
         assert!(matches!(ended, Err(Error::Leadership(_))), "{ended:?}");
         assert_eq!(holder(&fake), None, "released for the next leader");
     }
@@ -329,12 +336,7 @@ mod tests {
                 k8s_openapi::jiff::Timestamp::now()
             ));
         });
-        let ended = tokio::time::timeout(
-            Duration::from_secs(3600),
-            supervise(Some(&lease), controllers, stop, std::future::pending()),
-        )
-        .await
-        .expect("leadership ends without waiting for the controllers");
+        let ended = supervised(&lease, controllers, stop, std::future::pending()).await;
         assert!(matches!(ended, Err(Error::Leadership(_))), "{ended:?}");
         assert!(torn_down.load(std::sync::atomic::Ordering::SeqCst), "the controllers were aborted");
         assert_eq!(holder(&fake).as_deref(), Some("b"), "the new leader's Lease is left alone");
@@ -347,10 +349,7 @@ mod tests {
         let controllers = tokio::spawn(async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         });
-        let ended =
-            tokio::time::timeout(Duration::from_secs(3600), supervise(Some(&lease), controllers, stop, async {}))
-                .await
-                .expect("shut down");
+        let ended = supervised(&lease, controllers, stop, async {}).await;
         assert!(ended.is_ok(), "{ended:?}");
         assert_eq!(holder(&fake), None);
     }
