@@ -264,10 +264,6 @@ fn fingerprinting_can_be_turned_off_and_its_status_file_set_by_pfp_status_file()
     let config = args.resolve_with(&fake).unwrap();
     assert_eq!(config.fingerprint, None);
     assert_eq!(config.fingerprint_status_file.unwrap(), Path::new("/run/pfpstatus/dump.json"));
-    let args = parse(&["--pods-fingerprint-method=all", "--no-publish", "--add-nrt-owner=false"]);
-    let config = args.resolve_with(&fake).unwrap();
-    assert_eq!(config.fingerprint, Some(Method::All));
-    assert!(!config.publish && !config.add_nrt_owner);
 }
 
 #[test]
@@ -287,8 +283,6 @@ fn the_operator_daemonset_arguments_parse() {
     assert_eq!(config.notify_file.unwrap(), Path::new("/run/rte/notify"));
     assert_eq!(config.fingerprint, Some(Method::All));
     assert!(!config.add_nrt_owner && !config.publish);
-    let args = parse(&["--pods-fingerprint=false"]);
-    assert!(!args.pods_fingerprint);
 }
 
 #[test]
