@@ -110,3 +110,17 @@ impl ConnectionFlags {
             .max_connections_per_client(self.max_connections_per_client)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_go_durations_of_a_minimum() {
+        assert_eq!(period("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(period("500ms").is_err() && period("-5s").is_err() && period("5").is_err());
+        let tenth = GoDuration::from_nanos(100_000_000);
+        assert_eq!(at_least("100ms", tenth), Ok(Duration::from_millis(100)));
+        assert_eq!(at_least("99ms", tenth), Err("must be at least 100ms".to_owned()));
+    }
+}
