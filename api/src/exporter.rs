@@ -11,8 +11,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::nrt::well_known::{TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MANAGER_SCOPES};
-
 /// The port the exporter serves `/metrics` on (upstream's), which the DaemonSet, its Service and
 /// the exporters' NetworkPolicy open.
 pub const METRICS_PORT: u16 = 2112;
@@ -42,16 +40,6 @@ impl TopologyManager {
     /// The kubelet's own defaults: policy `none`, scope `container`.
     pub fn kubelet_defaults() -> Self {
         Self { policy: "none".into(), scope: "container".into() }
-    }
-
-    /// Whether the kubelet accepts `policy`.
-    pub fn is_known_policy(policy: &str) -> bool {
-        TOPOLOGY_MANAGER_POLICIES.contains(&policy)
-    }
-
-    /// Whether the kubelet accepts `scope`.
-    pub fn is_known_scope(scope: &str) -> bool {
-        TOPOLOGY_MANAGER_SCOPES.contains(&scope)
     }
 }
 
@@ -110,6 +98,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::nrt::well_known::{TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MANAGER_SCOPES};
 
     #[test]
     fn unknown_settings_and_empty_sections_are_left_out() {
@@ -128,7 +117,7 @@ mod tests {
     #[test]
     fn kubelet_defaults_are_known_values() {
         let tm = TopologyManager::kubelet_defaults();
-        assert!(TopologyManager::is_known_policy(&tm.policy) && TopologyManager::is_known_scope(&tm.scope));
-        assert!(!TopologyManager::is_known_policy("numa-please") && !TopologyManager::is_known_scope("node"));
+        assert!(TOPOLOGY_MANAGER_POLICIES.contains(&tm.policy.as_str()));
+        assert!(TOPOLOGY_MANAGER_SCOPES.contains(&tm.scope.as_str()));
     }
 }

@@ -173,17 +173,13 @@ impl Args {
             &exporter.kubelet.topology_manager_scope,
         )
         .unwrap_or(defaults.scope);
-        if !TopologyManager::is_known_policy(&policy) {
-            problems.add(
-                "--topology-manager-policy",
-                format!("unsupported policy {policy:?}: expected one of {TOPOLOGY_MANAGER_POLICIES:?}"),
-            );
-        }
-        if !TopologyManager::is_known_scope(&scope) {
-            problems.add(
-                "--topology-manager-scope",
-                format!("unsupported scope {scope:?}: expected one of {TOPOLOGY_MANAGER_SCOPES:?}"),
-            );
+        for (flag, what, value, known) in [
+            ("--topology-manager-policy", "policy", &policy, TOPOLOGY_MANAGER_POLICIES),
+            ("--topology-manager-scope", "scope", &scope, TOPOLOGY_MANAGER_SCOPES),
+        ] {
+            if !known.contains(&value.as_str()) {
+                problems.add(flag, format!("unsupported {what} {value:?}: expected one of {known:?}"));
+            }
         }
         TopologyManager { policy, scope }
     }
