@@ -6,8 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use numaresources_certs::CaBundle;
 use numaresources_certs::flags::{TlsServingDefaults, TlsServingFlags, period};
+use numaresources_certs::{CaBundle, InvalidConfig};
 
 use crate::Limits;
 use crate::auth::{RequestHeaderConfig, Standalone};
@@ -213,14 +213,9 @@ pub struct Exporters {
     pub service_account: String,
 }
 
-/// Every problem of a configuration, one a line.
-#[derive(Debug, thiserror::Error)]
-#[error("{}", .0.join("\n"))]
-pub struct ConfigError(pub Vec<String>);
-
 impl Args {
     /// The configuration, or every problem it has (files that cannot be read or parsed).
-    pub fn config(&self) -> Result<Config, ConfigError> {
+    pub fn config(&self) -> Result<Config, InvalidConfig> {
         let mut problems = Vec::new();
         let mut ca = |path: &Path| read_ca(path).map_err(|problem| problems.push(problem)).ok();
         let client_ca = self.client_ca_file.as_deref().and_then(&mut ca);
@@ -250,7 +245,7 @@ impl Args {
             })),
         };
         let (Some(authentication), true) = (authentication, problems.is_empty()) else {
-            return Err(ConfigError(problems));
+            return Err(InvalidConfig(problems));
         };
         Ok(Config {
             listen: SocketAddr::new(self.bind_address, self.secure_port),
@@ -325,12 +320,12 @@ mod tests {
         let missing = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
         let (tokens, ca, front_proxy) = (missing("tokens.csv"), missing("ca.crt"), missing("front-proxy.crt"));
         let args = parse(&["--token-auth-file", &tokens, "--client-ca-file", &ca]);
-        let ConfigError(problems) = args.config().unwrap_err();
+        let InvalidConfig(problems) = args.config().unwrap_err();
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].contains(&ca) && problems[1].contains(&tokens), "{problems:?}");
 
         let args = parse(&["--requestheader-client-ca-file", &front_proxy, "--client-ca-file", &ca]);
-        let ConfigError(problems) = args.config().unwrap_err();
+        let InvalidConfig(problems) = args.config().unwrap_err();
         assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
