@@ -120,6 +120,10 @@ pub fn direct_client_with_idle_timeout(
     let mut connector = HttpConnector::new();
     connector.enforce_http(false);
     connector.set_connect_timeout(Some(DIRECT_CONNECT_TIMEOUT));
+    // A reconnect's request follows the client's handshake Finished at once: with Nagle it
+    // waits for the server's delayed ACK (40 ms) unless the server happens to send something
+    // first (its session tickets).
+    connector.set_nodelay(true);
     let connector = config.rustls_https_connector_with_connector(connector).map_err(kube)?;
     let mut pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
     if let Some(idle_timeout) = idle_timeout {
