@@ -11,7 +11,8 @@
 //! `BENCH_ONLY=patch|get` and `BENCH_PROTOCOL=1|2` run one kind, e.g. to profile the child;
 //! `BENCH_ONLY=memory` instead prints the server's VmRSS through 5,000 creates, 5,000 patches
 //! and 3 LISTs over TLS, from an empty store; `BENCH_ONLY=connections` prints what
-//! [`IDLE_CONNECTIONS`] kept-alive TLS connections, idle after one GET each, add to it).
+//! [`IDLE_CONNECTIONS`] kept-alive TLS connections, idle after one GET each, add to it;
+//! `BENCH_WORKERS=n` gives the server n tokio workers instead of 2).
 //! Figures go to BENCHMARKS.md; nothing asserts a time.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
@@ -74,7 +75,9 @@ fn main() {
 
 /// The child: the server with the fleet, until its stdin closes.
 fn serve() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // BENCH_WORKERS: the server's tokio workers (2, as on a 2-core replica, unless set).
+    let workers = std::env::var("BENCH_WORKERS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap();
     runtime.block_on(async {
         // Tokens name their pod, not their node (clusters before 1.30): the costlier path.
         let double = KubeDouble::new(false);
