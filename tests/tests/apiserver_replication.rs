@@ -265,9 +265,16 @@ async fn write_many(client: kube::Client, prefix: String, count: u64, written: A
 async fn assert_all_present(cluster: &Cluster, survivors: &[usize], writes: &Writes) {
     for &index in survivors {
         let objects = listed(&cluster.client(index).await, "").await;
-        let missing: Vec<_> =
-            writes.acknowledged.iter().filter(|(name, version)| objects.get(*name) != Some(version)).collect();
-        assert!(missing.is_empty(), "replica {index} lost or changed acknowledged writes: {missing:?}");
+        let missing: Vec<_> = writes
+            .acknowledged
+            .iter()
+            .filter(|(name, version)| objects.get(*name) != Some(version))
+            .map(|(name, version)| (name, version, objects.get(name)))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "replica {index} lost or changed acknowledged writes (name, acked, held): {missing:?}"
+        );
     }
 }
 
