@@ -157,7 +157,7 @@ async fn exporter(args: &LocalArgs, node_name: String, kubeconfig: &Path) -> any
         ..ExporterArgs::default()
     };
     let config = flags.resolve().context("configuring the embedded exporter")?;
-    if config.podresources_socket.is_none() {
+    if config.flags.podresources_socket.0.is_none() {
         tracing::info!(
             "no kubelet here: allocatable = capacity, nothing allocated (--podresources-socket {NO_KUBELET})"
         );

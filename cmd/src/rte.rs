@@ -25,7 +25,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         let exporter = Exporter::new(config, client);
         // A one-off run ends before anything could scrape it: it opens no listener at all.
-        let admin = match exporter.config().metrics.as_ref().filter(|_| !exporter.config().oneshot) {
+        let admin = match exporter.config().metrics.as_ref().filter(|_| !exporter.config().flags.oneshot) {
             Some(endpoint) => {
                 let app = admin::component_router(exporter.readiness(), |registry| exporter.register_metrics(registry));
                 let serving = MetricsServer::bind(endpoint).await?.serve(app, shutdown.signaled());

@@ -118,7 +118,7 @@ impl Exporter {
     /// Runs until `shutdown` completes (or after one refresh with `--oneshot`, failing when it
     /// failed).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-        let client = self.config.podresources_socket.clone().map(|socket| {
+        let client = self.config.flags.podresources_socket.0.clone().map(|socket| {
             if self.kubelet_if_present && !socket.path().exists() {
                 tracing::info!(
                     socket = %socket,
@@ -141,7 +141,7 @@ impl Exporter {
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), Error> {
         let Self { config, client, metrics, published, .. } = self;
-        if let Some(verbosity) = config.verbosity {
+        if let Some(verbosity) = config.flags.verbosity {
             tracing::debug!(
                 verbosity,
                 matching_log_level = klog_log_level(verbosity),
@@ -158,15 +158,15 @@ impl Exporter {
                  the topology is this machine's own view, not what a kubelet would admit"
             );
         }
-        let own_pod = if config.pod_readiness { config.own_pod.clone() } else { None };
-        if config.pod_readiness && own_pod.is_none() {
+        let own_pod = if config.flags.podreadiness { config.own_pod.clone() } else { None };
+        if config.flags.podreadiness && own_pod.is_none() {
             tracing::warn!(
                 "--podreadiness is on but neither POD_NAMESPACE/POD_NAME nor REFERENCE_NAMESPACE/REFERENCE_POD_NAME \
                  name the agent's pod: not setting pod conditions"
             );
         }
         let mut background = tokio::task::JoinSet::new();
-        let terminal = client.as_ref().filter(|_| config.exclude_terminal_pods).map(|client| {
+        let terminal = client.as_ref().filter(|_| config.flags.exclude_terminal_pods).map(|client| {
             let terminal = TerminalPods::default();
             background.spawn(terminal.clone().watch(client.clone(), config.node_name.clone()));
             terminal
@@ -180,18 +180,18 @@ impl Exporter {
         let options = Options { conditions, terminal, metrics: metrics.clone(), published };
         // Notified when the API server no longer holds what was published.
         let lost = Arc::new(Notify::new());
-        let (oneshot, node) = (config.oneshot, config.node_name.clone());
-        let result = match (client.filter(|_| config.publish), config.nrt_server.clone()) {
+        let (oneshot, node, owned) = (config.flags.oneshot, config.node_name.clone(), config.flags.add_nrt_owner);
+        let result = match (client.filter(|_| !config.flags.no_publish), config.nrt_server.clone()) {
             (Some(client), Some(server)) => {
-                let publisher = FailoverPublisher::new(server, &node, client, config.add_nrt_owner)
-                    .with_metrics(metrics.direct_path().clone());
+                let publisher =
+                    FailoverPublisher::new(server, &node, client, owned).with_metrics(metrics.direct_path().clone());
                 if !oneshot {
                     background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
                 }
                 drive(config, source, publisher, Some(lost), options, shutdown).await
             }
             (Some(client), None) => {
-                let publisher = KubePublisher::new(client.clone(), config.add_nrt_owner);
+                let publisher = KubePublisher::new(client.clone(), owned);
                 if !oneshot {
                     background.spawn(own_object::watch(client, node, lost.clone()));
                 }
@@ -238,7 +238,7 @@ async fn drive<S: PodResourcesSource + Sync, P: Publisher + Sync>(
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let oneshot = config.oneshot;
+    let oneshot = config.flags.oneshot;
     let publisher = Announce { inner: publisher, published: options.published };
     let mut agent = Agent::new(config, source, publisher).with_metrics(options.metrics).with_config_reload();
     if let Some(lost) = lost {
@@ -259,7 +259,7 @@ async fn drive<S: PodResourcesSource + Sync, P: Publisher + Sync>(
         refreshed = agent.refresh(Trigger::Periodic) => match refreshed {
             Ok(outcome) => {
                 tracing::info!(?outcome, "--oneshot: refreshed once; exiting");
-                match (agent.config().output, agent.last_published()) {
+                match (agent.config().flags.output, agent.last_published()) {
                     (Some(format), Some(published)) => print_topology(published, format),
                     _ => Ok(()),
                 }

@@ -246,7 +246,7 @@ struct RunningAgent {
 /// refresh), and no heartbeat unless `adjust` turns it on, so every write the server sees is one
 /// the test caused.
 async fn agent_for(ws: &Workspace, adjust: impl FnOnce(&mut Config)) -> Agent<PodResourcesClient, KubePublisher> {
-    let mut config = sysfs_fixture::agent_config(NODE, &ws.sys, &ws.socket);
+    let mut config = sysfs_fixture::agent_config(NODE, &ws.sys);
     config.notify_file = Some(ws.notify.clone());
     config.topology_manager = TopologyManager { policy: "single-numa-node".into(), scope: "pod".into() };
     adjust(&mut config);

@@ -207,7 +207,7 @@ impl Node {
     }
 
     fn config(&self) -> Config {
-        let mut config = sysfs_fixture::agent_config(NODE, &self.sys, &self.socket);
+        let mut config = sysfs_fixture::agent_config(NODE, &self.sys);
         config.allocation_poll = None;
         config
     }

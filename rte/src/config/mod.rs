@@ -17,7 +17,6 @@ mod resolve;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -30,7 +29,6 @@ pub use environment::{Environment, ProcessEnvironment, default_operator_config};
 
 use crate::fingerprint::Method;
 use crate::podreadiness::OwnPod;
-use crate::podresources::SocketPath;
 use crate::podresources::middleware::{ContainerRef, PodExclude};
 
 /// The validated configuration the agent runs with.
@@ -40,8 +38,6 @@ pub struct Config {
     pub node_name: String,
     /// The sysfs root.
     pub sysfs: PathBuf,
-    /// The podresources socket.
-    pub podresources_socket: Option<SocketPath>,
     /// The periodic scan interval; `None` when periodic scans are off.
     pub sleep_interval: Option<Duration>,
     /// The notify file, if event-driven scans are on.
@@ -60,31 +56,18 @@ pub struct Config {
     pub fingerprint_status_file: Option<PathBuf>,
     /// The shared-pool reference container.
     pub reference_container: Option<ContainerRef>,
-    /// Whether to write to the API server.
-    pub publish: bool,
-    /// Whether to set the Node as the owner.
-    pub add_nrt_owner: bool,
     /// The scan rate limit.
     pub max_events_per_second: NonZeroU32,
     /// How often to republish an unchanged topology; `None`: never.
     pub heartbeat: Option<Duration>,
-    /// Whether to set the own-pod conditions.
-    pub pod_readiness: bool,
     /// The agent's own Pod, when the environment names it.
     pub own_pod: Option<OwnPod>,
-    /// Whether to leave terminal pods out.
-    pub exclude_terminal_pods: bool,
     /// Where and how to serve `/metrics`; `None` when disabled.
     pub metrics: Option<MetricsEndpoint>,
-    /// Scan and publish once, then exit.
-    pub oneshot: bool,
-    /// The klog verbosity given, if any.
-    pub verbosity: Option<u8>,
-    /// `--oneshot`: print the topology so.
-    pub output: Option<OutputFormat>,
     /// Our API server, written to directly (`--nrt-server`); `None`: through kube-apiserver.
     pub nrt_server: Option<crate::direct::DirectServer>,
-    /// The flags it was resolved from: resolved again when a file they name changes.
+    /// The flags it was resolved from: resolved again when a file they name changes, and read
+    /// as given for what only the exporter's wiring uses (the socket, publishing, `--oneshot`…).
     pub flags: Args,
 }
 
@@ -92,7 +75,8 @@ impl Config {
     /// Whether the agent talks to kube-apiserver: to publish, to set its own pod's conditions or
     /// to watch terminal pods.
     pub fn needs_kube_client(&self) -> bool {
-        self.publish || (self.pod_readiness && self.own_pod.is_some()) || self.exclude_terminal_pods
+        let flags = &self.flags;
+        !flags.no_publish || (flags.podreadiness && self.own_pod.is_some()) || flags.exclude_terminal_pods
     }
 
     /// The flag defaults for `node_name`, with no environment and no file read: for tests and
@@ -127,31 +111,4 @@ pub struct MetricsTls {
     pub client_ca_file: Option<PathBuf>,
     /// Minimum version and TLS 1.2 cipher suites.
     pub policy: numaresources_certs::TlsPolicy,
-}
-
-/// One thing wrong with the configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The flag, variable or file it is about (`--hostname`, `--config podExclude[1]`).
-    pub source: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.source, self.message)
-    }
-}
-
-/// Every problem found in the configuration.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid rte configuration: {}", join(.problems))]
-pub struct ConfigError {
-    /// The problems, in flag order.
-    pub problems: Vec<Problem>,
-}
-
-fn join(problems: &[Problem]) -> String {
-    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }

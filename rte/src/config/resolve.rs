@@ -6,22 +6,23 @@ use std::path::PathBuf;
 use numaresources_api::exporter::{ExporterConfig, TopologyManager};
 use numaresources_api::nrt::well_known::{TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MANAGER_SCOPES};
 use numaresources_api::selector::check_dns1123_subdomain;
+use numaresources_certs::InvalidConfig;
 
 use super::environment::{non_empty_var, read_yaml};
 use super::{
-    Args, Config, ConfigError, Environment, MetricsEndpoint, MetricsMode, MetricsTls, Problem, ProcessEnvironment,
-    default_operator_config,
+    Args, Config, Environment, MetricsEndpoint, MetricsMode, MetricsTls, ProcessEnvironment, default_operator_config,
 };
 use crate::podreadiness::OwnPod;
 use crate::podresources::middleware::{ContainerRef, PodExclude};
 
-/// The problems found so far.
+/// The problems found so far, each `<source>: <what is wrong>`, the source being the flag,
+/// variable or file it is about (`--hostname`, `--config podExclude[1]`).
 #[derive(Debug, Default)]
-struct Problems(Vec<Problem>);
+struct Problems(Vec<String>);
 
 impl Problems {
-    fn add(&mut self, source: &str, message: impl Into<String>) {
-        self.0.push(Problem { source: source.to_owned(), message: message.into() });
+    fn add(&mut self, source: &str, message: impl std::fmt::Display) {
+        self.0.push(format!("{source}: {message}"));
     }
 
     /// The value, or `None` with its problem recorded under `source`.
@@ -37,12 +38,12 @@ impl Problems {
 
 impl Args {
     /// Validates the flags against the process's environment and files.
-    pub fn resolve(&self) -> Result<Config, ConfigError> {
+    pub fn resolve(&self) -> Result<Config, InvalidConfig> {
         self.resolve_with(&ProcessEnvironment)
     }
 
     /// Validates the flags, reading the environment and files through `env`.
-    pub fn resolve_with(&self, env: &dyn Environment) -> Result<Config, ConfigError> {
+    pub fn resolve_with(&self, env: &dyn Environment) -> Result<Config, InvalidConfig> {
         let mut problems = Problems::default();
         let node_name = self.node_name(env, &mut problems);
         self.check_paths(&mut problems);
@@ -63,14 +64,9 @@ impl Args {
         let own_pod = own_pod_from_env(env, reference_container.as_ref());
         let metrics = self.metrics(&mut problems);
         let nrt_server = problems.take(self.direct.resolve()).flatten();
-
-        if !problems.0.is_empty() {
-            return Err(ConfigError { problems: problems.0 });
-        }
-        Ok(Config {
+        let config = Config {
             node_name,
             sysfs: self.sysfs.clone(),
-            podresources_socket: self.podresources_socket.0.clone(),
             sleep_interval: self.sleep_interval.0,
             notify_file: self.notify_file.clone(),
             allocation_poll: self.podresources_poll_interval.0,
@@ -80,20 +76,14 @@ impl Args {
             fingerprint: self.pods_fingerprint.then_some(self.pods_fingerprint_method),
             fingerprint_status_file,
             reference_container,
-            publish: !self.no_publish,
-            add_nrt_owner: self.add_nrt_owner,
             max_events_per_second: self.max_events_per_second,
             heartbeat: self.heartbeat.0,
-            pod_readiness: self.podreadiness,
             own_pod,
-            exclude_terminal_pods: self.exclude_terminal_pods,
-            output: self.output,
             metrics,
-            oneshot: self.oneshot,
-            verbosity: self.verbosity,
             nrt_server,
             flags: self.clone(),
-        })
+        };
+        InvalidConfig::check(config, problems.0)
     }
 
     /// `--hostname`, else NODE_NAME, else the host name; it must be able to name an object.

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use clap::Parser;
 
+use numaresources_certs::InvalidConfig;
+
 use super::*;
 
 /// The flags after `rte`, as clap parses them.
@@ -47,8 +49,9 @@ fn host(name: &'static str) -> Fake {
     Fake { host: Some(name), ..Fake::default() }
 }
 
-fn sources(error: &ConfigError) -> Vec<&str> {
-    error.problems.iter().map(|p| p.source.as_str()).collect()
+/// What each problem is about: the text before its first `: `.
+fn sources(error: &InvalidConfig) -> Vec<&str> {
+    error.0.iter().map(|problem| problem.split_once(": ").map_or(problem.as_str(), |(source, _)| source)).collect()
 }
 
 #[test]
@@ -56,12 +59,12 @@ fn defaults_give_the_upstream_behaviour_with_our_fixes() {
     let config = Args::default().resolve_with(&host("worker-0")).unwrap();
     assert_eq!(config.node_name, "worker-0");
     assert_eq!(config.sysfs, Path::new("/sys"));
-    assert_eq!(config.podresources_socket.unwrap().path(), Path::new("/podresources/kubelet.sock"));
+    assert_eq!(config.flags.podresources_socket.0.unwrap().path(), Path::new("/podresources/kubelet.sock"));
     assert_eq!(config.sleep_interval, Some(Duration::from_secs(10)));
     assert_eq!(config.heartbeat, Some(Duration::from_secs(60)));
     assert_eq!(config.topology_manager, TopologyManager::kubelet_defaults());
     assert_eq!(config.fingerprint, Some(Method::WithExclusiveResources));
-    assert!(config.publish && config.add_nrt_owner && config.pod_readiness);
+    assert!(!config.flags.no_publish && config.flags.add_nrt_owner && config.flags.podreadiness);
     assert_eq!(config.max_events_per_second.get(), 1);
     assert!(config.reference_container.is_none() && config.pod_excludes.is_empty());
 }
@@ -115,7 +118,7 @@ fn every_invalid_setting_is_reported_at_once() {
         ]
     );
     let text = error.to_string();
-    assert!(text.starts_with("invalid rte configuration: --hostname: \"Worker_0\" cannot name an object"), "{text}");
+    assert!(text.starts_with("invalid configuration: --hostname: \"Worker_0\" cannot name an object"), "{text}");
     assert!(text.contains("unsupported policy \"numa-please\""), "{text}");
 }
 
@@ -282,7 +285,7 @@ fn the_operator_daemonset_arguments_parse() {
     assert_eq!(config.sysfs, Path::new("/host-sys"));
     assert_eq!(config.notify_file.unwrap(), Path::new("/run/rte/notify"));
     assert_eq!(config.fingerprint, Some(Method::All));
-    assert!(!config.add_nrt_owner && !config.publish);
+    assert!(!config.flags.add_nrt_owner && config.flags.no_publish);
 }
 
 #[test]
@@ -298,7 +301,7 @@ fn the_operator_render_and_node_group_arguments_parse_too() {
     ]);
     assert_eq!(args.verbosity, Some(2));
     let config = args.resolve_with(&host("worker-1")).unwrap();
-    assert!(config.exclude_terminal_pods && config.oneshot && !config.pod_readiness);
+    assert!(config.flags.exclude_terminal_pods && config.flags.oneshot && !config.flags.podreadiness);
     assert_eq!(config.metrics.unwrap().address, "127.0.0.1:9100".parse().unwrap());
     for flags in [&["--v=4"][..], &["-v", "4"]] {
         assert_eq!(parse(flags).verbosity, Some(4), "{flags:?}");

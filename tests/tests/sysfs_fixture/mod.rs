@@ -20,18 +20,14 @@ pub fn unpack_intel_2numa_24cpu(dir: &Path) -> PathBuf {
     machine.join("sys")
 }
 
-/// The agent's configuration for `node` on the machine under `sys` with the kubelet on `socket`:
-/// it scans only when the test says so (no timer, no heartbeat), so every write the server sees
-/// is one the test caused.
-pub fn agent_config(node: &str, sys: &Path, socket: &Path) -> Config {
+/// The agent's configuration for `node` on the machine under `sys`: it scans only when the test
+/// says so (no timer, no heartbeat), so every write the server sees is one the test caused.
+pub fn agent_config(node: &str, sys: &Path) -> Config {
     let mut config = Config::for_node(node);
     config.sysfs = sys.to_owned();
-    config.podresources_socket = Some(socket.to_owned().into());
     config.sleep_interval = None;
     config.heartbeat = None;
     config.max_events_per_second = std::num::NonZeroU32::new(50).unwrap_or(std::num::NonZeroU32::MIN);
-    // Our API server serves no Nodes to own the object.
-    config.add_nrt_owner = false;
     config
 }
 
