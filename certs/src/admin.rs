@@ -278,8 +278,6 @@ fn text(status: StatusCode, body: String) -> Response {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     use http_body_util::BodyExt;

@@ -157,8 +157,6 @@ impl ProducesTickets for SessionTickets {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use std::net::SocketAddr;
     use std::time::Duration;
 

@@ -155,8 +155,6 @@ impl TlsPolicy {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     #[test]

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 
 const HOUR: Duration = Duration::from_secs(3600);

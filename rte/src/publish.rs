@@ -337,8 +337,6 @@ impl Publisher for KubePublisher {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use numaresources_api::nrt::{AttributeInfo, Zone};
 
     use super::*;

@@ -398,8 +398,6 @@ fn status(code: StatusCode, reason: &str, message: &str, name: Option<&str>) -> 
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::Api;

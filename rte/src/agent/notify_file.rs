@@ -100,8 +100,6 @@ pub fn watch(path: &Path, wake: Arc<Notify>) -> Result<RecommendedWatcher, Notif
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     #[test]

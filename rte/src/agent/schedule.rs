@@ -94,8 +94,6 @@ pub fn decide(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use numaresources_api::nrt::{AttributeInfo, Zone};
 
     use super::*;

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;

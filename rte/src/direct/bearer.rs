@@ -121,8 +121,6 @@ fn read_header(path: &Path) -> Result<HeaderValue, TokenError> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     /// Writes `text` as the kubelet does: a new file renamed over the old one.

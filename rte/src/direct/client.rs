@@ -149,8 +149,6 @@ mod connection_tests;
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     #[test]

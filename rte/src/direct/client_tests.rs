@@ -1,8 +1,6 @@
 //! The direct client against a real TLS listener: its requests, and what it does with an idle
 //! connection.
 
-#![allow(clippy::unwrap_used)]
-
 use std::time::{Duration, Instant};
 
 use numaresources_certs::{

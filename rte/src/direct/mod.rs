@@ -118,8 +118,6 @@ fn parse_url(text: &str) -> Result<http::Uri, String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     fn server(url: &str) -> DirectArgs {
