@@ -302,134 +302,81 @@ mod tests {
         let other: BTreeMap<String, String> = [("team".to_owned(), "web".to_owned())].into();
         let known = NamespaceLabels::Known;
         let system = SystemNamespaces::new("numaresources");
-        type Row<'a> = (&'a str, Pod, &'a str, RoutingPolicy, NamespaceLabels<'a>, Decision);
-        let rows: Vec<Row<'_>> = vec![
+        // The pod's own rules, in an ordinary namespace the selector (if any) does not pick.
+        let hugepages = pod_with(resources("500m", "256Mi", &[("hugepages-2Mi", "64Mi")]));
+        let device = pod_with(resources("100m", "64Mi", &[("example.com/sriov_vf", "1")]));
+        let best_effort = || pod_with(ResourceRequirements::default());
+        let pods: Vec<(&str, Pod, RoutingPolicy, Decision)> = vec![
             (
                 "integral CPUs, ExclusiveResources",
                 two_cpus(),
-                "work",
                 policy(ExclusiveResources, None),
-                known(&other),
                 exclusive(Exclusive::IntegralCpu("2".into())),
             ),
-            (
-                "fractional CPUs",
-                pod("500m", "256Mi"),
-                "work",
-                policy(ExclusiveResources, None),
-                known(&other),
-                Leave(NoExclusiveResources),
-            ),
+            ("fractional CPUs", pod("500m", "256Mi"), policy(ExclusiveResources, None), Leave(NoExclusiveResources)),
             (
                 "hugepages with fractional CPUs",
-                pod_with(resources("500m", "256Mi", &[("hugepages-2Mi", "64Mi")])),
-                "work",
+                hugepages,
                 policy(ExclusiveResources, None),
-                known(&other),
                 exclusive(Exclusive::Hugepages("hugepages-2Mi".into())),
             ),
             (
                 "a device with fractional CPUs",
-                pod_with(resources("100m", "64Mi", &[("example.com/sriov_vf", "1")])),
-                "work",
+                device,
                 policy(ExclusiveResources, None),
-                known(&other),
                 exclusive(Exclusive::Device("example.com/sriov_vf".into())),
             ),
-            (
-                "Burstable",
-                burstable(),
-                "work",
-                policy(ExclusiveResources, None),
-                known(&other),
-                Leave(NotGuaranteed(QosClass::Burstable)),
-            ),
-            (
-                "BestEffort",
-                pod_with(ResourceRequirements::default()),
-                "work",
-                policy(ExclusiveResources, None),
-                known(&other),
-                Leave(NotGuaranteed(QosClass::BestEffort)),
-            ),
-            (
-                "mode All routes BestEffort too",
-                pod_with(ResourceRequirements::default()),
-                "work",
-                policy(All, None),
-                known(&other),
-                route(RouteReason::All),
-            ),
-            ("mode Disabled", two_cpus(), "work", policy(Disabled, None), known(&other), Leave(RoutingDisabled)),
-            (
-                "unknown mode",
-                two_cpus(),
-                "work",
-                policy(PodRoutingMode::Unknown("Some".into()), None),
-                known(&other),
-                Leave(RoutingDisabled),
-            ),
+            ("Burstable", burstable(), policy(ExclusiveResources, None), Leave(NotGuaranteed(QosClass::Burstable))),
+            ("BestEffort", best_effort(), policy(ExclusiveResources, None), Leave(NotGuaranteed(QosClass::BestEffort))),
+            ("mode All routes BestEffort too", best_effort(), policy(All, None), route(RouteReason::All)),
+            ("mode Disabled", two_cpus(), policy(Disabled, None), Leave(RoutingDisabled)),
+            ("unknown mode", two_cpus(), policy(PodRoutingMode::Unknown("Some".into()), None), Leave(RoutingDisabled)),
             (
                 "another scheduler named",
                 named(two_cpus(), "my-scheduler"),
-                "work",
                 policy(All, None),
-                known(&other),
                 Leave(OtherScheduler("my-scheduler".into())),
             ),
             (
                 "already ours",
                 named(two_cpus(), "topo-aware-scheduler"),
-                "work",
                 policy(All, None),
-                known(&other),
                 Leave(OtherScheduler("topo-aware-scheduler".into())),
             ),
-            (
-                "empty scheduler name is the default",
-                named(two_cpus(), ""),
-                "work",
-                policy(All, None),
-                known(&other),
-                route(RouteReason::All),
-            ),
+            ("empty scheduler name is the default", named(two_cpus(), ""), policy(All, None), route(RouteReason::All)),
             (
                 "opt-out annotation",
                 annotated(two_cpus(), OPT_OUT_ANNOTATION, "default"),
-                "work",
                 policy(All, None),
-                known(&other),
                 Leave(OptedOut),
             ),
             (
                 "another value of the annotation does not opt out",
                 annotated(two_cpus(), OPT_OUT_ANNOTATION, "numa"),
-                "work",
                 policy(All, None),
-                known(&other),
                 route(RouteReason::All),
             ),
-            ("kube-system", two_cpus(), "kube-system", policy(All, None), known(&selected), Leave(SystemNamespace)),
-            ("kube-public", two_cpus(), "kube-public", policy(All, None), known(&selected), Leave(SystemNamespace)),
-            (
-                "kube-node-lease",
-                two_cpus(),
-                "kube-node-lease",
-                policy(All, None),
-                known(&selected),
-                Leave(SystemNamespace),
-            ),
-            (
-                "openshift-*",
-                two_cpus(),
-                "openshift-monitoring",
-                policy(All, None),
-                known(&selected),
-                Leave(SystemNamespace),
-            ),
+        ];
+        for (name, pod, policy, want) in pods {
+            assert_eq!(decide(&pod, "work", &policy, known(&other), &system), want, "{name}");
+        }
+
+        // The namespace's rules, for a pod that would be routed anywhere.
+        let team_not_web = Some(LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "team".into(),
+                operator: "NotIn".into(),
+                values: Some(vec!["web".into()]),
+            }]),
+        });
+        let namespaces: Vec<(&str, &str, RoutingPolicy, NamespaceLabels<'_>, Decision)> = vec![
+            ("kube-system", "kube-system", policy(All, None), known(&selected), Leave(SystemNamespace)),
+            ("kube-public", "kube-public", policy(All, None), known(&selected), Leave(SystemNamespace)),
+            ("kube-node-lease", "kube-node-lease", policy(All, None), known(&selected), Leave(SystemNamespace)),
+            ("openshift-*", "openshift-monitoring", policy(All, None), known(&selected), Leave(SystemNamespace)),
             (
                 "our own namespace",
-                two_cpus(),
                 "numaresources",
                 policy(All, numa_selector()),
                 known(&selected),
@@ -437,7 +384,6 @@ mod tests {
             ),
             (
                 "a namespace merely starting with kube-",
-                two_cpus(),
                 "kube-apps",
                 policy(All, None),
                 known(&other),
@@ -445,7 +391,6 @@ mod tests {
             ),
             (
                 "selector matches",
-                two_cpus(),
                 "work",
                 policy(ExclusiveResources, numa_selector()),
                 known(&selected),
@@ -453,7 +398,6 @@ mod tests {
             ),
             (
                 "selector does not match",
-                two_cpus(),
                 "work",
                 policy(ExclusiveResources, numa_selector()),
                 known(&other),
@@ -461,7 +405,6 @@ mod tests {
             ),
             (
                 "selector and a namespace not cached",
-                two_cpus(),
                 "work",
                 policy(All, numa_selector()),
                 NamespaceLabels::Unknown,
@@ -469,33 +412,15 @@ mod tests {
             ),
             (
                 "no selector needs no labels",
-                two_cpus(),
                 "work",
                 policy(All, None),
                 NamespaceLabels::Unknown,
                 route(RouteReason::All),
             ),
-            (
-                "expression selector",
-                two_cpus(),
-                "work",
-                policy(
-                    All,
-                    Some(LabelSelector {
-                        match_labels: None,
-                        match_expressions: Some(vec![LabelSelectorRequirement {
-                            key: "team".into(),
-                            operator: "NotIn".into(),
-                            values: Some(vec!["web".into()]),
-                        }]),
-                    }),
-                ),
-                known(&other),
-                Leave(NamespaceNotSelected),
-            ),
+            ("expression selector", "work", policy(All, team_not_web), known(&other), Leave(NamespaceNotSelected)),
         ];
-        for (name, pod, namespace, policy, labels, want) in rows {
-            assert_eq!(decide(&pod, namespace, &policy, labels, &system), want, "{name}");
+        for (name, namespace, policy, labels, want) in namespaces {
+            assert_eq!(decide(&two_cpus(), namespace, &policy, labels, &system), want, "{name}");
         }
     }
 
