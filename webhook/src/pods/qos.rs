@@ -185,55 +185,42 @@ mod tests {
         PodSpec { containers, init_containers: (!init.is_empty()).then_some(init), ..PodSpec::default() }
     }
 
+    /// A pod of one container, `app`.
+    fn app(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> PodSpec {
+        pod(vec![container("app", requests, limits)], vec![])
+    }
+
     const G: &[(&str, &str)] = &[("cpu", "2"), ("memory", "1Gi")];
 
     #[test]
     fn qos_classes_one_row_per_rule() {
         use QosClass::*;
         let rows: Vec<(&str, PodSpec, QosClass)> = vec![
-            ("requests equal limits", pod(vec![container("a", G, G)], vec![]), Guaranteed),
-            ("limits only: requests default to them", pod(vec![container("a", &[], G)], vec![]), Guaranteed),
+            ("requests equal limits", app(G, G), Guaranteed),
+            ("limits only: requests default to them", app(&[], G), Guaranteed),
             (
                 "1000m equals 1",
-                pod(
-                    vec![container("a", &[("cpu", "1000m"), ("memory", "1Gi")], &[("cpu", "1"), ("memory", "1024Mi")])],
-                    vec![],
-                ),
+                app(&[("cpu", "1000m"), ("memory", "1Gi")], &[("cpu", "1"), ("memory", "1024Mi")]),
                 Guaranteed,
             ),
             (
                 "fractional but equal",
-                pod(
-                    vec![container(
-                        "a",
-                        &[("cpu", "500m"), ("memory", "256Mi")],
-                        &[("cpu", "500m"), ("memory", "256Mi")],
-                    )],
-                    vec![],
-                ),
+                app(&[("cpu", "500m"), ("memory", "256Mi")], &[("cpu", "500m"), ("memory", "256Mi")]),
                 Guaranteed,
             ),
-            (
-                "requests below limits",
-                pod(vec![container("a", &[("cpu", "1"), ("memory", "512Mi")], G)], vec![]),
-                Burstable,
-            ),
-            ("no memory limit", pod(vec![container("a", &[("cpu", "2")], &[("cpu", "2")])], vec![]), Burstable),
-            ("requests only", pod(vec![container("a", G, &[])], vec![]), Burstable),
-            ("nothing at all", pod(vec![container("a", &[], &[])], vec![]), BestEffort),
+            ("requests below limits", app(&[("cpu", "1"), ("memory", "512Mi")], G), Burstable),
+            ("no memory limit", app(&[("cpu", "2")], &[("cpu", "2")]), Burstable),
+            ("requests only", app(G, &[]), Burstable),
+            ("nothing at all", app(&[], &[]), BestEffort),
             (
                 "no resources field",
                 pod(vec![Container { name: "a".into(), ..Container::default() }], vec![]),
                 BestEffort,
             ),
-            (
-                "zero values do not count",
-                pod(vec![container("a", &[("cpu", "0")], &[("cpu", "0")])], vec![]),
-                BestEffort,
-            ),
+            ("zero values do not count", app(&[("cpu", "0")], &[("cpu", "0")]), BestEffort),
             (
                 "hugepages alone do not decide QoS",
-                pod(vec![container("a", &[("hugepages-2Mi", "64Mi")], &[("hugepages-2Mi", "64Mi")])], vec![]),
+                app(&[("hugepages-2Mi", "64Mi")], &[("hugepages-2Mi", "64Mi")]),
                 BestEffort,
             ),
             (
@@ -262,12 +249,12 @@ mod tests {
 
     #[test]
     fn pod_level_resources_decide_when_present() {
-        let mut spec = pod(vec![container("a", &[], &[])], vec![]);
+        let mut spec = app(&[], &[]);
         spec.resources = Some(ResourceRequirements { requests: None, limits: list(G), claims: None });
         assert_eq!(qos_class(&spec), QosClass::Guaranteed, "pod-level limits, requests defaulted");
         spec.resources = Some(ResourceRequirements { requests: list(&[("cpu", "1")]), limits: list(G), claims: None });
         assert_eq!(qos_class(&spec), QosClass::Burstable, "pod-level requests below limits");
-        let mut containers_guaranteed = pod(vec![container("a", G, G)], vec![]);
+        let mut containers_guaranteed = app(G, G);
         containers_guaranteed.resources =
             Some(ResourceRequirements { requests: list(&[("cpu", "1")]), limits: None, claims: None });
         assert_eq!(qos_class(&containers_guaranteed), QosClass::Burstable, "the pod level wins over containers");
@@ -278,50 +265,30 @@ mod tests {
         let cpu = |c: &str| Exclusive::IntegralCpu(c.into());
         type Row = (&'static str, PodSpec, Option<(&'static str, bool, Exclusive)>);
         let rows: Vec<Row> = vec![
-            ("integral cpu", pod(vec![container("app", G, G)], vec![]), Some(("app", false, cpu("2")))),
-            (
-                "integral cpu written in millis",
-                pod(vec![container("app", &[("cpu", "2000m")], &[])], vec![]),
-                Some(("app", false, cpu("2000m"))),
-            ),
-            (
-                "integral cpu given as a limit only",
-                pod(vec![container("app", &[], &[("cpu", "3")])], vec![]),
-                Some(("app", false, cpu("3"))),
-            ),
-            ("fractional cpu", pod(vec![container("app", &[("cpu", "1500m")], &[])], vec![]), None),
-            ("zero cpu", pod(vec![container("app", &[("cpu", "0")], &[])], vec![]), None),
-            ("memory only", pod(vec![container("app", &[("memory", "1Gi")], &[])], vec![]), None),
+            ("integral cpu", app(G, G), Some(("app", false, cpu("2")))),
+            ("integral cpu written in millis", app(&[("cpu", "2000m")], &[]), Some(("app", false, cpu("2000m")))),
+            ("integral cpu given as a limit only", app(&[], &[("cpu", "3")]), Some(("app", false, cpu("3")))),
+            ("fractional cpu", app(&[("cpu", "1500m")], &[]), None),
+            ("zero cpu", app(&[("cpu", "0")], &[]), None),
+            ("memory only", app(&[("memory", "1Gi")], &[]), None),
             (
                 "hugepages with fractional cpu",
-                pod(vec![container("app", &[("cpu", "500m"), ("hugepages-1Gi", "1Gi")], &[])], vec![]),
+                app(&[("cpu", "500m"), ("hugepages-1Gi", "1Gi")], &[]),
                 Some(("app", false, Exclusive::Hugepages("hugepages-1Gi".into()))),
             ),
             (
                 "a device",
-                pod(vec![container("app", &[("cpu", "100m"), ("example.com/sriov_vf", "1")], &[])], vec![]),
+                app(&[("cpu", "100m"), ("example.com/sriov_vf", "1")], &[]),
                 Some(("app", false, Exclusive::Device("example.com/sriov_vf".into()))),
             ),
             (
                 "a GPU",
-                pod(vec![container("app", &[], &[("nvidia.com/gpu", "1")])], vec![]),
+                app(&[], &[("nvidia.com/gpu", "1")]),
                 Some(("app", false, Exclusive::Device("nvidia.com/gpu".into()))),
             ),
-            (
-                "kubernetes.io/ names are native",
-                pod(vec![container("app", &[("example.kubernetes.io/thing", "1")], &[])], vec![]),
-                None,
-            ),
-            (
-                "ephemeral-storage is native",
-                pod(vec![container("app", &[("ephemeral-storage", "1Gi")], &[])], vec![]),
-                None,
-            ),
-            (
-                "quota names are not extended resources",
-                pod(vec![container("app", &[("requests.example.com/x", "1")], &[])], vec![]),
-                None,
-            ),
+            ("kubernetes.io/ names are native", app(&[("example.kubernetes.io/thing", "1")], &[]), None),
+            ("ephemeral-storage is native", app(&[("ephemeral-storage", "1Gi")], &[]), None),
+            ("quota names are not extended resources", app(&[("requests.example.com/x", "1")], &[]), None),
             (
                 "init container only",
                 pod(vec![container("app", &[("cpu", "500m")], &[])], vec![container("setup", &[("cpu", "1")], &[])]),
