@@ -193,6 +193,11 @@ async fn dry_run_reviews_get_the_same_answers() {
     assert_eq!(dry.patch(), wet.patch());
 }
 
+/// The one name an object of `kind` may have.
+fn singleton(kind: &str) -> &'static str {
+    if kind == "NUMAResourcesOperator" { "numaresourcesoperator" } else { "numaresourcesscheduler" }
+}
+
 /// A review of `kind` named `name` with `spec`, built from the captured CREATE.
 fn review_of(kind: &str, name: &str, spec: Value) -> Value {
     let file =
@@ -201,6 +206,17 @@ fn review_of(kind: &str, name: &str, spec: Value) -> Value {
     review["request"]["object"]["metadata"]["name"] = json!(name);
     review["request"]["object"]["spec"] = spec;
     review
+}
+
+/// The validating webhook on `kind` named `name` with `spec`: denied as kube-apiserver denies
+/// an invalid object, the message holding `needle`.
+async fn assert_denied(kind: &str, rule: &str, name: &str, spec: Value, needle: &str) {
+    let answer = send(VALIDATE_NODETOPOLOGY_PATH, &review_of(kind, name, spec)).await;
+    assert!(!answer.allowed(), "{kind} {rule}: allowed");
+    assert_eq!(answer.response()["status"]["code"], 422, "{kind} {rule}");
+    let prefix = format!("{kind}.nodetopology.openshift.io \"{name}\" is invalid: ");
+    assert!(answer.message().starts_with(&prefix), "{kind} {rule}: {}", answer.message());
+    assert!(answer.message().contains(needle), "{kind} {rule}: {needle} not in {}", answer.message());
 }
 
 #[tokio::test]
@@ -213,145 +229,108 @@ async fn every_validation_rule_through_the_webhook() {
         group
     };
     let image = "quay.io/s:1";
-    let rows: Vec<(&str, &str, &str, Value, &str)> = vec![
-        (nro, "singleton name", "nro", json!({}), "metadata.name: Invalid value: \"nro\""),
-        (nro, "log level", "numaresourcesoperator", json!({"logLevel": "Loud"}), "spec.logLevel: Unsupported value"),
-        (
-            nro,
-            "no selection method",
-            "numaresourcesoperator",
-            json!({"nodeGroups": [{}]}),
-            "spec.nodeGroups[0]: Required value",
-        ),
+    assert_denied(nro, "singleton name", "nro", json!({}), "metadata.name: Invalid value: \"nro\"").await;
+    assert_denied(nrs, "singleton name", "nrs", json!({"imageSpec": image}), "metadata.name: Invalid value: \"nrs\"")
+        .await;
+    let rows: Vec<(&str, &str, Value, &str)> = vec![
+        (nro, "log level", json!({"logLevel": "Loud"}), "spec.logLevel: Unsupported value"),
+        (nro, "no selection method", json!({"nodeGroups": [{}]}), "spec.nodeGroups[0]: Required value"),
         (
             nro,
             "two selection methods",
-            "numaresourcesoperator",
             json!({"nodeGroups": [pool(json!({"nodeSelector": {}}))]}),
             "spec.nodeGroups[0]: Forbidden",
         ),
         (
             nro,
             "empty pool name",
-            "numaresourcesoperator",
             json!({"nodeGroups": [{"poolName": ""}]}),
             "spec.nodeGroups[0].poolName: Required value",
         ),
         (
             nro,
             "duplicate pool",
-            "numaresourcesoperator",
             json!({"nodeGroups": [{"poolName": "w"}, {"poolName": "w"}]}),
             "spec.nodeGroups[1].poolName: Duplicate value",
         ),
         (
             nro,
             "bad selector",
-            "numaresourcesoperator",
             json!({"nodeGroups": [{"nodeSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}]}),
             "spec.nodeGroups[0].nodeSelector.matchExpressions[0].operator: Unsupported value",
         ),
         (
             nro,
             "annotation key",
-            "numaresourcesoperator",
             json!({"nodeGroups": [pool(json!({"annotations": {"-bad": "x"}}))]}),
             "spec.nodeGroups[0].annotations: Invalid value: \"-bad\"",
         ),
         (
             nro,
             "fingerprinting enum",
-            "numaresourcesoperator",
             json!({"nodeGroups": [pool(json!({"config": {"podsFingerprinting": "Maybe"}}))]}),
             "spec.nodeGroups[0].config.podsFingerprinting: Unsupported value",
         ),
         (
             nro,
             "negative period",
-            "numaresourcesoperator",
             json!({"nodeGroups": [pool(json!({"config": {"infoRefreshPeriod": "-1s"}}))]}),
             "spec.nodeGroups[0].config.infoRefreshPeriod: Invalid value",
         ),
         (
             nro,
             "toleration",
-            "numaresourcesoperator",
             json!({"nodeGroups": [pool(json!({"config": {"tolerations": [{"operator": "Equal", "value": "x"}]}}))]}),
             "spec.nodeGroups[0].config.tolerations[0].operator: Invalid value",
         ),
-        (
-            nro,
-            "empty pod exclude",
-            "numaresourcesoperator",
-            json!({"podExcludes": [{}]}),
-            "spec.podExcludes[0]: Required value",
-        ),
-        (nrs, "singleton name", "nrs", json!({"imageSpec": image}), "metadata.name: Invalid value: \"nrs\""),
-        (nrs, "image required", "numaresourcesscheduler", json!({}), "spec.imageSpec: Required value"),
+        (nro, "empty pod exclude", json!({"podExcludes": [{}]}), "spec.podExcludes[0]: Required value"),
+        (nrs, "image required", json!({}), "spec.imageSpec: Required value"),
         (
             nrs,
             "scheduler name",
-            "numaresourcesscheduler",
             json!({"imageSpec": image, "schedulerName": "Not_DNS"}),
             "spec.schedulerName: Invalid value",
         ),
         (
             nrs,
             "negative resync",
-            "numaresourcesscheduler",
             json!({"imageSpec": image, "cacheResyncPeriod": "-5s"}),
             "spec.cacheResyncPeriod: Invalid value",
         ),
         (
             nrs,
             "informer enum",
-            "numaresourcesscheduler",
             json!({"imageSpec": image, "schedulerInformer": "Both"}),
             "spec.schedulerInformer: Unsupported value",
         ),
         (
             nrs,
             "scoring duplicate",
-            "numaresourcesscheduler",
             json!({"imageSpec": image, "scoringStrategy": {"resources": [{"name": "cpu"}, {"name": "cpu"}]}}),
             "spec.scoringStrategy.resources[1].name: Duplicate value",
         ),
         (
             nrs,
             "negative weight",
-            "numaresourcesscheduler",
             json!({"imageSpec": image, "scoringStrategy": {"resources": [{"name": "cpu", "weight": -1}]}}),
             "spec.scoringStrategy.resources[0].weight: Invalid value",
         ),
-        (
-            nrs,
-            "negative replicas",
-            "numaresourcesscheduler",
-            json!({"imageSpec": image, "replicas": -1}),
-            "spec.replicas: Invalid value",
-        ),
+        (nrs, "negative replicas", json!({"imageSpec": image, "replicas": -1}), "spec.replicas: Invalid value"),
         (
             nrs,
             "routing mode",
-            "numaresourcesscheduler",
             json!({"imageSpec": image, "podRouting": {"mode": "Some"}}),
             "spec.podRouting.mode: Unsupported value",
         ),
         (
             nrs,
             "routing selector",
-            "numaresourcesscheduler",
             json!({"imageSpec": image, "podRouting": {"mode": "All", "namespaceSelector": {"matchLabels": {"a": "-"}}}}),
             "spec.podRouting.namespaceSelector.matchLabels[a]: Invalid value",
         ),
     ];
-    for (kind, rule, name, spec, needle) in rows {
-        let answer = send(VALIDATE_NODETOPOLOGY_PATH, &review_of(kind, name, spec)).await;
-        assert!(!answer.allowed(), "{kind} {rule}: allowed");
-        assert_eq!(answer.response()["status"]["code"], 422, "{kind} {rule}");
-        let prefix = format!("{kind}.nodetopology.openshift.io \"{name}\" is invalid: ");
-        assert!(answer.message().starts_with(&prefix), "{kind} {rule}: {}", answer.message());
-        assert!(answer.message().contains(needle), "{kind} {rule}: {needle} not in {}", answer.message());
+    for (kind, rule, spec, needle) in rows {
+        assert_denied(kind, rule, singleton(kind), spec, needle).await;
     }
 }
 
@@ -421,8 +400,7 @@ async fn every_default_through_the_webhook() {
         ),
     ];
     for (kind, rule, spec, want) in rows {
-        let name = if kind == nro { "numaresourcesoperator" } else { "numaresourcesscheduler" };
-        let review = review_of(kind, name, spec);
+        let review = review_of(kind, singleton(kind), spec);
         let answer = send(MUTATE_NODETOPOLOGY_PATH, &review).await;
         assert!(answer.allowed(), "{kind} {rule}");
         let patched = answer.patched(&object(&review));
