@@ -1,11 +1,12 @@
 //! The follower's side: synchronize with the leader, then apply its stream and acknowledge.
 //!
-//! Synchronizing keeps what can be kept: the follower drops the changes it holds beyond what
-//! the leader committed (no client saw them: clients see committed changes only), checks its
-//! state against the leader's at that revision (an exact LIST), and resumes the stream from
-//! there, so no watch on this replica notices a thing. Only when that fails (this replica fell
-//! behind the leader's history, or never held anything) does it take a snapshot that starts
-//! the stream, and its earlier watches get 410 and relist.
+//! Synchronizing keeps what can be kept: the follower finds the last revision at which its
+//! state is the leader's (exact LISTs: its own head first, else a binary search over the tail
+//! it holds beyond what it knows as committed), drops the changes after it (an earlier leader
+//! never committed them), and resumes the stream from there, so no watch on this replica
+//! notices a thing. Nothing is dropped before the leader answered. Only when that fails (this
+//! replica fell behind the leader's history, or never held anything) does it take a snapshot
+//! that starts the stream, and its earlier watches get 410 and relist.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -144,26 +145,61 @@ impl Replication {
         result
     }
 
-    /// Where the stream may resume without disturbing this replica's watches: its committed
-    /// revision, once the uncommitted tail is dropped and the state there matches the leader's.
-    async fn resumable(&self, client: &kube::Client) -> Option<u64> {
+    /// Where the stream may resume without disturbing this replica's watches: the last revision
+    /// at which this replica's state is the leader's (checked with exact LISTs), once the changes
+    /// after it (the leader lacks them: an earlier leader never committed them) are dropped.
+    /// None: take a snapshot.
+    ///
+    /// Nothing is dropped before the leader has answered. This replica learns that a change was
+    /// committed only after the leader acknowledged it to the client, so what it holds beyond
+    /// the revision it knows as committed may be acknowledged writes; were it to drop them while
+    /// its leader is gone (every reconnect comes here), it could then win the election without
+    /// them.
+    pub(super) async fn resumable(&self, client: &kube::Client) -> Option<u64> {
+        let head = self.store.head_revision();
+        if self.leader_agrees_at(client, head).await? {
+            tracing::info!(
+                revision = head,
+                objects = self.store.len(),
+                "this replica agrees with the leader; resuming"
+            );
+            return Some(head);
+        }
+        // The leader lacks part of this replica's tail. Both hold a prefix of the same history
+        // (revisions are never reused), so they agree up to some revision and differ after it:
+        // a binary search over the tail finds it.
         let committed = self.store.revision();
-        if !self.store.truncate_to(committed) {
+        let tail = self.store.replication_events_after(committed, usize::MAX).ok()?.events;
+        let candidates: Vec<u64> =
+            std::iter::once(committed).chain(tail.iter().map(|e| e.revision).filter(|r| *r < head)).collect();
+        let agreed = last_agreeing(&candidates, |revision| self.leader_agrees_at(client, revision)).await;
+        let Some(revision) = agreed else {
+            tracing::warn!(head, committed, "this replica's state differs from the leader's; taking a snapshot");
+            return None;
+        };
+        if !self.store.truncate_to(revision) {
             return None;
         }
-        let (mine, revision) = self.store.revisions_by_name();
+        tracing::info!(revision, dropped_after = head, "dropped the changes the leader lacks; resuming");
+        Some(revision)
+    }
+
+    /// Whether the leader's state at `revision` is this replica's: None when the leader did not
+    /// answer, false when it refused (a revision it no longer or not yet serves) or differs.
+    async fn leader_agrees_at(&self, client: &kube::Client, revision: u64) -> Option<bool> {
         let exact =
             http::Request::get(format!("{}?resourceVersion={revision}&resourceVersionMatch=Exact", collection()))
                 .body(Vec::new())
                 .ok()?;
-        let text = tokio::time::timeout(PEER_REQUEST_TIMEOUT * 5, client.request_text(exact)).await.ok()?.ok()?;
-        let list: List = serde_json::from_str(&text).ok()?;
-        if !same_state(&mine, &list.items) {
-            tracing::warn!(revision, "this replica's state differs from the leader's; taking a snapshot");
-            return None;
-        }
-        tracing::info!(revision, objects = mine.len(), "this replica agrees with the leader; resuming");
-        Some(revision)
+        let answer = tokio::time::timeout(PEER_REQUEST_TIMEOUT * 5, client.request_text(exact)).await.ok()?;
+        let list = match answer {
+            Ok(text) => serde_json::from_str::<List>(&text).ok()?,
+            Err(kube::Error::Api(_)) => return Some(false),
+            Err(_) => return None,
+        };
+        let Ok(mine) = self.store.snapshot_at(revision) else { return Some(false) };
+        let mine: HashMap<&str, u64> = mine.items.iter().map(|s| (s.name(), s.revision)).collect();
+        Some(same_state(&mine, &list.items))
     }
 
     async fn apply_stream(
@@ -239,13 +275,41 @@ fn parse_revision(text: &str) -> Result<u64, FollowError> {
     text.parse().map_err(|_| FollowError::Malformed(format!("resourceVersion {text:?} is not a number")))
 }
 
-fn same_state(mine: &HashMap<String, u64>, theirs: &[NodeResourceTopology]) -> bool {
+fn same_state(mine: &HashMap<&str, u64>, theirs: &[NodeResourceTopology]) -> bool {
     mine.len() == theirs.len()
         && theirs.iter().all(|object| {
             let name = object.metadata.name.as_deref().unwrap_or_default();
             let revision = object.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
             revision.is_some() && mine.get(name).copied() == revision
         })
+}
+
+/// Most exact LISTs a resynchronization asks the leader for while it looks for the last revision
+/// both agree on: a tail of up to 2^12 - 1 changes; a longer one takes a snapshot instead.
+pub(super) const RESYNC_PROBES: u32 = 12;
+
+/// The last of `candidates` (ascending revisions) the leader agrees on, found by binary search:
+/// agreeing on a revision means agreeing on every earlier one. None when it agrees on none, did
+/// not answer, or there are too many candidates for [`RESYNC_PROBES`].
+pub(super) async fn last_agreeing<F, Fut>(candidates: &[u64], mut agrees: F) -> Option<u64>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = Option<bool>>,
+{
+    if candidates.len() >= 1 << RESYNC_PROBES {
+        return None;
+    }
+    // Every candidate before `agreed` agrees; none from `differs` on does.
+    let (mut agreed, mut differs) = (0, candidates.len());
+    while agreed < differs {
+        let middle = agreed + (differs - agreed) / 2;
+        if agrees(candidates[middle]).await? {
+            agreed = middle + 1;
+        } else {
+            differs = middle;
+        }
+    }
+    agreed.checked_sub(1).map(|last| candidates[last])
 }
 
 /// Tells the leader how far this replica has applied on stream `token`, whenever that changes

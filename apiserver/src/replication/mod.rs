@@ -18,8 +18,8 @@
 //!   microseconds, so no revision a former leader handed out (even one it never acknowledged)
 //!   is ever used again for something else.
 //! - **Followers** replicate the leader's store through the peer listener: after a (re)connect
-//!   they check their state against the leader's at their own revision (an exact LIST) and keep
-//!   it when it agrees, else take the leader's LIST whole; then they apply the leader's stream of
+//!   they check their state against the leader's (exact LISTs) and keep it up to the last
+//!   revision both agree on, else take the leader's LIST whole; then they apply the leader's stream of
 //!   watch events, which carries its resourceVersions unchanged. A watch on any replica can thus
 //!   resume on any other from its last resourceVersion.
 //! - **Semi-synchronous acknowledgement**: the leader answers a write once every in-sync
@@ -35,6 +35,8 @@ mod election;
 mod follower;
 mod leader;
 mod peer;
+#[cfg(test)]
+mod resync_tests;
 mod route;
 #[cfg(test)]
 mod store_tests;
