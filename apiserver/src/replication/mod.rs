@@ -41,6 +41,8 @@ mod route;
 #[cfg(test)]
 mod store_tests;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod warm_tests;
 
 use std::path::PathBuf;

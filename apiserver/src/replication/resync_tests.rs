@@ -2,37 +2,20 @@
 //! leader has answered, then drops only what the leader lacks.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 
+use super::Replication;
 use super::follower::{RESYNC_PROBES, last_agreeing};
-use super::{PeerTls, Replication, Role};
+use super::test_support::{replicate, synced_follower};
 use crate::health::Readiness;
 use crate::status::ApiError;
 use crate::store::Store;
 use crate::store::tests::nrt;
 
-/// A follower that has synchronized with a leader before, holding `store`.
 fn follower(store: Arc<Store>) -> Replication {
-    let tls = PeerTls {
-        ca_file: "unused".into(),
-        cert_file: "unused".into(),
-        key_file: "unused".into(),
-        server_name: "unused".into(),
-    };
-    let replication =
-        Replication::new("me".into(), "https://127.0.0.1:1".into(), tls, store, Arc::new(Readiness::default()));
-    replication.set_role(Role::Follower { address: "https://127.0.0.1:2".into() });
-    replication.following.synced.store(true, Ordering::Release);
-    replication
-}
-
-/// What the leader's stream carries for its change at `revision`.
-fn replicate(leader: &Store, follower: &Store, revision: u64) {
-    let event = leader.events_after(revision - 1, 1).unwrap().remove(0);
-    follower.apply_replicated(event.kind, serde_json::from_slice(&event.object.json).unwrap()).unwrap();
+    synced_follower(store, Arc::new(Readiness::default()))
 }
 
 /// What the store holds, committed or not, by name.

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{PeerTls, REPLICATION_CHECK, Replication, Role, STORE_WARM_CHECK};
+use super::test_support::{replicate, synced_follower};
+use super::{REPLICATION_CHECK, Replication, Role, STORE_WARM_CHECK};
 use crate::health::Readiness;
 use crate::store::Store;
 use crate::store::tests::nrt;
@@ -15,24 +16,9 @@ fn cold_follower() -> (Replication, Arc<Store>, Arc<Readiness>) {
     let store = Arc::new(Store::starting_at(100, 1000));
     let readiness = Arc::new(Readiness::default());
     readiness.set(STORE_WARM_CHECK, false);
-    let tls = PeerTls {
-        ca_file: "unused".into(),
-        cert_file: "unused".into(),
-        key_file: "unused".into(),
-        server_name: "unused".into(),
-    };
-    let replication =
-        Replication::new("me".into(), "https://127.0.0.1:1".into(), tls, store.clone(), readiness.clone());
-    replication.set_role(Role::Follower { address: "https://127.0.0.1:2".into() });
-    replication.following.synced.store(true, Ordering::Release);
+    let replication = synced_follower(store.clone(), readiness.clone());
     replication.following.caught_up.store(true, Ordering::Release);
     (replication, store, readiness)
-}
-
-/// What the leader's stream carries for its change at `revision`.
-fn replicate(leader: &Store, follower: &Store, revision: u64) {
-    let event = leader.events_after(revision - 1, 1).unwrap().remove(0);
-    follower.apply_replicated(event.kind, serde_json::from_slice(&event.object.json).unwrap()).unwrap();
 }
 
 #[test]
