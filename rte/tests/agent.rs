@@ -29,7 +29,7 @@ use numaresources_rte::publish::{self, KubePublisher, Outcome, PublishError, Pub
 use numaresources_rte::terminal::TerminalPods;
 use numaresources_rte::trigger::Trigger;
 use serde_json::{Value, json};
-use support::bounded;
+use support::{available_cpus, bounded, exclusive_pods};
 use tokio::sync::mpsc;
 
 // ---------------------------------------------------------------------------------------------
@@ -86,20 +86,8 @@ impl Node {
     /// Serves a kubelet whose pods hold `exclusive` CPUs each (NUMA 0 is even, NUMA 1 odd).
     fn kubelet(&self, exclusive: &[(&str, &[i64])]) -> RunningKubelet {
         let _ = fs::remove_file(&self.socket);
-        let pod_resources = exclusive
-            .iter()
-            .map(|(name, cpus)| proto::PodResources {
-                name: (*name).into(),
-                namespace: "telco".into(),
-                containers: vec![proto::ContainerResources {
-                    name: "app".into(),
-                    cpu_ids: cpus.to_vec(),
-                    ..Default::default()
-                }],
-            })
-            .collect();
         let kubelet = FakeKubelet {
-            list: proto::ListPodResourcesResponse { pod_resources },
+            list: exclusive_pods(exclusive),
             allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
             hang: false,
         };
@@ -112,11 +100,6 @@ impl Node {
         config.call_timeout = Duration::from_secs(5);
         PodResourcesClient::new(config)
     }
-}
-
-fn available_cpus(nrt: &NodeResourceTopology, zone: &str) -> i64 {
-    let zone = nrt.zones.iter().find(|z| z.name == zone).unwrap();
-    zone.resources.iter().find(|r| r.name == "cpu").unwrap().available.as_i64().unwrap()
 }
 
 fn annotation<'a>(nrt: &'a NodeResourceTopology, key: &str) -> &'a str {

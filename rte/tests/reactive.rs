@@ -14,31 +14,8 @@ use numaresources_rte::config::Config;
 use numaresources_rte::podresources::proto;
 use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{ClientConfig, PodResourcesClient};
-use support::{Told, bounded};
+use support::{Told, available_cpus, bounded, exclusive_pods};
 use tokio::sync::mpsc;
-
-/// A `List` with one pod holding `cpus` exclusively (none: no pod).
-fn list(cpus: &[i64]) -> proto::ListPodResourcesResponse {
-    let pod_resources = if cpus.is_empty() {
-        vec![]
-    } else {
-        vec![proto::PodResources {
-            namespace: "telco".into(),
-            name: "dpdk".into(),
-            containers: vec![proto::ContainerResources {
-                name: "app".into(),
-                cpu_ids: cpus.to_vec(),
-                ..Default::default()
-            }],
-        }]
-    };
-    proto::ListPodResourcesResponse { pod_resources }
-}
-
-fn available_cpus(nrt: &NodeResourceTopology, zone: &str) -> i64 {
-    let zone = nrt.zones.iter().find(|z| z.name == zone).unwrap();
-    zone.resources.iter().find(|r| r.name == "cpu").unwrap().available.as_i64().unwrap()
-}
 
 fn trigger(nrt: &NodeResourceTopology) -> &str {
     nrt.metadata.annotations.as_ref().unwrap()["k8stopoawareschedwg/rte-update"].as_str()
@@ -59,7 +36,7 @@ async fn an_allocation_and_its_release_are_published_reactively_by_polling_the_k
     let (dir, sys) = support::unpack("intel-2numa-24cpu");
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet {
-        list: list(&[]),
+        list: exclusive_pods(&[]),
         allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
         hang: false,
     }
@@ -87,13 +64,13 @@ async fn an_allocation_and_its_release_are_published_reactively_by_polling_the_k
     assert!(told.try_recv().is_err(), "an unchanged allocation set was published again");
 
     // Two CPUs of NUMA 0 (even ids on this machine) pinned by a new pod.
-    kubelet.set_list(list(&[0, 2]));
+    kubelet.set_list(exclusive_pods(&[("dpdk", &[0, 2])]));
     let allocated = bounded("the allocation's publish", told.recv()).await.unwrap();
     assert_eq!(trigger(&allocated), "reactive");
     assert_eq!(available_cpus(&allocated, "node-0"), free - 2);
 
     // The pod goes away: the release is published the same way.
-    kubelet.set_list(list(&[]));
+    kubelet.set_list(exclusive_pods(&[]));
     let released = bounded("the release's publish", told.recv()).await.unwrap();
     assert_eq!(trigger(&released), "reactive");
     assert_eq!(available_cpus(&released, "node-0"), free);

@@ -420,21 +420,13 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
             }
             None => None,
         };
-        let mut timer = self.config.sleep_interval.map(|every| {
-            let mut timer = tokio::time::interval_at(Instant::now() + every, every);
-            timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            timer
-        });
+        let mut timer = self.config.sleep_interval.map(ticker);
         let reloaded = Arc::new(Notify::new());
         let _config_watch = self
             .reload
             .then(|| config_reload::follow(&config_reload::followed_files(&self.config.flags), Arc::clone(&reloaded)))
             .flatten();
-        let mut poll = self.config.allocation_poll.map(|every| {
-            let mut poll = tokio::time::interval_at(Instant::now() + every, every);
-            poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            poll
-        });
+        let mut poll = self.config.allocation_poll.map(ticker);
         let mut limiter = RateLimiter::new(self.config.max_events_per_second);
         limiter.offer(Trigger::Periodic);
         // A failed refresh is retried on its own schedule too, so an agent with only the
@@ -515,6 +507,14 @@ async fn sleep_until(due: Option<Instant>) {
         Some(due) => tokio::time::sleep_until(due).await,
         None => std::future::pending().await,
     }
+}
+
+/// Ticks every `period`, the first tick one period from now; a late tick delays the next ones
+/// rather than bunching them.
+fn ticker(period: Duration) -> Interval {
+    let mut timer = tokio::time::interval_at(Instant::now() + period, period);
+    timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    timer
 }
 
 async fn tick(timer: Option<&mut Interval>) {

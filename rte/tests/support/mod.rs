@@ -1,6 +1,6 @@
 //! What the rte tests share: a bound on every wait, a publisher that tells the test what it is
-//! asked to publish, and a sysfs fixture of `tests/fixtures/sysfs/` unpacked (see the README
-//! there). The benches include it by `#[path]`; each binary uses a part of it.
+//! asked to publish, a sysfs fixture of `tests/fixtures/sysfs/` unpacked (see the README
+//! there), the kubelet's pods and the CPUs a published zone has left. The benches include it by `#[path]`; each binary uses a part of it.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_rte::podresources::proto;
 use numaresources_rte::publish::{Outcome, PublishError, Publisher};
 use tokio::sync::mpsc;
 
@@ -38,4 +39,25 @@ pub fn unpack(name: &str) -> (tempfile::TempDir, PathBuf) {
     tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
     let sys = dir.path().join("sys");
     (dir, sys)
+}
+
+/// A `List` answer with one pod per `(name, cpus)` in namespace `telco`, its container `app`
+/// holding `cpus` exclusively.
+pub fn exclusive_pods(pods: &[(&str, &[i64])]) -> proto::ListPodResourcesResponse {
+    let pod = |(name, cpus): &(&str, &[i64])| proto::PodResources {
+        name: (*name).into(),
+        namespace: "telco".into(),
+        containers: vec![proto::ContainerResources {
+            name: "app".into(),
+            cpu_ids: cpus.to_vec(),
+            ..Default::default()
+        }],
+    };
+    proto::ListPodResourcesResponse { pod_resources: pods.iter().map(pod).collect() }
+}
+
+/// The CPUs `zone` of `nrt` has available.
+pub fn available_cpus(nrt: &NodeResourceTopology, zone: &str) -> i64 {
+    let zone = nrt.zones.iter().find(|z| z.name == zone).unwrap();
+    zone.resources.iter().find(|r| r.name == "cpu").unwrap().available.as_i64().unwrap()
 }
