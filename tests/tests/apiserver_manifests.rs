@@ -191,35 +191,7 @@ fn container_args_are_flags_the_binary_accepts_and_agree_with_the_pod() {
         assert!(address == "0.0.0.0" || address == "::", "--bind-address={address} is unreachable from the Service");
     }
 
-    let volume_at = |file: &str| support::volume_at(m.single_pod_spec(), container, file);
-
-    // The generated fallback is written to a writable emptyDir.
-    let (mount, volume) = volume_at(&value_of("cert-dir"));
-    assert!(volume.empty_dir.is_some() && mount.read_only != Some(true), "--cert-dir must be on a writable emptyDir");
-
-    // The serving pair is read from an optional Secret mounted where OLM mounts its own, with the
-    // file names the binary reads.
-    for flag in ["tls-cert-file", "tls-private-key-file"] {
-        let file = value_of(flag);
-        assert!(
-            file.starts_with("/apiserver.local.config/certificates/"),
-            "--{flag}={file}: OLM mounts the certificate under /apiserver.local.config/certificates/"
-        );
-        let (mount, volume) = volume_at(&file);
-        let secret = volume.secret.as_ref().unwrap_or_else(|| panic!("--{flag}: {file} is not on a Secret volume"));
-        assert_eq!(secret.optional, Some(true), "the Secret is optional: without it the binary generates a pair");
-        assert_eq!(mount.read_only, Some(true));
-        assert!(mount.sub_path.is_none(), "a subPath mount never sees certificate rotation");
-        let relative = Path::new(&file).strip_prefix(&mount.mount_path).unwrap().to_string_lossy().into_owned();
-        let items = secret.items.as_deref().unwrap_or_default();
-        assert!(
-            items.is_empty() || items.iter().any(|item| item.path == relative),
-            "--{flag}: no Secret key is projected to {relative}"
-        );
-        if let Some(mode) = secret.default_mode {
-            assert!((0..=0o777).contains(&mode), "defaultMode {mode} is not a file mode (write it in decimal)");
-        }
-    }
+    m.assert_serving_certificate_mounts(value_of, "/apiserver.local.config/certificates/");
 }
 
 /// The probe paths are routes of the real server that answer 200 without credentials.

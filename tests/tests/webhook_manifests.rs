@@ -295,19 +295,8 @@ fn the_service_and_the_deployment_agree_on_ports_and_flags() {
     let source = std::fs::read_to_string(workspace_root().join("cmd/src/webhook.rs")).unwrap();
     assert!(source.contains("env = \"POD_NAMESPACE\""), "--namespace is not read from POD_NAMESPACE");
 
-    // Certificate files on the optional Secret at OLM's path; the fallback on a writable emptyDir.
-    let volume_at = |file: &str| support::volume_at(m.single_pod_spec(), container, file);
-    for flag in ["tls-cert-file", "tls-private-key-file"] {
-        let file = accepted.value(&flags, flag);
-        assert!(file.starts_with("/tmp/k8s-webhook-server/serving-certs/"), "--{flag}: OLM mounts there");
-        let (mount, volume) = volume_at(&file);
-        let secret = volume.secret.as_ref().unwrap_or_else(|| panic!("--{flag} is not on a Secret"));
-        assert_eq!(secret.optional, Some(true), "without the Secret the webhook generates a pair");
-        assert_eq!(mount.read_only, Some(true));
-        assert!(mount.sub_path.is_none(), "a subPath mount never sees rotation");
-    }
-    let (mount, volume) = volume_at(&accepted.value(&flags, "cert-dir"));
-    assert!(volume.empty_dir.is_some() && mount.read_only != Some(true), "--cert-dir is a writable emptyDir");
+    let value_of = |flag: &str| accepted.value(&flags, flag);
+    m.assert_serving_certificate_mounts(value_of, "/tmp/k8s-webhook-server/serving-certs/");
 }
 
 #[test]

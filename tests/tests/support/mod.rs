@@ -236,6 +236,38 @@ impl Install {
         single(&self.single_pod_spec().containers, "container")
     }
 
+    /// The one container's serving certificate as OLM mounts it: `--tls-cert-file` and `--tls-private-key-file`
+    /// (values by `value_of`) under `olm_dir`, on an optional Secret (without it the binary generates
+    /// a pair) mounted read-only without subPath (a subPath mount never sees rotation), projected to
+    /// the file names the binary reads; and `--cert-dir`, where a generated pair goes, on a writable
+    /// emptyDir.
+    pub fn assert_serving_certificate_mounts(&self, value_of: impl Fn(&str) -> String, olm_dir: &str) {
+        let (pod, container) = (self.single_pod_spec(), self.single_container());
+        for flag in ["tls-cert-file", "tls-private-key-file"] {
+            let file = value_of(flag);
+            assert!(file.starts_with(olm_dir), "--{flag}={file}: OLM mounts the certificate under {olm_dir}");
+            let (mount, volume) = volume_at(pod, container, &file);
+            let secret = volume.secret.as_ref().unwrap_or_else(|| panic!("--{flag}: {file} is not on a Secret volume"));
+            assert_eq!(secret.optional, Some(true), "--{flag}: the Secret is optional");
+            assert_eq!(mount.read_only, Some(true), "--{flag}");
+            assert!(mount.sub_path.is_none(), "--{flag}: a subPath mount never sees certificate rotation");
+            let relative = Path::new(&file).strip_prefix(&mount.mount_path).unwrap().to_string_lossy().into_owned();
+            let items = secret.items.as_deref().unwrap_or_default();
+            assert!(
+                items.is_empty() || items.iter().any(|item| item.path == relative),
+                "--{flag}: no Secret key is projected to {relative}"
+            );
+            if let Some(mode) = secret.default_mode {
+                assert!((0..=0o777).contains(&mode), "defaultMode {mode} is not a file mode (write it in decimal)");
+            }
+        }
+        let (mount, volume) = volume_at(pod, container, &value_of("cert-dir"));
+        assert!(
+            volume.empty_dir.is_some() && mount.read_only != Some(true),
+            "--cert-dir must be on a writable emptyDir"
+        );
+    }
+
     pub fn single_service(&self) -> &Service {
         single(&self.services, "Service")
     }
