@@ -12,7 +12,6 @@
 use std::cell::Cell;
 
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::Response;
 use tokio::task::Id;
 
@@ -23,7 +22,7 @@ thread_local! {
 
 /// Yields to the runtime once when this task also started the previous request on this
 /// thread, then serves the request.
-pub(crate) async fn yield_when_back_to_back(request: Request, next: Next) -> Response {
+pub(crate) async fn yield_when_back_to_back(request: Request, next: impl AsyncFnOnce(Request) -> Response) -> Response {
     if let Some(task) = tokio::task::try_id()
         && LAST_TASK.with(|last| last.replace(Some(task))) == Some(task)
     {
@@ -31,7 +30,7 @@ pub(crate) async fn yield_when_back_to_back(request: Request, next: Next) -> Res
         // Whoever ran meanwhile served no request: the next one of this task may come at once.
         LAST_TASK.with(|last| last.set(None));
     }
-    next.run(request).await
+    next(request).await
 }
 
 #[cfg(test)]
@@ -66,8 +65,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_task_serving_requests_back_to_back_yields_between_them() {
-        let app =
-            Router::new().route("/", get(|| async { "ok" })).layer(axum::middleware::from_fn(yield_when_back_to_back));
+        let middleware = |request, next: axum::middleware::Next| {
+            yield_when_back_to_back(request, async move |request| next.run(request).await)
+        };
+        let app = Router::new().route("/", get(|| async { "ok" })).layer(axum::middleware::from_fn(middleware));
         let one_task = tokio::spawn(async move {
             let first = pendings(app.clone()).await;
             let second = pendings(app.clone()).await;

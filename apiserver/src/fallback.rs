@@ -3,11 +3,8 @@
 //! query parameter, a path that does not decode). kubectl and client-go read the message and
 //! reason of a Status; from an empty or plain-text body they show only the HTTP code.
 
-use std::sync::Arc;
-
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::header::CONTENT_TYPE;
 use http::{Method, StatusCode};
@@ -21,9 +18,13 @@ use crate::status::ApiError;
 const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// Replaces an error answer that is not JSON by the Status kube-apiserver would send.
-pub(crate) async fn errors_as_status(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+pub(crate) async fn errors_as_status(
+    state: &AppState,
+    request: Request,
+    next: impl AsyncFnOnce(Request) -> Response,
+) -> Response {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    let response = next.run(request).await;
+    let response = next(request).await;
     let status = response.status();
     // Server errors are our handlers' own (already Statuses) or health checks', which answer in
     // plain text as kube-apiserver's do.

@@ -147,16 +147,35 @@ impl AppState {
 /// stack only bumps reference counts. Every request still passes all six, unknown paths and
 /// methods included.
 pub fn router(state: Arc<AppState>) -> Router {
-    use axum::middleware::{from_fn, from_fn_with_state};
+    use axum::middleware::from_fn_with_state;
     let middlewares = tower::ServiceBuilder::new()
-        .layer(from_fn(fair::yield_when_back_to_back))
-        .layer(from_fn_with_state(state.clone(), metrics::track))
-        .layer(from_fn(request_head::check))
-        .layer(from_fn_with_state(state.clone(), auth::check))
-        .layer(from_fn_with_state(state.clone(), fallback::errors_as_status))
+        .layer(from_fn_with_state(state.clone(), front))
         .layer(from_fn_with_state(state.clone(), replication::route))
         .service(routes().with_state(state));
     Router::new().fallback_service(middlewares)
+}
+
+/// The server's own middlewares in front of the replication's, outermost first, as one layer:
+/// each `from_fn` layer costs a boxed future and a boxed service per request.
+async fn front(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let state = &*state;
+    fair::yield_when_back_to_back(request, async |request| {
+        metrics::track(state, request, async |request| {
+            request_head::check(request, async |request| {
+                auth::check(state, request, async |request| {
+                    fallback::errors_as_status(state, request, async move |request| next.run(request).await).await
+                })
+                .await
+            })
+            .await
+        })
+        .await
+    })
+    .await
 }
 
 /// The routes alone (the peer listener serves them to forwarded requests, without

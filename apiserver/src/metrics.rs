@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::Response;
 use numaresources_certs::admin::{self, Checks};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -205,10 +204,10 @@ impl Metrics {
 }
 
 /// The middleware recording every request.
-pub(crate) async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+pub(crate) async fn track(state: &AppState, request: Request, next: impl AsyncFnOnce(Request) -> Response) -> Response {
     let labels = request_labels(&request);
     let start = Instant::now();
-    let response = next.run(request).await;
+    let response = next(request).await;
     let metrics = &state.metrics;
     metrics.latency.get_or_create(&labels).observe(start.elapsed().as_secs_f64());
     let VerbLabels { verb, resource } = labels;

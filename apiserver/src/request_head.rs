@@ -11,7 +11,6 @@
 //! too.
 
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::status::ApiError;
@@ -28,7 +27,7 @@ pub const MAX_REQUEST_HEAD_BYTES: usize = 240 * 1024;
 const HEADER_LINE_OVERHEAD: usize = 4;
 
 /// Refuses a request whose head is past [`MAX_REQUEST_URI_BYTES`] or [`MAX_REQUEST_HEAD_BYTES`].
-pub async fn check(request: Request, next: Next) -> Response {
+pub async fn check(request: Request, next: impl AsyncFnOnce(Request) -> Response) -> Response {
     let uri_bytes = request.uri().path_and_query().map_or(0, |p| p.as_str().len());
     if uri_bytes > MAX_REQUEST_URI_BYTES {
         tracing::debug!(uri_bytes, "refusing a request: URI too long");
@@ -44,5 +43,5 @@ pub async fn check(request: Request, next: Next) -> Response {
         tracing::debug!(head_bytes, "refusing a request: headers too large");
         return ApiError::header_fields_too_large(head_bytes, MAX_REQUEST_HEAD_BYTES).into_response();
     }
-    next.run(request).await
+    next(request).await
 }

@@ -12,8 +12,7 @@ mod standalone;
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::header::AUTHORIZATION;
 use numaresources_api::direct_write::EXTRA_NODE_NAME;
@@ -52,7 +51,7 @@ pub(crate) struct NodeScope(pub String);
 ///
 /// It runs on every request, so it borrows what it can: the URI and the bearer token are cheap
 /// clones of what hyper parsed, and a token's identity is shared with the review cache.
-pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+pub async fn check(state: &AppState, mut request: Request, next: impl AsyncFnOnce(Request) -> Response) -> Response {
     let uri = request.uri().clone();
     let path = uri.path();
     let peer = request.extensions().get::<PeerInfo>().cloned();
@@ -60,23 +59,23 @@ pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, nex
     let authorization = request.headers().get(AUTHORIZATION).cloned();
     let token = authorization.as_ref().and_then(bearer);
     let user: Arc<UserInfo> = match &state.auth {
-        Auth::Disabled => return next.run(request).await,
+        Auth::Disabled => return next(request).await,
         Auth::Standalone(standalone) => match standalone.authenticate(chain, request.headers(), token) {
-            _ if always_allowed(path) => return next.run(request).await,
+            _ if always_allowed(path) => return next(request).await,
             Ok(user) => Arc::new(user.unwrap_or_else(UserInfo::anonymous)),
             Err(_) => return ApiError::unauthorized("Unauthorized").into_response(),
         },
         Auth::Delegated(delegated) => {
             let Some(config) = delegated.config() else {
                 if always_allowed(path) {
-                    return next.run(request).await;
+                    return next(request).await;
                 }
                 return ApiError::unavailable("the authentication configuration is not loaded yet", 1).into_response();
             };
             let from_connection = authn::from_connection(&config, chain, request.headers());
             authn::strip_identity_headers(&config.request_header, request.headers_mut());
             if always_allowed(path) {
-                return next.run(request).await;
+                return next(request).await;
             }
             match (from_connection, token) {
                 (Some(user), _) => Arc::new(user),
@@ -145,7 +144,7 @@ pub async fn check(State(state): State<Arc<AppState>>, mut request: Request, nex
         user.extra.insert(EXTRA_NODE_NAME.to_owned(), vec![node]);
     }
     request.extensions_mut().insert(user);
-    next.run(request).await
+    next(request).await
 }
 
 /// The node restriction of the mode: delegated mode's (exporters, placed by token or pod);
