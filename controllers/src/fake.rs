@@ -167,6 +167,12 @@ impl FakeApi {
         self.state.lock().unwrap().objects.keys().cloned().collect()
     }
 
+    /// The Events published with `reason`.
+    pub fn events(&self, reason: &str) -> Vec<Value> {
+        let paths = self.paths().into_iter().filter(|path| path.contains("/events/"));
+        paths.filter_map(|path| self.get(&path)).filter(|event| event["reason"] == reason).collect()
+    }
+
     /// path → resourceVersion.
     pub fn versions(&self) -> BTreeMap<String, String> {
         let state = self.state.lock().unwrap();
@@ -302,6 +308,12 @@ where
     tokio::time::timeout(std::time::Duration::from_secs(30), reached).await.expect("the controller got there");
     stop.send(()).unwrap();
     tokio::time::timeout(std::time::Duration::from_secs(30), running).await.expect("graceful shutdown").unwrap();
+}
+
+/// `ctx` publishing Events (into the fake, for [`FakeApi::events`]).
+pub fn recording(ctx: &crate::context::Context) -> Arc<crate::context::Context> {
+    let recorder = kube::runtime::events::Recorder::new(ctx.client.clone(), "numaresources-controllers".into());
+    Arc::new(crate::context::Context::new(ctx.client.clone(), ctx.settings.clone(), Some(recorder)))
 }
 
 /// Runs one reconcile pass; the timeout only turns a deadlock into a failure instead of a hang.

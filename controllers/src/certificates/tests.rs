@@ -79,15 +79,7 @@ impl Harness {
     /// The same, publishing Events into the fake.
     pub fn with_events(mode: CertificateMode) -> Self {
         let h = Self::new(mode);
-        let recorder = kube::runtime::events::Recorder::new(h.ctx.client.clone(), "numaresources-controllers".into());
-        let ctx = Context::new(h.ctx.client.clone(), h.ctx.settings.clone(), Some(recorder));
-        Self { ctx: Arc::new(ctx), ..h }
-    }
-
-    /// The Events published with `reason`.
-    pub fn events(&self, reason: &str) -> Vec<Value> {
-        let paths = self.fake.paths().into_iter().filter(|path| path.contains("/events/"));
-        paths.filter_map(|path| self.fake.get(&path)).filter(|event| event["reason"] == reason).collect()
+        Self { ctx: crate::fake::recording(&h.ctx), ..h }
     }
 
     pub async fn pass(&self, now: SystemTime) -> Pass {
@@ -565,7 +557,7 @@ async fn a_serving_secret_of_another_type_is_reported_and_left_alone_and_the_oth
     assert_eq!(kept.type_.as_deref(), Some("Opaque"));
     assert_eq!(h.data(APISERVER_TLS).keys().collect::<Vec<_>>(), ["password"], "their data is untouched");
     assert!(issued_by(&h.data(WEBHOOK_TLS)["tls.crt"], &h.ca().cert_pem), "the webhook's Secret is still kept");
-    let events = h.events("SecretTypeConflict");
+    let events = h.fake.events("SecretTypeConflict");
     assert_eq!(events.len(), 1, "one Event (repeats are counted on it): {events:#?}");
     assert_eq!(events[0]["type"], "Warning");
     let note = events[0]["note"].as_str().unwrap();
@@ -583,7 +575,7 @@ async fn a_ca_secret_of_another_type_stops_the_pass_with_a_reason_before_anythin
     let error = reconcile(&h.ctx, &policy(), SystemTime::now()).await.unwrap_err();
     assert!(error.to_string().contains("numaresources/numaresources-ca"), "{error}");
     assert!(h.fake.get(WEBHOOK_TLS).is_none() && h.bundles().iter().all(String::is_empty));
-    assert_eq!(h.events("SecretTypeConflict").len(), 1);
+    assert_eq!(h.fake.events("SecretTypeConflict").len(), 1);
 }
 
 #[tokio::test]
@@ -601,7 +593,7 @@ async fn a_configuration_that_keeps_losing_ca_bundle_is_announced_at_most_once_p
         assert_eq!(unix_seconds_of(h.ca().rotated_at), unix_seconds_of(at), "every repair restarts the overlap");
     }
     // 30 and 40 fall within the rotation's own propagation, 110 within the restart at 100.
-    let events = h.events("CertificateAuthorityRepublished");
+    let events = h.fake.events("CertificateAuthorityRepublished");
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0]["series"]["count"], Value::Null, "announced once, not as a series");
 }

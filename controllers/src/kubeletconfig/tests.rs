@@ -201,18 +201,10 @@ async fn on_openshift_the_kubelet_config_selecting_the_pool_is_used() {
 #[tokio::test]
 async fn a_node_without_an_address_is_reported_once_and_the_others_still_configured() {
     let (fake, plain) = harness(&[("worker-a", "single-numa-node"), ("worker-b", "single-numa-node")]);
-    let recorder = kube::runtime::events::Recorder::new(plain.client.clone(), "numaresources-controllers".into());
-    let ctx = Arc::new(Context::new(plain.client.clone(), plain.settings.clone(), Some(recorder)));
+    let ctx = crate::fake::recording(&plain);
     // What kube-apiserver answers when it proxies to a node that has no address.
     let no_address = "/api/v1/nodes/worker-b/proxy/configz";
-    let unreachable_events = || {
-        fake.paths()
-            .into_iter()
-            .filter(|p| p.contains("/events/"))
-            .filter_map(|p| fake.get(&p))
-            .filter(|e| e["reason"] == unreachable::REASON)
-            .collect::<Vec<_>>()
-    };
+    let unreachable_events = || fake.events(unreachable::REASON);
     fake.remove(no_address);
     for _ in 0..3 {
         assert_eq!(run_once(&fake, &ctx).await, Action::requeue(RESYNC), "moves on");

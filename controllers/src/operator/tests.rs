@@ -452,22 +452,11 @@ async fn exporters_and_the_api_server_get_their_network_policies_and_a_switch_re
     );
 }
 
-/// The Events with `reason` the fake holds.
-fn events_with_reason(fake: &FakeApi, reason: &str) -> usize {
-    fake.paths()
-        .into_iter()
-        .filter(|p| p.contains("/events/"))
-        .filter(|p| fake.get(p).unwrap()["reason"] == reason)
-        .count()
-}
-
 #[tokio::test]
 async fn apiservice_deleted_is_announced_only_when_one_was_deleted() {
     for registered in [false, true] {
         let h = Harness::new(vec![worker_group()]);
-        let recorder = kube::runtime::events::Recorder::new(h.ctx.client.clone(), "numaresources-controllers".into());
-        let h =
-            Harness { ctx: Arc::new(Context::new(h.ctx.client.clone(), h.ctx.settings.clone(), Some(recorder))), ..h };
+        let h = Harness { ctx: crate::fake::recording(&h.ctx), ..h };
         if registered {
             h.converge().await;
             assert!(h.fake.get(APISERVICE_PATH).is_some());
@@ -480,7 +469,7 @@ async fn apiservice_deleted_is_announced_only_when_one_was_deleted() {
         h.fake.edit(NRO, |nro| nro["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"));
         h.reconcile().await.unwrap();
         assert!(h.fake.get(NRO).is_none(), "finalizer removed, object gone");
-        let announced = events_with_reason(&h.fake, "APIServiceDeleted");
+        let announced = h.fake.events("APIServiceDeleted").len();
         assert_eq!(announced, usize::from(registered), "registered: {registered}");
     }
 }
@@ -506,8 +495,7 @@ async fn kubelet_disagreement_in_the_config_map_shows_in_status() {
 #[tokio::test]
 async fn events_tell_a_person_what_happened_once() {
     let h = Harness::new(vec![]);
-    let recorder = kube::runtime::events::Recorder::new(h.ctx.client.clone(), "numaresources-controllers".into());
-    let h = Harness { ctx: Arc::new(Context::new(h.ctx.client.clone(), h.ctx.settings.clone(), Some(recorder))), ..h };
+    let h = Harness { ctx: crate::fake::recording(&h.ctx), ..h };
     h.fake.edit(NRO, |nro| nro["spec"]["nodeGroups"] = json!([{}]));
     h.reconcile().await.unwrap();
     h.reconcile().await.unwrap();

@@ -46,19 +46,8 @@ fn set_epoch(h: &Harness, value: &str) {
     h.fake.insert(DEPLOYMENT, deployment);
 }
 
-fn events(h: &Harness, reason: &str) -> Vec<Value> {
-    h.fake
-        .paths()
-        .into_iter()
-        .filter(|p| p.contains("/events/"))
-        .filter_map(|p| h.fake.get(&p))
-        .filter(|e| e["reason"] == reason)
-        .collect()
-}
-
 fn with_events(h: Harness) -> Harness {
-    let recorder = kube::runtime::events::Recorder::new(h.ctx.client.clone(), "numaresources-controllers".into());
-    Harness { ctx: Arc::new(Context::new(h.ctx.client.clone(), h.ctx.settings.clone(), Some(recorder))), ..h }
+    Harness { ctx: crate::fake::recording(&h.ctx), ..h }
 }
 
 #[tokio::test]
@@ -125,14 +114,14 @@ async fn nrts_that_appear_after_the_pods_started_restart_them_once_with_an_event
     h.reconcile().await.unwrap();
     let restarted = epoch(&h);
     assert_ne!(restarted, "2021-01-01T00:00:00Z", "a new epoch restarts the pods");
-    let announced = events(&h, "SchedulerRestarted");
+    let announced = h.fake.events("SchedulerRestarted");
     assert_eq!(announced.len(), 1, "{announced:?}");
     assert!(announced[0]["note"].as_str().unwrap().ends_with("worker-new"), "{announced:?}");
     // The restarted pods know every NRT: nothing more.
     h.fake.roll_out();
     h.reconcile().await.unwrap();
     assert_eq!(epoch(&h), restarted);
-    assert_eq!(events(&h, "SchedulerRestarted").len(), 1);
+    assert_eq!(h.fake.events("SchedulerRestarted").len(), 1);
 }
 
 #[tokio::test]
@@ -163,7 +152,7 @@ async fn preemption_is_rendered_only_for_an_image_that_knows_it_and_status_says_
     let (status, reason, message) = h.condition(cond::SCHEDULER_IMAGE_COMPATIBLE);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "SettingsNotRendered"));
     assert!(message.contains("preemptionMode"), "{message}");
-    assert_eq!(events(&h, "SettingsNotRendered").len(), 1, "warned once, not per pass");
+    assert_eq!(h.fake.events("SettingsNotRendered").len(), 1, "warned once, not per pass");
 }
 
 #[tokio::test]
