@@ -10,6 +10,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use numaresources_api::operator::defaults::Platform;
 use numaresources_certs::InvalidConfig;
 use numaresources_certs::admin::{Checks, Registry};
+use numaresources_certs::shutdown::{Shutdown, Trigger};
 use tokio::task::JoinHandle;
 
 use crate::context::{Context, Error, Readiness, Result, Settings};
@@ -140,20 +141,13 @@ impl Controllers {
         }
         readiness.leading.set();
 
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let stop_signal = move || {
-            let mut stopped = stopped.clone();
-            async move {
-                // An error means the sender is gone: stop as well.
-                let _ = stopped.wait_for(|stop| *stop).await;
-            }
-        };
+        let (stop, stopped) = Shutdown::manual();
         let controllers = tokio::spawn(async move {
             join4(
-                operator::run(ctx.clone(), stop_signal()),
-                scheduler::run(ctx.clone(), stop_signal()),
-                kubeletconfig::run(ctx.clone(), stop_signal()),
-                certificates::run(ctx, stop_signal()),
+                operator::run(ctx.clone(), stopped.signaled()),
+                scheduler::run(ctx.clone(), stopped.signaled()),
+                kubeletconfig::run(ctx.clone(), stopped.signaled()),
+                certificates::run(ctx, stopped.signaled()),
             )
             .await;
         });
@@ -219,7 +213,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 async fn supervise(
     lease: Option<&LeaderLease>,
     mut controllers: JoinHandle<()>,
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: Trigger,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let hold = async {
@@ -239,7 +233,7 @@ async fn supervise(
     };
     let result = match ended {
         None => {
-            let _ = stop.send(true);
+            stop.fire();
             match tokio::time::timeout(SHUTDOWN_GRACE, &mut controllers).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(error)) => Err(Error::Leadership(format!("a controller failed while stopping: {error}"))),
@@ -292,7 +286,7 @@ mod tests {
     async fn supervised(
         lease: &LeaderLease,
         controllers: JoinHandle<()>,
-        stop: tokio::sync::watch::Sender<bool>,
+        stop: Trigger,
         shutdown: impl Future<Output = ()>,
     ) -> Result<()> {
         tokio::time::timeout(Duration::from_secs(3600), supervise(Some(lease), controllers, stop, shutdown))
@@ -312,7 +306,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_panic_in_the_controllers_ends_leadership_with_an_error() {
         let (fake, lease) = leading("a").await;
-        let (stop, _) = tokio::sync::watch::channel(false);
+        let (stop, _) = Shutdown::manual();
         let controllers = tokio::spawn(async { panic!("a controller bug") });
         let ended = supervised(&lease, controllers, stop, std::future::pending()).await;
         assert!(matches!(ended, Err(Error::Leadership(_))), "{ended:?}");
@@ -322,7 +316,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn losing_the_lease_aborts_controllers_that_do_not_stop() {
         let (fake, lease) = leading("a").await;
-        let (stop, _) = tokio::sync::watch::channel(false);
+        let (stop, _) = Shutdown::manual();
         let torn_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = DropFlag(torn_down.clone());
         // Deaf to the stop signal, like a pass stuck on a slow API call.
@@ -345,10 +339,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_shutdown_stops_the_controllers_and_releases_the_lease() {
         let (fake, lease) = leading("a").await;
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let controllers = tokio::spawn(async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        });
+        let (stop, stopped) = Shutdown::manual();
+        let controllers = tokio::spawn(stopped.signaled());
         let ended = supervised(&lease, controllers, stop, async {}).await;
         assert!(ended.is_ok(), "{ended:?}");
         assert_eq!(holder(&fake), None);

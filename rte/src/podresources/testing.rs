@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use numaresources_certs::shutdown::{Shutdown, Trigger};
 use tokio::net::UnixListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
@@ -32,7 +32,7 @@ pub struct RunningKubelet {
     path: PathBuf,
     answers: Arc<RwLock<FakeKubelet>>,
     calls: Arc<AtomicU64>,
-    stop: watch::Sender<bool>,
+    stop: Trigger,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
@@ -44,18 +44,14 @@ impl FakeKubelet {
     /// The socket cannot be bound.
     pub fn serve(self, path: &Path) -> io::Result<RunningKubelet> {
         let listener = UnixListener::bind(path)?;
-        let (stop, stopping) = watch::channel(false);
+        let (stop, stopping) = Shutdown::manual();
         let answers = Arc::new(RwLock::new(self));
         let calls = Arc::new(AtomicU64::new(0));
         let service = Lister { answers: Arc::clone(&answers), calls: Arc::clone(&calls), stopping: stopping.clone() };
-        let mut shutdown = stopping;
         let server = tokio::spawn(tonic::transport::Server::builder().serve_with_incoming_shutdown(
             PodResourcesListerServer::new(service),
             UnixListenerStream::new(listener),
-            async move {
-                // An Err means the sender is gone, which is a stop too.
-                let _ = shutdown.wait_for(|stop| *stop).await;
-            },
+            stopping.signaled(),
         ));
         Ok(RunningKubelet { path: path.to_path_buf(), answers, calls, stop, server })
     }
@@ -85,7 +81,7 @@ impl RunningKubelet {
     /// # Errors
     /// The server failed.
     pub async fn stop(self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        self.stop.send_replace(true);
+        self.stop.fire();
         self.server.await??;
         Ok(())
     }
@@ -95,7 +91,7 @@ impl RunningKubelet {
 struct Lister {
     answers: Arc<RwLock<FakeKubelet>>,
     calls: Arc<AtomicU64>,
-    stopping: watch::Receiver<bool>,
+    stopping: Shutdown,
 }
 
 impl Lister {
@@ -104,8 +100,7 @@ impl Lister {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let answers = self.answers.read().unwrap_or_else(PoisonError::into_inner).clone();
         if answers.hang {
-            let mut stopping = self.stopping.clone();
-            let _ = stopping.wait_for(|stop| *stop).await;
+            self.stopping.signaled().await;
             return Err(Status::unavailable("fake kubelet stopping"));
         }
         Ok(answers)
