@@ -734,6 +734,12 @@ async fn run(options: Options) {
         RSS_EVERY,
         rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(" ")
     );
+    let half = rss.len() / 2;
+    println!(
+        "server RSS trend (least squares): {:+.2} MiB per 10 min over the window, {:+.2} over its second half",
+        slope_per_minute(&rss, RSS_EVERY) * 10.0,
+        slope_per_minute(&rss[half..], RSS_EVERY) * 10.0
+    );
     println!(
         "server sockets (samples every {:?}: {}); TCP connections accepted on the machine {:.1}/s over the window",
         RSS_EVERY,
@@ -772,4 +778,18 @@ async fn run(options: Options) {
         fleet.watch_errors.load(Ordering::Relaxed)
     );
     drop(server);
+}
+
+/// The least-squares slope of `samples` taken `every` apart, per minute (how a long run tells
+/// whether memory stays flat: a leak shows as a steady slope, a plateau as none).
+fn slope_per_minute(samples: &[f64], every: Duration) -> f64 {
+    let n = samples.len() as f64;
+    if samples.len() < 2 {
+        return 0.0;
+    }
+    let minutes = |i: usize| i as f64 * every.as_secs_f64() / 60.0;
+    let (mean_t, mean_y) = ((0..samples.len()).map(minutes).sum::<f64>() / n, samples.iter().sum::<f64>() / n);
+    let covariance: f64 = samples.iter().enumerate().map(|(i, y)| (minutes(i) - mean_t) * (y - mean_y)).sum();
+    let variance: f64 = (0..samples.len()).map(|i| (minutes(i) - mean_t).powi(2)).sum();
+    covariance / variance
 }
