@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
+use numaresources_certs::shutdown::{Shutdown, Trigger};
 use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
-use tokio::sync::oneshot;
 
 /// How long a test waits for anything before it calls it a hang.
 pub const BOUND: Duration = Duration::from_secs(60);
@@ -54,7 +54,7 @@ pub fn serving_tls(ca: &CertificateAuthority, dir: &Path, name: &str) -> Arc<rus
 #[derive(Debug)]
 pub struct Served {
     pub address: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Trigger,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
@@ -75,10 +75,10 @@ impl Served {
         })
         .await;
         let address = listener.local_addr().unwrap_or_else(|e| panic!("local address: {e}"));
-        let (stop, stopped) = oneshot::channel::<()>();
+        let (stop, stopped) = Shutdown::manual();
         let options = ServeOptions::default().shutdown_grace(SHUTDOWN_GRACE);
-        let task = tokio::spawn(serve_with(listener, tls, app, async move { drop(stopped.await) }, options));
-        Self { address, stop: Some(stop), task }
+        let task = tokio::spawn(serve_with(listener, tls, app, stopped.signaled(), options));
+        Self { address, stop, task }
     }
 
     /// On any free port of 127.0.0.1.
@@ -92,9 +92,7 @@ impl Served {
 
     /// Shuts down and waits (bounded) until the listener has returned cleanly.
     pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.stop.fire();
         let served = bounded("server shutdown", &mut self.task).await;
         served.unwrap_or_else(|e| panic!("the listener task: {e}")).unwrap_or_else(|e| panic!("serving: {e}"));
     }

@@ -150,7 +150,7 @@ async fn shutdown_lets_an_in_flight_request_finish_then_refuses_new_connections(
             }
         }),
     );
-    let Fixture { mut server, roots, _dir } = fixture_with(ServeOptions::default(), app, TlsPolicy::default()).await;
+    let Fixture { server, roots, _dir } = fixture_with(ServeOptions::default(), app, TlsPolicy::default()).await;
     let addr = server.addr;
     let in_flight = tokio::spawn({
         let config = client(&roots, None, &[b"h2"]);

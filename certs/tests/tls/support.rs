@@ -12,11 +12,11 @@ use axum::routing::get;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use numaresources_certs::shutdown::{Shutdown, Trigger};
 use numaresources_certs::{CertificateAuthority, PeerInfo, PemPair, ServeOptions, serve_with};
 use rustls::ClientConfig;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use crate::shared::{bounded, client, client_with_versions, connect};
@@ -84,8 +84,9 @@ pub fn app() -> Router {
 /// A running `serve_with` on 127.0.0.1:0.
 pub struct TestServer {
     pub addr: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<std::io::Result<()>>>,
+    /// Fired when stopped, or when the server is dropped.
+    shutdown: Trigger,
+    task: JoinHandle<std::io::Result<()>>,
 }
 
 impl TestServer {
@@ -96,38 +97,20 @@ impl TestServer {
     pub async fn start_with(tls: Arc<rustls::ServerConfig>, app: Router, options: ServeOptions) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (shutdown, signal) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_with(
-            listener,
-            tls,
-            app,
-            async {
-                let _ = signal.await;
-            },
-            options,
-        ));
-        Self { addr, shutdown: Some(shutdown), task: Some(task) }
+        let (shutdown, signal) = Shutdown::manual();
+        let task = tokio::spawn(serve_with(listener, tls, app, signal.signaled(), options));
+        Self { addr, shutdown, task }
     }
 
     /// Signals shutdown without waiting.
-    pub fn begin_shutdown(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
+    pub fn begin_shutdown(&self) {
+        self.shutdown.fire();
     }
 
     /// Signals shutdown and waits for `serve` to return.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
         self.begin_shutdown();
-        if let Some(task) = self.task.take() {
-            bounded("server shutdown", task).await.unwrap().unwrap();
-        }
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.begin_shutdown();
+        bounded("server shutdown", self.task).await.unwrap().unwrap();
     }
 }
 

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_api::operator::PodRoutingMode;
+use numaresources_certs::shutdown::{Shutdown, Trigger};
 use numaresources_certs::{
     CertificateAuthority, PemPair, ReloadingCertificate, ServerConfigBuilder, WatchOptions, serve,
 };
@@ -33,7 +34,7 @@ struct Server {
     dir: tempfile::TempDir,
     _certificate: ReloadingCertificate,
     _watcher: numaresources_certs::CertificateWatcher,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Trigger,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
@@ -53,17 +54,13 @@ impl Server {
         let (webhook, _) = webhook_with(Some(scheduler(PodRoutingMode::ExclusiveResources, None)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, tls, webhook.router(), async {
-            let _ = stopped.await;
-        }));
-        Self { addr, ca, dir, _certificate: certificate, _watcher: watcher, stop: Some(stop), task }
+        let (stop, stopped) = Shutdown::manual();
+        let task = tokio::spawn(serve(listener, tls, webhook.router(), stopped.signaled()));
+        Self { addr, ca, dir, _certificate: certificate, _watcher: watcher, stop, task }
     }
 
     async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.stop.fire();
         bounded("server shutdown", &mut self.task).await.unwrap().unwrap();
     }
 }
