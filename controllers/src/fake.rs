@@ -296,17 +296,15 @@ pub async fn run_controller_until<R>(start: impl FnOnce(Shutdown) -> R, done: im
 where
     R: Future<Output = ()> + Send + 'static,
 {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(start(Box::pin(async move {
-        let _ = stopped.await;
-    })));
+    let (stop, stopped) = numaresources_certs::shutdown::Shutdown::manual();
+    let running = tokio::spawn(start(Box::pin(stopped.signaled())));
     let reached = async {
         while !done() {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     };
     tokio::time::timeout(std::time::Duration::from_secs(30), reached).await.expect("the controller got there");
-    stop.send(()).unwrap();
+    stop.fire();
     tokio::time::timeout(std::time::Duration::from_secs(30), running).await.expect("graceful shutdown").unwrap();
 }
 

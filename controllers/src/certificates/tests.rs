@@ -383,17 +383,15 @@ async fn in_every_other_mode_nothing_is_written() {
 #[tokio::test]
 async fn the_loop_stops_on_shutdown_after_its_first_pass() {
     let h = Harness::new(CertificateMode::SelfManaged);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let loop_task = tokio::spawn(run(h.ctx.clone(), async {
-        let _ = stopped.await;
-    }));
+    let (stop, stopped) = numaresources_certs::shutdown::Shutdown::manual();
+    let loop_task = tokio::spawn(run(h.ctx.clone(), stopped.signaled()));
     let first_pass = async {
         while h.fake.get(WEBHOOK_TLS).is_none() {
             tokio::task::yield_now().await;
         }
     };
     tokio::time::timeout(Duration::from_secs(10), first_pass).await.expect("the first pass ran");
-    stop.send(()).unwrap();
+    stop.fire();
     tokio::time::timeout(Duration::from_secs(10), loop_task).await.expect("stopped").unwrap();
     assert_eq!(h.bundle(), h.ca().bundle());
 }

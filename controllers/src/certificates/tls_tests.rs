@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use numaresources_certs::shutdown::{Shutdown, Trigger};
 use numaresources_certs::{PemPair, ServerConfigBuilder, ServingCertificate};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -74,14 +75,12 @@ async fn handshake(addr: SocketAddr, bundle: &str, service: &str, now: SystemTim
 }
 
 /// A server on 127.0.0.1 presenting what `presented` holds at each handshake.
-async fn server(presented: Arc<Presented>) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+async fn server(presented: Arc<Presented>) -> (SocketAddr, Trigger) {
     let tls = ServerConfigBuilder::new(presented).build().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(numaresources_certs::serve(listener, tls, axum::Router::new(), async {
-        let _ = stopped.await;
-    }));
+    let (stop, stopped) = Shutdown::manual();
+    tokio::spawn(numaresources_certs::serve(listener, tls, axum::Router::new(), stopped.signaled()));
     (addr, stop)
 }
 
@@ -167,7 +166,7 @@ async fn no_handshake_fails_through_renewals_and_rotations_with_lagging_consumer
     assert!(overlapping_steps >= 4, "{overlapping_steps} steps with two CAs trusted");
     assert!(handshakes > 200, "{handshakes} handshakes");
     for (_, _, stop) in servers {
-        let _ = stop.send(());
+        stop.fire();
     }
 }
 
@@ -219,5 +218,5 @@ async fn an_upgrade_from_the_previous_operator_keeps_its_leaf_trusted_until_the_
     assert_eq!(h.bundle().matches("BEGIN CERTIFICATE").count(), 1);
     presented.present(&moved);
     handshake(addr, &h.bundle(), service, t0 + 2 * HOUR).await.unwrap();
-    let _ = stop.send(());
+    stop.fire();
 }
