@@ -6,9 +6,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Extension;
 use axum::routing::get;
-use numaresources_certs::{CaBundle, ClientCaVerifier, PeerInfo, ReloadingCertificate, ServerConfigBuilder};
+use numaresources_certs::{CaBundle, ClientCaVerifier, PeerInfo, ServerConfigBuilder};
 
-use crate::support::{TestServer, app, ca, client, client_with_versions, fetch, localhost_pair, write_plain};
+use crate::support::{TestServer, app, ca, client, client_with_versions, fetch, loaded, localhost_pair};
 
 /// A server for `localhost` (its serving CA returned) that verifies clients against `verifier`.
 async fn server_with(
@@ -16,9 +16,7 @@ async fn server_with(
     app: Router,
 ) -> (TestServer, numaresources_certs::CertificateAuthority, tempfile::TempDir) {
     let serving_ca = ca("serving-ca");
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &localhost_pair(&serving_ca));
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let (dir, certificate) = loaded(&localhost_pair(&serving_ca));
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(verifier).build().unwrap();
     (TestServer::start(tls, app).await, serving_ca, dir)
 }

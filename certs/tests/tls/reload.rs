@@ -8,7 +8,9 @@ use numaresources_certs::{
 };
 
 use crate::shared::{kubelet_mount, kubelet_swap};
-use crate::support::{TestServer, app, bounded, ca, der_of, eventually, localhost_pair, served_leaf, write_plain};
+use crate::support::{
+    TestServer, app, bounded, ca, der_of, eventually, loaded, localhost_pair, served_leaf, write_plain,
+};
 
 /// Watches with directory events only: the poll is too rare to matter within a test.
 fn events_only() -> WatchOptions {
@@ -29,9 +31,7 @@ async fn wait_until_served(server: &TestServer, ca: &CertificateAuthority, pair:
 async fn a_pair_rewritten_in_place_is_served_to_the_next_connection() {
     let ca = ca("reload-ca");
     let (first, second) = (localhost_pair(&ca), localhost_pair(&ca));
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &first);
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let (dir, certificate) = loaded(&first);
     let watcher = certificate.watch(events_only()).unwrap();
     let server = serving(&certificate).await;
     assert_eq!(served_leaf(server.addr, ca.cert_pem()).await.unwrap(), der_of(&first.cert_pem));
@@ -67,9 +67,7 @@ async fn a_kubelet_symlink_swap_is_served_to_the_next_connection() {
 async fn polling_alone_picks_up_a_new_pair() {
     let ca = ca("reload-ca");
     let (first, second) = (localhost_pair(&ca), localhost_pair(&ca));
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &first);
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let (dir, certificate) = loaded(&first);
     let options = WatchOptions::default().file_events(false).poll_interval(Duration::from_millis(100));
     let watcher = certificate.watch(options).unwrap();
     let server = serving(&certificate).await;
@@ -84,9 +82,7 @@ async fn polling_alone_picks_up_a_new_pair() {
 async fn a_broken_new_pair_keeps_the_old_one_serving_until_a_good_one_arrives() {
     let ca = ca("reload-ca");
     let (good, other, recovered) = (localhost_pair(&ca), localhost_pair(&ca), localhost_pair(&ca));
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &good);
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let (dir, certificate) = loaded(&good);
     let _watcher = certificate.watch(events_only()).unwrap();
     let server = serving(&certificate).await;
     let served = || async { served_leaf(server.addr, ca.cert_pem()).await.unwrap() };
@@ -121,9 +117,7 @@ async fn a_broken_new_pair_keeps_the_old_one_serving_until_a_good_one_arrives() 
 #[tokio::test]
 async fn an_expired_pair_at_start_is_served_and_replaced_by_any_newer_one() {
     let ca = ca("reload-ca");
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &expired_pair());
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let (dir, certificate) = loaded(&expired_pair());
     assert!(certificate.not_after() < std::time::SystemTime::now());
 
     let renewed = localhost_pair(&ca);
@@ -138,9 +132,7 @@ async fn an_expired_pair_at_start_is_served_and_replaced_by_any_newer_one() {
 #[tokio::test]
 async fn the_watcher_stops_when_asked_and_when_dropped() {
     let ca = ca("reload-ca");
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &localhost_pair(&ca));
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let (_dir, certificate) = loaded(&localhost_pair(&ca));
     let watcher = certificate.watch(WatchOptions::default()).unwrap();
     bounded("watcher stop", watcher.stop()).await;
     drop(certificate.watch(WatchOptions::default()).unwrap());
@@ -149,9 +141,7 @@ async fn the_watcher_stops_when_asked_and_when_dropped() {
 #[test]
 fn watching_outside_a_runtime_is_an_error_not_a_panic() {
     let ca = ca("reload-ca");
-    let dir = tempfile::tempdir().unwrap();
-    write_plain(dir.path(), &localhost_pair(&ca));
-    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    let (_dir, certificate) = loaded(&localhost_pair(&ca));
     assert!(matches!(certificate.watch(WatchOptions::default()), Err(Error::NoRuntime(_))));
 }
 

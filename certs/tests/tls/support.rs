@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_certs::shutdown::{Shutdown, Trigger};
-use numaresources_certs::{CertificateAuthority, PeerInfo, PemPair, ServeOptions, serve_with};
+use numaresources_certs::{CertificateAuthority, PeerInfo, PemPair, ReloadingCertificate, ServeOptions, serve_with};
 use rustls::ClientConfig;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -150,4 +150,12 @@ pub async fn fetch(addr: SocketAddr, config: Arc<ClientConfig>, path: &str) -> T
 pub fn write_plain(dir: &Path, pair: &PemPair) {
     std::fs::write(dir.join("tls.crt"), &pair.cert_pem).unwrap();
     std::fs::write(dir.join("tls.key"), &pair.key_pem).unwrap();
+}
+
+/// `pair` written as `tls.crt` and `tls.key` into a new directory, and loaded from there.
+pub fn loaded(pair: &PemPair) -> (tempfile::TempDir, ReloadingCertificate) {
+    let dir = tempfile::tempdir().unwrap();
+    write_plain(dir.path(), pair);
+    let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
+    (dir, certificate)
 }
