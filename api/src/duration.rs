@@ -199,6 +199,17 @@ impl JsonSchema for GoDuration {
     }
 }
 
+/// A duration in seconds as kubectl prints ages: `45s`, `5m`, `3h`, `2d` (the API server's table
+/// and `kubectl numa` print them alike).
+pub fn kubectl_age(seconds: u64) -> String {
+    match seconds {
+        0..120 => format!("{seconds}s"),
+        120..7_200 => format!("{}m", seconds / 60),
+        7_200..172_800 => format!("{}h", seconds / 3_600),
+        _ => format!("{}d", seconds / 86_400),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -178,17 +178,11 @@ struct ColumnDefinition {
     kind: String,
 }
 
-/// kubectl's short ages: `45s`, `5m`, `3h`, `2d`.
+/// kubectl's short ages (`45s`, `5m`, `3h`, `2d`) from `then` to `now`; `<unknown>` without a time.
 pub(crate) fn human_age(then: Option<u64>, now: u64) -> String {
-    let Some(then) = then.filter(|t| *t > 0) else {
-        return "<unknown>".to_owned();
-    };
-    let seconds = now.saturating_sub(then);
-    match seconds {
-        0..120 => format!("{seconds}s"),
-        120..7_200 => format!("{}m", seconds / 60),
-        7_200..172_800 => format!("{}h", seconds / 3_600),
-        _ => format!("{}d", seconds / 86_400),
+    match then.filter(|t| *t > 0) {
+        Some(then) => numaresources_api::duration::kubectl_age(now.saturating_sub(then)),
+        None => "<unknown>".to_owned(),
     }
 }
 

@@ -96,14 +96,7 @@ pub fn is_bytes(resource: &str) -> bool {
 }
 
 /// A duration in seconds as kubectl prints ages: `45s`, `3m`, `5h`, `2d`.
-pub fn age(seconds: u64) -> String {
-    match seconds {
-        0..120 => format!("{seconds}s"),
-        120..7_200 => format!("{}m", seconds / 60),
-        7_200..172_800 => format!("{}h", seconds / 3_600),
-        _ => format!("{}d", seconds / 86_400),
-    }
-}
+pub use numaresources_api::duration::kubectl_age as age;
 
 #[cfg(test)]
 mod tests {
