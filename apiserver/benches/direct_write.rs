@@ -12,7 +12,8 @@
 //! `BENCH_ONLY=memory` instead prints the server's VmRSS through 5,000 creates, 5,000 patches
 //! and 3 LISTs over TLS, from an empty store; `BENCH_ONLY=connections` prints what
 //! [`IDLE_CONNECTIONS`] kept-alive TLS connections, idle after one GET each, add to it;
-//! `BENCH_WORKERS=n` gives the server n tokio workers instead of 2).
+//! `BENCH_WORKERS=n` gives the server n tokio workers instead of 2; `BENCH_IN_PROCESS_REQUESTS=n`
+//! and `BENCH_IN_PROCESS=patch|get` set the comparison in process).
 //! Figures go to BENCHMARKS.md; nothing asserts a time.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
@@ -136,7 +137,12 @@ async fn in_process(app: &axum::Router, tokens: &[String]) {
     let bodies: Vec<Vec<Bytes>> = (0..CONNECTIONS).map(patch_bodies).collect();
     let authorizations: Vec<String> = tokens.iter().map(|t| format!("Bearer {t}")).collect();
     let paths: Vec<String> = (0..CONNECTIONS).map(|i| format!("{BASE}/{}", node(i))).collect();
-    for operation in [Operation::Patch, Operation::Get] {
+    // BENCH_IN_PROCESS=patch|get: only that one (e.g. to profile it).
+    let only = std::env::var("BENCH_IN_PROCESS").ok();
+    for (operation, name) in [(Operation::Patch, "patch"), (Operation::Get, "get")] {
+        if only.as_deref().is_some_and(|only| only != name) {
+            continue;
+        }
         let run = async |count: usize| {
             for n in 0..count {
                 let i = n % CONNECTIONS;
