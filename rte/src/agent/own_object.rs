@@ -47,11 +47,29 @@ pub(crate) fn observe(event: &Event<NodeResourceTopology>, listed: &mut bool) ->
     }
 }
 
+/// The range of this watch's `timeoutSeconds`: up to kube's default for a watch (290 s), down
+/// to half of it.
+pub(crate) const WATCH_TIMEOUT_SECONDS: std::ops::RangeInclusive<u32> = 145..=290;
+
+/// This node's watch timeout, spread over [`WATCH_TIMEOUT_SECONDS`] by its name. With one
+/// timeout for all, the watches of a fleet that started together (a rollout) are renewed
+/// together every 290 s, thousands of requests at once on the server; client-go spreads its
+/// reflectors' watch timeouts for the same reason. A hash of the name, not a random draw: the
+/// same node keeps the same period across restarts, and nothing random is needed.
+pub(crate) fn watch_timeout(node: &str) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    node.hash(&mut hasher);
+    let (low, high) = (*WATCH_TIMEOUT_SECONDS.start(), *WATCH_TIMEOUT_SECONDS.end());
+    let offset = u32::try_from(hasher.finish() % u64::from(high - low + 1)).unwrap_or(0);
+    low + offset
+}
+
 /// Watches `node`'s object until the task is dropped; notifies `lost` each time it is found
 /// missing.
 pub async fn watch(client: kube::Client, node: String, lost: Arc<Notify>) {
     let api: kube::Api<NodeResourceTopology> = kube::Api::all(client);
-    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let config = watcher::Config::default().fields(&format!("metadata.name={node}")).timeout(watch_timeout(&node));
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     let mut listed = false;
     while let Some(event) = events.next().await {
@@ -102,5 +120,23 @@ mod tests {
         assert_eq!(fold(vec![Event::Apply(object.clone()), Event::Delete(object.clone())], &mut listed)[1], Seen::Lost);
         // A restarted server: the watch breaks, the relist finds nothing.
         assert_eq!(fold(vec![Event::Init, Event::InitDone], &mut listed), [Seen::Fine, Seen::Lost]);
+    }
+
+    /// A fleet's watches are renewed spread over the range, not all at once: 5,000 nodes named
+    /// as a cluster names them land in every second of it, none holding more than a few times
+    /// its share; and one node always gets the same timeout.
+    #[test]
+    fn a_fleets_watch_timeouts_spread_over_the_range() {
+        let mut per_second = std::collections::BTreeMap::<u32, usize>::new();
+        for i in 0..5_000 {
+            let timeout = watch_timeout(&format!("worker-{i}.example.internal"));
+            assert!(WATCH_TIMEOUT_SECONDS.contains(&timeout), "{timeout}");
+            *per_second.entry(timeout).or_default() += 1;
+        }
+        let seconds = WATCH_TIMEOUT_SECONDS.count();
+        assert_eq!(per_second.len(), seconds, "every second of the range is used");
+        let share = 5_000 / seconds;
+        assert!(per_second.values().all(|n| *n <= 3 * share), "{per_second:?}");
+        assert_eq!(watch_timeout("worker-7"), watch_timeout("worker-7"));
     }
 }
