@@ -968,8 +968,9 @@ impl Store {
         Ok(())
     }
 
-    /// Every object's name and resourceVersion, and the revision they reflect: what a follower
-    /// compares with the leader's state at that revision.
+    /// Every object's name and resourceVersion, and the revision they reflect, committed or not
+    /// (the replication tests compare stores by it).
+    #[cfg(test)]
     pub fn revisions_by_name(&self) -> (HashMap<String, u64>, u64) {
         let state = self.read();
         (state.objects.iter().map(|(name, stored)| (name.clone(), stored.revision)).collect(), state.revision)

@@ -60,6 +60,7 @@ mod kube_client;
 pub mod leader;
 mod pem;
 mod policy;
+mod random;
 mod reload;
 pub mod rotation;
 mod serve;
@@ -77,6 +78,7 @@ pub use generate::{
 pub use invalid::InvalidConfig;
 pub use kube_client::{KubeClientError, kube_client};
 pub use policy::{TlsPolicy, TlsVersion};
+pub use random::random_word;
 pub use reload::{CertificateWatcher, Reloaded, ReloadingCertificate, WatchOptions, follow_files};
 pub use serve::{
     DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL, DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT, DEFAULT_IDLE_TIMEOUT,

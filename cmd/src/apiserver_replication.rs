@@ -211,5 +211,5 @@ fn host_name() -> String {
 
 /// A per-process suffix, so a restarted replica is a new identity (it holds nothing yet).
 fn random_suffix() -> String {
-    format!("{:08x}", crate::random_word(0) as u32)
+    format!("{:08x}", numaresources_certs::random_word(0) as u32)
 }

@@ -184,7 +184,8 @@ fn usable_kubelet_config(path: &Path) -> Option<PathBuf> {
 
 /// 128 random bits as hex.
 fn random_token() -> String {
-    format!("{:016x}{:016x}", crate::random_word(1), crate::random_word(2))
+    use numaresources_certs::random_word;
+    format!("{:016x}{:016x}", random_word(1), random_word(2))
 }
 
 fn host_name() -> Option<String> {

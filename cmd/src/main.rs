@@ -30,13 +30,3 @@ fn main() -> ExitCode {
         }
     }
 }
-
-/// 64 random bits (a token, an identity's suffix), from the std hasher's per-process random keys
-/// and the clock, told apart by `salt`.
-fn random_word(salt: u64) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(salt);
-    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    hasher.finish()
-}

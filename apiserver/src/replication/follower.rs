@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures_util::AsyncBufReadExt;
 use numaresources_api::nrt::NodeResourceTopology;
@@ -75,10 +75,7 @@ impl Drop for AbortOnDrop {
 
 /// A random name for one stream.
 fn stream_token() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    format!("{:016x}", hasher.finish())
+    format!("{:016x}", numaresources_certs::random_word(0))
 }
 
 impl Replication {
@@ -170,8 +167,10 @@ impl Replication {
         // a binary search over the tail finds it.
         let committed = self.store.revision();
         let tail = self.store.replication_events_after(committed, usize::MAX).ok()?.events;
+        // The head was asked about already (it is also the committed revision when nothing is
+        // uncommitted).
         let candidates: Vec<u64> =
-            std::iter::once(committed).chain(tail.iter().map(|e| e.revision).filter(|r| *r < head)).collect();
+            std::iter::once(committed).chain(tail.iter().map(|e| e.revision)).filter(|r| *r < head).collect();
         let agreed = last_agreeing(&candidates, |revision| self.leader_agrees_at(client, revision)).await;
         let Some(revision) = agreed else {
             tracing::warn!(head, committed, "this replica's state differs from the leader's; taking a snapshot");
