@@ -22,10 +22,10 @@ fn worker(name: &str) -> NodeResourceTopology {
         available: Quantity::from_i64(available),
     };
     let zone = |id: i64| Zone {
-        name: format!("node-{id}"),
+        name: format!("node-{id}").into(),
         zone_type: "Node".into(),
         costs: (0..2)
-            .map(|other| CostInfo { name: format!("node-{other}"), value: if other == id { 10 } else { 21 } })
+            .map(|other| CostInfo { name: format!("node-{other}").into(), value: if other == id { 10 } else { 21 } })
             .collect(),
         resources: vec![
             resource("cpu", 32, 30, 22),

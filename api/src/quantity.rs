@@ -47,7 +47,11 @@ pub enum QuantityError {
 /// mantissa has no trailing zeros (zero is `0 × 10^0`).
 #[derive(Clone, Copy)]
 pub struct Quantity {
-    mantissa: i128,
+    /// The mantissa's low and high 64 bits: two 8-aligned halves rather than one `i128`, whose
+    /// 16-byte alignment would pad the struct to 32 bytes. An exporter's object holds two dozen
+    /// quantities, and a server holds thousands of objects.
+    mantissa_low: u64,
+    mantissa_high: i64,
     exponent: i32,
     format: Format,
 }
@@ -110,12 +114,12 @@ impl Quantity {
 
     /// True when the value is zero.
     pub fn is_zero(&self) -> bool {
-        self.mantissa == 0
+        self.mantissa() == 0
     }
 
     /// True when the value is below zero.
     pub fn is_negative(&self) -> bool {
-        self.mantissa < 0
+        self.mantissa() < 0
     }
 
     /// The value as a whole number, if it is one and fits.
@@ -124,7 +128,7 @@ impl Quantity {
             return None;
         }
         let factor = 10_i128.checked_pow(self.exponent.unsigned_abs())?;
-        i64::try_from(self.mantissa.checked_mul(factor)?).ok()
+        i64::try_from(self.mantissa().checked_mul(factor)?).ok()
     }
 
     /// The value rounded up to a whole number (as `Quantity.Value()` does), if it fits.
@@ -133,7 +137,7 @@ impl Quantity {
             return self.as_i64();
         }
         let divisor = 10_i128.checked_pow(self.exponent.unsigned_abs())?;
-        let whole = self.mantissa.div_euclid(divisor) + i128::from(self.mantissa.rem_euclid(divisor) != 0);
+        let whole = self.mantissa().div_euclid(divisor) + i128::from(self.mantissa().rem_euclid(divisor) != 0);
         i64::try_from(whole).ok()
     }
 
@@ -145,13 +149,22 @@ impl Quantity {
 
     fn normalized(mut mantissa: i128, mut exponent: i32, format: Format) -> Self {
         if mantissa == 0 {
-            return Self { mantissa: 0, exponent: 0, format };
+            return Self::from_parts(0, 0, format);
         }
         while mantissa % 10 == 0 {
             mantissa /= 10;
             exponent += 1;
         }
-        Self { mantissa, exponent, format }
+        Self::from_parts(mantissa, exponent, format)
+    }
+
+    fn from_parts(mantissa: i128, exponent: i32, format: Format) -> Self {
+        // Truncations on purpose: the two halves of the 128 bits.
+        Self { mantissa_low: mantissa as u64, mantissa_high: (mantissa >> 64) as i64, exponent, format }
+    }
+
+    fn mantissa(&self) -> i128 {
+        (i128::from(self.mantissa_high) << 64) | i128::from(self.mantissa_low)
     }
 
     /// Whether the magnitude is larger than `limit` (a non-negative whole number).
@@ -159,9 +172,9 @@ impl Quantity {
         if self.exponent < 0 {
             let scaled_limit =
                 10_u128.checked_pow(self.exponent.unsigned_abs()).and_then(|f| f.checked_mul(limit.unsigned_abs()));
-            return scaled_limit.is_some_and(|l| self.mantissa.unsigned_abs() > l);
+            return scaled_limit.is_some_and(|l| self.mantissa().unsigned_abs() > l);
         }
-        match 10_i128.checked_pow(self.exponent.unsigned_abs()).and_then(|f| self.mantissa.checked_mul(f)) {
+        match 10_i128.checked_pow(self.exponent.unsigned_abs()).and_then(|f| self.mantissa().checked_mul(f)) {
             Some(value) => value.unsigned_abs() > limit.unsigned_abs(),
             None => true,
         }
@@ -178,7 +191,7 @@ impl Quantity {
     /// (`317449305000`, then `317449305k`); we print the decimal form at once, the text Go
     /// settles on, so printing what we read gives back what we printed.
     fn write_canonical(&self, out: &mut impl fmt::Write) -> fmt::Result {
-        if self.mantissa == 0 {
+        if self.mantissa() == 0 {
             return out.write_char('0');
         }
         let binary_multiple = match self.format {
@@ -197,7 +210,7 @@ impl Quantity {
         // Decimal forms: the exponent goes down to a multiple of three by growing the mantissa.
         let shift = self.exponent.rem_euclid(3);
         let exponent = self.exponent - shift;
-        write!(out, "{}", self.mantissa)?;
+        write!(out, "{}", self.mantissa())?;
         for _ in 0..shift {
             out.write_char('0')?;
         }
@@ -299,7 +312,7 @@ fn round_up_to_nano(mantissa: i128, exponent: i32) -> Result<(i128, i32), Quanti
 
 impl PartialEq for Quantity {
     fn eq(&self, other: &Self) -> bool {
-        self.mantissa == other.mantissa && self.exponent == other.exponent
+        self.mantissa() == other.mantissa() && self.exponent == other.exponent
     }
 }
 
@@ -307,7 +320,7 @@ impl Eq for Quantity {}
 
 impl Hash for Quantity {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.mantissa.hash(state);
+        self.mantissa().hash(state);
         self.exponent.hash(state);
     }
 }
@@ -402,6 +415,16 @@ pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quantity_takes_24_bytes_and_keeps_every_mantissa() {
+        assert_eq!(std::mem::size_of::<Quantity>(), 24);
+        for mantissa in
+            [0, 1, -1, i128::from(u64::MAX), -i128::from(u64::MAX) - 7, 10_i128.pow(37) + 3, -(10_i128.pow(37))]
+        {
+            assert_eq!(Quantity::from_parts(mantissa, 0, Format::DecimalSI).mantissa(), mantissa);
+        }
+    }
 
     fn canonical(text: &str) -> String {
         Quantity::parse(text).unwrap_or_else(|e| panic!("{text}: {e}")).to_string()

@@ -51,7 +51,7 @@ fn name() -> impl Strategy<Value = String> {
 
 fn resource() -> impl Strategy<Value = ResourceInfo> {
     (name(), quantity(), quantity(), quantity()).prop_map(|(name, capacity, allocatable, available)| ResourceInfo {
-        name,
+        name: name.into(),
         capacity,
         allocatable,
         available,
@@ -59,7 +59,7 @@ fn resource() -> impl Strategy<Value = ResourceInfo> {
 }
 
 fn attribute() -> impl Strategy<Value = AttributeInfo> {
-    (name(), ".{0,16}").prop_map(|(name, value)| AttributeInfo { name, value })
+    (name(), ".{0,16}").prop_map(|(name, value)| AttributeInfo { name: name.into(), value: value.into() })
 }
 
 fn zone() -> impl Strategy<Value = Zone> {
@@ -67,14 +67,17 @@ fn zone() -> impl Strategy<Value = Zone> {
         (0u32..64).prop_map(|id| format!("node-{id}")),
         prop::sample::select(vec!["Node", "Socket"]),
         prop::option::of(name()),
-        prop::collection::vec((name(), 0i64..256).prop_map(|(name, value)| CostInfo { name, value }), 0..4),
+        prop::collection::vec(
+            (name(), 0i64..256).prop_map(|(name, value)| CostInfo { name: name.into(), value }),
+            0..4,
+        ),
         prop::collection::vec(attribute(), 0..3),
         prop::collection::vec(resource(), 0..5),
     )
         .prop_map(|(name, zone_type, parent, costs, attributes, resources)| Zone {
-            name,
-            zone_type: zone_type.to_owned(),
-            parent: parent.unwrap_or_default(),
+            name: name.into(),
+            zone_type: zone_type.into(),
+            parent: parent.unwrap_or_default().into(),
             costs,
             attributes,
             resources,

@@ -233,16 +233,16 @@ struct WireAttribute {
 impl From<WireZone> for Zone {
     fn from(zone: WireZone) -> Self {
         Self {
-            name: zone.name,
-            zone_type: zone.zone_type,
-            parent: zone.parent,
-            costs: zone.costs.into_iter().map(|c| CostInfo { name: c.name, value: c.value }).collect(),
+            name: zone.name.into(),
+            zone_type: zone.zone_type.into(),
+            parent: zone.parent.into(),
+            costs: zone.costs.into_iter().map(|c| CostInfo { name: c.name.into(), value: c.value }).collect(),
             attributes: zone.attributes.into_iter().map(AttributeInfo::from).collect(),
             resources: zone
                 .resources
                 .into_iter()
                 .map(|r| ResourceInfo {
-                    name: r.name,
+                    name: r.name.into(),
                     capacity: r.capacity,
                     allocatable: r.allocatable,
                     available: r.available,
@@ -254,7 +254,7 @@ impl From<WireZone> for Zone {
 
 impl From<WireAttribute> for AttributeInfo {
     fn from(attribute: WireAttribute) -> Self {
-        Self { name: attribute.name, value: attribute.value }
+        Self { name: attribute.name.into(), value: attribute.value.into() }
     }
 }
 

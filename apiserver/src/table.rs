@@ -199,7 +199,7 @@ mod tests {
     fn two_zones(name: &str, cpus: [i64; 2]) -> NodeResourceTopology {
         let mut object = NodeResourceTopology::new(name);
         let zone = |id: usize| Zone {
-            name: format!("node-{id}"),
+            name: format!("node-{id}").into(),
             zone_type: "Node".into(),
             resources: vec![
                 ResourceInfo {

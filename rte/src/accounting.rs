@@ -112,7 +112,7 @@ fn amounts(cpu_numa: &BTreeMap<u32, u32>, cpus: &[u32], memory: &[MemoryBlock], 
 
 fn resource(name: &str, capacity: i64, allocatable: i64, available: i64) -> ResourceInfo {
     ResourceInfo {
-        name: name.to_owned(),
+        name: name.into(),
         capacity: Quantity::from_i64(capacity),
         allocatable: Quantity::from_i64(allocatable),
         available: Quantity::from_i64(available),

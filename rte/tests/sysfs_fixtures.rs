@@ -72,9 +72,9 @@ fn intel_2numa_24cpu_capacity_zones_are_what_the_exporter_publishes() {
         .iter()
         .map(|z| {
             (
-                z.name.clone(),
-                z.costs.iter().map(|c| (c.name.clone(), c.value)).collect(),
-                z.resources.iter().map(|r| (r.name.clone(), r.capacity.to_string())).collect(),
+                z.name.to_string(),
+                z.costs.iter().map(|c| (c.name.to_string(), c.value)).collect(),
+                z.resources.iter().map(|r| (r.name.to_string(), r.capacity.to_string())).collect(),
             )
         })
         .collect();

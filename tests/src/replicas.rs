@@ -480,10 +480,10 @@ pub fn two_zone_nrt(name: &str, available: [i64; 2]) -> numaresources_api::nrt::
     use numaresources_api::nrt::{CostInfo, NodeResourceTopology, ResourceInfo, Zone};
     use numaresources_api::quantity::Quantity;
     let zone = |id: u32, free: i64| Zone {
-        name: format!("node-{id}"),
+        name: format!("node-{id}").into(),
         zone_type: "Node".into(),
         costs: (0..2)
-            .map(|to| CostInfo { name: format!("node-{to}"), value: if to == id { 10 } else { 20 } })
+            .map(|to| CostInfo { name: format!("node-{to}").into(), value: if to == id { 10 } else { 20 } })
             .collect(),
         resources: vec![ResourceInfo {
             name: "cpu".into(),

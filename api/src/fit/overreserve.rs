@@ -32,7 +32,7 @@ pub fn reserved_view(nrt: &NodeResourceTopology, assumed: &[Resources]) -> NodeR
         for resource in &mut zone.resources {
             let taken: i64 = assumed
                 .iter()
-                .filter_map(|pod| pod.get(&resource.name))
+                .filter_map(|pod| pod.get(resource.name.as_str()))
                 .fold(0i64, |sum, amount| sum.saturating_add(*amount));
             if taken == 0 {
                 continue;

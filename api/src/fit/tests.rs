@@ -24,7 +24,7 @@ fn nrt(policy: &str, scope: &str, zones: &[ZoneSpec]) -> NodeResourceTopology {
         .enumerate()
         .map(|(id, (cpu, mem, huge, gpu))| {
             let resource = |name: &str, amount: i64| ResourceInfo {
-                name: name.to_owned(),
+                name: name.into(),
                 capacity: Quantity::from_i64(amount),
                 allocatable: Quantity::from_i64(amount),
                 available: Quantity::from_i64(amount),
@@ -34,7 +34,7 @@ fn nrt(policy: &str, scope: &str, zones: &[ZoneSpec]) -> NodeResourceTopology {
             if *gpu >= 0 {
                 resources.push(resource("vendor.com/gpu", *gpu));
             }
-            Zone { name: format!("node-{id}"), zone_type: "Node".to_owned(), resources, ..Zone::default() }
+            Zone { name: format!("node-{id}").into(), zone_type: "Node".into(), resources, ..Zone::default() }
         })
         .collect();
     nrt

@@ -46,12 +46,12 @@ impl TopologyManagerConfig {
             if attribute.name == ATTR_TOPOLOGY_MANAGER_POLICY
                 && TOPOLOGY_MANAGER_POLICIES.contains(&attribute.value.as_str())
             {
-                config.policy = attribute.value.clone();
+                config.policy = attribute.value.to_string();
             }
             if attribute.name == ATTR_TOPOLOGY_MANAGER_SCOPE
                 && TOPOLOGY_MANAGER_SCOPES.contains(&attribute.value.as_str())
             {
-                config.scope = attribute.value.clone();
+                config.scope = attribute.value.to_string();
             }
         }
         config
@@ -93,7 +93,7 @@ pub fn numa_zones(nrt: &NodeResourceTopology) -> Vec<Numa> {
             let available = zone
                 .resources
                 .iter()
-                .map(|r| (r.name.clone(), r.available.ceil_milli_i64().unwrap_or(i64::MAX).max(0)))
+                .map(|r| (r.name.to_string(), r.available.ceil_milli_i64().unwrap_or(i64::MAX).max(0)))
                 .collect();
             Some(Numa { id, available })
         })

@@ -16,6 +16,13 @@ use serde::de::Deserializer;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 
+/// The string of zone, resource, cost and attribute names and attribute values: the ones our
+/// objects hold (`node-0`, `Node`, `cpu`, `hugepages-1Gi`, `single-numa-node`, a pods
+/// fingerprint) fit its 24 bytes inline, where a `String` would allocate each of them; a server
+/// holding thousands of objects saves two dozen allocations per object, and decoding a patch as
+/// many.
+pub use compact_str::CompactString;
+
 pub use crate::quantity::Quantity;
 
 /// The API group of NodeResourceTopology.
@@ -55,13 +62,13 @@ pub struct NodeResourceTopology {
 #[serde(rename_all = "camelCase")]
 pub struct Zone {
     /// Zone name; NUMA zones are `node-<id>`.
-    pub name: String,
+    pub name: CompactString,
     /// Zone type; NUMA zones are `Node`.
     #[serde(rename = "type")]
-    pub zone_type: String,
+    pub zone_type: CompactString,
     /// Name of the enclosing zone (unused by every known producer and consumer).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub parent: String,
+    #[serde(default, skip_serializing_if = "CompactString::is_empty")]
+    pub parent: CompactString,
     /// Distances to every zone, this one included.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_default")]
     pub costs: Vec<CostInfo>,
@@ -77,7 +84,7 @@ pub struct Zone {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceInfo {
     /// Name of the resource.
-    pub name: String,
+    pub name: CompactString,
     /// Capacity of the resource, corresponding to capacity in node status, i.e. total amount of
     /// this resource that the node has.
     pub capacity: Quantity,
@@ -93,7 +100,7 @@ pub struct ResourceInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
 pub struct CostInfo {
     /// Name of the other zone.
-    pub name: String,
+    pub name: CompactString,
     /// Distance (ACPI SLIT: 10 is local).
     pub value: i64,
 }
@@ -102,14 +109,14 @@ pub struct CostInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
 pub struct AttributeInfo {
     /// Attribute name.
-    pub name: String,
+    pub name: CompactString,
     /// Attribute value.
-    pub value: String,
+    pub value: CompactString,
 }
 
 impl AttributeInfo {
     /// An attribute.
-    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+    pub fn new(name: impl Into<CompactString>, value: impl Into<CompactString>) -> Self {
         Self { name: name.into(), value: value.into() }
     }
 }

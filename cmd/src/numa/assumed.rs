@@ -105,7 +105,7 @@ pub fn held(nrt: &NodeResourceTopology, pods: &[&Pod], scheduler: &str) -> Held 
     let Some(expected) = expected.filter(|e| !e.is_empty()) else { return nothing(PodSet::NoFingerprint) };
     // The scheduler's Autodetect: the NRT's method, `all` when it names none.
     let method = nrt.attribute(ATTR_PODS_FINGERPRINT_METHOD).and_then(|m| m.parse().ok()).unwrap_or(Method::All);
-    let listed: BTreeSet<String> = nrt.zones.iter().flat_map(|z| &z.resources).map(|r| r.name.clone()).collect();
+    let listed: BTreeSet<String> = nrt.zones.iter().flat_map(|z| &z.resources).map(|r| r.name.to_string()).collect();
     let mut selected: Vec<Selected<'_>> = pods
         .iter()
         .map(|pod| Selected { pod, exclusive: has_exclusive_resources(pod, PodRequests::from_pod(pod).qos, &listed) })

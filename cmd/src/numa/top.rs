@@ -205,7 +205,7 @@ fn zones(nrt: &NodeResourceTopology) -> Vec<ZoneView> {
                 .resources
                 .iter()
                 .map(|r| ResourceView {
-                    name: r.name.clone(),
+                    name: r.name.to_string(),
                     available: r.available.to_string(),
                     allocatable: r.allocatable.to_string(),
                     available_millis: r.available.ceil_milli_i64().unwrap_or(i64::MAX),
@@ -213,7 +213,7 @@ fn zones(nrt: &NodeResourceTopology) -> Vec<ZoneView> {
                 })
                 .collect();
             resources.sort_by(|a, b| a.name.cmp(&b.name));
-            (id, ZoneView { name: zone.name.clone(), resources })
+            (id, ZoneView { name: zone.name.to_string(), resources })
         })
         .collect();
     zones.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));

@@ -97,7 +97,7 @@ pub fn assemble(
     });
     if !config.resource_excludes.is_empty() {
         for zone in &mut nrt.zones {
-            zone.resources.retain(|r| !config.resource_excludes.contains(&r.name));
+            zone.resources.retain(|r| !config.resource_excludes.iter().any(|excluded| *excluded == r.name));
         }
     }
     nrt.metadata

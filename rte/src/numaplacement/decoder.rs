@@ -75,8 +75,8 @@ impl Decoder {
                 .name
                 .strip_prefix("node-")
                 .and_then(|id| id.parse::<i64>().ok())
-                .ok_or_else(|| Error::ZoneName(zone.name.clone()))?;
-            vectors.insert(id, vector.value.clone());
+                .ok_or_else(|| Error::ZoneName(zone.name.to_string()))?;
+            vectors.insert(id, vector.value.to_string());
         }
         Self::new(&metadata, vectors).map(Some)
     }

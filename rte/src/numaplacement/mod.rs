@@ -285,7 +285,7 @@ impl Payload {
     pub(crate) fn apply_to(&self, nrt: &mut NodeResourceTopology) {
         let metadata = self.metadata_string();
         match nrt.attributes.iter_mut().find(|a| a.name == ATTR_NUMA_PLACEMENT_METADATA) {
-            Some(attribute) => attribute.value = metadata,
+            Some(attribute) => attribute.value = metadata.into(),
             None => nrt.attributes.push(AttributeInfo::new(ATTR_NUMA_PLACEMENT_METADATA, metadata)),
         }
         // Keep only the first metadata attribute: the scheduler reads the first.

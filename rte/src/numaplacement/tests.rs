@@ -530,8 +530,9 @@ fn the_decoder_places_containers_and_rejects_bad_vectors_as_upstream() {
 fn two_zone_nrt() -> NodeResourceTopology {
     let mut nrt = NodeResourceTopology::new("worker-0");
     nrt.attributes = vec![AttributeInfo::new("nodeTopologyPodsFingerprint", "pfp0v001ef46db3751d8e999")];
-    nrt.zones =
-        (0..2).map(|i| Zone { name: format!("node-{i}"), zone_type: "Node".into(), ..Zone::default() }).collect();
+    nrt.zones = (0..2)
+        .map(|i| Zone { name: format!("node-{i}").into(), zone_type: "Node".into(), ..Zone::default() })
+        .collect();
     nrt
 }
 

@@ -36,18 +36,18 @@ fn zone(node: &NumaNode) -> Zone {
     let costs = node
         .distances
         .iter()
-        .map(|(&to, &distance)| CostInfo { name: numa_zone_name(to), value: i64::from(distance) })
+        .map(|(&to, &distance)| CostInfo { name: numa_zone_name(to).into(), value: i64::from(distance) })
         .collect();
     let mut resources =
         vec![resource(RESOURCE_CPU, node.cpus.len() as u64), resource(RESOURCE_MEMORY, node.memory_bytes)];
     let pools = node.hugepages.iter().filter(|pool| pool.pages > 0);
     resources.extend(pools.map(|pool| resource(&pool.resource_name(), pool.total_bytes)));
     resources.sort_by(|a, b| a.name.cmp(&b.name));
-    Zone { name: numa_zone_name(node.id), zone_type: ZONE_TYPE_NODE.to_owned(), costs, resources, ..Zone::default() }
+    Zone { name: numa_zone_name(node.id).into(), zone_type: ZONE_TYPE_NODE.into(), costs, resources, ..Zone::default() }
 }
 
 fn resource(name: &str, amount: u64) -> ResourceInfo {
     // Discovery keeps every amount within i64 (it reports an overflow otherwise).
     let quantity = Quantity::from_i64(i64::try_from(amount).unwrap_or(i64::MAX));
-    ResourceInfo { name: name.to_owned(), capacity: quantity, allocatable: quantity, available: quantity }
+    ResourceInfo { name: name.into(), capacity: quantity, allocatable: quantity, available: quantity }
 }
