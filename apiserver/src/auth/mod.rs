@@ -15,7 +15,6 @@ use std::sync::Arc;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::header::AUTHORIZATION;
-use numaresources_api::direct_write::EXTRA_NODE_NAME;
 use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_certs::PeerInfo;
 
@@ -46,6 +45,15 @@ pub enum Auth {
 /// The name a node-bound identity may write, for the create handler to check against the body.
 #[derive(Debug, Clone)]
 pub(crate) struct NodeScope(pub String);
+
+/// Who an authorized request comes from, for a follower that forwards it to the leader. The
+/// identity is the review cache's own (shared, not copied per request); the node found through
+/// the token's pod travels beside it, so the leader binds the write to the same node.
+#[derive(Debug, Clone)]
+pub(crate) struct Authenticated {
+    pub user: Arc<UserInfo>,
+    pub node_through_pod: Option<String>,
+}
 
 /// The middleware: authenticate, strip identity headers, authorize, then run the handler.
 ///
@@ -139,11 +147,7 @@ pub async fn check(state: &AppState, mut request: Request, next: impl AsyncFnOnc
         return forbidden(&user, &attributes).into_response();
     }
     tracing::trace!(user = %user.name, ?attributes, "authorized");
-    let mut user = Arc::unwrap_or_clone(user);
-    if let Some(node) = placed_through_pod {
-        user.extra.insert(EXTRA_NODE_NAME.to_owned(), vec![node]);
-    }
-    request.extensions_mut().insert(user);
+    request.extensions_mut().insert(Authenticated { user, node_through_pod: placed_through_pod });
     next(request).await
 }
 

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::AppState;
 use crate::auth::authn::percent_decode;
-use crate::auth::{NodeScope, UserInfo};
+use crate::auth::{Authenticated, NodeScope, UserInfo};
 use crate::status::ApiError;
 use crate::store::{EventType, WatchRefusal};
 
@@ -82,7 +82,7 @@ async fn forwarded_identity(mut request: Request, next: Next) -> Response {
         if let Some(node) = user.node_name() {
             request.extensions_mut().insert(NodeScope(node.to_owned()));
         }
-        request.extensions_mut().insert(user);
+        request.extensions_mut().insert(Authenticated { user: Arc::new(user), node_through_pod: None });
     }
     request.extensions_mut().insert(Forwarded);
     next.run(request).await
@@ -92,7 +92,7 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
 
-fn extras(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
+pub(super) fn extras(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, value) in headers {
         let Some(key) = name.as_str().strip_prefix(FORWARDED_EXTRA_PREFIX) else { continue };

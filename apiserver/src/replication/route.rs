@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use http::header::{ACCEPT, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, WARNING};
 use http::{HeaderName, HeaderValue};
 use http_body_util::BodyExt;
+use numaresources_api::direct_write::EXTRA_NODE_NAME;
 
 use super::peer::{Forwarded, with_leader_revision};
 use super::{
@@ -27,7 +28,7 @@ use super::{
 };
 use crate::AppState;
 use crate::auth::authn::percent_encode;
-use crate::auth::{Attributes, UserInfo};
+use crate::auth::{Attributes, Authenticated, UserInfo};
 use crate::status::ApiError;
 
 /// What a request is, for routing.
@@ -146,8 +147,8 @@ impl Replication {
                 forwarded = forwarded.header(name, value.clone());
             }
         }
-        if let Some(user) = parts.extensions.get::<UserInfo>() {
-            forwarded = with_identity(forwarded, user);
+        if let Some(Authenticated { user, node_through_pod }) = parts.extensions.get::<Authenticated>() {
+            forwarded = with_identity(forwarded, user, node_through_pod.as_deref());
         }
         let forwarded = match forwarded.body(kube::client::Body::from(body.to_vec())) {
             Ok(request) => request,
@@ -238,7 +239,14 @@ fn may_have_happened(why: &str) -> Response {
     response
 }
 
-fn with_identity(mut request: http::request::Builder, user: &UserInfo) -> http::request::Builder {
+/// The identity headers the leader reads (as kube-apiserver's front proxy sends them), with the
+/// node found through the token's pod as the node-name extra: an identity placed through its pod
+/// has no such extra of its own.
+fn with_identity(
+    mut request: http::request::Builder,
+    user: &UserInfo,
+    node_through_pod: Option<&str>,
+) -> http::request::Builder {
     let value = |text: &str| HeaderValue::from_str(text).ok();
     if let Some(name) = value(&user.name) {
         request = request.header(FORWARDED_USER, name);
@@ -260,5 +268,37 @@ fn with_identity(mut request: http::request::Builder, user: &UserInfo) -> http::
             request = request.header(name.clone(), extra);
         }
     }
+    if let Some(node) = node_through_pod.and_then(value) {
+        let key = percent_encode(EXTRA_NODE_NAME);
+        if let Ok(name) = HeaderName::from_bytes(format!("{FORWARDED_EXTRA_PREFIX}{key}").as_bytes()) {
+            request = request.header(name, node);
+        }
+    }
     request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_placed_through_its_pod_reaches_the_leader_bound_to_that_node() {
+        let user = UserInfo {
+            name: "system:serviceaccount:openshift-numaresources:rte".into(),
+            uid: "u-1".into(),
+            groups: vec!["system:serviceaccounts".into()],
+            extra: [("authentication.kubernetes.io/pod-name".to_owned(), vec!["rte-a".to_owned()])].into(),
+        };
+        let headers = |node| with_identity(http::Request::builder(), &user, node).body(()).unwrap().headers().clone();
+        let on_the_leader = |headers: &http::HeaderMap| UserInfo {
+            name: user.name.clone(),
+            extra: super::super::peer::extras(headers),
+            ..UserInfo::default()
+        };
+
+        let placed = on_the_leader(&headers(Some("worker-a")));
+        assert_eq!(placed.node_name(), Some("worker-a"));
+        assert_eq!(placed.extra["authentication.kubernetes.io/pod-name"], ["rte-a"]);
+        assert_eq!(on_the_leader(&headers(None)).node_name(), None, "no node is invented for an unplaced identity");
+    }
 }
