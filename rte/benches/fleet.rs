@@ -6,10 +6,11 @@
 //! - each agent is the exporter's own direct-path client (`direct_client`: the CA bundle, its
 //!   own token file read through `BearerFile`, its own connections) and publisher
 //!   (`KubePublisher` as the direct path uses it: merge patches, a create after the first 404),
-//!   plus the exporter's own-object watch (`--no-agent-watches`: without it). The client closes
-//!   a connection 2 s after its last request (`DIRECT_IDLE_CONNECTION_TIMEOUT`), and a
-//!   reconnect resumes its TLS session; `--keep-idle-connections` keeps them open instead, as
-//!   the client did before;
+//!   with no own-object watch, as the exporter on the direct path (`--agent-watches` adds one
+//!   per agent, as the exporter held before). The client closes a connection 250 ms after its
+//!   last request (`DIRECT_IDLE_CONNECTION_TIMEOUT`), and a reconnect resumes its TLS session;
+//!   `--idle-timeout S` closes them after S s instead, `--keep-idle-connections` keeps them open
+//!   as the client did before;
 //!   it publishes a changed topology at exponentially distributed intervals (mean
 //!   `--change-every`, 10 s) and resends it unchanged when nothing changed for `--heartbeat`
 //!   (60 s), as the agent does. Zones are those of the real sysfs fixtures (2-NUMA Intel, 1-NUMA
@@ -51,7 +52,7 @@ use numaresources_certs::CertificateAuthority;
 use numaresources_rte::agent::own_object;
 use numaresources_rte::direct::DirectServer;
 use numaresources_rte::direct::bearer::BearerFile;
-use numaresources_rte::direct::client::{direct_client, direct_client_with_idle_timeout};
+use numaresources_rte::direct::client::{DIRECT_IDLE_CONNECTION_TIMEOUT, direct_client_with_idle_timeout};
 use numaresources_rte::publish::{KubePublisher, Publisher};
 use serde::Deserialize;
 use tokio::sync::Notify;
@@ -86,6 +87,9 @@ struct Options {
     agent_watches: bool,
     /// The agents' clients keep idle connections open (the client before it closed them).
     keep_idle_connections: bool,
+    /// How long the agents' clients keep a connection idle before closing it (the exporter's
+    /// own setting unless given, to compare others).
+    idle_timeout: Duration,
 }
 
 impl Options {
@@ -97,8 +101,9 @@ impl Options {
             ramp: Duration::from_secs(10),
             change_every: Duration::from_secs(10),
             heartbeat: Duration::from_secs(60),
-            agent_watches: true,
+            agent_watches: false,
             keep_idle_connections: false,
+            idle_timeout: DIRECT_IDLE_CONNECTION_TIMEOUT,
         };
         let mut args = std::env::args().skip(1);
         let secs = |value: Option<String>| Duration::from_secs_f64(value.unwrap().parse().unwrap());
@@ -110,8 +115,9 @@ impl Options {
                 "--ramp" => options.ramp = secs(args.next()),
                 "--change-every" => options.change_every = secs(args.next()),
                 "--heartbeat" => options.heartbeat = secs(args.next()),
-                "--no-agent-watches" => options.agent_watches = false,
+                "--agent-watches" => options.agent_watches = true,
                 "--keep-idle-connections" => options.keep_idle_connections = true,
+                "--idle-timeout" => options.idle_timeout = secs(args.next()),
                 "--bench" => {}
                 other => panic!("unknown argument {other:?}"),
             }
@@ -428,12 +434,8 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
         token_file: fleet.dir.join(format!("tokens/{i}")),
     };
     let bearer = Arc::new(BearerFile::new(server.token_file.clone()));
-    let client = if options.keep_idle_connections {
-        direct_client_with_idle_timeout(&server, bearer, None)
-    } else {
-        direct_client(&server, bearer)
-    }
-    .unwrap();
+    let idle_timeout = (!options.keep_idle_connections).then_some(options.idle_timeout);
+    let client = direct_client_with_idle_timeout(&server, bearer, idle_timeout).unwrap();
     let lost = Arc::new(Notify::new());
     let watch = options.agent_watches.then(|| tokio::spawn(own_object::watch(client.clone(), name(i), lost.clone())));
     // As `FailoverPublisher` builds it for the direct path.
@@ -621,12 +623,13 @@ async fn run(options: Options) {
     now_micros();
     println!(
         "fleet: {} agents (a change every ~{:?}, heartbeat {:?}, own-object watches: {}, idle connections \
-         kept: {}), {} watchers, window {:?} after {:?}",
+         kept: {}, else closed after {:?}), {} watchers, window {:?} after {:?}",
         options.agents,
         options.change_every,
         options.heartbeat,
         options.agent_watches,
         options.keep_idle_connections,
+        options.idle_timeout,
         options.watchers,
         options.duration,
         options.settle()

@@ -186,7 +186,7 @@ impl Exporter {
                 let publisher =
                     FailoverPublisher::new(server, &node, client, owned).with_metrics(metrics.direct_path().clone());
                 if !oneshot {
-                    background.spawn(own_object::follow(publisher.client_in_use(), node, lost.clone()));
+                    background.spawn(own_object::follow(publisher.own_object_client(), node, lost.clone()));
                 }
                 drive(config, source, publisher, Some(lost), options, shutdown).await
             }

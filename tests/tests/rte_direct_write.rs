@@ -41,7 +41,7 @@ use numaresources_rte::publish::Outcome;
 use numaresources_rte::trigger::Trigger;
 use numaresources_tests::served::{Served, bounded, kube_client, serving_tls, test_ca, until};
 use serde_json::json;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, watch};
 
 const NODE: &str = "worker-0";
 /// What the agent's in-cluster credential presents to kube-apiserver.
@@ -218,12 +218,12 @@ impl Node {
         self.agent_and_path(direct, kube).await.0
     }
 
-    /// [`Self::agent`], and the client of the path it writes through (for the own-object watch).
+    /// [`Self::agent`], and the client its own-object watch uses (none on the direct path).
     async fn agent_and_path(
         &self,
         direct: &str,
         kube: &Listener,
-    ) -> (Agent<PodResourcesClient, FailoverPublisher>, watch::Receiver<kube::Client>, DirectPathMetrics) {
+    ) -> (Agent<PodResourcesClient, FailoverPublisher>, watch::Receiver<Option<kube::Client>>, DirectPathMetrics) {
         let options = FailoverOptions {
             retry_initial: Duration::from_millis(20),
             retry_max: Duration::from_millis(100),
@@ -233,7 +233,7 @@ impl Node {
         let publisher =
             FailoverPublisher::with_options(self.direct(direct), NODE, self.kube_client(kube).await, false, options)
                 .with_metrics(metrics.clone());
-        let path = publisher.client_in_use();
+        let path = publisher.own_object_client();
         (Agent::new(self.config(), sysfs_fixture::kubelet_client(&self.socket), publisher), path, metrics)
     }
 
@@ -318,6 +318,7 @@ async fn a_replica_answering_503_is_bypassed_through_kube_apiserver_until_it_ans
     let (store, kube, ours) = listeners(&node).await;
     ours.log.set_unavailable(true);
     let (mut agent, path, metrics) = node.agent_and_path(&ours.url(), &kube).await;
+    let watched = path.clone();
     let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), Arc::new(Notify::new())));
 
     assert_eq!(refresh(&mut agent, "the publish while our server answers 503").await, Outcome::Created);
@@ -347,7 +348,9 @@ async fn a_replica_answering_503_is_bypassed_through_kube_apiserver_until_it_ans
     assert_eq!(kube.log.writes().len(), through_kube, "no write goes through kube-apiserver once back");
     assert_eq!(metrics.get(), (true, through_kube as u64), "(in use, fallbacks)");
     assert_eq!(bearers(&ours.log.writes()).last().copied().flatten(), Some(PROJECTED[0]));
-    until("the watch on our server again", || ours.log.all().iter().any(|s| s.is_watch() && s.status == 200)).await;
+    // Back on the direct path, the own-object watch stops, and none is opened on our server.
+    assert!(path_is_direct(&watched));
+    assert!(ours.log.all().iter().all(|s| !s.is_watch()), "a watch on our server: {:?}", ours.log.all());
 
     watching.abort();
     kube.served.stop().await;
@@ -401,32 +404,31 @@ async fn an_unreachable_or_untrusted_server_is_bypassed_through_kube_apiserver()
     ours.served.stop().await;
 }
 
+fn path_is_direct(watched: &watch::Receiver<Option<kube::Client>>) -> bool {
+    watched.borrow().is_none()
+}
+
 #[tokio::test]
-async fn the_own_object_watch_follows_the_direct_path_and_a_lost_object_is_published_again_there() {
+async fn on_the_direct_path_no_own_object_watch_is_held_and_the_next_publish_creates_a_deleted_object_again() {
     let node = Node::new().await;
     let (store, kube, ours) = listeners(&node).await;
-    let (agent, path, _) = node.agent_and_path(&ours.url(), &kube).await;
-    let metrics = agent.metrics();
-    let lost = Arc::new(Notify::new());
-    let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), lost.clone()));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(agent.with_republish(lost).run(async move { drop(stopped.await) }));
+    let (mut agent, path, _) = node.agent_and_path(&ours.url(), &kube).await;
+    assert!(path_is_direct(&path), "no client for an own-object watch while publishing directly");
+    let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), Arc::new(Notify::new())));
+    assert_eq!(refresh(&mut agent, "the first publish").await, Outcome::Created);
 
-    until("the first publish", || metrics.snapshot().publishes >= 1).await;
-    until("the watch on our server", || ours.log.all().iter().any(Seen::is_watch)).await;
-
-    // Someone deletes the object: the agent notices through the watch and creates it again.
-    // (The watch may have started before the first create, and made the agent publish again
-    // already: what counts is a create after the deletion.)
-    let creates = || ours.log.writes().iter().filter(|s| s.method == "POST" && s.status == 201).count();
-    let created_before = creates();
+    // Someone deletes the object: the agent's next publish (a change here; the heartbeat on a
+    // quiet node) finds it gone and creates it again, on our server.
     store.delete(NODE, &Default::default(), false).unwrap();
-    until("the object created again", || store.get(NODE).is_some() && creates() > created_before).await;
-    assert_eq!(creates(), created_before + 1);
+    node.allocate(1);
+    assert_eq!(refresh(&mut agent, "the publish after the deletion").await, Outcome::Created);
+    let writes: Vec<(String, u16)> =
+        ours.log.all().into_iter().filter(Seen::is_nrt_write).map(|s| (s.method, s.status)).collect();
+    assert_eq!(writes[writes.len() - 2..], [("PATCH".to_owned(), 404), ("POST".to_owned(), 201)]);
+    assert!(store.get(NODE).is_some());
+    assert!(ours.log.all().iter().all(|s| !s.is_watch()), "a watch on our server: {:?}", ours.log.all());
     assert!(kube.log.all().iter().all(|s| !s.path.starts_with(COLLECTION)), "{:?}", kube.log.all());
 
-    let _ = stop.send(());
-    bounded("agent shutdown", running).await.unwrap().unwrap();
     watching.abort();
     kube.served.stop().await;
     ours.served.stop().await;

@@ -1,16 +1,21 @@
-//! Noticing within seconds that the API server lost this node's object.
+//! Noticing within seconds that the API server lost this node's object, where that is cheap.
 //!
-//! The agent publishes only on change (plus a heartbeat a minute apart), so without this a
-//! server that restarted empty, or an object someone deleted, stays missing until the next
-//! heartbeat, and the scheduler plugin reads a missing object as "no constraint". The agent
-//! watches its own object (a field selector on its name): a DELETED event, or a (re)list that
-//! does not find it (the watch of a restarted server breaks, and the watcher relists with
-//! backoff), makes the agent publish again at once.
+//! The agent publishes only on change (plus a heartbeat a minute apart), so without this an
+//! object someone deleted stays missing until the next publish, and the scheduler plugin reads
+//! a missing object as "no constraint". The agent watches its own object (a field selector on
+//! its name): a DELETED event, or a (re)list that does not find it, makes the agent publish
+//! again at once.
 //!
-//! With the direct write path the watch goes where the agent writes ([`follow`]): our API
-//! server while the agent writes there (kube-apiserver then carries neither the writes nor the
-//! watch), kube-apiserver while it falls back. Both show the same store, and the path checked
-//! is the one the agent relies on.
+//! Through kube-apiserver such a watch is one more in its watch cache. With the direct write
+//! path it would be a connection held open to a replica of our server by every agent, ≈40 KiB
+//! each (hyper's and rustls' buffers, the watch's state): 200 MiB per replica for 5,000 nodes,
+//! several times the objects themselves (BENCHMARKS.md, "No own-object watch on the direct
+//! path"). So [`follow`] watches through kube-apiserver while the agent publishes there, and
+//! not at all while it publishes directly. There a deleted object is created again by the
+//! agent's next publish (its merge patch answers 404, and the create follows): within the
+//! heartbeat, as stock writers do. A cold store (every replica gone) answers reads with 503
+//! until the exporters have written, so a watch could not notice it anyway: the writes are what
+//! fill it.
 
 use std::sync::Arc;
 
@@ -85,12 +90,19 @@ pub async fn watch(client: kube::Client, node: String, lost: Arc<Notify>) {
     }
 }
 
-/// Watches `node`'s object through the client `clients` holds, starting again on the new one
-/// each time it changes (the agent switched between our API server and kube-apiserver), until
-/// the task is dropped.
-pub async fn follow(mut clients: watch::Receiver<kube::Client>, node: String, lost: Arc<Notify>) {
+/// Watches `node`'s object through the client `clients` holds while it holds one (the agent
+/// publishes through kube-apiserver), not while it holds none (the agent publishes directly),
+/// following each change until the task is dropped.
+pub async fn follow(mut clients: watch::Receiver<Option<kube::Client>>, node: String, lost: Arc<Notify>) {
     loop {
         let client = clients.borrow_and_update().clone();
+        let Some(client) = client else {
+            if clients.changed().await.is_err() {
+                return; // The publisher is gone while publishing directly: nothing to watch.
+            }
+            tracing::debug!(%node, "the agent publishes through kube-apiserver now; watching its topology there");
+            continue;
+        };
         tokio::select! {
             () = watch(client.clone(), node.clone(), Arc::clone(&lost)) => return,
             changed = clients.changed() => if changed.is_err() {
@@ -98,7 +110,7 @@ pub async fn follow(mut clients: watch::Receiver<kube::Client>, node: String, lo
                 return watch(client, node, lost).await;
             },
         }
-        tracing::debug!(%node, "the agent writes elsewhere now; watching its topology there");
+        tracing::debug!(%node, "the agent publishes directly now; its own-object watch stops");
     }
 }
 

@@ -29,17 +29,19 @@ pub(crate) const DIRECT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a connection to our server stays open after its last request (it is closed between
 /// once and twice this: the pool looks for idle connections once per this period).
 ///
-/// An agent publishes about every 10 s on a busy node and once a minute (the heartbeat) on a
-/// quiet one, and each request takes milliseconds. A kept-alive TLS connection costs the replica
-/// ≈28 KiB however idle it is (hyper's read and write buffers, the connection's task, rustls'
-/// state): 5,000 agents holding one each cost a replica 140 MiB, several times its objects.
-/// Closed shortly after use, a replica holds connections only for the agents writing right now;
-/// and after a rollout the agents spread over the new replicas with their next publishes instead
-/// of staying on whichever replica they first reached. The requests of one publish (a 404's
-/// create after the patch) and the own-object watch's list then watch still share a connection.
-/// A reconnect resumes the TLS session (our server issues session tickets), so it costs a
-/// key exchange, not a certificate verification.
-pub const DIRECT_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// The requests of one publish come milliseconds apart (a 404's create right after the patch,
+/// the own-object watch's list then its watch) and share a connection; the next publish is
+/// seconds to a minute away (about every 10 s on a busy node, the heartbeat a minute apart on a
+/// quiet one), and a kept-alive TLS connection costs the replica ≈28 KiB however idle it is
+/// (hyper's read and write buffers, the connection's task, rustls' state). So a connection is
+/// closed as soon as its publish is done: a replica holds connections only for the agents
+/// writing right now, and after a rollout the agents spread over the new replicas with their
+/// next publishes. With 5,000 agents, a 2 s bound kept ≈960 connections open on the replica and
+/// this one ≈130, 43 MiB less (BENCHMARKS.md, "Closing connections sooner"), for ≈80 more
+/// reconnects a second (those whose next publish came within 2 s). A reconnect resumes the TLS
+/// session (our server issues session tickets), so it costs a key exchange, not a certificate
+/// verification.
+pub const DIRECT_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// How many idle connections to our server the client keeps at most: an agent makes one request
 /// at a time besides its own-object watch, so a second idle connection is never needed.

@@ -11,10 +11,10 @@
 //! the same on both paths and are returned as they are.
 //!
 //! The switch is logged once at info in each direction; the retries between are at debug.
-//! The client of the path in use is also published on a channel, which the own-object watch
-//! follows ([`crate::agent::own_object::follow`]): it watches where the agent writes, so that
-//! the path the agent relies on is the one checked, and kube-apiserver carries no watch while
-//! the direct path works.
+//! Whether the agent publishes through kube-apiserver is also published on a channel, which the
+//! own-object watch follows ([`crate::agent::own_object::follow`]): it watches through
+//! kube-apiserver while the agent publishes there, and not at all while the direct path works
+//! (there the answers to the agent's own writes tell it that its object is gone).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -147,8 +147,9 @@ pub struct FailoverPublisher {
     kube: kube::Client,
     fallback: KubePublisher,
     state: Mutex<State>,
-    /// The client of the path in use, for the own-object watch.
-    in_use: watch::Sender<kube::Client>,
+    /// kube-apiserver's client while the agent publishes through it, none while it publishes
+    /// directly: what the own-object watch uses.
+    watched: watch::Sender<Option<kube::Client>>,
     metrics: DirectPathMetrics,
 }
 
@@ -177,7 +178,7 @@ impl FailoverPublisher {
         options: FailoverOptions,
     ) -> Self {
         let bearer = Arc::new(BearerFile::new(server.token_file.clone()));
-        let (in_use, _) = watch::channel(kube.clone());
+        let (watched, _) = watch::channel(Some(kube.clone()));
         let publisher = Self {
             fallback: KubePublisher::new(kube.clone(), add_owner),
             server,
@@ -187,13 +188,13 @@ impl FailoverPublisher {
             options,
             kube,
             state: Mutex::new(State { route: Route::default(), direct: None }),
-            in_use,
+            watched,
             metrics: DirectPathMetrics::default(),
         };
-        // Built now so the own-object watch starts on the direct path; a CA bundle that is not
-        // there yet switches to kube-apiserver at once.
-        if let Some(client) = publisher.direct_if_due().map(|(_, client)| client) {
-            publisher.in_use.send_replace(client);
+        // Built now so that no own-object watch starts when the direct path is there; a CA bundle
+        // that is not there yet switches to kube-apiserver at once.
+        if publisher.direct_if_due().is_some() {
+            publisher.watched.send_replace(None);
         }
         publisher
     }
@@ -206,9 +207,10 @@ impl FailoverPublisher {
         self
     }
 
-    /// The client of the path in use, changing with it.
-    pub fn client_in_use(&self) -> watch::Receiver<kube::Client> {
-        self.in_use.subscribe()
+    /// The client the own-object watch uses, changing with the path: kube-apiserver's while the
+    /// agent publishes through it, none while it publishes directly.
+    pub fn own_object_client(&self) -> watch::Receiver<Option<kube::Client>> {
+        self.watched.subscribe()
     }
 
     /// The direct path's state.
@@ -252,7 +254,7 @@ impl FailoverPublisher {
                     retry_in = ?delay,
                     "cannot publish to the NRT API server directly; publishing through kube-apiserver until it can"
                 );
-                self.in_use.send_replace(self.kube.clone());
+                self.watched.send_replace(Some(self.kube.clone()));
                 self.metrics.set_in_use(false);
             }
             _ => {
@@ -266,9 +268,7 @@ impl FailoverPublisher {
         if state.route.worked() == Switch::ToDirect {
             tracing::info!(server = %self.server.url, "publishing to the NRT API server directly again");
             self.metrics.set_in_use(true);
-            if let Some((_, client)) = &state.direct {
-                self.in_use.send_replace(client.clone());
-            }
+            self.watched.send_replace(None);
         }
     }
 
