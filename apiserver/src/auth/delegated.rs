@@ -24,7 +24,7 @@ use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_certs::{CaBundle, ClientCaVerifier};
 
 use super::attributes::Attributes;
-use super::authn::{AuthenticationConfig, RequestHeaderConfig, UserInfo};
+use super::authn::{AuthenticationConfig, RequestHeaderConfig, TokenDigest, UserInfo};
 use super::node_restriction::NodeRestriction;
 use crate::discovery::VERSION;
 
@@ -71,8 +71,8 @@ pub struct Delegated {
     /// ConfigMap's `client-ca-file`.
     client_ca_override: Option<CaBundle>,
     config: RwLock<Option<Arc<AuthenticationConfig>>>,
-    /// Identities by token, shared with the requests that present them.
-    tokens: moka::sync::Cache<String, Option<Arc<UserInfo>>, KeyHasher>,
+    /// Identities by token digest, shared with the requests that present them.
+    tokens: moka::sync::Cache<TokenDigest, Option<Arc<UserInfo>>, KeyHasher>,
     /// Decisions by identity and request attributes (hashed as they are: no encoding per
     /// request).
     decisions: moka::sync::Cache<DecisionKey, bool, KeyHasher>,
@@ -250,7 +250,8 @@ impl Delegated {
     /// The identity a bearer token stands for (`None`: not a valid token, or not one for our
     /// audience), via TokenReview.
     pub(crate) async fn token_review(&self, token: &str) -> Result<Option<Arc<UserInfo>>, DelegationError> {
-        if let Some(cached) = self.tokens.get(token) {
+        let digest = TokenDigest::of(token);
+        if let Some(cached) = self.tokens.get(&digest) {
             return Ok(cached);
         }
         let review = TokenReview {
@@ -277,7 +278,7 @@ impl Delegated {
                 .authenticated()
             })
             .map(Arc::new);
-        self.tokens.insert(token.to_owned(), user.clone());
+        self.tokens.insert(digest, user.clone());
         Ok(user)
     }
 

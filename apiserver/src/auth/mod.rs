@@ -70,7 +70,7 @@ pub async fn check(state: &AppState, mut request: Request, next: impl AsyncFnOnc
         Auth::Disabled => return next(request).await,
         Auth::Standalone(standalone) => match standalone.authenticate(chain, request.headers(), token) {
             _ if always_allowed(path) => return next(request).await,
-            Ok(user) => Arc::new(user.unwrap_or_else(UserInfo::anonymous)),
+            Ok(user) => user.unwrap_or_else(|| Arc::new(UserInfo::anonymous())),
             Err(_) => return ApiError::unauthorized("Unauthorized").into_response(),
         },
         Auth::Delegated(delegated) => {

@@ -9,13 +9,14 @@
 //! It is permissive compared with RBAC, and the binary says so loudly when it starts.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use http::HeaderMap;
 use numaresources_certs::CaBundle;
 use rustls_pki_types::CertificateDer;
 
 use super::attributes::Attributes;
-use super::authn::{AuthenticationConfig, UserInfo, from_connection};
+use super::authn::{AuthenticationConfig, TokenDigest, UserInfo, from_connection};
 
 /// Why a token file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +34,8 @@ pub struct UnknownToken;
 /// Static identities.
 #[derive(Debug, Default)]
 pub struct Standalone {
-    tokens: HashMap<String, UserInfo>,
+    /// Identities by token digest (the file's tokens are not kept).
+    tokens: HashMap<TokenDigest, Arc<UserInfo>>,
     certificates: AuthenticationConfig,
 }
 
@@ -64,7 +66,7 @@ impl Standalone {
                 groups: groups.unwrap_or_default(),
                 ..UserInfo::default()
             };
-            if tokens.insert(token.clone(), user.authenticated()).is_some() {
+            if tokens.insert(TokenDigest::of(token), Arc::new(user.authenticated())).is_some() {
                 return Err(fail("the token appears twice"));
             }
         }
@@ -89,12 +91,12 @@ impl Standalone {
         chain: &[CertificateDer<'_>],
         headers: &HeaderMap,
         token: Option<&str>,
-    ) -> Result<Option<UserInfo>, UnknownToken> {
+    ) -> Result<Option<Arc<UserInfo>>, UnknownToken> {
         if let Some(user) = from_connection(&self.certificates, chain, headers) {
-            return Ok(Some(user));
+            return Ok(Some(Arc::new(user)));
         }
         match token {
-            Some(token) => self.tokens.get(token).cloned().map(Some).ok_or(UnknownToken),
+            Some(token) => self.tokens.get(&TokenDigest::of(token)).cloned().map(Some).ok_or(UnknownToken),
             None => Ok(None),
         }
     }
