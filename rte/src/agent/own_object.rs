@@ -9,8 +9,8 @@
 //! Through kube-apiserver such a watch is one more in its watch cache. With the direct write
 //! path it would be a connection held open to a replica of our server by every agent, ≈40 KiB
 //! each (hyper's and rustls' buffers, the watch's state): 200 MiB per replica for 5,000 nodes,
-//! several times the objects themselves (BENCHMARKS.md, "No own-object watch on the direct
-//! path"). So [`follow`] watches through kube-apiserver while the agent publishes there, and
+//! several times the objects themselves (BENCHMARKS.md, "Closing connections sooner; no
+//! own-object watch on the direct path"). So [`follow`] watches through kube-apiserver while the agent publishes there, and
 //! not at all while it publishes directly. There a deleted object is created again by the
 //! agent's next publish (its merge patch answers 404, and the create follows): within the
 //! heartbeat, as stock writers do. A cold store (every replica gone) answers reads with 503
