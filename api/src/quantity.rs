@@ -419,9 +419,17 @@ mod tests {
     #[test]
     fn a_quantity_takes_24_bytes_and_keeps_every_mantissa() {
         assert_eq!(std::mem::size_of::<Quantity>(), 24);
-        for mantissa in
-            [0, 1, -1, i128::from(u64::MAX), -i128::from(u64::MAX) - 7, 10_i128.pow(37) + 3, -(10_i128.pow(37))]
-        {
+        for mantissa in [
+            0,
+            1,
+            -1,
+            i128::from(u64::MAX),
+            -i128::from(u64::MAX) - 7,
+            10_i128.pow(37) + 3,
+            -(10_i128.pow(37)),
+            i128::MIN,
+            i128::MAX,
+        ] {
             assert_eq!(Quantity::from_parts(mantissa, 0, Format::DecimalSI).mantissa(), mantissa);
         }
     }

@@ -290,6 +290,12 @@ async fn memory(address: SocketAddr, ca: &str, admin: &str, pid: u32) {
     println!("memory: server VmRSS after 3 LISTs: {:.1} MiB", resident_mib(pid));
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     println!("memory: server VmRSS 2 s later, connections closed but the last: {:.1} MiB", resident_mib(pid));
+    let part = |field| support::status_kib(pid, field).unwrap_or(0) as f64 / 1024.0;
+    println!(
+        "memory: of which RssAnon {:.1} MiB (heap, stacks), RssFile {:.1} MiB (the binary's pages)",
+        part("RssAnon"),
+        part("RssFile")
+    );
 }
 
 /// Opens [`IDLE_CONNECTIONS`] TLS connections of each protocol (`BENCH_PROTOCOL` for one), a GET

@@ -90,8 +90,9 @@ pub struct Args {
     authentication_config_refresh: Duration,
     /// After a start, `/readyz` fails and discovery and reads answer 503 until every node that
     /// runs an exporter has reported its topology, or this long at most (an empty store makes
-    /// every node look unconstrained to the scheduler).
-    #[arg(long, env = "NUMARESOURCES_APISERVER_STORE_WARMUP", default_value = "60s", value_parser = period)]
+    /// every node look unconstrained to the scheduler). Longer than the exporters' heartbeat
+    /// (60 s), by which each of them has published once even on a node that does not change.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_STORE_WARMUP", default_value = "90s", value_parser = period)]
     store_warmup: Duration,
     /// Where the exporter pods run (the warm-up waits for each of their nodes' reports).
     #[arg(long, env = "NUMARESOURCES_APISERVER_EXPORTER_NAMESPACE", default_value = "numaresources")]
@@ -331,7 +332,7 @@ mod tests {
 
     #[test]
     fn periods_default_as_documented() {
-        assert_eq!(parse(&[]).config().unwrap().store_warmup, Duration::from_secs(60));
+        assert_eq!(parse(&[]).config().unwrap().store_warmup, Duration::from_secs(90));
         let limits = parse(&[]).config().unwrap().limits;
         assert_eq!(limits.watch_blocked_timeout, Limits::default().watch_blocked_timeout, "one default, two readers");
     }

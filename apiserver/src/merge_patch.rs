@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 
 use std::fmt;
 
-use numaresources_api::nrt::{AttributeInfo, CostInfo, NodeResourceTopology, Quantity, ResourceInfo, Zone};
+use numaresources_api::nrt::{
+    AttributeInfo, CompactString, CostInfo, NodeResourceTopology, Quantity, ResourceInfo, Zone,
+};
 use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
@@ -194,11 +196,11 @@ struct WireMetadata {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireZone {
-    name: String,
+    name: CompactString,
     #[serde(rename = "type")]
-    zone_type: String,
+    zone_type: CompactString,
     #[serde(default)]
-    parent: String,
+    parent: CompactString,
     #[serde(default)]
     costs: Vec<WireCost>,
     #[serde(default)]
@@ -210,7 +212,7 @@ struct WireZone {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireResource {
-    name: String,
+    name: CompactString,
     capacity: Quantity,
     allocatable: Quantity,
     available: Quantity,
@@ -219,30 +221,30 @@ struct WireResource {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireCost {
-    name: String,
+    name: CompactString,
     value: i64,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireAttribute {
-    name: String,
-    value: String,
+    name: CompactString,
+    value: CompactString,
 }
 
 impl From<WireZone> for Zone {
     fn from(zone: WireZone) -> Self {
         Self {
-            name: zone.name.into(),
-            zone_type: zone.zone_type.into(),
-            parent: zone.parent.into(),
-            costs: zone.costs.into_iter().map(|c| CostInfo { name: c.name.into(), value: c.value }).collect(),
+            name: zone.name,
+            zone_type: zone.zone_type,
+            parent: zone.parent,
+            costs: zone.costs.into_iter().map(|c| CostInfo { name: c.name, value: c.value }).collect(),
             attributes: zone.attributes.into_iter().map(AttributeInfo::from).collect(),
             resources: zone
                 .resources
                 .into_iter()
                 .map(|r| ResourceInfo {
-                    name: r.name.into(),
+                    name: r.name,
                     capacity: r.capacity,
                     allocatable: r.allocatable,
                     available: r.available,
@@ -254,7 +256,7 @@ impl From<WireZone> for Zone {
 
 impl From<WireAttribute> for AttributeInfo {
     fn from(attribute: WireAttribute) -> Self {
-        Self { name: attribute.name.into(), value: attribute.value.into() }
+        Self { name: attribute.name, value: attribute.value }
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! A store that starts empty (every replica gone, as at a cluster restart) must not answer as if
 //! it knew: the scheduler plugin reads a missing NodeResourceTopology as "no constraint". The
-//! exporters re-create their objects within seconds of noticing, so the store is warm once each
-//! node that runs a Running exporter pod has its object, or after a bound (a node whose
+//! exporters re-create their objects with their next publish (a change, or the heartbeat within
+//! a minute), so the store is warm once each node that runs a Running exporter pod has its
+//! object, or after a bound (a node whose
 //! exporter cannot reach us must not keep every other node's answers back forever). No exporter
 //! at all means nothing to wait for.
 

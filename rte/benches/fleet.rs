@@ -23,11 +23,12 @@
 //! and which changes it never saw. After the run the agents stop, the watchers get a few seconds
 //! to drain, and every change an agent had acknowledged that a watcher did not see is lost.
 //!
-//! Printed: the server's CPU (cores, from /proc/<pid>/stat), RSS and open sockets over the
-//! measured window (after the ramp), the TCP connections accepted per second on the machine
-//! (/proc/net/snmp: every process's, the server's nearly all of them), this process's CPU (the
-//! clients share the machine's 2 cores with the server), publish latency, watch delivery
-//! p50/p99/max, lost and duplicate events, failed publishes and watch restarts.
+//! Printed: the server's CPU (cores, from /proc/<pid>/stat), RSS (and at the end its anonymous
+//! and file-backed parts) and open sockets over the measured window (after the ramp), the TCP
+//! connections accepted per second on the machine (/proc/net/snmp: every process's, the
+//! server's nearly all of them), this process's CPU (the clients share the machine's 2 cores
+//! with the server), publish latency, watch delivery p50/p99/max, lost and duplicate events,
+//! failed publishes and watch restarts.
 //!
 //! `cargo bench -p numaresources-rte --bench fleet` runs a small fleet (200 agents, 5 watchers,
 //! well under a minute); `-- --agents 5000 --watchers 100 --duration 120` the large one. The
@@ -291,10 +292,16 @@ impl Server {
     }
 
     fn rss_mib(&self) -> f64 {
+        self.status_mib("VmRSS")
+    }
+
+    /// A KiB field of the server's `/proc/<pid>/status`, in MiB: `VmRSS`, or its parts
+    /// `RssAnon` (heap, stacks) and `RssFile` (the binary's pages, clean and reclaimable).
+    fn status_mib(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
         let kib: f64 = status
             .lines()
-            .find(|l| l.starts_with("VmRSS:"))
+            .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
             .unwrap_or(f64::NAN);
@@ -697,6 +704,7 @@ async fn run(options: Options) {
     let heartbeats = fleet.heartbeats.load(Ordering::Relaxed) - heartbeats_before;
     // (Not the sockets: the agents close theirs at the end of the window.)
     rss.push(server.rss_mib());
+    let (anon, file) = (server.status_mib("RssAnon"), server.status_mib("RssFile"));
 
     fleet.stop_agents.store(true, Ordering::Relaxed);
     while agents.join_next().await.is_some() {}
@@ -737,6 +745,7 @@ async fn run(options: Options) {
         RSS_EVERY,
         rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(" ")
     );
+    println!("server RSS at the end: RssAnon {anon:.1} MiB (heap, stacks), RssFile {file:.1} MiB (the binary's pages)");
     let half = rss.len() / 2;
     println!(
         "server RSS trend (least squares): {:+.2} MiB per 10 min over the window, {:+.2} over its second half",

@@ -176,6 +176,14 @@ impl Exporter {
         if !unused.is_empty() {
             tracing::warn!(flags = ?unused, "given without --nrt-server, so unused: publishing through kube-apiserver");
         }
+        if config.nrt_server.is_some() && config.heartbeat.is_none() {
+            // The direct path holds no own-object watch: the heartbeat is what recreates an
+            // object deleted by hand on a node whose topology does not change.
+            tracing::warn!(
+                "--heartbeat=0 with --nrt-server: an object deleted while the node's topology does not change is \
+                 created again only at its next change"
+            );
+        }
 
         let options = Options { conditions, terminal, metrics: metrics.clone(), published };
         // Notified when the API server no longer holds what was published.

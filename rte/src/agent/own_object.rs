@@ -6,16 +6,16 @@
 //! its name): a DELETED event, or a (re)list that does not find it, makes the agent publish
 //! again at once.
 //!
-//! Through kube-apiserver such a watch is one more in its watch cache. With the direct write
-//! path it would be a connection held open to a replica of our server by every agent, ≈40 KiB
-//! each (hyper's and rustls' buffers, the watch's state): 200 MiB per replica for 5,000 nodes,
+//! While the agent publishes through kube-apiserver (the cluster serves NRT itself, or our
+//! server cannot be reached directly), the watch goes there too. On the direct write path it
+//! would be a connection held open to a replica of our server by every agent, ≈40 KiB each
+//! (hyper's and rustls' buffers, the watch's state): 200 MiB per replica for 5,000 nodes,
 //! several times the objects themselves (BENCHMARKS.md, "Closing connections sooner; no
-//! own-object watch on the direct path"). So [`follow`] watches through kube-apiserver while the agent publishes there, and
-//! not at all while it publishes directly. There a deleted object is created again by the
-//! agent's next publish (its merge patch answers 404, and the create follows): within the
-//! heartbeat, as stock writers do. A cold store (every replica gone) answers reads with 503
-//! until the exporters have written, so a watch could not notice it anyway: the writes are what
-//! fill it.
+//! own-object watch on the direct path"). So [`follow`] watches only while the agent publishes
+//! through kube-apiserver. On the direct path a deleted object is created again by the agent's
+//! next publish (its merge patch answers 404, and the create follows): within the heartbeat, as
+//! stock writers do. A cold store (every replica gone) answers reads with 503 until the
+//! exporters have written, so a watch could not notice it anyway: the writes are what fill it.
 
 use std::sync::Arc;
 

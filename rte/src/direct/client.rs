@@ -29,8 +29,8 @@ pub(crate) const DIRECT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a connection to our server stays open after its last request (it is closed between
 /// once and twice this: the pool looks for idle connections once per this period).
 ///
-/// The requests of one publish come milliseconds apart (a 404's create right after the patch,
-/// the own-object watch's list then its watch) and share a connection; the next publish is
+/// The requests of one publish come milliseconds apart (a 404's create right after the patch)
+/// and share a connection; the next publish is
 /// seconds to a minute away (about every 10 s on a busy node, the heartbeat a minute apart on a
 /// quiet one), and a kept-alive TLS connection costs the replica ≈28 KiB however idle it is
 /// (hyper's read and write buffers, the connection's task, rustls' state). So a connection is
@@ -44,7 +44,7 @@ pub(crate) const DIRECT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub const DIRECT_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// How many idle connections to our server the client keeps at most: an agent makes one request
-/// at a time besides its own-object watch, so a second idle connection is never needed.
+/// at a time, so a second idle connection is never needed.
 pub(crate) const DIRECT_MAX_IDLE_CONNECTIONS: usize = 1;
 
 /// The largest CA bundle read (a bundle of a few certificates is a few KiB; the controllers'
