@@ -24,6 +24,8 @@ use numaresources_apiserver::{AppState, Store, router};
 use serde_json::json;
 use tower::ServiceExt;
 
+#[path = "../../bench-support/proc_status.rs"]
+mod proc_status;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -44,7 +46,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 fn resident_kib() -> Option<u64> {
-    support::resident_kib(std::process::id())
+    proc_status::status_kib("self", "VmRSS")
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,8 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
+#[path = "../../bench-support/proc_status.rs"]
+mod proc_status;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -183,7 +185,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 }
 
 fn resident_mib(pid: u32) -> f64 {
-    support::resident_kib(pid).unwrap_or(0) as f64 / 1024.0
+    proc_status::status_kib(&pid.to_string(), "VmRSS").unwrap_or(0) as f64 / 1024.0
 }
 
 #[derive(Clone, Copy)]
@@ -290,7 +292,7 @@ async fn memory(address: SocketAddr, ca: &str, admin: &str, pid: u32) {
     println!("memory: server VmRSS after 3 LISTs: {:.1} MiB", resident_mib(pid));
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     println!("memory: server VmRSS 2 s later, connections closed but the last: {:.1} MiB", resident_mib(pid));
-    let part = |field| support::status_kib(pid, field).unwrap_or(0) as f64 / 1024.0;
+    let part = |field| proc_status::status_kib(&pid.to_string(), field).unwrap_or(0) as f64 / 1024.0;
     println!(
         "memory: of which RssAnon {:.1} MiB (heap, stacks), RssFile {:.1} MiB (the binary's pages)",
         part("RssAnon"),

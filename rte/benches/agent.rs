@@ -13,6 +13,8 @@
 
 #[path = "../../bench-support/median.rs"]
 mod median;
+#[path = "../../bench-support/proc_status.rs"]
+mod proc_status;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -64,9 +66,7 @@ fn print_times(name: &str, (wall, cpu): (Duration, Duration)) {
 }
 
 fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    proc_status::status_kib("self", "VmRSS").unwrap_or(0)
 }
 
 /// Accepts everything, keeps nothing.

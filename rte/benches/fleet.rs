@@ -58,6 +58,9 @@ use numaresources_rte::publish::{KubePublisher, Publisher};
 use serde::Deserialize;
 use tokio::sync::Notify;
 
+#[path = "../../bench-support/proc_status.rs"]
+mod proc_status;
+
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 const FIXTURES: [&str; 3] = ["intel-2numa-24cpu", "amd64-1numa-nvidia", "amd64-offline-cpus"];
 const GIB: i64 = 1 << 30;
@@ -295,17 +298,9 @@ impl Server {
         self.status_mib("VmRSS")
     }
 
-    /// A KiB field of the server's `/proc/<pid>/status`, in MiB: `VmRSS`, or its parts
-    /// `RssAnon` (heap, stacks) and `RssFile` (the binary's pages, clean and reclaimable).
+    /// A KiB field of the server's `/proc/<pid>/status` (`VmRSS`, `RssAnon`, `RssFile`), in MiB.
     fn status_mib(&self, field: &str) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        let kib: f64 = status
-            .lines()
-            .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(f64::NAN);
-        kib / 1024.0
+        proc_status::status_kib(&self.child.id().to_string(), field).map_or(f64::NAN, |kib| kib as f64 / 1024.0)
     }
 }
 

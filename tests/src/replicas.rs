@@ -74,10 +74,11 @@ pub fn free_port() -> u16 {
 
 /// The resident memory (VmRSS) in KiB of the process `pid` (`self`: this one).
 pub fn rss_kib(pid: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    proc_status::status_kib(pid, "VmRSS")
 }
+
+#[path = "../../bench-support/proc_status.rs"]
+mod proc_status;
 
 /// The files every replica of one cluster reads.
 #[derive(Debug, Clone)]

@@ -259,19 +259,11 @@ fn with_identity(
             request = request.header(FORWARDED_GROUP, group);
         }
     }
-    for (key, values) in &user.extra {
-        let Ok(name) = HeaderName::from_bytes(format!("{FORWARDED_EXTRA_PREFIX}{}", percent_encode(key)).as_bytes())
-        else {
-            continue;
-        };
-        for extra in values.iter().filter_map(|v| value(v)) {
-            request = request.header(name.clone(), extra);
-        }
-    }
-    if let Some(node) = node_through_pod.and_then(value) {
-        let key = percent_encode(EXTRA_NODE_NAME);
-        if let Ok(name) = HeaderName::from_bytes(format!("{FORWARDED_EXTRA_PREFIX}{key}").as_bytes()) {
-            request = request.header(name, node);
+    let extras = user.extra.iter().flat_map(|(key, values)| values.iter().map(move |v| (key.as_str(), v.as_str())));
+    for (key, extra) in extras.chain(node_through_pod.map(|node| (EXTRA_NODE_NAME, node))) {
+        let name = HeaderName::from_bytes(format!("{FORWARDED_EXTRA_PREFIX}{}", percent_encode(key)).as_bytes());
+        if let (Ok(name), Some(extra)) = (name, value(extra)) {
+            request = request.header(name, extra);
         }
     }
     request

@@ -42,17 +42,3 @@ pub fn nrt(name: &str, available: i64) -> Value {
                    "resources": [{"name": "cpu", "capacity": 32, "allocatable": 30, "available": available}]}]
     })
 }
-
-/// The resident memory (VmRSS) of process `pid` in KiB, for the benches.
-pub fn resident_kib(pid: u32) -> Option<u64> {
-    status_kib(pid, "VmRSS")
-}
-
-/// A KiB field of `/proc/<pid>/status`: `VmRSS`, or its parts `RssAnon` (the heap, stacks:
-/// what the process holds) and `RssFile` (the binary's code and data pages mapped from the file,
-/// clean and reclaimable).
-pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
