@@ -151,6 +151,14 @@ impl Quantity {
         if mantissa == 0 {
             return Self::from_parts(0, 0, format);
         }
+        if let Ok(mut small) = i64::try_from(mantissa) {
+            // The usual case, in 64-bit arithmetic (128-bit division is a library call).
+            while small % 10 == 0 {
+                small /= 10;
+                exponent += 1;
+            }
+            return Self::from_parts(i128::from(small), exponent, format);
+        }
         while mantissa % 10 == 0 {
             mantissa /= 10;
             exponent += 1;
@@ -210,7 +218,11 @@ impl Quantity {
         // Decimal forms: the exponent goes down to a multiple of three by growing the mantissa.
         let shift = self.exponent.rem_euclid(3);
         let exponent = self.exponent - shift;
-        write!(out, "{}", self.mantissa())?;
+        match i64::try_from(self.mantissa()) {
+            // 128-bit formatting divides in 128 bits; nearly every mantissa fits 64.
+            Ok(small) => write!(out, "{small}")?,
+            Err(_) => write!(out, "{}", self.mantissa())?,
+        }
         for _ in 0..shift {
             out.write_char('0')?;
         }
@@ -236,6 +248,11 @@ impl Quantity {
 /// rather than the mantissa, so any text the printer writes (a mantissa of up to 38 digits,
 /// then up to two zeros) reads back, and so does a long run of zeros (Go keeps any precision).
 fn parse_decimal(number: &str) -> Result<(i128, i32), QuantityError> {
+    parse_small_whole(number).map_or_else(|| parse_any_decimal(number), Ok)
+}
+
+/// [`parse_decimal`] for any text, in 128-bit arithmetic.
+fn parse_any_decimal(number: &str) -> Result<(i128, i32), QuantityError> {
     let (whole, fraction) = match number.split_once('.') {
         Some((whole, fraction)) => (whole, fraction),
         None => (number, ""),
@@ -260,6 +277,25 @@ fn parse_decimal(number: &str) -> Result<(i128, i32), QuantityError> {
     }
     let exponent = i64::from(zeros) - i64::try_from(fraction.len()).map_err(|_| QuantityError::TooLarge)?;
     Ok((mantissa, i32::try_from(exponent).map_err(|_| QuantityError::TooLarge)?))
+}
+
+/// [`parse_decimal`] for what nearly every quantity is, a whole number of up to 18 digits, in
+/// 64-bit arithmetic (128-bit division is a library call); `None` for anything else.
+fn parse_small_whole(number: &str) -> Option<(i128, i32)> {
+    if number.is_empty() || number.len() > 18 || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut value = number.bytes().fold(0_u64, |value, digit| value * 10 + u64::from(digit - b'0'));
+    if value == 0 {
+        // As the general path reads it: every digit a zero not yet in the mantissa.
+        return Some((0, i32::try_from(number.len()).ok()?));
+    }
+    let mut zeros = 0;
+    while value % 10 == 0 {
+        value /= 10;
+        zeros += 1;
+    }
+    Some((i128::from(value), zeros))
 }
 
 fn parse_exponent(text: &str) -> Result<i32, QuantityError> {
@@ -352,7 +388,41 @@ impl Default for Quantity {
 
 impl Serialize for Quantity {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        // Printed whole first, so a JSON serializer escapes one string rather than each piece
+        // the printer writes (`collect_str`); a canonical form is at most 54 characters.
+        let mut text = CanonicalText::default();
+        match self.write_canonical(&mut text) {
+            Ok(()) => serializer.serialize_str(text.as_str()),
+            Err(fmt::Error) => serializer.collect_str(self),
+        }
+    }
+}
+
+/// A quantity's canonical text, on the stack.
+struct CanonicalText {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl Default for CanonicalText {
+    fn default() -> Self {
+        Self { bytes: [0; 64], len: 0 }
+    }
+}
+
+impl CanonicalText {
+    fn as_str(&self) -> &str {
+        // Only whole `&str`s are ever copied in, so this is UTF-8.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl fmt::Write for CanonicalText {
+    fn write_str(&mut self, piece: &str) -> fmt::Result {
+        let end = self.len.checked_add(piece.len()).filter(|&end| end <= self.bytes.len()).ok_or(fmt::Error)?;
+        self.bytes[self.len..end].copy_from_slice(piece.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }
 
@@ -415,6 +485,35 @@ pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_numbers_read_in_64_bits_as_in_128() {
+        let mut numbers: Vec<String> =
+            ["0", "00", "007", "10", "100", "120300", "999999999999999999"].iter().map(|n| n.to_string()).collect();
+        for digits in 1..=18 {
+            numbers.push("9".repeat(digits));
+            numbers.push(format!("1{}", "0".repeat(digits - 1)));
+            numbers.push(format!("{}5", "0".repeat(digits - 1)));
+        }
+        for number in &numbers {
+            assert_eq!(parse_small_whole(number).map(Ok), Some(parse_any_decimal(number)), "{number}");
+        }
+        // Longer, fractional or signed text goes the general way.
+        for other in ["1000000000000000000", "1.5", ".5", "", "-1", "1e3"] {
+            assert_eq!(parse_small_whole(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_quantity_serializes_as_it_prints() {
+        for text in
+            ["0", "22", "1536Mi", "500m", "4G", "1.5Gi", "-7n", "1e-7", "17179869184", "123456789012345678901234567890"]
+        {
+            let Ok(quantity) = Quantity::parse(text) else { panic!("{text} does not parse") };
+            let json = serde_json::to_string(&quantity).unwrap_or_default();
+            assert_eq!(json, format!("\"{quantity}\""), "{text}");
+        }
+    }
 
     #[test]
     fn a_quantity_takes_24_bytes_and_keeps_every_mantissa() {
