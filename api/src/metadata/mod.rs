@@ -80,30 +80,35 @@ pub fn validate_update(new: &ObjectMeta, old: &ObjectMeta) -> Vec<FieldError> {
             "must not be decremented",
         ));
     }
-    let show = |value: Option<String>| value.unwrap_or_default();
-    let immutable = [
-        ("name", new.name.clone(), old.name.clone()),
-        ("namespace", new.namespace.clone(), old.namespace.clone()),
-        ("uid", new.uid.clone(), old.uid.clone()),
-        ("creationTimestamp", time(&new.creation_timestamp), time(&old.creation_timestamp)),
-        ("deletionTimestamp", time(&new.deletion_timestamp), time(&old.deletion_timestamp)),
+    // Compared as they are; put in words only when one differs (every update passes here).
+    let text = |value: &Option<String>| value.clone().unwrap_or_default();
+    let changed: [(&str, bool, &dyn Fn() -> String); 6] = [
+        ("name", new.name.as_deref().unwrap_or_default() != old.name.as_deref().unwrap_or_default(), &|| {
+            text(&new.name)
+        }),
         (
-            "deletionGracePeriodSeconds",
-            new.deletion_grace_period_seconds.map(|s| s.to_string()),
-            old.deletion_grace_period_seconds.map(|s| s.to_string()),
+            "namespace",
+            new.namespace.as_deref().unwrap_or_default() != old.namespace.as_deref().unwrap_or_default(),
+            &|| text(&new.namespace),
         ),
+        ("uid", new.uid.as_deref().unwrap_or_default() != old.uid.as_deref().unwrap_or_default(), &|| text(&new.uid)),
+        ("creationTimestamp", new.creation_timestamp != old.creation_timestamp, &|| time(&new.creation_timestamp)),
+        ("deletionTimestamp", new.deletion_timestamp != old.deletion_timestamp, &|| time(&new.deletion_timestamp)),
+        ("deletionGracePeriodSeconds", new.deletion_grace_period_seconds != old.deletion_grace_period_seconds, &|| {
+            new.deletion_grace_period_seconds.map(|s| s.to_string()).unwrap_or_default()
+        }),
     ];
-    for (field, new_value, old_value) in immutable {
-        if new_value.as_deref().unwrap_or_default() != old_value.as_deref().unwrap_or_default() {
-            errors.push(FieldError::invalid(path.child(field), show(new_value), FIELD_IMMUTABLE));
+    for (field, differs, shown) in changed {
+        if differs {
+            errors.push(FieldError::invalid(path.child(field), shown(), FIELD_IMMUTABLE));
         }
     }
     errors.extend(validate_common(new, &path));
     errors
 }
 
-fn time(value: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<String> {
-    value.as_ref().map(|t| t.0.to_string())
+fn time(value: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> String {
+    value.as_ref().map(|t| t.0.to_string()).unwrap_or_default()
 }
 
 /// Labels, annotations, owner references and finalizers: checked on create and update alike.
@@ -135,9 +140,13 @@ pub fn validate_annotations(meta: &ObjectMeta, path: &FieldPath) -> Vec<FieldErr
     let mut errors = Vec::new();
     let mut total = 0usize;
     for (key, value) in meta.annotations.iter().flatten() {
-        errors.extend(
-            qualified_name(&key.to_lowercase()).into_iter().map(|why| FieldError::invalid(path.clone(), key, why)),
-        );
+        // Lowered only when there is something to lower (every object carries an annotation).
+        let lowered = if key.bytes().any(|b| b.is_ascii_uppercase() || !b.is_ascii()) {
+            std::borrow::Cow::Owned(key.to_lowercase())
+        } else {
+            std::borrow::Cow::Borrowed(key.as_str())
+        };
+        errors.extend(qualified_name(&lowered).into_iter().map(|why| FieldError::invalid(path.clone(), key, why)));
         total = total.saturating_add(key.len()).saturating_add(value.len());
     }
     if total > TOTAL_ANNOTATION_SIZE_LIMIT_BYTES {
