@@ -19,6 +19,10 @@
 //! Running pod on its node; none by default, so a replica has no exporter to wait for), and holds
 //! a watch of them open without events, as kube-apiserver does while nothing changes.
 //!
+//! For replicas in delegated mode it also answers TokenReviews (of the tokens a test issues:
+//! [`LeaseDouble::issue_exporter_token`], [`LeaseDouble::issue_admin_token`]),
+//! SubjectAccessReviews, and the authentication ConfigMap (`lease_double/delegation.rs`).
+//!
 //! Nothing needs discovery: kube-rs' `Api<Lease>` goes straight to these paths. Tests can read
 //! the Lease as stored ([`LeaseDouble::lease`]) and make the endpoint unavailable
 //! ([`LeaseDouble::set_available`]: every request then answers 503, as an unreachable
@@ -39,6 +43,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
+
+mod delegation;
 
 /// The group of Leases, as it appears in Status details and messages.
 const GROUP: &str = "coordination.k8s.io";
@@ -73,6 +79,7 @@ fn lock(shared: &Shared) -> MutexGuard<'_, Leases> {
 pub struct LeaseDouble {
     address: SocketAddr,
     leases: Shared,
+    tokens: delegation::Tokens,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -86,13 +93,14 @@ impl LeaseDouble {
     /// Serves on a free loopback port.
     pub async fn start() -> std::io::Result<Self> {
         let leases = Shared::default();
+        let tokens = delegation::Tokens::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
-        let app = router(leases.clone());
+        let app = router(leases.clone(), tokens.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Self { address, leases, task })
+        Ok(Self { address, leases, tokens, task })
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -114,6 +122,35 @@ impl LeaseDouble {
     /// Serves one Running exporter pod on each of `nodes` from now on.
     pub fn set_exporter_pods(&self, nodes: Vec<String>) {
         lock(&self.leases).exporter_nodes = nodes;
+    }
+
+    /// Issues `token` to the exporter pod on `node` (the one [`LeaseDouble::set_exporter_pods`]
+    /// serves there), for our server's audience: a projected token of the exporters' service
+    /// account bound to that pod, naming the pod and not the node (clusters before 1.30).
+    pub fn issue_exporter_token(&self, token: &str, node: &str) {
+        let (pod, uid) = exporter_pod(node);
+        let issued = delegation::Issued::pod_bound(
+            EXPORTER_NAMESPACE,
+            EXPORTER_SERVICE_ACCOUNT,
+            (&pod, &uid),
+            numaresources_api::direct_write::TOKEN_AUDIENCE,
+        );
+        self.issue(token, issued);
+    }
+
+    /// Issues `token` to `user`, a member of `system:masters`, for our server's audience.
+    pub fn issue_admin_token(&self, token: &str, user: &str) {
+        let issued = delegation::Issued {
+            user: user.to_owned(),
+            groups: vec!["system:masters".to_owned(), "system:authenticated".to_owned()],
+            audiences: vec![numaresources_api::direct_write::TOKEN_AUDIENCE.to_owned()],
+            extra: BTreeMap::new(),
+        };
+        self.issue(token, issued);
+    }
+
+    fn issue(&self, token: &str, issued: delegation::Issued) {
+        self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(token.to_owned(), issued);
     }
 
     /// Makes every request answer 503 (false) or be served again (true).
@@ -147,12 +184,23 @@ fn kubeconfig(server: &str, namespace: &str) -> String {
     )
 }
 
-fn router(leases: Shared) -> Router {
+/// The namespace and service account the replicas take the exporters' to be (their flags'
+/// defaults).
+const EXPORTER_NAMESPACE: &str = "numaresources";
+const EXPORTER_SERVICE_ACCOUNT: &str = "numaresources-rte";
+
+/// The name and uid of the exporter pod on `node`.
+fn exporter_pod(node: &str) -> (String, String) {
+    (format!("numaresources-rte-{node}"), format!("uid-{node}"))
+}
+
+fn router(leases: Shared, tokens: delegation::Tokens) -> Router {
     let base = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases";
     Router::new()
         .route(base, post(create).fallback(method_not_allowed))
         .route(&format!("{base}/{{name}}"), get(read).put(replace).fallback(method_not_allowed))
         .route("/api/v1/namespaces/{namespace}/pods", get(pods).fallback(method_not_allowed))
+        .merge(delegation::router(tokens))
         .fallback(not_found_path)
         .layer(axum::middleware::from_fn_with_state(leases.clone(), availability))
         .with_state(leases)
@@ -174,9 +222,9 @@ async fn pods(
         .exporter_nodes
         .iter()
         .map(|node| {
+            let (name, uid) = exporter_pod(node);
             json!({
-                "metadata": {"name": format!("numaresources-rte-{node}"), "namespace": namespace,
-                             "uid": format!("uid-{node}"), "resourceVersion": "1",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": "1",
                              "labels": {"app.kubernetes.io/component": "rte", "app.kubernetes.io/part-of": "numaresources"}},
                 "spec": {"nodeName": node, "containers": []},
                 "status": {"phase": "Running"},

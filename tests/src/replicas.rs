@@ -4,7 +4,9 @@
 //!
 //! The replicas run in standalone mode (static tokens, so no kube-apiserver is needed for
 //! authentication) with `--leader-elect`; the kubeconfig they get points at the double and is used
-//! for the Lease only. Certificates come from one [`CertificateAuthority`]: a serving pair for
+//! for the Lease only. With [`ReplicaOptions::delegated`] they run as in a cluster instead: no
+//! token file, tokens reviewed and requests authorized by the double (which then also knows
+//! [`ADMIN_TOKEN`]), exporters placed through their pods. Certificates come from one [`CertificateAuthority`]: a serving pair for
 //! `localhost`/`127.0.0.1` shared by the public ports, and a peer pair (serverAuth and clientAuth)
 //! for the mutual-TLS peer ports, verified as `localhost`.
 //!
@@ -125,8 +127,13 @@ impl ClusterFiles {
     /// A kube-rs client for `url` as the admin, trusting the CA, without kube-rs' own retries
     /// (the tests look at every 503 themselves).
     pub async fn client(&self, url: &str) -> kube::Client {
+        self.client_with_token(url, ADMIN_TOKEN).await
+    }
+
+    /// [`ClusterFiles::client`] presenting `token`.
+    pub async fn client_with_token(&self, url: &str, token: &str) -> kube::Client {
         let ca_pem = std::fs::read_to_string(&self.ca).unwrap_or_else(|e| panic!("{}: {e}", self.ca.display()));
-        let mut config = crate::served::kube_config(url, &ca_pem, ADMIN_TOKEN).await;
+        let mut config = crate::served::kube_config(url, &ca_pem, token).await;
         config.default_retry = false;
         kube::Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"))
     }
@@ -139,11 +146,14 @@ pub struct ReplicaOptions {
     pub store_warmup: String,
     /// Any other flags.
     pub extra: Vec<String>,
+    /// Delegated mode (TokenReview and SubjectAccessReview by the double) instead of the token
+    /// file.
+    pub delegated: bool,
 }
 
 impl Default for ReplicaOptions {
     fn default() -> Self {
-        Self { store_warmup: "2s".to_owned(), extra: Vec::new() }
+        Self { store_warmup: "2s".to_owned(), extra: Vec::new(), delegated: false }
     }
 }
 
@@ -218,8 +228,6 @@ impl Replica {
             .arg(&files.serving_key)
             .arg("--cert-dir")
             .arg(files.dir.join(format!("cert-dir-{}", self.index)))
-            .arg("--token-auth-file")
-            .arg(&files.tokens)
             .args(["--store-warmup", &options.store_warmup])
             .arg("--leader-elect")
             .arg("--kubeconfig")
@@ -240,6 +248,9 @@ impl Replica {
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if !options.delegated {
+            command.arg("--token-auth-file").arg(&files.tokens);
+        }
         let mut child = command.spawn().unwrap_or_else(|e| panic!("starting replica {}: {e}", self.index));
         let stderr = child.stderr.take();
         self.child = Some(child);
@@ -329,6 +340,9 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary directory: {e}"));
         let double = LeaseDouble::start().await.unwrap_or_else(|e| panic!("the Lease double: {e}"));
         let files = ClusterFiles::write(dir.path(), &double);
+        if options.delegated {
+            double.issue_admin_token(ADMIN_TOKEN, "admin");
+        }
         let replicas = tokio::task::block_in_place(|| {
             (0..n).map(|index| Replica::start(&files, index, &options)).collect::<Vec<_>>()
         });

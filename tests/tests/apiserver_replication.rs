@@ -473,3 +473,58 @@ async fn publish_like_an_exporter(client: &kube::Client, name: &str, sequence: u
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_exporter_placed_through_its_pod_writes_only_its_own_node_through_a_follower() {
+    // Delegated mode, as in a cluster: tokens reviewed by the double, which binds them to
+    // exporter pods without naming the node, so every replica must place them through the pod.
+    let options = ReplicaOptions { delegated: true, ..ReplicaOptions::default() };
+    let mut cluster = Cluster::start(3, options).await;
+    // The replicas list the exporter pods when they start (the double's watch stays quiet).
+    for replica in &mut cluster.replicas {
+        replica.kill();
+    }
+    cluster.double.set_exporter_pods(vec!["worker-a".to_owned(), "worker-b".to_owned()]);
+    for index in 0..3 {
+        cluster.respawn(index);
+    }
+    let leader = cluster.wait_for_leader(None, PATIENCE).await;
+    let leader = leader.unwrap_or_else(|| panic!("no leader elected\n{}", cluster.logs()));
+    all_ready(&cluster).await;
+    cluster.double.issue_exporter_token("token-of-the-exporter-on-worker-a", "worker-a");
+    let (follower, _) = followers(leader);
+    let exporter =
+        cluster.files.client_with_token(&cluster.replicas[follower].url(), "token-of-the-exporter-on-worker-a").await;
+
+    // Its own node's object: forwarded by the follower, written by the leader.
+    let own = request(&exporter, Method::POST, NRT_PATH, Some(&nrt("worker-a", 1))).await.unwrap();
+    assert_eq!(own.status, 201, "the exporter's own object through a follower: {own:?}\n{}", cluster.logs());
+    let on_leader = request(&cluster.client(leader).await, Method::GET, &object_path("worker-a"), None).await.unwrap();
+    assert_eq!(on_leader.status, 200, "{on_leader:?}");
+    assert_eq!(on_leader.resource_version(), own.resource_version(), "the leader holds what the follower answered");
+
+    // Another node's: refused with the rule named, whether created or deleted.
+    let other = request(&exporter, Method::POST, NRT_PATH, Some(&nrt("worker-b", 1))).await.unwrap();
+    let refused = |answer: &Answer, what: &str| {
+        assert_eq!(answer.status, 403, "{what}: {answer:?}");
+        assert_eq!(answer.body["reason"], "Forbidden", "{what}: {answer:?}");
+        let message = answer.body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("node restriction") && message.contains("\"worker-a\""),
+            "{what}: the Status names the rule and the caller's node: {message}"
+        );
+    };
+    refused(&other, "creating worker-b as worker-a's exporter");
+    let admin = cluster.client(leader).await;
+    assert_eq!(request(&admin, Method::POST, NRT_PATH, Some(&nrt("worker-b", 1))).await.unwrap().status, 201);
+    let deleted = request(&exporter, Method::DELETE, &object_path("worker-b"), None).await.unwrap();
+    refused(&deleted, "deleting worker-b as worker-a's exporter");
+    assert_eq!(request(&admin, Method::GET, &object_path("worker-b"), None).await.unwrap().status, 200);
+
+    // The leader's other refusals reach the client through the follower as the leader gave them.
+    let admin_on_follower = cluster.client(follower).await;
+    let again = request(&admin_on_follower, Method::POST, NRT_PATH, Some(&nrt("worker-b", 2))).await.unwrap();
+    assert_eq!((again.status, again.body["reason"].as_str()), (409, Some("AlreadyExists")), "{again:?}");
+    let missing = request(&admin_on_follower, Method::DELETE, &object_path("worker-z"), None).await.unwrap();
+    assert_eq!((missing.status, missing.body["reason"].as_str()), (404, Some("NotFound")), "{missing:?}");
+}

@@ -184,6 +184,10 @@ impl Replication {
             self.reached(revision, READ_YOUR_WRITE_WAIT).await;
         }
         let mut response = (parts.status, body).into_response();
+        // The leader's media type, not the one a body of bytes gets: the error middleware reads
+        // the first Content-Type, and turned every forwarded 4xx Status (404, 409, 403, 422)
+        // into a 400 whose message was the leader's Status as text.
+        response.headers_mut().remove(CONTENT_TYPE);
         for name in [CONTENT_TYPE, RETRY_AFTER, WARNING] {
             for value in parts.headers.get_all(&name) {
                 response.headers_mut().append(name.clone(), value.clone());
