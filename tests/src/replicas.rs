@@ -404,6 +404,8 @@ pub struct Answer {
     pub status: u16,
     /// The Retry-After header, if any.
     pub retry_after: Option<String>,
+    /// Every Content-Type header, in order (clients read the first).
+    pub content_types: Vec<String>,
     /// The JSON body (Null when empty or not JSON).
     pub body: serde_json::Value,
 }
@@ -438,9 +440,15 @@ pub async fn request(
     let status = response.status().as_u16();
     let retry_after =
         response.headers().get(http::header::RETRY_AFTER).and_then(|value| value.to_str().ok()).map(str::to_owned);
+    let content_types = response
+        .headers()
+        .get_all(http::header::CONTENT_TYPE)
+        .iter()
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+        .collect();
     let collected = response.into_body().collect().await.map_err(|e| kube::Error::Service(e.into()))?;
     let body = serde_json::from_slice(&collected.to_bytes()).unwrap_or(serde_json::Value::Null);
-    Ok(Answer { status, retry_after, body })
+    Ok(Answer { status, retry_after, content_types, body })
 }
 
 /// Whether `client`'s replica answers /readyz with 200.

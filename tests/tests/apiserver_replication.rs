@@ -499,6 +499,7 @@ async fn an_exporter_placed_through_its_pod_writes_only_its_own_node_through_a_f
     // Its own node's object: forwarded by the follower, written by the leader.
     let own = request(&exporter, Method::POST, NRT_PATH, Some(&nrt("worker-a", 1))).await.unwrap();
     assert_eq!(own.status, 201, "the exporter's own object through a follower: {own:?}\n{}", cluster.logs());
+    assert_eq!(own.content_types, ["application/json"], "the leader's media type, once (client-go reads the first)");
     let on_leader = request(&cluster.client(leader).await, Method::GET, &object_path("worker-a"), None).await.unwrap();
     assert_eq!(on_leader.status, 200, "{on_leader:?}");
     assert_eq!(on_leader.resource_version(), own.resource_version(), "the leader holds what the follower answered");
@@ -507,6 +508,7 @@ async fn an_exporter_placed_through_its_pod_writes_only_its_own_node_through_a_f
     let other = request(&exporter, Method::POST, NRT_PATH, Some(&nrt("worker-b", 1))).await.unwrap();
     let refused = |answer: &Answer, what: &str| {
         assert_eq!(answer.status, 403, "{what}: {answer:?}");
+        assert_eq!(answer.content_types, ["application/json"], "{what}: {answer:?}");
         assert_eq!(answer.body["reason"], "Forbidden", "{what}: {answer:?}");
         let message = answer.body["message"].as_str().unwrap_or_default();
         assert!(
