@@ -67,7 +67,9 @@ impl TypedMergePatch {
         if max_depth < TYPED_SHAPE_DEPTH || body.len() > MAX_TYPED_BODY_BYTES || !is_object {
             return None;
         }
-        let wire: WirePatch = serde_json::from_slice(body).ok()?;
+        // Checked as UTF-8 once, whole: read from bytes, serde_json checks every string on its
+        // own (a hundred calls per exporter patch, ≈5% of the patch's instructions).
+        let wire: WirePatch = serde_json::from_str(std::str::from_utf8(body).ok()?).ok()?;
         let metadata = wire.metadata.unwrap_or_default();
         Some(Self {
             topology_policies: wire.topology_policies,
