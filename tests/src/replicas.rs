@@ -429,11 +429,22 @@ pub async fn request(
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> Result<Answer, kube::Error> {
+    request_as(client, method, path, body, "application/json").await
+}
+
+/// [`request`] with a body of `content_type` (a patch's).
+pub async fn request_as(
+    client: &kube::Client,
+    method: http::Method,
+    path: &str,
+    body: Option<&serde_json::Value>,
+    content_type: &str,
+) -> Result<Answer, kube::Error> {
     use http_body_util::BodyExt;
     let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
     let mut builder = http::Request::builder().method(method).uri(path);
     if body.is_some() {
-        builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+        builder = builder.header(http::header::CONTENT_TYPE, content_type);
     }
     let request = builder.body(bytes).map_err(kube::Error::HttpError)?;
     let response = client.send(request.map(kube::client::Body::from)).await?;

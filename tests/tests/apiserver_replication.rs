@@ -7,7 +7,10 @@
 //! replica from its last resourceVersion without a 410 and misses nothing; kill -9 of the leader
 //! loses no acknowledged write and refuses writes (503 + Retry-After) only during the election;
 //! SIGTERM of the leader hands over while writes keep succeeding; a replica that is not caught up
-//! is not Ready; a cold store answers discovery and reads with 503.
+//! is not Ready; a cold store answers discovery and reads with 503; in delegated mode (tokens
+//! reviewed by the double), an exporter placed through its pod writes its own node's object
+//! through a follower and is refused another node's, and the leader's answers (201, 200, 403, 404,
+//! 409) reach the client through the follower as the leader gave them.
 //!
 //! Every wait is bounded by a generous deadline; nothing asserts how long anything took.
 
@@ -24,10 +27,11 @@ use kube::Api;
 use kube::api::{WatchEvent, WatchParams};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_tests::replicas::{
-    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, wait_ready,
-    write_retrying,
+    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, request_as,
+    wait_ready, write_retrying,
 };
 use numaresources_tests::served::{BOUND, bounded, until};
+use serde_json::json;
 use tokio::time::Instant;
 
 /// Generous bound for anything the cluster must do (elect, catch up, become Ready).
@@ -522,6 +526,24 @@ async fn an_exporter_placed_through_its_pod_writes_only_its_own_node_through_a_f
     let deleted = request(&exporter, Method::DELETE, &object_path("worker-b"), None).await.unwrap();
     refused(&deleted, "deleting worker-b as worker-a's exporter");
     assert_eq!(request(&admin, Method::GET, &object_path("worker-b"), None).await.unwrap().status, 200);
+
+    // What the exporter sends every publish, a merge patch of its zones: the same way through.
+    const MERGE_PATCH: &str = "application/merge-patch+json";
+    let zones = json!({"zones": nrt("worker-a", 2)["zones"]});
+    let patched =
+        request_as(&exporter, Method::PATCH, &object_path("worker-a"), Some(&zones), MERGE_PATCH).await.unwrap();
+    assert_eq!(patched.status, 200, "{patched:?}");
+    assert_eq!(patched.content_types, ["application/json"], "{patched:?}");
+    let theirs = request_as(&exporter, Method::PATCH, &object_path("worker-b"), Some(&zones), MERGE_PATCH).await;
+    refused(&theirs.unwrap(), "patching worker-b as worker-a's exporter");
+    // Its object deleted by hand: the patch answers 404 through the follower, and the exporter
+    // creates the object again (what it does on a 404).
+    assert_eq!(request(&admin, Method::DELETE, &object_path("worker-a"), None).await.unwrap().status, 200);
+    let gone = request_as(&exporter, Method::PATCH, &object_path("worker-a"), Some(&zones), MERGE_PATCH).await;
+    let gone = gone.unwrap();
+    assert_eq!((gone.status, gone.body["reason"].as_str()), (404, Some("NotFound")), "{gone:?}");
+    let recreated = request(&exporter, Method::POST, NRT_PATH, Some(&nrt("worker-a", 3))).await.unwrap();
+    assert_eq!(recreated.status, 201, "{recreated:?}");
 
     // The leader's other refusals reach the client through the follower as the leader gave them.
     let admin_on_follower = cluster.client(follower).await;
