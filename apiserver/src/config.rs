@@ -127,6 +127,11 @@ pub struct Args {
     /// from the last change it read).
     #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_BLOCKED_TIMEOUT", default_value = crate::DEFAULT_WATCH_BLOCKED_TIMEOUT, value_parser = period)]
     watch_blocked_timeout: Duration,
+    /// The shortest time between two writes of one watch: changes that come sooner go out
+    /// together, in one write, at most this much later (0s: each change as it comes). A change
+    /// after a quiet spell goes out at once.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_FLUSH_INTERVAL", default_value = crate::DEFAULT_WATCH_FLUSH_INTERVAL, value_parser = watch_flush_interval)]
+    watch_flush_interval: Duration,
     /// Request bodies above this many bytes are refused (413), and so are writes whose object
     /// would be larger, by patching for instance; it also caps what a JSON patch's copies add.
     #[arg(long, env = "NUMARESOURCES_APISERVER_MAX_REQUEST_BODY_BYTES", default_value_t = crate::DEFAULT_MAX_BODY_BYTES)]
@@ -265,12 +270,25 @@ impl Args {
                 max_body_bytes: self.max_request_body_bytes,
                 watch_buffer_bytes: self.watch_buffer_bytes,
                 watch_blocked_timeout: self.watch_blocked_timeout,
+                watch_flush_interval: self.watch_flush_interval,
                 max_nesting_depth: usize::from(self.max_nesting_depth),
                 max_json_patch_operations: self.max_json_patch_operations,
                 ..Limits::default()
             },
         })
     }
+}
+
+/// The longest `--watch-flush-interval`: changes held longer would read as a stalled watch.
+const MAX_WATCH_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `--watch-flush-interval`: a Go duration from 0 to [`MAX_WATCH_FLUSH_INTERVAL`].
+pub(crate) fn watch_flush_interval(text: &str) -> Result<Duration, String> {
+    let interval = numaresources_certs::flags::at_least(text, numaresources_api::GoDuration::from_nanos(0))?;
+    if interval > MAX_WATCH_FLUSH_INTERVAL {
+        return Err(format!("must be at most {MAX_WATCH_FLUSH_INTERVAL:?}"));
+    }
+    Ok(interval)
 }
 
 /// The standalone authenticator of the token file at `path`.
@@ -289,6 +307,19 @@ mod tests {
     use clap::{Command, FromArgMatches};
 
     use super::*;
+
+    #[test]
+    fn the_watch_flush_interval_is_from_zero_to_a_second() {
+        assert_eq!(watch_flush_interval("0s"), Ok(Duration::ZERO));
+        assert_eq!(watch_flush_interval(crate::DEFAULT_WATCH_FLUSH_INTERVAL), Ok(Duration::from_millis(10)));
+        assert_eq!(watch_flush_interval("1s"), Ok(Duration::from_secs(1)));
+        assert!(watch_flush_interval("1001ms").is_err(), "longer reads as a stalled watch");
+        assert!(watch_flush_interval("-1ms").is_err());
+        assert_eq!(
+            parse(&["--watch-flush-interval", "0s"]).config().unwrap().limits.watch_flush_interval,
+            Duration::ZERO
+        );
+    }
 
     fn parse(args: &[&str]) -> Args {
         let command = <Args as clap::Args>::augment_args(Command::new("apiserver"));

@@ -1,5 +1,8 @@
-//! Watches: a chunked stream of `{"type": …, "object": …}` lines, one per event, flushed as
-//! they happen.
+//! Watches: a chunked stream of `{"type": …, "object": …}` lines, one per event. Events go
+//! out as they happen, except that a watch writes at most once per flush interval
+//! (`--watch-flush-interval`, 10 ms): changes that come sooner after a write wait for it and
+//! go out together, their lines joined in one chunk (one write instead of one per change, what
+//! most of a busy fleet's fan-out cost was); a change after a quiet spell goes out at once.
 //!
 //! Start points follow kube-apiserver: no resourceVersion (or `"0"`) replays the current state as
 //! `ADDED` events; a resourceVersion resumes after it from the history, or, when the history no
@@ -77,6 +80,7 @@ pub fn serve(state: &Arc<AppState>, options: Options, representation: Representa
         sender,
         buffer_bytes: state.limits.watch_buffer_bytes,
         blocked_limit: state.limits.watch_blocked_timeout,
+        flush_interval: state.limits.watch_flush_interval,
         bookmark_every: state.limits.bookmark_interval,
         deadline: Instant::now() + timeout,
         headers_sent: false,
@@ -121,6 +125,8 @@ struct Watch {
     buffer_bytes: usize,
     /// How long the watcher may wait for a client that does not read before it ends the watch.
     blocked_limit: Duration,
+    /// The shortest time between two writes (see [`crate::Limits::watch_flush_interval`]).
+    flush_interval: Duration,
     bookmark_every: Duration,
     deadline: Instant,
     headers_sent: bool,
@@ -142,16 +148,19 @@ struct Cursor {
 impl Watch {
     async fn run(mut self, start: WatchStart) {
         let WatchStart { backlog, revision, mut changes } = start;
-        for event in backlog {
-            if !self.send_event(&event).await {
-                return;
-            }
+        if !self.send_events(&backlog).await {
+            return;
         }
+        let backlog_was_empty = backlog.is_empty();
+        drop(backlog);
         if self.options.send_initial_events && !self.send(self.bookmark(revision, true)).await {
             return;
         }
         let mut cursor = Cursor { position: revision, read_through: revision, ready: Vec::new() };
         let mut bookmarks = tokio::time::interval_at(Instant::now() + self.bookmark_every, self.bookmark_every);
+        // When the last changes were written (the current state counts): the next ones wait
+        // until the flush interval has passed since, and go out together.
+        let mut last_write = (!backlog_was_empty).then(Instant::now);
         loop {
             if cursor.ready.is_empty() {
                 // Marked seen before reading, so a write after the read wakes the wait below.
@@ -182,17 +191,22 @@ impl Watch {
                     }
                 }
                 () = std::future::ready(()), if !cursor.ready.is_empty() => {
-                    for event in std::mem::take(&mut cursor.ready) {
-                        cursor.position = event.revision;
-                        if !self.send_event(&event).await {
-                            return;
-                        }
+                    let events = std::mem::take(&mut cursor.ready);
+                    if !self.send_events(&events).await {
+                        return;
                     }
+                    last_write = Some(Instant::now());
                     cursor.position = cursor.read_through;
                 }
                 changed = changes.changed(), if cursor.ready.is_empty() => {
                     if changed.is_err() {
                         return;
+                    }
+                    // A change soon after the last write waits for the ones that follow it.
+                    if let Some(next_write) = last_write.map(|at| at + self.flush_interval)
+                        && next_write > Instant::now()
+                    {
+                        tokio::time::sleep_until(next_write).await;
                     }
                 }
             }
@@ -248,13 +262,52 @@ impl Watch {
         self.send(line).await;
     }
 
-    /// Encodes and sends an event if the selectors let it through. False when the client left,
-    /// or the event could not be rendered: then, as kube-apiserver does for an object its
-    /// storage cannot decode, the watcher gets an ERROR event with the Status and the watch
-    /// ends (the client relists), rather than a made-up object.
-    async fn send_event(&mut self, event: &Event) -> bool {
-        let Some(kind) = self.visible_as(event) else {
+    /// Encodes and sends the events the selectors let through, in as few queue entries as it
+    /// can: the lines of small objects joined into one piece up to [`BATCH_BYTES`] (one chunk,
+    /// one write for the HTTP and TLS layers), a large object's line as it is. False when the
+    /// client left, or an event could not be rendered: then, as kube-apiserver does for an
+    /// object its storage cannot decode, the watcher gets an ERROR event with the Status and
+    /// the watch ends (the client relists), rather than a made-up object.
+    async fn send_events(&mut self, events: &[Arc<Event>]) -> bool {
+        let batch_bytes = BATCH_BYTES.min(self.buffer_bytes);
+        let mut batch = BytesMut::new();
+        for event in events {
+            match self.render(event) {
+                Rendered::Hidden => {}
+                Rendered::Line([whole, rest, last]) if rest.is_empty() && last.is_empty() => {
+                    if !batch.is_empty() && batch.len() + whole.len() > batch_bytes && !self.flush(&mut batch).await {
+                        return false;
+                    }
+                    batch.extend_from_slice(&whole);
+                }
+                Rendered::Line(shared) => {
+                    if !self.flush(&mut batch).await || !self.send(shared).await {
+                        return false;
+                    }
+                }
+                Rendered::Failed(error) => {
+                    if self.flush(&mut batch).await {
+                        self.send(error).await;
+                    }
+                    return false;
+                }
+            }
+        }
+        self.flush(&mut batch).await
+    }
+
+    /// Sends what `batch` holds, if anything, as one piece.
+    async fn flush(&self, batch: &mut BytesMut) -> bool {
+        if batch.is_empty() {
             return true;
+        }
+        self.send([batch.split().freeze(), Bytes::new(), Bytes::new()]).await
+    }
+
+    /// What `event` is for this watcher.
+    fn render(&mut self, event: &Event) -> Rendered {
+        let Some(kind) = self.visible_as(event) else {
+            return Rendered::Hidden;
         };
         let object = match self.representation {
             Representation::Json => Ok(event.object.json.clone()),
@@ -267,11 +320,8 @@ impl Watch {
             }
         };
         match object {
-            Ok(object) => self.send(line(kind.as_str(), &object)).await,
-            Err(error) => {
-                self.send(line("ERROR", &json_bytes(&error.to_status()))).await;
-                false
-            }
+            Ok(object) => Rendered::Line(line(kind.as_str(), &object)),
+            Err(error) => Rendered::Failed(line("ERROR", &json_bytes(&error.to_status()))),
         }
     }
 
@@ -354,6 +404,20 @@ fn within(mut events: Vec<Arc<Event>>, budget: usize) -> Vec<Arc<Event>> {
     events.truncate(fitting);
     events
 }
+
+/// What one event is for one watcher.
+enum Rendered {
+    /// The selectors do not let it through.
+    Hidden,
+    /// Its line.
+    Line(buffer::Line),
+    /// It could not be rendered: the ERROR line that ends the watch.
+    Failed(buffer::Line),
+}
+
+/// The most bytes of lines joined into one piece: a batch is one chunk and one write for the
+/// HTTP and TLS layers (a TLS record carries 16 KiB), and no batch waits for more than this.
+const BATCH_BYTES: usize = 32 * 1024;
 
 /// From this size on, an object's stored JSON goes out shared, as its own piece of the line,
 /// rather than copied into it: watchers stalled on the same large object then hold one copy.
