@@ -148,10 +148,10 @@ struct Cursor {
 impl Watch {
     async fn run(mut self, start: WatchStart) {
         let WatchStart { backlog, revision, mut changes } = start;
+        let state_written = !backlog.is_empty();
         if !self.send_events(&backlog).await {
             return;
         }
-        let backlog_was_empty = backlog.is_empty();
         drop(backlog);
         if self.options.send_initial_events && !self.send(self.bookmark(revision, true)).await {
             return;
@@ -160,7 +160,7 @@ impl Watch {
         let mut bookmarks = tokio::time::interval_at(Instant::now() + self.bookmark_every, self.bookmark_every);
         // When the last changes were written (the current state counts): the next ones wait
         // until the flush interval has passed since, and go out together.
-        let mut last_write = (!backlog_was_empty).then(Instant::now);
+        let mut last_write = state_written.then(Instant::now);
         loop {
             if cursor.ready.is_empty() {
                 // Marked seen before reading, so a write after the read wakes the wait below.
@@ -274,14 +274,16 @@ impl Watch {
         for event in events {
             match self.render(event) {
                 Rendered::Hidden => {}
-                Rendered::Line([whole, rest, last]) if rest.is_empty() && last.is_empty() => {
-                    if !batch.is_empty() && batch.len() + whole.len() > batch_bytes && !self.flush(&mut batch).await {
+                // Written straight into the batch: the object copied once.
+                Rendered::Event { kind, object } if object.len() < SHARED_OBJECT_BYTES => {
+                    let full = batch.len() + object.len() + LINE_FRAMING_BYTES > batch_bytes;
+                    if !batch.is_empty() && full && !self.flush(&mut batch).await {
                         return false;
                     }
-                    batch.extend_from_slice(&whole);
+                    put_line(&mut batch, kind, &object);
                 }
-                Rendered::Line(shared) => {
-                    if !self.flush(&mut batch).await || !self.send(shared).await {
+                Rendered::Event { kind, object } => {
+                    if !self.flush(&mut batch).await || !self.send(line(kind, &object)).await {
                         return false;
                     }
                 }
@@ -320,7 +322,7 @@ impl Watch {
             }
         };
         match object {
-            Ok(object) => Rendered::Line(line(kind.as_str(), &object)),
+            Ok(object) => Rendered::Event { kind: kind.as_str(), object },
             Err(error) => Rendered::Failed(line("ERROR", &json_bytes(&error.to_status()))),
         }
     }
@@ -409,8 +411,8 @@ fn within(mut events: Vec<Arc<Event>>, budget: usize) -> Vec<Arc<Event>> {
 enum Rendered {
     /// The selectors do not let it through.
     Hidden,
-    /// Its line.
-    Line(buffer::Line),
+    /// Its type and the object as the watcher sees it, for its line.
+    Event { kind: &'static str, object: Bytes },
     /// It could not be rendered: the ERROR line that ends the watch.
     Failed(buffer::Line),
 }
@@ -424,15 +426,23 @@ const BATCH_BYTES: usize = 32 * 1024;
 /// Smaller objects are copied: one piece per line costs the HTTP and TLS layers less than three.
 const SHARED_OBJECT_BYTES: usize = 16 * 1024;
 
+/// What a line adds to its object, at most (`{"type":"<kind>","object":` … `}` and a newline).
+const LINE_FRAMING_BYTES: usize = 32;
+
+/// Appends `{"type":"<kind>","object":<object>}` and a newline to `out`.
+fn put_line(out: &mut BytesMut, kind: &str, object: &[u8]) {
+    out.put_slice(b"{\"type\":\"");
+    out.put_slice(kind.as_bytes());
+    out.put_slice(b"\",\"object\":");
+    out.put_slice(object);
+    out.put_slice(b"}\n");
+}
+
 /// `{"type":"<kind>","object":<object>}` and a newline.
 fn line(kind: &str, object: &Bytes) -> buffer::Line {
     if object.len() < SHARED_OBJECT_BYTES {
-        let mut out = BytesMut::with_capacity(object.len() + 32);
-        out.put_slice(b"{\"type\":\"");
-        out.put_slice(kind.as_bytes());
-        out.put_slice(b"\",\"object\":");
-        out.put_slice(object);
-        out.put_slice(b"}\n");
+        let mut out = BytesMut::with_capacity(object.len() + LINE_FRAMING_BYTES);
+        put_line(&mut out, kind, object);
         return [out.freeze(), Bytes::new(), Bytes::new()];
     }
     let prefix = match kind {

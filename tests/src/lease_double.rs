@@ -140,13 +140,7 @@ impl LeaseDouble {
 
     /// Issues `token` to `user`, a member of `system:masters`, for our server's audience.
     pub fn issue_admin_token(&self, token: &str, user: &str) {
-        let issued = delegation::Issued {
-            user: user.to_owned(),
-            groups: vec!["system:masters".to_owned(), "system:authenticated".to_owned()],
-            audiences: vec![numaresources_api::direct_write::TOKEN_AUDIENCE.to_owned()],
-            extra: BTreeMap::new(),
-        };
-        self.issue(token, issued);
+        self.issue(token, delegation::Issued::master(user, numaresources_api::direct_write::TOKEN_AUDIENCE));
     }
 
     fn issue(&self, token: &str, issued: delegation::Issued) {

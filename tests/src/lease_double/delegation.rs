@@ -27,13 +27,23 @@ const AUTH_CONFIGMAP: &str = "extension-apiserver-authentication";
 /// Who an issued token stands for.
 #[derive(Clone, Debug)]
 pub(super) struct Issued {
-    pub(super) user: String,
-    pub(super) groups: Vec<String>,
-    pub(super) audiences: Vec<String>,
-    pub(super) extra: BTreeMap<String, Vec<String>>,
+    user: String,
+    groups: Vec<String>,
+    audiences: Vec<String>,
+    extra: BTreeMap<String, Vec<String>>,
 }
 
 impl Issued {
+    /// A token of `user`, a member of `system:masters`.
+    pub(super) fn master(user: &str, audience: &str) -> Self {
+        Self {
+            user: user.to_owned(),
+            groups: vec!["system:masters".to_owned(), "system:authenticated".to_owned()],
+            audiences: vec![audience.to_owned()],
+            extra: BTreeMap::new(),
+        }
+    }
+
     /// A token of `service_account` in `namespace` bound to the pod `(name, uid)`.
     pub(super) fn pod_bound(namespace: &str, service_account: &str, pod: (&str, &str), audience: &str) -> Self {
         Self {
