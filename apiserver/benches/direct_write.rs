@@ -12,6 +12,9 @@
 //! `BENCH_ONLY=memory` instead prints the server's VmRSS through 5,000 creates, 5,000 patches
 //! and 3 LISTs over TLS, from an empty store; `BENCH_ONLY=connections` prints what
 //! [`IDLE_CONNECTIONS`] kept-alive TLS connections, idle after one GET each, add to it;
+//! `BENCH_ONLY=reconnect` measures what an exporter that closes its connection between
+//! publishes costs: a connection per patch, its TLS session resumed or (`BENCH_RESUME=off`)
+//! made in full, against the same patch on a kept-alive connection (`BENCH_RECONNECTS=n`);
 //! `BENCH_WORKERS=n` gives the server n tokio workers instead of 2; `BENCH_IN_PROCESS_REQUESTS=n`
 //! and `BENCH_IN_PROCESS=patch|get` set the comparison in process).
 //! Figures go to BENCHMARKS.md; nothing asserts a time.
@@ -34,7 +37,7 @@ use serde_json::{Value, json};
 use support::BASE;
 use support::fleet::worker;
 use support::kube_double::{KubeDouble, OUR_AUDIENCE};
-use support::tls::{Protocol, connect, start};
+use support::tls::{Connection, Protocol, client_config, connect, connect_with, start};
 
 const FLEET: usize = 5_000;
 /// Exporters writing at once, each on its own connection.
@@ -103,7 +106,7 @@ fn serve() {
                 let object = serde_json::from_value(topology(&node(i), 22)).unwrap();
                 server.store.create(object, false).unwrap();
             }
-            if !only_phase("connections") {
+            if !only_phase("connections") && !only_phase("reconnect") {
                 in_process(&server.app, &tokens).await;
             }
         }
@@ -227,6 +230,8 @@ async fn measure() {
         memory(address, &ca, &admin, pid).await;
     } else if only_phase("connections") {
         idle_connections(address, &ca, &tokens, pid).await;
+    } else if only_phase("reconnect") {
+        reconnect(address, &ca, &tokens, pid).await;
     } else {
         println!(
             "numaresources-apiserver over TLS (ring, ECDSA P-256, TLS 1.3), delegated mode, {FLEET} objects, in its own \
@@ -329,6 +334,91 @@ async fn idle_connections(address: SocketAddr, ca: &str, tokens: &[String], pid:
         );
         drop(held);
     }
+}
+
+/// `BENCH_ONLY=reconnect`: the server's CPU per exporter patch when each patch comes on a new
+/// HTTP/1.1 connection (as an exporter closing idle connections sends them), its TLS session
+/// resumed from the last (or made in full with `BENCH_RESUME=off`), against the same patches on
+/// kept-alive connections. The difference is what a connection costs: accept, handshake,
+/// hyper's setup, close.
+async fn reconnect(address: SocketAddr, ca: &str, tokens: &[String], pid: u32) {
+    let cycles: usize = std::env::var("BENCH_RECONNECTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4_000);
+    let resume = !std::env::var("BENCH_RESUME").is_ok_and(|v| v == "off");
+    println!(
+        "reconnect: {CONNECTIONS} exporters, {cycles} patches each way, TLS sessions {}",
+        if resume { "resumed" } else { "made in full" }
+    );
+    for kept_alive in [true, false] {
+        let per_exporter = cycles / CONNECTIONS;
+        let (go, _) = tokio::sync::broadcast::channel::<()>(1);
+        let (ready, mut readies) = tokio::sync::mpsc::channel::<()>(CONNECTIONS);
+        let mut tasks = Vec::new();
+        for (i, token) in tokens.iter().enumerate() {
+            let (token, path, patches, ca) =
+                (token.clone(), format!("{BASE}/{}", node(i)), patch_bodies(i), ca.to_owned());
+            let (mut go, ready) = (go.subscribe(), ready.clone());
+            tasks.push(tokio::spawn(async move {
+                let config = client_config(&ca, Protocol::Http1, None);
+                let open = async || {
+                    let config = if resume { config.clone() } else { client_config(&ca, Protocol::Http1, None) };
+                    connect_with(address, config, Protocol::Http1).await
+                };
+                let patch = async |connection: &mut Connection, n: usize| {
+                    let headers = [("authorization", token.as_str()), ("content-type", "application/merge-patch+json")];
+                    let answer = connection.send("PATCH", &path, &headers, patches[n % patches.len()].clone()).await;
+                    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+                };
+                // Warm-up: the token reviewed, a session ticket in the client's cache.
+                let mut kept = open().await;
+                for n in 0..50 {
+                    patch(&mut kept, n).await;
+                }
+                ready.send(()).await.unwrap();
+                go.recv().await.unwrap();
+                for n in 0..per_exporter {
+                    if kept_alive {
+                        patch(&mut kept, n).await;
+                    } else {
+                        let mut connection = open().await;
+                        patch(&mut connection, n).await;
+                        drop(connection); // hyper closes it, as an idle pool does
+                    }
+                }
+            }));
+        }
+        for _ in 0..CONNECTIONS {
+            readies.recv().await.unwrap();
+        }
+        let (server_before, client_before, start) = (cpu_seconds(pid), cpu_seconds(std::process::id()), Instant::now());
+        let accepted_before = passive_opens();
+        go.send(()).unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let elapsed = start.elapsed();
+        let (server, client) = (cpu_seconds(pid) - server_before, cpu_seconds(std::process::id()) - client_before);
+        let total = (per_exporter * CONNECTIONS) as f64;
+        println!(
+            "merge patch {:<26}: {:.1} µs of server CPU per patch ({:.0} patches/s, {} connections accepted, server \
+             {:.2} cores, client {:.2} cores over {:.1} s)",
+            if kept_alive { "on kept-alive connections" } else { "on a connection each" },
+            server * 1e6 / total,
+            total / elapsed.as_secs_f64(),
+            passive_opens() - accepted_before,
+            server / elapsed.as_secs_f64(),
+            client / elapsed.as_secs_f64(),
+            elapsed.as_secs_f64(),
+        );
+    }
+}
+
+/// TCP connections accepted on this machine so far (`PassiveOpens` in `/proc/net/snmp`).
+fn passive_opens() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap();
+    let mut tcp = snmp.lines().filter(|line| line.starts_with("Tcp:"));
+    let (names, values) = (tcp.next().unwrap(), tcp.next().unwrap());
+    let column = names.split_whitespace().position(|name| name == "PassiveOpens").unwrap();
+    values.split_whitespace().nth(column).unwrap().parse().unwrap()
 }
 
 async fn phase(

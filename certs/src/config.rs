@@ -10,12 +10,37 @@ use rustls::server::{NoServerSessionStorage, ProducesTickets, ResolvesServerCert
 
 use crate::{ClientCaVerifier, Error, TlsPolicy};
 
-/// The ring provider, passed explicitly everywhere so nothing depends on a process-wide default.
+/// The ring provider, passed explicitly everywhere so nothing depends on a process-wide default,
+/// with its cipher suites in Go's order of preference on hardware with AES instructions: AES-128
+/// before AES-256, then ChaCha20, in each TLS version. ring's own order puts
+/// TLS_AES_256_GCM_SHA384 first, whose SHA-384 (the handshake's hash, and the ticket's) has no
+/// hardware support on x86, where SHA-256 runs on the SHA extensions: a resumed handshake costs
+/// less with AES-128 (BENCHMARKS.md, "What a connection costs").
 pub(crate) fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: LazyLock<Arc<CryptoProvider>> =
-        LazyLock::new(|| Arc::new(rustls::crypto::ring::default_provider()));
+    static PROVIDER: LazyLock<Arc<CryptoProvider>> = LazyLock::new(|| {
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites.sort_by_key(|suite| (suite.tls13().is_none(), cipher_rank(*suite)));
+        Arc::new(provider)
+    });
     Arc::clone(&PROVIDER)
 }
+
+/// A suite's place within its TLS version: AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305.
+fn cipher_rank(suite: rustls::SupportedCipherSuite) -> u8 {
+    use rustls::CipherSuite as Suite;
+    match suite.suite() {
+        Suite::TLS13_AES_128_GCM_SHA256
+        | Suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+        | Suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 0,
+        Suite::TLS13_AES_256_GCM_SHA384
+        | Suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+        | Suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => 1,
+        _ => 2,
+    }
+}
+
+/// TLS 1.3 session tickets sent after each handshake, full or resumed (rustls sends 2).
+pub const SESSION_TICKETS_PER_HANDSHAKE: usize = 1;
 
 /// Builds a `ServerConfig`: TLS 1.2 and 1.3 only (narrowed by a [`TlsPolicy`]), ALPN `h2` then `http/1.1`, the certificate
 /// from a resolver (usually a [`crate::ReloadingCertificate`]), and optionally client
@@ -87,6 +112,12 @@ impl ServerConfigBuilder {
         };
         let mut config = builder.with_cert_resolver(self.certificate);
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // Our order of suites, not the client's, as Go's servers (kube-apiserver's) choose.
+        config.ignore_client_order = true;
+        // One ticket per handshake, as Go's servers send: a client that reconnects (an exporter
+        // after each publish) spends one and gets the next; each ticket costs a key derivation,
+        // an encryption and a record.
+        config.send_tls13_tickets = SESSION_TICKETS_PER_HANDSHAKE;
         // Resumption by stateless tickets only: nothing kept per session, however many clients
         // reconnect (exporters close their idle connections and come back every few seconds).
         config.session_storage = Arc::new(NoServerSessionStorage {});
@@ -197,6 +228,99 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_server_chooses_aes_128_gcm_sha256_whatever_the_client_prefers() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = Duration::from_secs(3600);
+        let ca = CertificateAuthority::generate("ca", hour).unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        ca.issue_serving(&["localhost".to_owned()], hour).unwrap().write(&cert, &key).unwrap();
+        let certificate = Arc::new(ReloadingCertificate::load(cert, key).unwrap());
+        let address = listen(ServerConfigBuilder::new(certificate).build().unwrap()).await;
+        let mut roots = RootCertStore::empty();
+        roots.add(CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap().certificates()[0].clone()).unwrap();
+        // ring's own order, as a rustls client has it unless told otherwise: AES-256 first.
+        let preferring_aes_256 = rustls::crypto::ring::default_provider();
+        assert_eq!(preferring_aes_256.cipher_suites[0].suite(), rustls::CipherSuite::TLS13_AES_256_GCM_SHA384);
+        for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12]] {
+            let client = ClientConfig::builder_with_provider(Arc::new(preferring_aes_256.clone()))
+                .with_protocol_versions(versions)
+                .unwrap()
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth();
+            let client = tokio_rustls::TlsConnector::from(Arc::new(client));
+            let tcp = TcpStream::connect(address).await.unwrap();
+            let tls = client.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+            let chosen = tls.get_ref().1.negotiated_cipher_suite().map(|suite| suite.suite());
+            let expected = if versions[0] == &rustls::version::TLS13 {
+                rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+            } else {
+                rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+            };
+            assert_eq!(chosen, Some(expected));
+        }
+    }
+
+    /// A client session cache that counts the TLS 1.3 tickets it is given.
+    #[derive(Debug)]
+    struct CountingTickets {
+        cache: rustls::client::ClientSessionMemoryCache,
+        received: std::sync::atomic::AtomicUsize,
+    }
+
+    impl rustls::client::ClientSessionStore for CountingTickets {
+        fn set_kx_hint(&self, server: ServerName<'static>, group: rustls::NamedGroup) {
+            self.cache.set_kx_hint(server, group);
+        }
+        fn kx_hint(&self, server: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+            self.cache.kx_hint(server)
+        }
+        fn set_tls12_session(&self, server: ServerName<'static>, value: rustls::client::Tls12ClientSessionValue) {
+            self.cache.set_tls12_session(server, value);
+        }
+        fn tls12_session(&self, server: &ServerName<'_>) -> Option<rustls::client::Tls12ClientSessionValue> {
+            self.cache.tls12_session(server)
+        }
+        fn remove_tls12_session(&self, server: &ServerName<'static>) {
+            self.cache.remove_tls12_session(server);
+        }
+        fn insert_tls13_ticket(&self, server: ServerName<'static>, value: rustls::client::Tls13ClientSessionValue) {
+            self.received.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.cache.insert_tls13_ticket(server, value);
+        }
+        fn take_tls13_ticket(&self, server: &ServerName<'static>) -> Option<rustls::client::Tls13ClientSessionValue> {
+            self.cache.take_tls13_ticket(server)
+        }
+    }
+
+    #[tokio::test]
+    async fn each_handshake_full_or_resumed_brings_one_session_ticket() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = Duration::from_secs(3600);
+        let ca = CertificateAuthority::generate("ca", hour).unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        ca.issue_serving(&["localhost".to_owned()], hour).unwrap().write(&cert, &key).unwrap();
+        let certificate = Arc::new(ReloadingCertificate::load(cert, key).unwrap());
+        let address = listen(ServerConfigBuilder::new(certificate).build().unwrap()).await;
+        let mut roots = RootCertStore::empty();
+        roots.add(CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap().certificates()[0].clone()).unwrap();
+        let tickets = Arc::new(CountingTickets {
+            cache: rustls::client::ClientSessionMemoryCache::new(16),
+            received: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let mut client = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.resumption = rustls::client::Resumption::store(tickets.clone());
+        let client = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let kinds = [connect(&client, address).await, connect(&client, address).await, connect(&client, address).await];
+        assert_eq!(kinds, [HandshakeKind::Full, HandshakeKind::Resumed, HandshakeKind::Resumed]);
+        assert_eq!(tickets.received.load(std::sync::atomic::Ordering::SeqCst), 3 * SESSION_TICKETS_PER_HANDSHAKE);
+        assert_eq!(SESSION_TICKETS_PER_HANDSHAKE, 1, "Go's servers send one; rustls' default is 2");
+    }
+
+    #[tokio::test]
     async fn a_client_resumes_its_session_until_the_client_ca_bundles_are_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let hour = Duration::from_secs(3600);
@@ -207,17 +331,22 @@ mod tests {
         let bundle = CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap();
         let mut roots = RootCertStore::empty();
         roots.add(bundle.certificates()[0].clone()).unwrap();
-        let client = ClientConfig::builder_with_provider(provider())
+        // ring's own order (AES-256 first), as kube's clients, our exporters among them, offer it:
+        // the server chooses AES-128, and the session's SHA-256 is what the ticket resumes.
+        let client = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
         let client = tokio_rustls::TlsConnector::from(Arc::new(client));
 
-        // Without client certificates (the webhook).
+        // Without client certificates (the webhook). One ticket per handshake is enough for a
+        // client that reconnects again and again: each resumption brings the next ticket.
         let address = listen(ServerConfigBuilder::new(certificate.clone()).build().unwrap()).await;
         assert_eq!(connect(&client, address).await, HandshakeKind::Full);
-        assert_eq!(connect(&client, address).await, HandshakeKind::Resumed);
+        for _ in 0..3 {
+            assert_eq!(connect(&client, address).await, HandshakeKind::Resumed);
+        }
 
         // With client CA bundles (the API server).
         let verifier = Arc::new(ClientCaVerifier::new(std::slice::from_ref(&bundle)).unwrap());

@@ -127,13 +127,24 @@ impl TlsServer {
 }
 
 /// A connection to `address`, whose certificate `ca_pem` verifies, presenting
-/// `client_certificate` (certificate and key PEM) if given.
+/// `client_certificate` (certificate and key PEM) if given. Each call has its own client
+/// configuration, so its handshake is a full one.
 pub async fn connect(
     address: SocketAddr,
     ca_pem: &str,
     protocol: Protocol,
     client_certificate: Option<(&str, &str)>,
 ) -> Connection {
+    connect_with(address, client_config(ca_pem, protocol, client_certificate), protocol).await
+}
+
+/// A client configuration trusting `ca_pem`, offering `protocol` by ALPN. Connections made with
+/// one configuration share its session cache: after the first, they resume the TLS session.
+pub fn client_config(
+    ca_pem: &str,
+    protocol: Protocol,
+    client_certificate: Option<(&str, &str)>,
+) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
     let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -152,10 +163,14 @@ pub async fn connect(
         Protocol::Http1 => b"http/1.1".to_vec(),
         Protocol::Http2 => b"h2".to_vec(),
     }];
+    Arc::new(config)
+}
+
+/// A connection to `address` made with `config` (see [`client_config`]).
+pub async fn connect_with(address: SocketAddr, config: Arc<rustls::ClientConfig>, protocol: Protocol) -> Connection {
     let tcp = TcpStream::connect(address).await.unwrap();
     tcp.set_nodelay(true).unwrap();
-    let tls =
-        TlsConnector::from(Arc::new(config)).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    let tls = TlsConnector::from(config).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
     let io = TokioIo::new(tls);
     match protocol {
         Protocol::Http1 => {
