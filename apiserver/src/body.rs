@@ -94,8 +94,8 @@ fn on_a_large_stack<T: Send>(work: impl FnOnce() -> T + Send) -> Result<T, ApiEr
 }
 
 /// [`parse`], on the blocking pool when the body is large enough to take more than a
-/// millisecond or so, with at most one such parse per CPU at a time (the others wait here,
-/// asynchronously).
+/// millisecond or so, with at most one such parse per runtime worker at a time (the others
+/// wait here, asynchronously).
 pub async fn parse_off_the_runtime(body: Bytes, syntax: Syntax, max_depth: usize) -> Result<Parsed, ApiError> {
     if body.len() <= INLINE_PARSE_BYTES {
         return parse(&body, syntax, max_depth);
@@ -106,9 +106,11 @@ pub async fn parse_off_the_runtime(body: Bytes, syntax: Syntax, max_depth: usize
         .map_err(|e| ApiError::internal("parsing the body", &e))?
 }
 
+/// As many parses at once as the runtime has workers (`--worker-threads`), not as the node has
+/// CPUs: each holds a parsed body, up to ≈10 times the body's size.
 fn parse_permits() -> &'static Semaphore {
     static PERMITS: OnceLock<Semaphore> = OnceLock::new();
-    PERMITS.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, usize::from)))
+    PERMITS.get_or_init(|| Semaphore::new(tokio::runtime::Handle::current().metrics().num_workers()))
 }
 
 /// The YAML parser's budget for a body of `len` bytes: nesting as for JSON, and no more nodes,

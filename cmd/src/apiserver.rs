@@ -33,7 +33,10 @@ const HAND_OVER_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs until SIGTERM or Ctrl-C.
 pub fn run(args: ApiserverArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.server.worker_threads())
+        .enable_all()
+        .build()?;
     runtime.block_on(serve_api(args))
 }
 
