@@ -386,6 +386,34 @@ impl Cluster {
         text
     }
 
+    /// Waits until every running replica is Ready; panics with the logs after `patience`.
+    pub async fn wait_all_ready(&self, patience: Duration) {
+        for index in 0..self.replicas.len() {
+            if !wait_ready(&self.client(index).await, patience).await {
+                panic!("replica {index} not Ready within {patience:?}\n{}", self.logs());
+            }
+        }
+    }
+
+    /// `n` replicas in delegated mode that list exporter pods on `nodes` when they start (the
+    /// double's pod watch stays quiet, so they are started once, stopped, and started again
+    /// with the pods in place), with a leader elected and all Ready; the leader's index.
+    pub async fn start_with_exporter_pods(n: usize, nodes: &[&str], patience: Duration) -> (Self, usize) {
+        let options = ReplicaOptions { delegated: true, ..ReplicaOptions::default() };
+        let mut cluster = Self::start(n, options).await;
+        for replica in &mut cluster.replicas {
+            replica.kill();
+        }
+        cluster.double.set_exporter_pods(nodes.iter().map(|node| (*node).to_owned()).collect());
+        for index in 0..n {
+            cluster.respawn(index);
+        }
+        let leader = cluster.wait_for_leader(None, patience).await;
+        let leader = leader.unwrap_or_else(|| panic!("no leader elected\n{}", cluster.logs()));
+        cluster.wait_all_ready(patience).await;
+        (cluster, leader)
+    }
+
     /// A client for replica `index`.
     pub async fn client(&self, index: usize) -> kube::Client {
         self.files.client(&self.replicas[index].url()).await

@@ -28,7 +28,7 @@ use kube::api::{WatchEvent, WatchParams};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_tests::replicas::{
     Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, request_as,
-    wait_ready, write_retrying,
+    write_retrying,
 };
 use numaresources_tests::served::{BOUND, bounded, until};
 use serde_json::json;
@@ -60,23 +60,13 @@ async fn listed(client: &kube::Client, query: &str) -> BTreeMap<String, String> 
         .collect()
 }
 
-/// Waits until every running replica is Ready.
-async fn all_ready(cluster: &Cluster) {
-    for index in 0..cluster.replicas.len() {
-        assert!(
-            wait_ready(&cluster.client(index).await, PATIENCE).await,
-            "replica {index} Ready: not within {PATIENCE:?}"
-        );
-    }
-}
-
 /// Starts three replicas and waits for a leader and for all to be Ready; returns the leader.
 async fn three_ready_replicas() -> (Cluster, usize) {
     let cluster = Cluster::start(3, ReplicaOptions::default()).await;
     let leader = cluster.wait_for_leader(None, PATIENCE).await;
     let leader =
         leader.unwrap_or_else(|| panic!("no leader elected; the Lease: {:?}\n{}", cluster.holder(), cluster.logs()));
-    all_ready(&cluster).await;
+    cluster.wait_all_ready(PATIENCE).await;
     (cluster, leader)
 }
 
@@ -354,7 +344,7 @@ async fn sigterm_of_the_leader_hands_over_while_writes_keep_succeeding() {
 async fn a_replica_that_is_not_caught_up_is_not_ready() {
     let mut cluster = Cluster::start(2, ReplicaOptions::default()).await;
     let leader = cluster.wait_for_leader(None, PATIENCE).await.expect("a leader");
-    all_ready(&cluster).await;
+    cluster.wait_all_ready(PATIENCE).await;
     let writer = cluster.client(leader).await;
     for i in 0..300 {
         create(&writer, &format!("worker-{i}"), i).await;
@@ -482,19 +472,7 @@ async fn publish_like_an_exporter(client: &kube::Client, name: &str, sequence: u
 async fn an_exporter_placed_through_its_pod_writes_only_its_own_node_through_a_follower() {
     // Delegated mode, as in a cluster: tokens reviewed by the double, which binds them to
     // exporter pods without naming the node, so every replica must place them through the pod.
-    let options = ReplicaOptions { delegated: true, ..ReplicaOptions::default() };
-    let mut cluster = Cluster::start(3, options).await;
-    // The replicas list the exporter pods when they start (the double's watch stays quiet).
-    for replica in &mut cluster.replicas {
-        replica.kill();
-    }
-    cluster.double.set_exporter_pods(vec!["worker-a".to_owned(), "worker-b".to_owned()]);
-    for index in 0..3 {
-        cluster.respawn(index);
-    }
-    let leader = cluster.wait_for_leader(None, PATIENCE).await;
-    let leader = leader.unwrap_or_else(|| panic!("no leader elected\n{}", cluster.logs()));
-    all_ready(&cluster).await;
+    let (cluster, leader) = Cluster::start_with_exporter_pods(3, &["worker-a", "worker-b"], PATIENCE).await;
     cluster.double.issue_exporter_token("token-of-the-exporter-on-worker-a", "worker-a");
     let (follower, _) = followers(leader);
     let exporter =

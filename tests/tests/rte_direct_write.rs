@@ -168,7 +168,7 @@ impl Node {
         let sys = sysfs_fixture::unpack_intel_2numa_24cpu(dir.path());
         let socket = dir.path().join("pod-resources.sock");
         let kubelet = FakeKubelet {
-            list: pods(0),
+            list: sysfs_fixture::pods_on_numa_node_0(0),
             allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
             hang: false,
         }
@@ -239,16 +239,8 @@ impl Node {
 
     /// Makes the next scan differ: `n` exclusive CPUs taken on NUMA node 0.
     fn allocate(&self, n: usize) {
-        self.kubelet.set_list(pods(n));
+        self.kubelet.set_list(sysfs_fixture::pods_on_numa_node_0(n));
     }
-}
-
-/// One Guaranteed pod holding `n` even (NUMA node 0) CPUs.
-fn pods(n: usize) -> proto::ListPodResourcesResponse {
-    let cpu_ids = (0..n).map(|i| 2 + 2 * i as i64).collect();
-    let container = proto::ContainerResources { name: "app".into(), cpu_ids, ..Default::default() };
-    let pod = proto::PodResources { name: "dpdk".into(), namespace: "telco".into(), containers: vec![container] };
-    proto::ListPodResourcesResponse { pod_resources: vec![pod] }
 }
 
 async fn refresh(agent: &mut Agent<PodResourcesClient, FailoverPublisher>, what: &str) -> Outcome {

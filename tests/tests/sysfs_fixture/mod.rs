@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use numaresources_rte::config::Config;
-use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient};
+use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
 
 /// Unpacks the tree under `dir/machine`; returns its `sys` directory.
 pub fn unpack_intel_2numa_24cpu(dir: &Path) -> PathBuf {
@@ -37,4 +37,14 @@ pub fn kubelet_client(socket: &Path) -> PodResourcesClient {
     kubelet.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(50), jitter: 0.0 };
     kubelet.call_timeout = Duration::from_secs(5);
     PodResourcesClient::new(kubelet)
+}
+
+/// The kubelet's answer when one Guaranteed pod holds `n` exclusive CPUs, all on NUMA node 0
+/// (the machine's even CPUs, from CPU 2).
+#[allow(dead_code)] // not every test binary that shares this module allocates CPUs
+pub fn pods_on_numa_node_0(n: usize) -> proto::ListPodResourcesResponse {
+    let cpu_ids = (0..n).map(|i| 2 + 2 * i as i64).collect();
+    let container = proto::ContainerResources { name: "app".into(), cpu_ids, ..Default::default() };
+    let pod = proto::PodResources { name: "dpdk".into(), namespace: "telco".into(), containers: vec![container] };
+    proto::ListPodResourcesResponse { pod_resources: vec![pod] }
 }

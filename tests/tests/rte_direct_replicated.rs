@@ -1,0 +1,150 @@
+//! The exporter's direct write path against a replicated API server: the real agent (`Agent`
+//! with the `FailoverPublisher`, a fake kubelet on a unix socket, the real sysfs tree) publishes
+//! to a follower of three real `numaresources apiserver` processes in delegated mode, presenting
+//! a projected token that the Lease double reviews as bound to the exporter pod on the agent's
+//! node (by pod, without the node-name extra, as clusters before 1.30 issue them). The follower
+//! forwards each write to the leader, which places the token through its pod.
+//!
+//! kube-apiserver, the agent's fallback, is a closed port here: every write that lands is one
+//! the agent sent to our server directly. Every wait is bounded; nothing asserts how long
+//! anything took.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
+
+mod sysfs_fixture;
+
+use std::path::Path;
+use std::time::Duration;
+
+use http::Method;
+use numaresources_rte::agent::Agent;
+use numaresources_rte::direct::DirectServer;
+use numaresources_rte::direct::failover::{FailoverOptions, FailoverPublisher};
+use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
+use numaresources_rte::podresources::{PodResourcesClient, proto};
+use numaresources_rte::publish::Outcome;
+use numaresources_rte::trigger::Trigger;
+use numaresources_tests::replicas::{Cluster, NRT_PATH, request};
+use numaresources_tests::served::{BOUND, kube_client};
+use serde_json::Value;
+
+const NODE: &str = "worker-0";
+/// The projected token the kubelet mounts into the exporter pod on [`NODE`].
+const TOKEN: &str = "projected-token-of-the-exporter-on-worker-0";
+const PATIENCE: Duration = BOUND;
+
+/// The exporter pod's node: the sysfs tree, the kubelet, and the mounted CA bundle and token.
+struct Node {
+    dir: tempfile::TempDir,
+    kubelet: RunningKubelet,
+}
+
+impl Node {
+    fn new(ca: &Path) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        sysfs_fixture::unpack_intel_2numa_24cpu(dir.path());
+        let kubelet = FakeKubelet {
+            list: sysfs_fixture::pods_on_numa_node_0(0),
+            allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
+            hang: false,
+        }
+        .serve(&dir.path().join("pod-resources.sock"))
+        .unwrap();
+        std::fs::copy(ca, dir.path().join("ca.crt")).unwrap();
+        std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+        Self { dir, kubelet }
+    }
+
+    /// The agent writing to our server at `url`; its kube-apiserver is a port nobody listens on.
+    async fn agent(&self, url: &str) -> Agent<PodResourcesClient, FailoverPublisher> {
+        let path = self.dir.path();
+        let direct =
+            DirectServer { url: url.parse().unwrap(), ca_file: path.join("ca.crt"), token_file: path.join("token") };
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+        let ca_pem = std::fs::read_to_string(path.join("ca.crt")).unwrap();
+        let kube = kube_client(&format!("https://{closed}"), &ca_pem, "kube-apiserver-token").await;
+        let options = FailoverOptions {
+            retry_initial: Duration::from_millis(20),
+            retry_max: Duration::from_millis(100),
+            ..FailoverOptions::default()
+        };
+        let publisher = FailoverPublisher::with_options(direct, NODE, kube, false, options);
+        let config = sysfs_fixture::agent_config(NODE, &path.join("machine/sys"));
+        Agent::new(config, sysfs_fixture::kubelet_client(&path.join("pod-resources.sock")), publisher)
+    }
+
+    /// Makes the next scan differ: `n` exclusive CPUs taken on NUMA node 0.
+    fn allocate(&self, n: usize) {
+        self.kubelet.set_list(sysfs_fixture::pods_on_numa_node_0(n));
+    }
+}
+
+/// Refreshes until a publish succeeds (an election in progress answers 503, and the fallback
+/// is unreachable); what it did.
+async fn publish(agent: &mut Agent<PodResourcesClient, FailoverPublisher>, what: &str) -> Outcome {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let error = match agent.refresh(Trigger::Reactive).await {
+            Ok(Some(outcome)) => return outcome,
+            Ok(None) => "nothing published".to_owned(),
+            Err(error) => error.to_string(),
+        };
+        assert!(tokio::time::Instant::now() < deadline, "{what}: no publish within {PATIENCE:?}, last: {error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The node's object on replica `index`, with a consistent read.
+async fn object_on(cluster: &Cluster, index: usize) -> Value {
+    let answer = request(&cluster.client(index).await, Method::GET, &format!("{NRT_PATH}/{NODE}"), None).await.unwrap();
+    assert_eq!(answer.status, 200, "{NODE} on replica {index}: {answer:?}\n{}", cluster.logs());
+    answer.body
+}
+
+/// Available CPUs of zone `zone` in an NRT.
+fn available_cpus(object: &Value, zone: &str) -> i64 {
+    let zone = object["zones"].as_array().unwrap().iter().find(|z| z["name"] == zone).unwrap();
+    let cpu = zone["resources"].as_array().unwrap().iter().find(|r| r["name"] == "cpu").unwrap();
+    cpu["available"].as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_agent_publishes_through_a_follower_and_keeps_its_object_across_a_deletion_and_a_leader_loss() {
+    let (mut cluster, leader) = Cluster::start_with_exporter_pods(3, &[NODE], PATIENCE).await;
+    cluster.double.issue_exporter_token(TOKEN, NODE);
+    let follower = (leader + 1) % 3;
+    let node = Node::new(&cluster.files.ca);
+    let mut agent = node.agent(&cluster.replicas[follower].url()).await;
+
+    // The first publish: created through the follower, on every replica alike.
+    assert_eq!(publish(&mut agent, "the first publish").await, Outcome::Created);
+    let created = object_on(&cluster, leader).await;
+    for index in 0..3 {
+        let copy = object_on(&cluster, index).await;
+        assert_eq!(copy["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"], "replica {index}");
+    }
+    let free = available_cpus(&created, "node-0");
+
+    // A change: the merge patch goes the same way.
+    node.allocate(2);
+    assert_eq!(publish(&mut agent, "the publish after an allocation").await, Outcome::Patched);
+    assert_eq!(available_cpus(&object_on(&cluster, leader).await, "node-0"), free - 2);
+
+    // Deleted by hand: the next publish's patch answers 404 through the follower, and the agent
+    // creates the object again.
+    let admin = cluster.client(leader).await;
+    let deleted = request(&admin, Method::DELETE, &format!("{NRT_PATH}/{NODE}"), None).await.unwrap();
+    assert_eq!(deleted.status, 200, "{deleted:?}");
+    node.allocate(4);
+    assert_eq!(publish(&mut agent, "the publish after the deletion").await, Outcome::Created);
+    assert_eq!(available_cpus(&object_on(&cluster, follower).await, "node-0"), free - 4);
+
+    // The leader lost: once another replica leads, the agent's follower takes its writes again
+    // (it may lead itself now), and nothing it wrote before is gone.
+    cluster.replicas[leader].kill();
+    let next = cluster.wait_for_leader(Some(leader), PATIENCE).await;
+    let next = next.unwrap_or_else(|| panic!("no new leader\n{}", cluster.logs()));
+    node.allocate(6);
+    assert_eq!(publish(&mut agent, "the publish after the leader's loss").await, Outcome::Patched);
+    assert_eq!(available_cpus(&object_on(&cluster, next).await, "node-0"), free - 6);
+}
