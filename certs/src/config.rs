@@ -112,7 +112,9 @@ impl ServerConfigBuilder {
         };
         let mut config = builder.with_cert_resolver(self.certificate);
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        // Our order of suites, not the client's, as Go's servers (kube-apiserver's) choose.
+        // Our order of suites, not the client's, as Go's servers (kube-apiserver's) choose when
+        // the client prefers AES-GCM (Go gives a client that prefers ChaCha20, one without AES
+        // instructions, ChaCha20; this order gives it AES-128-GCM).
         config.ignore_client_order = true;
         // One ticket per handshake, as Go's servers send: a client that reconnects (an exporter
         // after each publish) spends one and gets the next; each ticket costs a key derivation,
@@ -227,17 +229,30 @@ mod tests {
         tls.get_ref().1.handshake_kind().unwrap()
     }
 
-    #[tokio::test]
-    async fn the_server_chooses_aes_128_gcm_sha256_whatever_the_client_prefers() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A serving certificate for `localhost` (its files in `dir`), and the bundle of the CA that
+    /// issued it.
+    fn serving_certificate(dir: &tempfile::TempDir) -> (Arc<ReloadingCertificate>, CaBundle) {
         let hour = Duration::from_secs(3600);
         let ca = CertificateAuthority::generate("ca", hour).unwrap();
         let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
         ca.issue_serving(&["localhost".to_owned()], hour).unwrap().write(&cert, &key).unwrap();
         let certificate = Arc::new(ReloadingCertificate::load(cert, key).unwrap());
-        let address = listen(ServerConfigBuilder::new(certificate).build().unwrap()).await;
+        (certificate, CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap())
+    }
+
+    /// Trusts `bundle`.
+    fn trusting(bundle: &CaBundle) -> RootCertStore {
         let mut roots = RootCertStore::empty();
-        roots.add(CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap().certificates()[0].clone()).unwrap();
+        roots.add(bundle.certificates()[0].clone()).unwrap();
+        roots
+    }
+
+    #[tokio::test]
+    async fn the_server_chooses_aes_128_gcm_sha256_whatever_the_client_prefers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (certificate, bundle) = serving_certificate(&dir);
+        let address = listen(ServerConfigBuilder::new(certificate).build().unwrap()).await;
+        let roots = trusting(&bundle);
         // ring's own order, as a rustls client has it unless told otherwise: AES-256 first.
         let preferring_aes_256 = rustls::crypto::ring::default_provider();
         assert_eq!(preferring_aes_256.cipher_suites[0].suite(), rustls::CipherSuite::TLS13_AES_256_GCM_SHA384);
@@ -295,14 +310,9 @@ mod tests {
     #[tokio::test]
     async fn each_handshake_full_or_resumed_brings_one_session_ticket() {
         let dir = tempfile::tempdir().unwrap();
-        let hour = Duration::from_secs(3600);
-        let ca = CertificateAuthority::generate("ca", hour).unwrap();
-        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        ca.issue_serving(&["localhost".to_owned()], hour).unwrap().write(&cert, &key).unwrap();
-        let certificate = Arc::new(ReloadingCertificate::load(cert, key).unwrap());
+        let (certificate, bundle) = serving_certificate(&dir);
         let address = listen(ServerConfigBuilder::new(certificate).build().unwrap()).await;
-        let mut roots = RootCertStore::empty();
-        roots.add(CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap().certificates()[0].clone()).unwrap();
+        let roots = trusting(&bundle);
         let tickets = Arc::new(CountingTickets {
             cache: rustls::client::ClientSessionMemoryCache::new(16),
             received: std::sync::atomic::AtomicUsize::new(0),
@@ -323,14 +333,8 @@ mod tests {
     #[tokio::test]
     async fn a_client_resumes_its_session_until_the_client_ca_bundles_are_replaced() {
         let dir = tempfile::tempdir().unwrap();
-        let hour = Duration::from_secs(3600);
-        let ca = CertificateAuthority::generate("ca", hour).unwrap();
-        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        ca.issue_serving(&["localhost".to_owned()], hour).unwrap().write(&cert, &key).unwrap();
-        let certificate = Arc::new(ReloadingCertificate::load(cert, key).unwrap());
-        let bundle = CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap();
-        let mut roots = RootCertStore::empty();
-        roots.add(bundle.certificates()[0].clone()).unwrap();
+        let (certificate, bundle) = serving_certificate(&dir);
+        let roots = trusting(&bundle);
         // ring's own order (AES-256 first), as kube's clients, our exporters among them, offer it:
         // the server chooses AES-128, and the session's SHA-256 is what the ticket resumes.
         let client = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
