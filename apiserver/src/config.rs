@@ -132,13 +132,6 @@ pub struct Args {
     /// after a quiet spell goes out at once.
     #[arg(long, env = "NUMARESOURCES_APISERVER_WATCH_FLUSH_INTERVAL", default_value = crate::DEFAULT_WATCH_FLUSH_INTERVAL, value_parser = watch_flush_interval)]
     watch_flush_interval: Duration,
-    /// The runtime's worker threads, which serve every request and watch; large request bodies
-    /// are parsed off them, at most this many at a time. Not one per CPU of the node: a replica
-    /// of a 5,000-node fleet needs under half a core, and each worker with nothing to do costs
-    /// wake-ups and memory.
-    #[arg(long, env = "NUMARESOURCES_APISERVER_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS,
-          value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKER_THREADS)))]
-    worker_threads: u16,
     /// Request bodies above this many bytes are refused (413), and so are writes whose object
     /// would be larger, by patching for instance; it also caps what a JSON patch's copies add.
     #[arg(long, env = "NUMARESOURCES_APISERVER_MAX_REQUEST_BODY_BYTES", default_value_t = crate::DEFAULT_MAX_BODY_BYTES)]
@@ -227,11 +220,6 @@ pub struct Exporters {
 }
 
 impl Args {
-    /// `--worker-threads`: what the runtime serving this configuration should have.
-    pub fn worker_threads(&self) -> usize {
-        usize::from(self.worker_threads)
-    }
-
     /// The configuration, or every problem it has (files that cannot be read or parsed).
     pub fn config(&self) -> Result<Config, InvalidConfig> {
         let mut problems = Vec::new();
@@ -291,13 +279,6 @@ impl Args {
     }
 }
 
-/// The default of `--worker-threads`: two, so that a long request (the first Table of a large
-/// LIST, a cold start's full TLS handshakes) leaves a worker for the others, whatever the node's
-/// CPU count. One worker costs less still (BENCHMARKS.md, "Worker threads").
-pub const DEFAULT_WORKER_THREADS: u16 = 2;
-/// The most `--worker-threads`.
-pub const MAX_WORKER_THREADS: u16 = 64;
-
 /// The longest `--watch-flush-interval`: changes held longer would read as a stalled watch.
 const MAX_WATCH_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -338,18 +319,6 @@ mod tests {
             parse(&["--watch-flush-interval", "0s"]).config().unwrap().limits.watch_flush_interval,
             Duration::ZERO
         );
-    }
-
-    #[test]
-    fn worker_threads_are_two_unless_set_from_one_to_sixty_four() {
-        assert_eq!(parse(&[]).worker_threads(), 2);
-        assert_eq!(parse(&["--worker-threads", "1"]).worker_threads(), 1);
-        assert_eq!(parse(&["--worker-threads", "64"]).worker_threads(), 64);
-        let command = <Args as clap::Args>::augment_args(Command::new("apiserver"));
-        for refused in ["0", "65", "-1", "two"] {
-            let matches = command.clone().try_get_matches_from(["apiserver", "--worker-threads", refused]);
-            assert!(matches.is_err(), "--worker-threads {refused}");
-        }
     }
 
     fn parse(args: &[&str]) -> Args {

@@ -111,8 +111,41 @@ impl ConnectionFlags {
     }
 }
 
+/// The default of `--worker-threads`: two, so that one long request (the first Table of a large
+/// LIST, a burst of full TLS handshakes) leaves a worker for the others, whatever the node's CPU
+/// count (the Deployments set no CPU limit).
+pub const DEFAULT_WORKER_THREADS: u16 = 2;
+/// The most `--worker-threads`.
+pub const MAX_WORKER_THREADS: u16 = 64;
+
+/// The async runtime of a long-running component (`--worker-threads`), shared as
+/// [`ConnectionFlags`] is, with one environment variable for all (`NUMARESOURCES_WORKER_THREADS`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RuntimeFlags {
+    /// The runtime's worker threads, which serve every request, watch and reconcile. Not one per
+    /// CPU of the node: each worker with nothing to do costs wake-ups and memory (a replica of
+    /// the API server serving a 5,000-node fleet needs under half a core).
+    #[arg(long, env = "NUMARESOURCES_WORKER_THREADS", default_value_t = DEFAULT_WORKER_THREADS,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(MAX_WORKER_THREADS)))]
+    worker_threads: u16,
+}
+
+impl RuntimeFlags {
+    /// `--worker-threads`.
+    pub fn worker_threads(&self) -> usize {
+        usize::from(self.worker_threads)
+    }
+
+    /// A multi-threaded runtime with [`Self::worker_threads`] workers, I/O and timers enabled.
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(self.worker_threads()).enable_all().build()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use clap::{Args as _, FromArgMatches as _};
+
     use super::*;
 
     #[test]
@@ -122,5 +155,22 @@ mod tests {
         let tenth = GoDuration::from_nanos(100_000_000);
         assert_eq!(at_least("100ms", tenth), Ok(Duration::from_millis(100)));
         assert_eq!(at_least("99ms", tenth), Err("must be at least 100ms".to_owned()));
+    }
+
+    #[test]
+    fn worker_threads_are_two_unless_set_from_one_to_sixty_four() {
+        let command = || RuntimeFlags::augment_args(clap::Command::new("component")).mut_args(|arg| arg.env(None));
+        let parse = |args: &[&str]| {
+            let matches = command().try_get_matches_from(std::iter::once("component").chain(args.iter().copied()));
+            matches.and_then(|matches| RuntimeFlags::from_arg_matches(&matches)).map(|flags| flags.worker_threads())
+        };
+        assert_eq!(parse(&[]).unwrap(), 2);
+        assert_eq!(parse(&["--worker-threads", "1"]).unwrap(), 1);
+        assert_eq!(parse(&["--worker-threads", "64"]).unwrap(), 64);
+        for refused in ["0", "65", "-1", "two"] {
+            assert!(parse(&["--worker-threads", refused]).is_err(), "--worker-threads {refused}");
+        }
+        let runtime = defaults::<RuntimeFlags>().unwrap().runtime().unwrap();
+        assert_eq!(runtime.metrics().num_workers(), 2);
     }
 }

@@ -23,6 +23,9 @@ pub struct ApiserverArgs {
     /// Bounds of the HTTPS listener.
     #[command(flatten)]
     connections: numaresources_certs::flags::ConnectionFlags,
+    /// The runtime.
+    #[command(flatten)]
+    runtime: numaresources_certs::flags::RuntimeFlags,
     /// Replication across replicas.
     #[command(flatten)]
     replication: crate::apiserver_replication::ReplicationArgs,
@@ -33,11 +36,7 @@ const HAND_OVER_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs until SIGTERM or Ctrl-C.
 pub fn run(args: ApiserverArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.server.worker_threads())
-        .enable_all()
-        .build()?;
-    runtime.block_on(serve_api(args))
+    args.runtime.runtime()?.block_on(serve_api(args))
 }
 
 async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
@@ -101,9 +100,9 @@ mod tests {
         for arg in command.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
             let variable = long.to_uppercase().replace('-', "_");
-            let shared = numaresources_certs::flags::ConnectionFlags::augment_args(Command::new("c"))
-                .get_arguments()
-                .any(|a| a.get_long() == Some(long));
+            let shared_by = |flags: Command| flags.get_arguments().any(|a| a.get_long() == Some(long));
+            let shared = shared_by(numaresources_certs::flags::ConnectionFlags::augment_args(Command::new("c")))
+                || shared_by(numaresources_certs::flags::RuntimeFlags::augment_args(Command::new("r")));
             let expected = if shared {
                 format!("NUMARESOURCES_{variable}")
             } else {

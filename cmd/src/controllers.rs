@@ -58,13 +58,15 @@ pub struct ControllersArgs {
           value_parser = clap::builder::PossibleValuesParser::new(ApiserverDeployment::NAMES)
               .try_map(|value| value.parse::<ApiserverDeployment>()))]
     apiserver_deployment: ApiserverDeployment,
+    /// The runtime.
+    #[command(flatten)]
+    runtime: numaresources_certs::flags::RuntimeFlags,
 }
 
 /// Runs the controllers until SIGTERM.
 pub fn run(args: ControllersArgs) -> anyhow::Result<()> {
     let config = args.config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(run_async(args.kubeconfig, args.health_port, config))
+    args.runtime.runtime()?.block_on(run_async(args.kubeconfig, args.health_port, config))
 }
 
 impl ControllersArgs {

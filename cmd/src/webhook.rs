@@ -40,6 +40,9 @@ pub struct WebhookArgs {
     /// Bounds of the HTTPS listener.
     #[command(flatten)]
     connections: numaresources_certs::flags::ConnectionFlags,
+    /// The runtime.
+    #[command(flatten)]
+    runtime: numaresources_certs::flags::RuntimeFlags,
 }
 
 /// The environment variables and defaults of the serving-certificate flags.
@@ -59,8 +62,7 @@ impl TlsServingDefaults for ServingCertificate {
 /// Runs until SIGTERM or Ctrl-C.
 pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
     let config = args.config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(serve_webhook(args, config))
+    args.runtime.runtime()?.block_on(serve_webhook(args, config))
 }
 
 impl WebhookArgs {
