@@ -25,6 +25,8 @@
 mod proc_status;
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "../../bench-support/tcp.rs"]
+mod tcp;
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -350,14 +352,11 @@ async fn reconnect(address: SocketAddr, ca: &str, tokens: &[String], pid: u32) {
     );
     for kept_alive in [true, false] {
         let per_exporter = cycles / CONNECTIONS;
-        let (go, _) = tokio::sync::broadcast::channel::<()>(1);
-        let (ready, mut readies) = tokio::sync::mpsc::channel::<()>(CONNECTIONS);
-        let mut tasks = Vec::new();
+        let mut start = StartLine::new();
         for (i, token) in tokens.iter().enumerate() {
             let (token, path, patches, ca) =
                 (token.clone(), format!("{BASE}/{}", node(i)), patch_bodies(i), ca.to_owned());
-            let (mut go, ready) = (go.subscribe(), ready.clone());
-            tasks.push(tokio::spawn(async move {
+            start.spawn(async move |gate| {
                 let config = client_config(&ca, Protocol::Http1, None);
                 let open = async || {
                     let config = if resume { config.clone() } else { client_config(&ca, Protocol::Http1, None) };
@@ -373,8 +372,7 @@ async fn reconnect(address: SocketAddr, ca: &str, tokens: &[String], pid: u32) {
                 for n in 0..50 {
                     patch(&mut kept, n).await;
                 }
-                ready.send(()).await.unwrap();
-                go.recv().await.unwrap();
+                gate.pass().await;
                 for n in 0..per_exporter {
                     if kept_alive {
                         patch(&mut kept, n).await;
@@ -384,41 +382,86 @@ async fn reconnect(address: SocketAddr, ca: &str, tokens: &[String], pid: u32) {
                         drop(connection); // hyper closes it, as an idle pool does
                     }
                 }
-            }));
+            });
         }
-        for _ in 0..CONNECTIONS {
-            readies.recv().await.unwrap();
-        }
-        let (server_before, client_before, start) = (cpu_seconds(pid), cpu_seconds(std::process::id()), Instant::now());
-        let accepted_before = passive_opens();
-        go.send(()).unwrap();
-        for task in tasks {
-            task.await.unwrap();
-        }
-        let elapsed = start.elapsed();
-        let (server, client) = (cpu_seconds(pid) - server_before, cpu_seconds(std::process::id()) - client_before);
+        let run = start.run(pid).await;
         let total = (per_exporter * CONNECTIONS) as f64;
         println!(
             "merge patch {:<26}: {:.1} µs of server CPU per patch ({:.0} patches/s, {} connections accepted, server \
              {:.2} cores, client {:.2} cores over {:.1} s)",
             if kept_alive { "on kept-alive connections" } else { "on a connection each" },
-            server * 1e6 / total,
-            total / elapsed.as_secs_f64(),
-            passive_opens() - accepted_before,
-            server / elapsed.as_secs_f64(),
-            client / elapsed.as_secs_f64(),
-            elapsed.as_secs_f64(),
+            run.server * 1e6 / total,
+            total / run.seconds,
+            run.accepted,
+            run.server / run.seconds,
+            run.client / run.seconds,
+            run.seconds,
         );
     }
 }
 
-/// TCP connections accepted on this machine so far (`PassiveOpens` in `/proc/net/snmp`).
-fn passive_opens() -> u64 {
-    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap();
-    let mut tcp = snmp.lines().filter(|line| line.starts_with("Tcp:"));
-    let (names, values) = (tcp.next().unwrap(), tcp.next().unwrap());
-    let column = names.split_whitespace().position(|name| name == "PassiveOpens").unwrap();
-    values.split_whitespace().nth(column).unwrap().parse().unwrap()
+/// Exporter tasks that warm up, wait at the line, and run their measured part all at once.
+struct StartLine {
+    go: tokio::sync::broadcast::Sender<()>,
+    ready: tokio::sync::mpsc::Sender<()>,
+    readies: tokio::sync::mpsc::Receiver<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// A task's place at the [`StartLine`].
+struct Gate {
+    go: tokio::sync::broadcast::Receiver<()>,
+    ready: tokio::sync::mpsc::Sender<()>,
+}
+
+impl Gate {
+    /// Says this task is warmed up, and waits for the start.
+    async fn pass(mut self) {
+        self.ready.send(()).await.unwrap();
+        self.go.recv().await.unwrap();
+    }
+}
+
+/// What the measured part took: seconds, the server's and this process's CPU seconds, and the
+/// TCP connections the machine accepted.
+struct Run {
+    seconds: f64,
+    server: f64,
+    client: f64,
+    accepted: u64,
+}
+
+impl StartLine {
+    fn new() -> Self {
+        let (go, _) = tokio::sync::broadcast::channel(1);
+        let (ready, readies) = tokio::sync::mpsc::channel(CONNECTIONS);
+        Self { go, ready, readies, tasks: Vec::new() }
+    }
+
+    /// Spawns `task`, which calls [`Gate::pass`] once warmed up.
+    fn spawn<F: Future<Output = ()> + Send + 'static>(&mut self, task: impl FnOnce(Gate) -> F) {
+        let gate = Gate { go: self.go.subscribe(), ready: self.ready.clone() };
+        self.tasks.push(tokio::spawn(task(gate)));
+    }
+
+    /// Waits until every task is warmed up, starts them, and measures until they end.
+    async fn run(mut self, pid: u32) -> Run {
+        for _ in 0..self.tasks.len() {
+            self.readies.recv().await.unwrap();
+        }
+        let (server, client, accepted) = (cpu_seconds(pid), cpu_seconds(std::process::id()), tcp::tcp_accepted());
+        let start = Instant::now();
+        self.go.send(()).unwrap();
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        Run {
+            seconds: start.elapsed().as_secs_f64(),
+            server: cpu_seconds(pid) - server,
+            client: cpu_seconds(std::process::id()) - client,
+            accepted: tcp::tcp_accepted() - accepted,
+        }
+    }
 }
 
 async fn phase(
@@ -431,17 +474,13 @@ async fn phase(
     pid: u32,
 ) {
     let per_connection = requests / CONNECTIONS;
-    let mut tasks = Vec::new();
-    let (go, _) = tokio::sync::broadcast::channel::<()>(1);
-    let (ready, mut readies) = tokio::sync::mpsc::channel::<()>(CONNECTIONS);
+    let mut start = StartLine::new();
     for (i, token) in tokens.iter().enumerate() {
         let mut connection = connect(address, ca, protocol, None).await;
         let token = token.clone();
         let path = format!("{BASE}/{}", node(i));
         let patches = patch_bodies(i);
-        let mut go = go.subscribe();
-        let ready = ready.clone();
-        tasks.push(tokio::spawn(async move {
+        start.spawn(async move |gate| {
             let mut send = async |n: usize| {
                 let answer = match operation {
                     Operation::Patch => {
@@ -459,24 +498,13 @@ async fn phase(
             for n in 0..200 {
                 send(n).await; // warm-up: reviews cached, buffers grown
             }
-            ready.send(()).await.unwrap();
-            go.recv().await.unwrap();
+            gate.pass().await;
             for n in 0..per_connection {
                 send(n).await;
             }
-        }));
+        });
     }
-    for _ in 0..CONNECTIONS {
-        readies.recv().await.unwrap();
-    }
-    let (server_before, client_before, start) = (cpu_seconds(pid), cpu_seconds(std::process::id()), Instant::now());
-    go.send(()).unwrap();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let elapsed = start.elapsed();
-    let server = cpu_seconds(pid) - server_before;
-    let client = cpu_seconds(std::process::id()) - client_before;
+    let run = start.run(pid).await;
     let total = (per_connection * CONNECTIONS) as f64;
     let name = match operation {
         Operation::Patch => "merge patch",
@@ -489,10 +517,10 @@ async fn phase(
     println!(
         "{name:<11} {protocol:<8}: {:.1} µs of server CPU per request ({:.0} requests/s, server {:.2} cores, \
          client {:.2} cores over {:.1} s)",
-        server * 1e6 / total,
-        total / elapsed.as_secs_f64(),
-        server / elapsed.as_secs_f64(),
-        client / elapsed.as_secs_f64(),
-        elapsed.as_secs_f64(),
+        run.server * 1e6 / total,
+        total / run.seconds,
+        run.server / run.seconds,
+        run.client / run.seconds,
+        run.seconds,
     );
 }

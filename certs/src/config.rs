@@ -40,7 +40,7 @@ fn cipher_rank(suite: rustls::SupportedCipherSuite) -> u8 {
 }
 
 /// TLS 1.3 session tickets sent after each handshake, full or resumed (rustls sends 2).
-pub const SESSION_TICKETS_PER_HANDSHAKE: usize = 1;
+pub(crate) const SESSION_TICKETS_PER_HANDSHAKE: usize = 1;
 
 /// Builds a `ServerConfig`: TLS 1.2 and 1.3 only (narrowed by a [`TlsPolicy`]), ALPN `h2` then `http/1.1`, the certificate
 /// from a resolver (usually a [`crate::ReloadingCertificate`]), and optionally client
@@ -247,12 +247,17 @@ mod tests {
         roots
     }
 
+    /// A server of ours without client CA bundles (the webhook's), listening as [`listen`] does;
+    /// its address, and the trust store that verifies it.
+    async fn listening_without_client_cas(dir: &tempfile::TempDir) -> (SocketAddr, RootCertStore) {
+        let (certificate, bundle) = serving_certificate(dir);
+        (listen(ServerConfigBuilder::new(certificate).build().unwrap()).await, trusting(&bundle))
+    }
+
     #[tokio::test]
     async fn the_server_chooses_aes_128_gcm_sha256_whatever_the_client_prefers() {
         let dir = tempfile::tempdir().unwrap();
-        let (certificate, bundle) = serving_certificate(&dir);
-        let address = listen(ServerConfigBuilder::new(certificate).build().unwrap()).await;
-        let roots = trusting(&bundle);
+        let (address, roots) = listening_without_client_cas(&dir).await;
         // ring's own order, as a rustls client has it unless told otherwise: AES-256 first.
         let preferring_aes_256 = rustls::crypto::ring::default_provider();
         assert_eq!(preferring_aes_256.cipher_suites[0].suite(), rustls::CipherSuite::TLS13_AES_256_GCM_SHA384);
@@ -310,9 +315,7 @@ mod tests {
     #[tokio::test]
     async fn each_handshake_full_or_resumed_brings_one_session_ticket() {
         let dir = tempfile::tempdir().unwrap();
-        let (certificate, bundle) = serving_certificate(&dir);
-        let address = listen(ServerConfigBuilder::new(certificate).build().unwrap()).await;
-        let roots = trusting(&bundle);
+        let (address, roots) = listening_without_client_cas(&dir).await;
         let tickets = Arc::new(CountingTickets {
             cache: rustls::client::ClientSessionMemoryCache::new(16),
             received: std::sync::atomic::AtomicUsize::new(0),

@@ -69,7 +69,7 @@ mod time;
 
 pub use certificate::{ServingCertificate, Validity};
 pub use client_auth::{CaBundle, ClientCaVerifier};
-pub use config::{SESSION_TICKETS_PER_HANDSHAKE, ServerConfigBuilder};
+pub use config::ServerConfigBuilder;
 pub use error::Error;
 pub use generate::{
     CertificateAuthority, PemPair, SELF_SIGNED_MIN_REMAINING, SELF_SIGNED_VALIDITY, SelfSignedFiles,

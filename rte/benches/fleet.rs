@@ -60,6 +60,8 @@ use tokio::sync::Notify;
 
 #[path = "../../bench-support/proc_status.rs"]
 mod proc_status;
+#[path = "../../bench-support/tcp.rs"]
+mod tcp;
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 const FIXTURES: [&str; 3] = ["intel-2numa-24cpu", "amd64-1numa-nvidia", "amd64-offline-cpus"];
@@ -311,19 +313,6 @@ fn proc_cpu(path: &str) -> Duration {
     let fields: Vec<&str> = stat[stat.rfind(')').map_or(0, |i| i + 1)..].split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
     Duration::from_millis((ticks(11) + ticks(12)) * 1000 / TICKS_PER_SECOND)
-}
-
-/// TCP connections accepted on this machine so far (`PassiveOpens`, every process's).
-fn tcp_accepted() -> u64 {
-    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
-    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
-    let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else { return 0 };
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(name, _)| *name == "PassiveOpens")
-        .and_then(|(_, value)| value.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The whole machine's busy CPU time so far (every process: other work on the machine shows as
@@ -677,7 +666,7 @@ async fn run(options: Options) {
 
     tokio::time::sleep(options.settle()).await;
     let (cpu_before, own_before, busy_before, accepted_before, window_start) =
-        (server.cpu(), proc_cpu("/proc/self/stat"), machine_busy(), tcp_accepted(), Instant::now());
+        (server.cpu(), proc_cpu("/proc/self/stat"), machine_busy(), tcp::tcp_accepted(), Instant::now());
     let window_from = now_micros();
     *fleet.window.lock().unwrap() = Some((window_from, u64::MAX));
     let (changes_before, heartbeats_before) =
@@ -693,7 +682,7 @@ async fn run(options: Options) {
     let window = window_start.elapsed();
     let (cpu, own) = (server.cpu() - cpu_before, proc_cpu("/proc/self/stat") - own_before);
     let busy = machine_busy().saturating_sub(busy_before);
-    let accepted = tcp_accepted().saturating_sub(accepted_before);
+    let accepted = tcp::tcp_accepted().saturating_sub(accepted_before);
     *fleet.window.lock().unwrap() = Some((window_from, now_micros()));
     let changes = fleet.changes.load(Ordering::Relaxed) - changes_before;
     let heartbeats = fleet.heartbeats.load(Ordering::Relaxed) - heartbeats_before;

@@ -20,8 +20,8 @@ use http::Method;
 use numaresources_rte::agent::Agent;
 use numaresources_rte::direct::DirectServer;
 use numaresources_rte::direct::failover::{FailoverOptions, FailoverPublisher};
-use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
-use numaresources_rte::podresources::{PodResourcesClient, proto};
+use numaresources_rte::podresources::PodResourcesClient;
+use numaresources_rte::podresources::testing::RunningKubelet;
 use numaresources_rte::publish::Outcome;
 use numaresources_rte::trigger::Trigger;
 use numaresources_tests::replicas::{Cluster, NRT_PATH, request};
@@ -43,13 +43,7 @@ impl Node {
     fn new(ca: &Path) -> Self {
         let dir = tempfile::tempdir().unwrap();
         sysfs_fixture::unpack_intel_2numa_24cpu(dir.path());
-        let kubelet = FakeKubelet {
-            list: sysfs_fixture::pods_on_numa_node_0(0),
-            allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
-            hang: false,
-        }
-        .serve(&dir.path().join("pod-resources.sock"))
-        .unwrap();
+        let kubelet = sysfs_fixture::idle_kubelet(&dir.path().join("pod-resources.sock"));
         std::fs::copy(ca, dir.path().join("ca.crt")).unwrap();
         std::fs::write(dir.path().join("token"), TOKEN).unwrap();
         Self { dir, kubelet }

@@ -35,8 +35,8 @@ use numaresources_rte::config::Config;
 use numaresources_rte::direct::DirectServer;
 use numaresources_rte::direct::failover::{FailoverOptions, FailoverPublisher};
 use numaresources_rte::metrics::DirectPathMetrics;
-use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
-use numaresources_rte::podresources::{PodResourcesClient, proto};
+use numaresources_rte::podresources::PodResourcesClient;
+use numaresources_rte::podresources::testing::RunningKubelet;
 use numaresources_rte::publish::Outcome;
 use numaresources_rte::trigger::Trigger;
 use numaresources_tests::served::{Served, bounded, kube_client, serving_tls, test_ca, until};
@@ -167,13 +167,7 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let sys = sysfs_fixture::unpack_intel_2numa_24cpu(dir.path());
         let socket = dir.path().join("pod-resources.sock");
-        let kubelet = FakeKubelet {
-            list: sysfs_fixture::pods_on_numa_node_0(0),
-            allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
-            hang: false,
-        }
-        .serve(&socket)
-        .unwrap();
+        let kubelet = sysfs_fixture::idle_kubelet(&socket);
         let ca = test_ca();
         fs::create_dir_all(dir.path().join("nrt-server")).unwrap();
         fs::write(dir.path().join("nrt-server/ca.crt"), ca.cert_pem()).unwrap();

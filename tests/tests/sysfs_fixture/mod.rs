@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use numaresources_rte::config::Config;
+use numaresources_rte::podresources::testing::{FakeKubelet, RunningKubelet};
 use numaresources_rte::podresources::{Backoff, ClientConfig, PodResourcesClient, proto};
 
 /// Unpacks the tree under `dir/machine`; returns its `sys` directory.
@@ -47,4 +48,17 @@ pub fn pods_on_numa_node_0(n: usize) -> proto::ListPodResourcesResponse {
     let container = proto::ContainerResources { name: "app".into(), cpu_ids, ..Default::default() };
     let pod = proto::PodResources { name: "dpdk".into(), namespace: "telco".into(), containers: vec![container] };
     proto::ListPodResourcesResponse { pod_resources: vec![pod] }
+}
+
+/// A kubelet on `socket` for this machine: all 24 CPUs allocatable, none taken yet (change that
+/// with [`RunningKubelet::set_list`] and [`pods_on_numa_node_0`]).
+#[allow(dead_code)] // not every test binary that shares this module runs this kubelet
+pub fn idle_kubelet(socket: &Path) -> RunningKubelet {
+    FakeKubelet {
+        list: pods_on_numa_node_0(0),
+        allocatable: Some(proto::AllocatableResourcesResponse { cpu_ids: (0..24).collect(), ..Default::default() }),
+        hang: false,
+    }
+    .serve(socket)
+    .unwrap_or_else(|e| panic!("the kubelet on {}: {e}", socket.display()))
 }
