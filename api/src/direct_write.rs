@@ -13,6 +13,13 @@
 /// Absent: the exporter publishes through kube-apiserver.
 pub const NRT_SERVER_FLAG: &str = "--nrt-server";
 
+/// The exporter's flag naming the host name our server's certificate is checked against, when
+/// it differs from `--nrt-server`'s host (as kubeconfig's `tls-server-name`). The exporters
+/// write through [`WRITE_SERVICE`], whose name the serving certificate need not carry (OLM's
+/// and service-ca's certificates name only the Service they were issued for), so they check
+/// the certificate against the Service the APIService uses.
+pub const NRT_SERVER_TLS_NAME_FLAG: &str = "--nrt-server-tls-name";
+
 /// The exporter's flag naming the PEM bundle that verifies our server's certificate.
 pub const NRT_SERVER_CA_FILE_FLAG: &str = "--nrt-server-ca-file";
 
@@ -40,9 +47,22 @@ pub const EXTRA_NODE_NAME: &str = "authentication.kubernetes.io/node-name";
 pub const EXTRA_POD_NAME: &str = "authentication.kubernetes.io/pod-name";
 pub const EXTRA_POD_UID: &str = "authentication.kubernetes.io/pod-uid";
 
+/// The Service the exporters write through: the API server's pods like the Service the
+/// APIService uses, but with `publishNotReadyAddresses`, so that a replica that is not Ready
+/// yet still gets the writes that will make it Ready. A cold store (every replica restarted)
+/// is warm only once the exporters have written to it; through a Service that routes only to
+/// Ready pods they never could, and neither through kube-apiserver, whose APIService is
+/// unavailable meanwhile. Reads and the APIService keep the Ready-gated Service.
+pub const WRITE_SERVICE: &str = "numaresources-apiserver-writes";
+
 /// The base URL of our API server's Service, as the controllers render it.
 pub fn service_url(service: &str, namespace: &str) -> String {
-    format!("https://{service}.{namespace}.svc:443")
+    format!("https://{}:443", service_host(service, namespace))
+}
+
+/// The DNS name of a Service inside the cluster (what serving certificates name).
+pub fn service_host(service: &str, namespace: &str) -> String {
+    format!("{service}.{namespace}.svc")
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! that needs is kept per pod (a few short strings), so 5,000 exporters cost a few hundred KiB,
 //! not the megabytes their whole Pod objects would.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,6 +23,10 @@ pub struct ExporterPod {
     pub node: Option<String>,
     /// `status.phase` is Running and the pod is not being deleted.
     pub running: bool,
+    /// It mounts a projected token of our audience: it writes to us directly (through the
+    /// write Service, which reaches replicas that are not Ready), not only through
+    /// kube-apiserver (which cannot reach a replica until one is Ready).
+    pub writes_directly: bool,
 }
 
 impl ExporterPod {
@@ -34,9 +38,20 @@ impl ExporterPod {
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
             running,
+            writes_directly: mounts_our_token(pod),
         };
         Some((name, exporter))
     }
+}
+
+/// Whether `pod` mounts a projected ServiceAccount token of our audience, as the controllers
+/// render every exporter that writes to us directly.
+fn mounts_our_token(pod: &Pod) -> bool {
+    let volumes = pod.spec.iter().flat_map(|spec| spec.volumes.iter().flatten());
+    let sources = volumes.filter_map(|volume| volume.projected.as_ref()).flat_map(|p| p.sources.iter().flatten());
+    sources
+        .filter_map(|source| source.service_account_token.as_ref())
+        .any(|token| token.audience.as_deref() == Some(numaresources_api::direct_write::TOKEN_AUDIENCE))
 }
 
 /// What the cache knows about one pod name.
@@ -93,9 +108,14 @@ impl ExporterPods {
         }
     }
 
-    /// The nodes that run a Running exporter pod (`None` before the first list).
-    pub(crate) fn running_nodes(&self) -> Option<BTreeSet<String>> {
-        self.synced().then(|| read(&self.pods).values().filter(|p| p.running).filter_map(|p| p.node.clone()).collect())
+    /// The nodes that run a Running exporter pod, each with whether that exporter writes to us
+    /// directly (`None` before the first list).
+    pub(crate) fn running_nodes(&self) -> Option<BTreeMap<String, bool>> {
+        self.synced().then(|| {
+            let pods = read(&self.pods);
+            let running = pods.values().filter(|p| p.running);
+            running.filter_map(|p| Some((p.node.clone()?, p.writes_directly))).collect()
+        })
     }
 
     /// Watches the pods `selector` matches and applies every event, for ever (the watcher
@@ -176,7 +196,12 @@ mod tests {
         pods.apply(Event::InitDone);
         assert_eq!(
             pods.lookup("rte-a"),
-            Lookup::Found(ExporterPod { uid: "u-a".into(), node: Some("a".into()), running: true })
+            Lookup::Found(ExporterPod {
+                uid: "u-a".into(),
+                node: Some("a".into()),
+                running: true,
+                writes_directly: false
+            })
         );
     }
 
@@ -187,7 +212,7 @@ mod tests {
             pods.apply(event);
         }
         pods.apply(Event::Apply(pod("rte-b", "u-b", "b", "Pending")));
-        assert_eq!(pods.running_nodes(), Some(BTreeSet::from(["a".to_owned()])));
+        assert_eq!(pods.running_nodes(), Some(BTreeMap::from([("a".to_owned(), false)])));
         pods.apply(Event::Delete(pod("rte-a", "u-a", "a", "Running")));
         assert_eq!(pods.lookup("rte-a"), Lookup::Missing);
 
@@ -199,5 +224,25 @@ mod tests {
         pods.apply(Event::InitDone);
         assert_eq!(pods.lookup("rte-b"), Lookup::Missing);
         assert!(matches!(pods.lookup("rte-c"), Lookup::Found(_)));
+    }
+
+    #[test]
+    fn an_exporter_with_a_projected_token_of_our_audience_writes_directly() {
+        let mut direct = pod("rte-a", "u-a", "a", "Running");
+        let volume = |audience: &str| {
+            serde_json::from_value(serde_json::json!({"name": "nrt-server", "projected": {"sources": [
+                {"configMap": {"name": "ca"}},
+                {"serviceAccountToken": {"audience": audience, "path": "token"}},
+            ]}}))
+            .unwrap()
+        };
+        direct.spec.as_mut().unwrap().volumes = Some(vec![volume(numaresources_api::direct_write::TOKEN_AUDIENCE)]);
+        let mut other = pod("rte-b", "u-b", "b", "Running");
+        other.spec.as_mut().unwrap().volumes = Some(vec![volume("vault")]);
+        let pods = ExporterPods::new("numaresources");
+        for event in [Event::Init, Event::InitApply(direct), Event::InitApply(other), Event::InitDone] {
+            pods.apply(event);
+        }
+        assert_eq!(pods.running_nodes(), Some(BTreeMap::from([("a".to_owned(), true), ("b".to_owned(), false)])));
     }
 }

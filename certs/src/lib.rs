@@ -58,6 +58,7 @@ mod generate;
 mod invalid;
 mod kube_client;
 pub mod leader;
+pub mod own_client;
 mod pem;
 mod policy;
 mod random;

@@ -74,12 +74,12 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         // A leader hands the Lease over while both listeners still serve (followers forward to
         // it and stream from it until then).
         stop_election.fire();
-        if let Some(election) = election
-            && tokio::time::timeout(HAND_OVER_GRACE, election).await.is_err()
-        {
-            tracing::warn!(grace = ?HAND_OVER_GRACE, "the Lease hand-over did not finish in time");
+        if let Some(election) = election {
+            if tokio::time::timeout(HAND_OVER_GRACE, election).await.is_err() {
+                tracing::warn!(grace = ?HAND_OVER_GRACE, "the Lease hand-over did not finish in time");
+            }
+            tracing::info!("the election has ended; ending watches and replication streams");
         }
-        tracing::info!("the election has ended; ending watches and replication streams");
         stopping.cancel();
     };
     let result = serve_with(listener, tls, router, shutdown, args.connections.serve_options()).await;

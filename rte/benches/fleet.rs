@@ -56,7 +56,6 @@ use numaresources_rte::direct::bearer::BearerFile;
 use numaresources_rte::direct::client::{DIRECT_IDLE_CONNECTION_TIMEOUT, direct_client_with_idle_timeout};
 use numaresources_rte::publish::{KubePublisher, Publisher};
 use serde::Deserialize;
-use tokio::sync::Notify;
 
 #[path = "../../bench-support/proc_status.rs"]
 mod proc_status;
@@ -423,11 +422,12 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
         url: fleet.url.clone(),
         ca_file: fleet.dir.join("ca.crt"),
         token_file: fleet.dir.join(format!("tokens/{i}")),
+        tls_server_name: None,
     };
     let bearer = Arc::new(BearerFile::new(server.token_file.clone()));
     let idle_timeout = (!options.keep_idle_connections).then_some(options.idle_timeout);
     let client = direct_client_with_idle_timeout(&server, bearer, idle_timeout).unwrap();
-    let lost = Arc::new(Notify::new());
+    let lost = own_object::Lost::new();
     let watch = options.agent_watches.then(|| tokio::spawn(own_object::watch(client.clone(), name(i), lost.clone())));
     // As `FailoverPublisher` builds it for the direct path.
     let publisher = KubePublisher::new(client, false).patch_first();
@@ -468,7 +468,7 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
                 fleet.heartbeats.fetch_add(1, Ordering::Relaxed);
                 publish(&current).await;
             }
-            () = lost.notified() => {
+            _seen_at = lost.reported() => {
                 publish(&current).await;
             }
         }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_certs::admin::{Checks, Registry};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::agent::notify_file::NotifyFileError;
 use crate::agent::{Agent, DryRun, ScanError, own_object};
@@ -186,8 +186,8 @@ impl Exporter {
         }
 
         let options = Options { conditions, terminal, metrics: metrics.clone(), published };
-        // Notified when the API server no longer holds what was published.
-        let lost = Arc::new(Notify::new());
+        // Reported when the API server no longer holds what was published.
+        let lost = own_object::Lost::new();
         let (oneshot, node, owned) = (config.flags.oneshot, config.node_name.clone(), config.flags.add_nrt_owner);
         let result = match (client.filter(|_| !config.flags.no_publish), config.nrt_server.clone()) {
             (Some(client), Some(server)) => {
@@ -242,7 +242,7 @@ async fn drive<S: PodResourcesSource + Sync, P: Publisher + Sync>(
     config: Config,
     source: Option<S>,
     publisher: P,
-    lost: Option<Arc<Notify>>,
+    lost: Option<Arc<own_object::Lost>>,
     options: Options,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {

@@ -85,6 +85,18 @@ pub enum PublishError {
         "node {0:?} not found: cannot set it as the owner of its NodeResourceTopology (or run with --add-nrt-owner=false)"
     )]
     NodeNotFound(String),
+    /// Neither path takes the publish now: our API server directly failed, and the path
+    /// through kube-apiserver failed recently and is not tried again yet (a cold start of our
+    /// server: kube-apiserver cannot reach it either until a replica is Ready).
+    #[error(
+        "cannot publish to the NRT API server directly ({direct}), nor for now through kube-apiserver ({fallback})"
+    )]
+    NoPath {
+        /// Why the direct path failed.
+        direct: String,
+        /// Why kube-apiserver's path last failed.
+        fallback: String,
+    },
     /// Another failure status.
     #[error("{verb} {what} failed: {code} {reason}: {message}")]
     Api {

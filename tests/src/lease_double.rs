@@ -65,6 +65,8 @@ struct Leases {
     unavailable: bool,
     /// The nodes that run a Running exporter pod.
     exporter_nodes: Vec<String>,
+    /// Whether those exporters write to our server directly.
+    exporters_write_directly: bool,
 }
 
 type Shared = Arc<Mutex<Leases>>;
@@ -119,9 +121,20 @@ impl LeaseDouble {
         lease.spec?.holder_identity.filter(|holder| !holder.is_empty())
     }
 
-    /// Serves one Running exporter pod on each of `nodes` from now on.
+    /// Serves one Running exporter pod on each of `nodes` from now on, as a stock exporter
+    /// (publishing through kube-apiserver only).
     pub fn set_exporter_pods(&self, nodes: Vec<String>) {
-        lock(&self.leases).exporter_nodes = nodes;
+        let mut leases = lock(&self.leases);
+        leases.exporter_nodes = nodes;
+        leases.exporters_write_directly = false;
+    }
+
+    /// [`LeaseDouble::set_exporter_pods`], each pod as the controllers render an exporter that
+    /// writes to our server directly (a projected token of its audience).
+    pub fn set_direct_exporter_pods(&self, nodes: Vec<String>) {
+        let mut leases = lock(&self.leases);
+        leases.exporter_nodes = nodes;
+        leases.exporters_write_directly = true;
     }
 
     /// Issues `token` to the exporter pod on `node` (the one [`LeaseDouble::set_exporter_pods`]
@@ -217,10 +230,19 @@ async fn pods(
         .iter()
         .map(|node| {
             let (name, uid) = exporter_pod(node);
+            // An exporter that writes to our server directly carries a projected token of its
+            // audience, as the controllers render it.
+            let volumes = if leases.exporters_write_directly {
+                json!([{"name": "nrt-server", "projected": {"sources": [{"serviceAccountToken": {
+                    "path": "token", "expirationSeconds": 3600,
+                    "audience": numaresources_api::direct_write::TOKEN_AUDIENCE}}]}}])
+            } else {
+                json!([])
+            };
             json!({
                 "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": "1",
                              "labels": {"app.kubernetes.io/component": "rte", "app.kubernetes.io/part-of": "numaresources"}},
-                "spec": {"nodeName": node, "containers": []},
+                "spec": {"nodeName": node, "containers": [], "volumes": volumes},
                 "status": {"phase": "Running"},
             })
         })

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 pub mod lease_double;
 pub mod replicas;
 pub mod served;
+pub mod service;
 
 /// The workspace root.
 pub fn workspace_root() -> &'static Path {

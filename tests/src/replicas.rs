@@ -414,6 +414,15 @@ impl Cluster {
         (cluster, leader)
     }
 
+    /// Every replica as a Service's endpoint (their ports stay the same across restarts).
+    pub async fn backends(&self) -> Vec<crate::service::Backend> {
+        let mut backends = Vec::new();
+        for (index, replica) in self.replicas.iter().enumerate() {
+            backends.push(crate::service::Backend { port: replica.secure_port, probe: self.client(index).await });
+        }
+        backends
+    }
+
     /// A client for replica `index`.
     pub async fn client(&self, index: usize) -> kube::Client {
         self.files.client(&self.replicas[index].url()).await

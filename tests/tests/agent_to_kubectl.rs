@@ -506,7 +506,7 @@ async fn an_object_the_server_lost_is_published_again_within_seconds() {
     let kubelet = ws.serve_kubelet(pods_before());
     // No timer and no heartbeat: only the watch of its own object can make the agent publish
     // again after the first time.
-    let lost = Arc::new(tokio::sync::Notify::new());
+    let lost = numaresources_rte::agent::own_object::Lost::new();
     let agent = agent_for(&ws, |_| {}).await.with_republish(lost.clone());
     let watch = tokio::spawn(numaresources_rte::agent::own_object::watch(ws.client().await, NODE.to_owned(), lost));
     let running = RunningAgent::run(agent);

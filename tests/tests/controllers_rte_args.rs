@@ -78,11 +78,14 @@ fn every_rendered_configuration_parses_as_the_agent_expects() {
 
 #[test]
 fn the_direct_write_flags_parse_and_name_the_files_the_daemonset_mounts() {
-    use numaresources_api::direct_write::{CA_FILE_NAME, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, service_url};
+    use numaresources_api::direct_write::{
+        CA_FILE_NAME, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, WRITE_SERVICE, service_host, service_url,
+    };
     use numaresources_controllers::render::rte::DirectWrite;
 
     let direct = DirectWrite {
-        url: service_url("numaresources-apiserver", "numaresources"),
+        url: service_url(WRITE_SERVICE, "numaresources"),
+        tls_server_name: service_host("numaresources-apiserver", "numaresources"),
         ca_config_map: "numaresources-apiserver-ca".into(),
         ca_key: "ca.crt".into(),
     };
@@ -90,7 +93,8 @@ fn the_direct_write_flags_parse_and_name_the_files_the_daemonset_mounts() {
     let argv = std::iter::once("numaresources".to_owned()).chain(rendered).chain(direct.args());
     let Command::Rte(parsed) = Cli::try_parse_from(argv).unwrap().command;
     let server = parsed.direct.resolve().unwrap().unwrap();
-    assert_eq!(server.url.to_string(), "https://numaresources-apiserver.numaresources.svc:443/");
+    assert_eq!(server.url.to_string(), "https://numaresources-apiserver-writes.numaresources.svc:443/");
+    assert_eq!(server.tls_server_name.as_deref(), Some("numaresources-apiserver.numaresources.svc"));
     let mount = std::path::Path::new(TOKEN_MOUNT_DIR);
     assert_eq!((server.ca_file, server.token_file), (mount.join(CA_FILE_NAME), mount.join(TOKEN_FILE_NAME)));
 }

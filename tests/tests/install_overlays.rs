@@ -566,7 +566,11 @@ fn the_namespace_admits_the_exporters_and_openshift_grants_them_an_scc() {
         openshift_selinux: true,
         // With our API server (the default): the projected token and CA volume too.
         direct_write: Some(rte::DirectWrite {
-            url: numaresources_api::direct_write::service_url("numaresources-apiserver", NAMESPACE),
+            url: numaresources_api::direct_write::service_url(
+                numaresources_api::direct_write::WRITE_SERVICE,
+                NAMESPACE,
+            ),
+            tls_server_name: numaresources_api::direct_write::service_host("numaresources-apiserver", NAMESPACE),
             ca_config_map: "numaresources-apiserver-ca".into(),
             ca_key: "service-ca.crt".into(),
         }),

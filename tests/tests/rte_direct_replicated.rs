@@ -19,7 +19,7 @@ use std::time::Duration;
 use http::Method;
 use numaresources_rte::agent::Agent;
 use numaresources_rte::direct::DirectServer;
-use numaresources_rte::direct::failover::{FailoverOptions, FailoverPublisher};
+use numaresources_rte::direct::failover::FailoverPublisher;
 use numaresources_rte::podresources::PodResourcesClient;
 use numaresources_rte::podresources::testing::RunningKubelet;
 use numaresources_rte::publish::Outcome;
@@ -51,19 +51,33 @@ impl Node {
 
     /// The agent writing to our server at `url`; its kube-apiserver is a port nobody listens on.
     async fn agent(&self, url: &str) -> Agent<PodResourcesClient, FailoverPublisher> {
+        self.agent_for(NODE, TOKEN, url, None).await
+    }
+
+    /// The agent of `node` presenting `token`, writing to our server at `url`, through the
+    /// retries and back-offs the exporter uses; its kube-apiserver is a port nobody listens on.
+    async fn agent_for(
+        &self,
+        node: &str,
+        token: &str,
+        url: &str,
+        heartbeat: Option<Duration>,
+    ) -> Agent<PodResourcesClient, FailoverPublisher> {
         let path = self.dir.path();
+        let token_file = path.join(format!("token-{node}"));
+        std::fs::write(&token_file, token).unwrap();
         let direct =
-            DirectServer { url: url.parse().unwrap(), ca_file: path.join("ca.crt"), token_file: path.join("token") };
+            DirectServer { url: url.parse().unwrap(), ca_file: path.join("ca.crt"), token_file, tls_server_name: None };
         let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
         let ca_pem = std::fs::read_to_string(path.join("ca.crt")).unwrap();
         let kube = kube_client(&format!("https://{closed}"), &ca_pem, "kube-apiserver-token").await;
-        let options = FailoverOptions {
-            retry_initial: Duration::from_millis(20),
-            retry_max: Duration::from_millis(100),
-            ..FailoverOptions::default()
-        };
-        let publisher = FailoverPublisher::with_options(direct, NODE, kube, false, options);
-        let config = sysfs_fixture::agent_config(NODE, &path.join("machine/sys"));
+        let publisher = FailoverPublisher::new(direct, node, kube, false);
+        let mut config = sysfs_fixture::agent_config(node, &path.join("machine/sys"));
+        if heartbeat.is_some() {
+            // The heartbeat is looked at by the periodic scans.
+            config.sleep_interval = Some(Duration::from_secs(1));
+            config.heartbeat = heartbeat;
+        }
         Agent::new(config, sysfs_fixture::kubelet_client(&path.join("pod-resources.sock")), publisher)
     }
 
@@ -141,4 +155,98 @@ async fn the_agent_publishes_through_a_follower_and_keeps_its_object_across_a_de
     node.allocate(6);
     assert_eq!(publish(&mut agent, "the publish after the leader's loss").await, Outcome::Patched);
     assert_eq!(available_cpus(&object_on(&cluster, next).await, "node-0"), free - 6);
+}
+
+/// How many objects a LIST through `reader` returns; None when it fails.
+async fn listed(reader: &kube::Client) -> Option<usize> {
+    let answer = request(reader, Method::GET, NRT_PATH, None).await.ok()?;
+    (answer.status == 200).then(|| answer.body["items"].as_array().map_or(0, Vec::len))
+}
+
+/// Waits until a LIST through `reader` returns `expected` objects.
+async fn all_listed(reader: &kube::Client, what: &str, cluster: &Cluster, expected: usize) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while listed(reader).await != Some(expected) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not every object within {PATIENCE:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The exporters' cold start, routed as a cluster routes it: a Service for reads that reaches
+/// only Ready replicas, and the write Service (not-ready addresses published) the exporters
+/// write through. Every replica is killed and started again while three real agents run; the
+/// objects must come back without anyone's help, and no reader may ever get a list that lacks
+/// them (an informer that lists an empty store drops every node's topology; a 503 keeps it).
+///
+/// The agents heartbeat every few seconds here (the default is a minute): after a cold start
+/// the objects come back with each exporter's next publish, which the heartbeat bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cold_start_of_every_replica_comes_back_from_the_exporters_and_never_serves_a_list_without_them() {
+    use numaresources_tests::replicas::ReplicaOptions;
+    use numaresources_tests::service::{Publish, Service};
+
+    const NODES: [&str; 3] = ["worker-0", "worker-1", "worker-2"];
+    let mut cluster = Cluster::start(2, ReplicaOptions { delegated: true, ..ReplicaOptions::default() }).await;
+    // As the Deployment runs them: the warm-up bound is longer than the exporters' heartbeat.
+    cluster.options.store_warmup = "90s".to_owned();
+    cluster.double.set_direct_exporter_pods(NODES.iter().map(|node| (*node).to_owned()).collect());
+    for index in 0..2 {
+        cluster.respawn(index);
+    }
+    let reads = Service::start(cluster.backends().await, Publish::Ready).await;
+    let writes = Service::start(cluster.backends().await, Publish::NotReadyToo).await;
+
+    let node = Node::new(&cluster.files.ca);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut agents = Vec::new();
+    for name in NODES {
+        let token = format!("projected-token-of-the-exporter-on-{name}");
+        cluster.double.issue_exporter_token(&token, name);
+        let agent = node.agent_for(name, &token, &writes.url(), Some(Duration::from_secs(3))).await;
+        let mut stopped = stopped.clone();
+        agents.push(tokio::spawn(agent.run(async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        })));
+    }
+
+    let reader = numaresources_tests::replicas::ClusterFiles::client(&cluster.files, &reads.url()).await;
+    all_listed(&reader, "the first publishes", &cluster, NODES.len()).await;
+
+    // A reader polling through the read Service all along, as an informer's relists would.
+    let polling = tokio::spawn({
+        let reader = reader.clone();
+        let stopped = stopped.clone();
+        async move {
+            let mut short = Vec::new();
+            while !*stopped.borrow() {
+                if let Some(count) = listed(&reader).await.filter(|count| *count < NODES.len()) {
+                    short.push(count);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            short
+        }
+    });
+
+    for replica in &mut cluster.replicas {
+        replica.kill();
+    }
+    assert!(writes.endpoints().len() <= 2);
+    let restarted = std::time::Instant::now();
+    for index in 0..2 {
+        cluster.respawn(index);
+    }
+    all_listed(&reader, "after the cold start", &cluster, NODES.len()).await;
+    eprintln!("every object back through the read Service {:?} after the replicas restarted", restarted.elapsed());
+
+    stop.send_replace(true);
+    let short = polling.await.unwrap();
+    assert!(short.is_empty(), "lists without every object were served: {short:?}\n{}", cluster.logs());
+    for agent in agents {
+        agent.await.unwrap().unwrap();
+    }
 }

@@ -41,7 +41,7 @@ use numaresources_rte::publish::Outcome;
 use numaresources_rte::trigger::Trigger;
 use numaresources_tests::served::{Served, bounded, kube_client, serving_tls, test_ca, until};
 use serde_json::json;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 const NODE: &str = "worker-0";
 /// What the agent's in-cluster credential presents to kube-apiserver.
@@ -192,6 +192,7 @@ impl Node {
             url: url.parse().unwrap(),
             ca_file: self.dir.path().join("nrt-server/ca.crt"),
             token_file: self.token_file(),
+            tls_server_name: None,
         }
     }
 
@@ -305,7 +306,7 @@ async fn a_replica_answering_503_is_bypassed_through_kube_apiserver_until_it_ans
     ours.log.set_unavailable(true);
     let (mut agent, path, metrics) = node.agent_and_path(&ours.url(), &kube).await;
     let watched = path.clone();
-    let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), Arc::new(Notify::new())));
+    let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), own_object::Lost::new()));
 
     assert_eq!(refresh(&mut agent, "the publish while our server answers 503").await, Outcome::Created);
     assert!(ours.log.all().iter().any(|s| s.status == 503), "{:?}", ours.log.all());
@@ -402,7 +403,7 @@ async fn on_the_direct_path_no_own_object_watch_is_held_and_the_next_publish_cre
     let (store, kube, ours) = listeners(&node).await;
     let (mut agent, path, _) = node.agent_and_path(&ours.url(), &kube).await;
     assert!(path_is_direct(&path), "no client for an own-object watch while publishing directly");
-    let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), Arc::new(Notify::new())));
+    let watching = tokio::spawn(own_object::follow(path, NODE.to_owned(), own_object::Lost::new()));
     assert_eq!(refresh(&mut agent, "the first publish").await, Outcome::Created);
     // Time for a watch to list, had one started.
     tokio::time::sleep(Duration::from_millis(300)).await;

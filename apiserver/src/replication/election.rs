@@ -137,21 +137,51 @@ impl Replication {
             self.in_sync_gone.store(false, Ordering::Release);
             return;
         }
+        // Whether some named follower might still be alive, unheard.
+        let mut unheard = false;
         for identity in &in_sync {
             let Some(address) = peer_address_of(identity) else { continue };
-            if self.peer_status(&address).await.is_ok_and(|status| status.identity == *identity) {
-                *gone_since = None;
-                self.in_sync_gone.store(false, Ordering::Release);
-                return;
+            if address == self.advertise {
+                continue; // An earlier process of this replica: this one listens there now.
+            }
+            match self.peer_status(&address).await {
+                Ok(status) if status.identity == *identity => {
+                    *gone_since = None;
+                    self.in_sync_gone.store(false, Ordering::Release);
+                    return;
+                }
+                // Its address answers as another process: the one the Lease names is gone.
+                Ok(_) => {}
+                Err(_) => unheard = true,
             }
         }
         let since = *gone_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= duration && !self.in_sync_gone.swap(true, Ordering::AcqRel) {
+        if (!unheard || since.elapsed() >= duration) && !self.in_sync_gone.swap(true, Ordering::AcqRel) {
             tracing::info!(
                 ?in_sync,
-                "no follower the Lease names has answered for a lease duration; the Lease is anyone's"
+                "no follower the Lease names is there any more (gone, or silent for a lease duration); \
+                 the Lease is anyone's"
             );
         }
+    }
+
+    /// True when the process the Lease names as its holder is certainly gone: its peer address
+    /// is this replica's own (an earlier process of this replica, restarted on the same
+    /// address), or answers as another process. A holder that does not answer at all may only
+    /// be cut off from us, and is waited out as usual. Asked only while this replica is not
+    /// following a leader it has caught up with.
+    async fn holder_gone(&self, lease: Option<&Lease>) -> bool {
+        let Some(holder) = lease.and_then(|l| l.spec.as_ref()).and_then(|s| s.holder_identity.as_deref()) else {
+            return false;
+        };
+        if holder.is_empty() || holder == self.identity || self.following.caught_up.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(address) = annotation(lease, PEER_ADDRESS_ANNOTATION) else { return false };
+        if *address == self.advertise {
+            return true;
+        }
+        self.peer_status(address).await.is_ok_and(|status| status.identity != holder)
     }
 
     /// Follows the live leader until this replica holds the Lease.
@@ -167,7 +197,12 @@ impl Replication {
         loop {
             match lease.read().await {
                 Ok(current) => {
-                    let expiry = lease.observe(current.as_ref());
+                    let mut expiry = lease.observe(current.as_ref());
+                    if !expiry.expired && self.holder_gone(current.as_ref()).await {
+                        // Nobody renews it: waiting out the lease duration would only delay the
+                        // election.
+                        expiry.expired = true;
+                    }
                     if let Some(revision) =
                         annotation(current.as_ref(), REVISION_ANNOTATION).and_then(|r| r.parse().ok())
                     {
@@ -252,14 +287,23 @@ impl Replication {
 /// re-reads the Lease (the leader may be gone).
 async fn follow_loop(replication: Arc<Replication>, address: String, wake: Arc<Notify>) {
     let mut backoff = RECONNECT_BACKOFF;
+    // A leader that is gone fails every redial until the election ends: said once at info,
+    // the redials at debug.
+    let mut said = false;
     loop {
         let started = Instant::now();
         if let Err(error) = replication.follow(&address).await {
-            tracing::info!(%error, leader = %address, "following the leader stopped");
+            if said {
+                tracing::debug!(%error, leader = %address, "still cannot follow the leader");
+            } else {
+                tracing::info!(%error, leader = %address, "following the leader stopped; redialling");
+                said = true;
+            }
         }
         wake.notify_one();
         if started.elapsed() > Duration::from_secs(10) {
             backoff = RECONNECT_BACKOFF;
+            said = false;
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));

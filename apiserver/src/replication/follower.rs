@@ -21,6 +21,8 @@ use super::peer::{
     Ack, Bookmark, COMMITTED_ANNOTATION, OBJECTS_ANNOTATION, PeerStatus, SNAPSHOT, StreamEvent, WARM_ANNOTATION,
     WARM_REVISION_ANNOTATION, event_type,
 };
+use numaresources_certs::own_client::{Connections, own_server_client};
+
 use super::{PeerClient, Replication, STREAM_SILENCE};
 
 /// How long a peer request other than the stream may take (status, acknowledgement, the exact
@@ -34,6 +36,8 @@ const SNAPSHOT_OBJECTS_LIMIT: usize = 1_000_000;
 pub(super) enum FollowError {
     #[error("talking to the leader: {0}")]
     Client(#[from] kube::Error),
+    #[error("building the peer client: {0}")]
+    PeerClient(#[from] numaresources_certs::own_client::OwnClientError),
     #[error("the leader's address: {0}")]
     Address(#[from] http::uri::InvalidUri),
     #[error("building a request: {0}")]
@@ -94,15 +98,14 @@ impl Replication {
         }
         let uri: http::Uri = address.parse()?;
         let mut config = kube::Config::new(uri);
-        config.root_cert_file = Some(self.tls.ca_file.clone());
         config.auth_info.client_certificate = Some(self.tls.cert_file.display().to_string());
         config.auth_info.client_key = Some(self.tls.key_file.display().to_string());
         config.tls_server_name = Some(self.tls.server_name.clone());
-        // The stream is long-lived (its silence is watched instead); every other peer request
-        // has its own timeout.
-        config.read_timeout = None;
-        config.connect_timeout = Some(PEER_REQUEST_TIMEOUT);
-        let client = kube::Client::try_from(config)?;
+        // Trusting the peer CA alone (never the system's roots), logging nothing per request:
+        // the election logs a lost leader once. No read timeout: the stream is long-lived (its
+        // silence is watched instead), and every other peer request has its own timeout.
+        let connections = Connections { connect_timeout: PEER_REQUEST_TIMEOUT, idle_timeout: None, max_idle: 1 };
+        let client = own_server_client(config, &self.tls.ca_file, connections, |request| request)?;
         *cached = Some(PeerClient { address: address.to_owned(), modified, client: client.clone() });
         Ok(client)
     }

@@ -14,10 +14,14 @@
 //!
 //! Under OLM the Service in front of the API server is OLM's, named after the Deployment
 //! ([`OLM_SERVICE_SUFFIX`]), and so is the certificate it serves.
+//!
+//! The exporters write through the write Service (`numaresources_api::direct_write::WRITE_SERVICE`),
+//! applied here in every mode, which reaches replicas that are not Ready: after a cold start of
+//! every replica, the exporters' writes are what make them Ready.
 
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
-use numaresources_api::direct_write::service_url;
+use numaresources_api::direct_write::{WRITE_SERVICE, service_host, service_url};
 
 use super::nrt_api::ApiState;
 use crate::apply::{Applier, get_opt};
@@ -25,7 +29,7 @@ use crate::certificates;
 use crate::context::{Context, Result};
 use crate::mode::CertificateMode;
 use crate::names::{APISERVER, APISERVER_CA_CONFIG_MAP, APISERVICE};
-use crate::render::rte::{DirectWrite, ca_config_map};
+use crate::render::rte::{DirectWrite, ca_config_map, write_service};
 
 /// OLM names the Service of an `apiservicedefinitions` entry `<deployment>-service`.
 pub const OLM_SERVICE_SUFFIX: &str = "-service";
@@ -66,8 +70,13 @@ pub async fn prepare(ctx: &Context, applier: &Applier, state: &ApiState) -> Resu
             }
         }
     }
+    // The exporters write through a Service that reaches replicas before they are Ready (a
+    // cold store becomes Ready only once they have written), checking the certificate against
+    // the Service the APIService uses, which every certificate mode's certificate names.
+    applier.namespaced(write_service(namespace)?).await?;
     Ok(Some(DirectWrite {
-        url: service_url(&api_server_service(mode), namespace),
+        url: service_url(WRITE_SERVICE, namespace),
+        tls_server_name: service_host(&api_server_service(mode), namespace),
         ca_config_map: APISERVER_CA_CONFIG_MAP.to_owned(),
         ca_key: key.to_owned(),
     }))

@@ -6,8 +6,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret, Volume};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use numaresources_api::direct_write::{
-    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_TOKEN_FILE_FLAG, TOKEN_AUDIENCE,
-    TOKEN_EXPIRATION_SECONDS, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, service_url,
+    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_SERVER_TLS_NAME_FLAG, NRT_TOKEN_FILE_FLAG,
+    TOKEN_AUDIENCE, TOKEN_EXPIRATION_SECONDS, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, WRITE_SERVICE, service_host,
+    service_url,
 };
 use serde_json::json;
 
@@ -34,7 +35,7 @@ fn exporter(h: &Harness) -> PodSpec {
 
 fn direct_args(pod: &PodSpec) -> Vec<String> {
     let args = pod.containers[0].args.clone().unwrap();
-    let flags = [NRT_SERVER_FLAG, NRT_SERVER_CA_FILE_FLAG, NRT_TOKEN_FILE_FLAG];
+    let flags = [NRT_SERVER_FLAG, NRT_SERVER_TLS_NAME_FLAG, NRT_SERVER_CA_FILE_FLAG, NRT_TOKEN_FILE_FLAG];
     args.into_iter().filter(|a| flags.iter().any(|flag| a.starts_with(&format!("{flag}=")))).collect()
 }
 
@@ -45,15 +46,17 @@ fn direct_volume(pod: &PodSpec) -> Option<Volume> {
 /// The whole direct path in one exporter pod, its CA read from `key` of the CA ConfigMap.
 fn assert_direct_path(pod: &PodSpec, key: &str) {
     assert_direct_path_to(pod, "numaresources-apiserver", key);
-    assert_eq!(direct_args(pod)[0], "--nrt-server=https://numaresources-apiserver.numaresources.svc:443");
+    assert_eq!(direct_args(pod)[0], "--nrt-server=https://numaresources-apiserver-writes.numaresources.svc:443");
+    assert_eq!(direct_args(pod)[1], "--nrt-server-tls-name=numaresources-apiserver.numaresources.svc");
 }
 
-/// [`assert_direct_path`] through the Service `service`.
+/// [`assert_direct_path`], the certificate checked against the Service `service`'s name.
 fn assert_direct_path_to(pod: &PodSpec, service: &str, key: &str) {
     assert_eq!(
         direct_args(pod),
         [
-            format!("{NRT_SERVER_FLAG}={}", service_url(service, NS)),
+            format!("{NRT_SERVER_FLAG}={}", service_url(WRITE_SERVICE, NS)),
+            format!("{NRT_SERVER_TLS_NAME_FLAG}={}", service_host(service, NS)),
             format!("{NRT_SERVER_CA_FILE_FLAG}={TOKEN_MOUNT_DIR}/{CA_FILE_NAME}"),
             format!("{NRT_TOKEN_FILE_FLAG}={TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"),
         ]

@@ -62,6 +62,8 @@ pub async fn remove_api_server(nro: &NUMAResourcesOperator, ctx: &Context) -> Re
     // The exporters' direct write path goes with the server (their DaemonSets lose it this pass).
     let ca = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     take(delete_if_ours(&ca, crate::names::APISERVER_CA_CONFIG_MAP, &uid).await?);
+    let services = Api::<Service>::namespaced(client.clone(), namespace);
+    take(delete_if_ours(&services, numaresources_api::direct_write::WRITE_SERVICE, &uid).await?);
     let policy = crate::render::network_policy::apiserver(namespace)?;
     take(delete_if_ours(&Api::<NetworkPolicy>::namespaced(client.clone(), namespace), &policy.name_any(), &uid).await?);
     for binding in &objects.cluster_role_bindings {

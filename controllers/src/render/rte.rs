@@ -33,8 +33,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use numaresources_api::direct_write::{
-    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_TOKEN_FILE_FLAG, TOKEN_AUDIENCE,
-    TOKEN_EXPIRATION_SECONDS, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR,
+    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_SERVER_TLS_NAME_FLAG, NRT_TOKEN_FILE_FLAG,
+    TOKEN_AUDIENCE, TOKEN_EXPIRATION_SECONDS, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, WRITE_SERVICE,
 };
 pub use numaresources_api::exporter::CONFIG_DIR;
 use numaresources_api::exporter::{METRICS_CERTS_DIR, METRICS_PORT};
@@ -83,8 +83,10 @@ pub const NRT_SERVER_VOLUME: &str = "nrt-server";
 /// The direct write path, rendered while our API server serves the NRT API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectWrite {
-    /// Our API server's Service, as a base URL.
+    /// The write Service ([`WRITE_SERVICE`]), as a base URL.
     pub url: String,
+    /// The host name the serving certificate names: the Service the APIService uses.
+    pub tls_server_name: String,
     /// The ConfigMap holding the CA bundle that verifies the server's certificate.
     pub ca_config_map: String,
     /// The key of the bundle in it (the certificate mode's injector decides).
@@ -93,9 +95,10 @@ pub struct DirectWrite {
 
 impl DirectWrite {
     /// The exporter's flags.
-    pub fn args(&self) -> [String; 3] {
+    pub fn args(&self) -> [String; 4] {
         [
             format!("{NRT_SERVER_FLAG}={}", self.url),
+            format!("{NRT_SERVER_TLS_NAME_FLAG}={}", self.tls_server_name),
             format!("{NRT_SERVER_CA_FILE_FLAG}={TOKEN_MOUNT_DIR}/{CA_FILE_NAME}"),
             format!("{NRT_TOKEN_FILE_FLAG}={TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"),
         ]
@@ -143,6 +146,25 @@ pub fn ca_config_map(
         config_map["data"] = json!({key: bundle});
     }
     typed("API server CA ConfigMap", config_map)
+}
+
+/// The Service the exporters write through ([`WRITE_SERVICE`]): the API server's pods, Ready
+/// or not (`publishNotReadyAddresses`), on the same port as the Service the APIService uses.
+pub fn write_service(namespace: &str) -> Result<Service, RenderError> {
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {
+            "name": WRITE_SERVICE, "namespace": namespace,
+            "labels": names::labels(names::APISERVER, names::COMPONENT_APISERVER),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "publishNotReadyAddresses": true,
+            "selector": names::selector_labels(names::APISERVER, names::COMPONENT_APISERVER),
+            "ports": [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": "https"}],
+        },
+    });
+    typed("the exporters' write Service", service)
 }
 
 /// What every exporter DaemonSet shares.

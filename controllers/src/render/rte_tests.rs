@@ -333,16 +333,18 @@ fn the_direct_write_path_is_rendered_only_when_asked_for() {
 
     let mut s = settings();
     s.direct_write = Some(DirectWrite {
-        url: "https://numaresources-apiserver.numaresources.svc:443".into(),
+        url: "https://numaresources-apiserver-writes.numaresources.svc:443".into(),
+        tls_server_name: "numaresources-apiserver.numaresources.svc".into(),
         ca_config_map: "numaresources-apiserver-ca".into(),
         ca_key: "ca.crt".into(),
     });
     let ds = daemon_set(&s, &pool(NodeGroupConfig::default()), "h").unwrap();
     let args = exporter_args(&ds);
     assert_eq!(
-        args[args.len() - 3..],
+        args[args.len() - 4..],
         [
-            "--nrt-server=https://numaresources-apiserver.numaresources.svc:443",
+            "--nrt-server=https://numaresources-apiserver-writes.numaresources.svc:443",
+            "--nrt-server-tls-name=numaresources-apiserver.numaresources.svc",
             "--nrt-server-ca-file=/var/run/secrets/numaresources/nrt-server/ca.crt",
             "--nrt-token-file=/var/run/secrets/numaresources/nrt-server/token",
         ]
@@ -356,4 +358,17 @@ fn the_direct_write_path_is_rendered_only_when_asked_for() {
     );
     let ca = sources[1].config_map.clone().unwrap();
     assert_eq!(ca.optional, Some(true), "an exporter never waits for the bundle");
+}
+
+#[test]
+fn the_write_service_reaches_the_api_servers_pods_ready_or_not_on_the_https_port() {
+    let service = write_service("numaresources").unwrap();
+    assert_eq!(service.metadata.name.as_deref(), Some("numaresources-apiserver-writes"));
+    let spec = service.spec.unwrap();
+    assert_eq!(spec.publish_not_ready_addresses, Some(true));
+    // The same pods and port as the Service the APIService uses (manifests/apiserver/service.yaml).
+    let installed: Service = serde_norway::from_str(include_str!("../../../manifests/apiserver/service.yaml")).unwrap();
+    let installed = installed.spec.unwrap();
+    assert_eq!(spec.selector, installed.selector);
+    assert_eq!(spec.ports, installed.ports);
 }

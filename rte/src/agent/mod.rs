@@ -151,8 +151,8 @@ pub struct Agent<S, P> {
     last: Option<Published>,
     conditions: Option<PodConditions>,
     terminal: Option<TerminalPods>,
-    /// Notified when the API server is found not to hold this node's object any more.
-    republish: Option<Arc<Notify>>,
+    /// Reported when the API server is found not to hold this node's object any more.
+    republish: Option<Arc<own_object::Lost>>,
     last_wakeup: Instant,
     /// Set while a sysfs discovery runs on the blocking pool, so a stalled one is never joined
     /// by another (threads do not pile up behind a hung read).
@@ -402,8 +402,9 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
         }
     }
 
-    /// Publishes again at once whenever `lost` is notified (the API server lost the object).
-    pub fn with_republish(mut self, lost: Arc<Notify>) -> Self {
+    /// Publishes again at once whenever `lost` is reported (the API server lost the object)
+    /// and nothing was published since that was seen.
+    pub fn with_republish(mut self, lost: Arc<own_object::Lost>) -> Self {
         self.republish = Some(lost);
         self
     }
@@ -448,7 +449,7 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
                             Ok(_) => (failures, retry) = (0, None),
                             Err(error) => {
                                 failures = failures.saturating_add(1);
-                                let delay = retry_delay(failures);
+                                let delay = retry_delay(failures, &self.config.node_name);
                                 retry = Some(Instant::now() + delay);
                                 tracing::error!(%error, trigger = trigger.as_str(), node = %self.config.node_name, retry_in = ?delay, "refresh failed");
                             }
@@ -472,10 +473,15 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
                     // The scan publishes only if the object changed.
                     limiter.offer(Trigger::Periodic);
                 }
-                () = notified(self.republish.as_deref()) => {
-                    // What was published is gone: the next scan publishes whatever it finds.
-                    self.last = None;
-                    limiter.offer(Trigger::Periodic);
+                seen_at = reported(self.republish.as_deref()) => {
+                    if !lost_since(self.last.as_ref(), seen_at) {
+                        tracing::debug!("the object was found missing before the last publish; not a loss");
+                    } else {
+                        tracing::info!(node = %self.config.node_name, "the API server does not hold this node's topology; publishing again");
+                        // What was published is gone: the next scan publishes whatever it finds.
+                        self.last = None;
+                        limiter.offer(Trigger::Periodic);
+                    }
                 }
                 () = sleep_until(retry) => {
                     retry = None;
@@ -488,16 +494,35 @@ impl<S: PodResourcesSource + Sync, P: Publisher + Sync> Agent<S, P> {
     }
 }
 
-/// How long to wait before retrying after `failures` failed refreshes in a row: 1 s, doubling,
-/// at most 30 s.
-pub(crate) fn retry_delay(failures: u32) -> Duration {
-    let exponent = failures.saturating_sub(1).min(5);
-    Duration::from_secs(1 << exponent).min(Duration::from_secs(30))
+/// How many failed refreshes in a row are retried within seconds ([`retry_delay`]): about two
+/// minutes' worth, longer than a cold start of the API server takes (its replicas restart and
+/// elect a leader, and the exporters' writes are what make them Ready).
+pub(crate) const FAST_RETRIES: u32 = 60;
+
+/// How long to wait before retrying after `failures` failed refreshes in a row: 1 s, then 2 s
+/// while [`FAST_RETRIES`] last, then doubling to at most 30 s; each stretched by up to a
+/// quarter, fixed by `node` and the count, so a fleet that failed together does not retry in
+/// step.
+pub(crate) fn retry_delay(failures: u32, node: &str) -> Duration {
+    let base = match failures {
+        0 | 1 => Duration::from_secs(1),
+        n if n <= FAST_RETRIES => Duration::from_secs(2),
+        n => Duration::from_secs(2 << (n - FAST_RETRIES).min(4)).min(Duration::from_secs(30)),
+    };
+    let hash = xxhash_rust::xxh64::xxh64(node.as_bytes(), u64::from(failures));
+    // The top 16 bits as a fraction of ¼.
+    base.mul_f64(1.0 + (hash >> 48) as f64 / f64::from(1u32 << 18))
 }
 
-async fn notified(notify: Option<&Notify>) {
-    match notify {
-        Some(notify) => notify.notified().await,
+/// Whether an object found missing in a view from `seen_at` is lost: nothing was published
+/// since that view began (a publish that started after it may have created the object).
+fn lost_since(last: Option<&Published>, seen_at: Instant) -> bool {
+    last.is_none_or(|last| last.at < seen_at)
+}
+
+async fn reported(lost: Option<&own_object::Lost>) -> Instant {
+    match lost {
+        Some(lost) => lost.reported().await,
         None => std::future::pending().await,
     }
 }
@@ -545,8 +570,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retries_back_off_from_one_second_to_thirty() {
-        let delays: Vec<u64> = [1, 2, 3, 5, 6, 7, 100, u32::MAX].map(|n| retry_delay(n).as_secs()).to_vec();
-        assert_eq!(delays, [1, 2, 4, 16, 30, 30, 30, 30]);
+    fn a_view_older_than_the_last_publish_is_no_loss() {
+        let t0 = Instant::now();
+        let published = |at| Published { topology: NodeResourceTopology::new("n"), at };
+        assert!(lost_since(None, t0), "nothing published: publish");
+        // The first publish started after the list that did not find the object: no loss (the
+        // race that made every start publish twice).
+        assert!(!lost_since(Some(&published(t0 + Duration::from_millis(5))), t0));
+        assert!(!lost_since(Some(&published(t0)), t0));
+        // A deletion seen after the last publish is one.
+        assert!(lost_since(Some(&published(t0)), t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn retries_come_within_seconds_for_two_minutes_then_back_off_to_thirty() {
+        let bases = [(1, 1), (2, 2), (3, 2), (FAST_RETRIES, 2), (FAST_RETRIES + 1, 4), (FAST_RETRIES + 2, 8)];
+        let bases = bases.into_iter().chain([(FAST_RETRIES + 3, 16), (FAST_RETRIES + 4, 30), (u32::MAX, 30)]);
+        for (failures, base) in bases {
+            for node in ["worker-0", "worker-1", "a-much-longer-node-name.example.com"] {
+                let delay = retry_delay(failures, node);
+                let base = Duration::from_secs(base);
+                assert!(delay >= base && delay < base.mul_f64(1.25), "{node} {failures}: {delay:?}");
+            }
+        }
+        let spread: std::collections::BTreeSet<Duration> =
+            (0..50).map(|n| retry_delay(2, &format!("worker-{n}"))).collect();
+        assert!(spread.len() > 40, "nodes retry at different times: {spread:?}");
     }
 }

@@ -17,13 +17,46 @@
 //! stock writers do. A cold store (every replica gone) answers reads with 503 until the
 //! exporters have written, so a watch could not notice it anyway: the writes are what fill it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use numaresources_api::nrt::NodeResourceTopology;
 use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+/// Tells the agent that the API server does not hold its object, and from when that view is:
+/// the start of the list that did not find it, or when the deletion was seen. The agent
+/// publishes again only if it has not published since; a list that raced with its first
+/// publish (started before the create, answered after) is no loss. That race made every start
+/// publish twice.
+#[derive(Debug, Default)]
+pub struct Lost {
+    notify: Notify,
+    /// The earliest view reported and not yet taken.
+    seen_at: Mutex<Option<Instant>>,
+}
+
+impl Lost {
+    /// Nothing reported yet.
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// The object was found missing in a view from `seen_at`.
+    pub fn report(&self, seen_at: Instant) {
+        let mut seen = self.seen_at.lock().unwrap_or_else(PoisonError::into_inner);
+        *seen = Some(seen.map_or(seen_at, |earlier| earlier.min(seen_at)));
+        self.notify.notify_one();
+    }
+
+    /// Waits for a report; the view's instant.
+    pub async fn reported(&self) -> Instant {
+        self.notify.notified().await;
+        self.seen_at.lock().unwrap_or_else(PoisonError::into_inner).take().unwrap_or_else(Instant::now)
+    }
+}
 
 /// What the watch of the own object concludes from one event, given whether the current list
 /// has shown the object so far.
@@ -70,19 +103,25 @@ pub(crate) fn watch_timeout(node: &str) -> u32 {
     low + offset
 }
 
-/// Watches `node`'s object until the task is dropped; notifies `lost` each time it is found
+/// Watches `node`'s object until the task is dropped; reports to `lost` each time it is found
 /// missing.
-pub async fn watch(client: kube::Client, node: String, lost: Arc<Notify>) {
+pub async fn watch(client: kube::Client, node: String, lost: Arc<Lost>) {
     let api: kube::Api<NodeResourceTopology> = kube::Api::all(client);
     let config = watcher::Config::default().fields(&format!("metadata.name={node}")).timeout(watch_timeout(&node));
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     let mut listed = false;
+    // When the list under way started: what it did not find may have been created since.
+    let mut list_started = Instant::now();
     while let Some(event) = events.next().await {
         match event {
             Ok(event) => {
+                if matches!(event, Event::Init) {
+                    list_started = Instant::now();
+                }
                 if observe(&event, &mut listed) == Seen::Lost {
-                    tracing::info!(%node, "the API server does not hold this node's topology; publishing again");
-                    lost.notify_one();
+                    let seen_at = if matches!(event, Event::InitDone) { list_started } else { Instant::now() };
+                    tracing::debug!(%node, "the API server does not hold this node's topology");
+                    lost.report(seen_at);
                 }
             }
             Err(error) => tracing::debug!(%error, "watching this node's topology failed; retrying"),
@@ -93,7 +132,7 @@ pub async fn watch(client: kube::Client, node: String, lost: Arc<Notify>) {
 /// Watches `node`'s object through the client `clients` holds while it holds one (the agent
 /// publishes through kube-apiserver), not while it holds none (the agent publishes directly),
 /// following each change until the task is dropped.
-pub async fn follow(mut clients: watch::Receiver<Option<kube::Client>>, node: String, lost: Arc<Notify>) {
+pub async fn follow(mut clients: watch::Receiver<Option<kube::Client>>, node: String, lost: Arc<Lost>) {
     loop {
         let client = clients.borrow_and_update().clone();
         let Some(client) = client else {

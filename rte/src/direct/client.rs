@@ -4,20 +4,14 @@
 //! kube-apiserver instead of retrying a replica that is not ready), and no connection kept open
 //! between publishes ([`DIRECT_IDLE_CONNECTION_TIMEOUT`]).
 
-use std::fs;
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::Request;
 use http::header::AUTHORIZATION;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use kube::client::{Body, ClientBuilder, ConfigExt as _};
-use numaresources_certs::CaBundle;
-use tower::ServiceBuilder;
-use tower::util::MapRequestLayer;
+use kube::client::Body;
+use numaresources_certs::own_client::{Connections, own_server_client};
+pub use numaresources_certs::own_client::{MAX_CA_BUNDLE_BYTES, OwnClientError as ClientError};
 
 use super::DirectServer;
 use super::bearer::BearerFile;
@@ -47,54 +41,6 @@ pub const DIRECT_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_millis(250);
 /// at a time, so a second idle connection is never needed.
 pub(crate) const DIRECT_MAX_IDLE_CONNECTIONS: usize = 1;
 
-/// The largest CA bundle read (a bundle of a few certificates is a few KiB; the controllers'
-/// rotation keeps two).
-pub(crate) const MAX_CA_BUNDLE_BYTES: u64 = 1024 * 1024;
-
-/// Why the client for our server could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The CA bundle cannot be read.
-    #[error("cannot read the CA bundle {path}: {source}")]
-    ReadCa {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The CA bundle holds no usable certificate, or is too large.
-    #[error("the CA bundle {path} is not usable: {reason}")]
-    BadCa {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// kube could not build the client (TLS configuration).
-    #[error("cannot build the client for {url}: {source}")]
-    Kube {
-        /// The server.
-        url: http::Uri,
-        /// Why.
-        #[source]
-        source: Box<kube::Error>,
-    },
-}
-
-/// Reads the CA bundle's certificates (DER), bounded by [`MAX_CA_BUNDLE_BYTES`].
-fn read_ca(path: &Path) -> Result<Vec<Vec<u8>>, ClientError> {
-    let read = |source| ClientError::ReadCa { path: path.to_owned(), source };
-    let mut pem = Vec::new();
-    fs::File::open(path).map_err(read)?.take(MAX_CA_BUNDLE_BYTES + 1).read_to_end(&mut pem).map_err(read)?;
-    let bad = |reason: String| ClientError::BadCa { path: path.to_owned(), reason };
-    if pem.len() as u64 > MAX_CA_BUNDLE_BYTES {
-        return Err(bad(format!("larger than {MAX_CA_BUNDLE_BYTES} bytes")));
-    }
-    let bundle = CaBundle::from_pem(&pem).map_err(|e| bad(e.to_string()))?;
-    Ok(bundle.certificates().iter().map(|c| c.to_vec()).collect())
-}
-
 /// A client for `server` presenting the token `bearer` reads, closing its connections after
 /// [`DIRECT_IDLE_CONNECTION_TIMEOUT`] idle.
 pub fn direct_client(server: &DirectServer, bearer: Arc<BearerFile>) -> Result<kube::Client, ClientError> {
@@ -108,62 +54,18 @@ pub fn direct_client_with_idle_timeout(
     bearer: Arc<BearerFile>,
     idle_timeout: Option<Duration>,
 ) -> Result<kube::Client, ClientError> {
-    let roots = read_ca(&server.ca_file)?;
     let mut config = kube::Config::new(server.url.clone());
-    config.root_cert = Some(roots);
-    // kube re-reads this file while running and verifies with what it holds.
-    config.root_cert_file = Some(server.ca_file.clone());
-    let kube = |source| ClientError::Kube { url: server.url.clone(), source: Box::new(source) };
-
-    // kube's own client stack minus what the direct path does not use (retries, kubeconfig
-    // credentials, gzip, per-request tracing), with a pool of our own: kube builds its pool
-    // without a timer, and without one hyper never closes an idle connection (it only notices
-    // an expired one when it would reuse it).
-    let mut connector = HttpConnector::new();
-    connector.enforce_http(false);
-    connector.set_connect_timeout(Some(DIRECT_CONNECT_TIMEOUT));
-    // A reconnect's request follows the client's handshake Finished at once: with Nagle it
-    // waits for the server's delayed ACK (40 ms) unless the server happens to send something
-    // first (its session tickets).
-    connector.set_nodelay(true);
-    let connector = config.rustls_https_connector_with_connector(connector).map_err(kube)?;
-    let mut pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
-    if let Some(idle_timeout) = idle_timeout {
-        pool.pool_timer(TokioTimer::new())
-            .pool_idle_timeout(idle_timeout)
-            .pool_max_idle_per_host(DIRECT_MAX_IDLE_CONNECTIONS);
-    }
-    let http = pool.build::<_, Body>(connector);
-
-    let bearer = MapRequestLayer::new(move |mut request: Request<Body>| {
+    config.tls_server_name = server.tls_server_name.clone();
+    let connections =
+        Connections { connect_timeout: DIRECT_CONNECT_TIMEOUT, idle_timeout, max_idle: DIRECT_MAX_IDLE_CONNECTIONS };
+    own_server_client(config, &server.ca_file, connections, move |mut request: Request<Body>| {
         if let Some(header) = bearer.header() {
             request.headers_mut().insert(AUTHORIZATION, header);
         }
         request
-    });
-    let service = ServiceBuilder::new().layer(config.base_uri_layer()).layer(bearer).service(http);
-    Ok(ClientBuilder::new(service, config.default_namespace).build())
+    })
 }
 
 #[cfg(test)]
 #[path = "client_tests.rs"]
 mod connection_tests;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_missing_or_empty_ca_bundle_is_reported_with_its_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("missing.crt");
-        assert!(matches!(read_ca(&missing), Err(ClientError::ReadCa { path, .. }) if path == missing));
-        let empty = dir.path().join("empty.crt");
-        fs::write(&empty, "no certificate here\n").unwrap();
-        let error = read_ca(&empty).unwrap_err();
-        assert!(matches!(&error, ClientError::BadCa { path, .. } if *path == empty), "{error}");
-        let huge = dir.path().join("huge.crt");
-        fs::write(&huge, vec![b'#'; MAX_CA_BUNDLE_BYTES as usize + 1]).unwrap();
-        assert!(read_ca(&huge).unwrap_err().to_string().contains("larger than"));
-    }
-}

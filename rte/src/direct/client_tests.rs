@@ -46,8 +46,8 @@ impl TestServer {
         let ca = CertificateAuthority::generate("direct-client-test-ca", day).unwrap();
         let [cert, key, ca_file, token_file] = ["tls.crt", "tls.key", "ca.crt", "token"].map(|f| dir.path().join(f));
         ca.issue_serving(&["127.0.0.1".to_owned()], day).unwrap().write(&cert, &key).unwrap();
-        fs::write(&ca_file, ca.cert_pem()).unwrap();
-        fs::write(&token_file, TOKEN).unwrap();
+        std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+        std::fs::write(&token_file, TOKEN).unwrap();
         let client_cas = ClientCaVerifier::new(&[CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap()]).unwrap();
         let tls = ServerConfigBuilder::new(Arc::new(ReloadingCertificate::load(cert, key).unwrap()))
             .client_cas(Arc::new(client_cas))
@@ -69,7 +69,7 @@ impl TestServer {
                 });
             }
         });
-        Self { direct: DirectServer { url, ca_file, token_file }, seen, _dir: dir }
+        Self { direct: DirectServer { url, ca_file, token_file, tls_server_name: None }, seen, _dir: dir }
     }
 
     async fn next(&mut self) -> Seen {

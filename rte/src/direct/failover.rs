@@ -131,6 +131,13 @@ pub(crate) fn falls_back(error: &PublishError) -> bool {
 
 struct State {
     route: Route,
+    /// The path through kube-apiserver: while it fails too, our server is tried at every
+    /// publish (the agent retries within seconds), and kube-apiserver only as often as
+    /// [`FailoverOptions::delay`] says, so a fleet waiting for a cold API server does not
+    /// hammer kube-apiserver with publishes it cannot deliver.
+    fallback: Route,
+    /// Why the path through kube-apiserver last failed.
+    fallback_error: String,
     /// Built on first use and kept (it follows its CA file and token file by itself); not
     /// built while the CA bundle cannot be read.
     direct: Option<(KubePublisher, kube::Client)>,
@@ -187,7 +194,12 @@ impl FailoverPublisher {
             add_owner,
             options,
             kube,
-            state: Mutex::new(State { route: Route::default(), direct: None }),
+            state: Mutex::new(State {
+                route: Route::default(),
+                fallback: Route::default(),
+                fallback_error: String::new(),
+                direct: None,
+            }),
             watched,
             metrics: DirectPathMetrics::default(),
         };
@@ -222,10 +234,11 @@ impl FailoverPublisher {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The direct publisher when a publish now should try it (building its client if needed).
+    /// The direct publisher when a publish now should try it (building its client if needed):
+    /// when its retry is due, or whenever kube-apiserver's path is failing too.
     fn direct_if_due(&self) -> Option<(KubePublisher, kube::Client)> {
         let mut state = self.lock();
-        if !state.route.direct_due(Instant::now()) {
+        if !state.route.direct_due(Instant::now()) && state.fallback.is_direct() {
             return None;
         }
         if state.direct.is_none() {
@@ -273,6 +286,7 @@ impl FailoverPublisher {
     }
 
     async fn publish_inner(&self, desired: NodeResourceTopology) -> Result<Outcome, PublishError> {
+        let mut direct_failure = None;
         if let Some((direct, _)) = self.direct_if_due() {
             let timeout = self.options.publish_timeout;
             let reason = match tokio::time::timeout(timeout, direct.publish(desired.clone())).await {
@@ -289,9 +303,32 @@ impl FailoverPublisher {
                 Err(_) => format!("no answer within {timeout:?}"),
             };
             self.failed(&mut self.lock(), &reason);
+            direct_failure = Some(reason);
+        }
+        {
+            let state = self.lock();
+            if !state.fallback.direct_due(Instant::now()) {
+                return Err(PublishError::NoPath {
+                    direct: direct_failure.unwrap_or_else(|| "not tried".to_owned()),
+                    fallback: state.fallback_error.clone(),
+                });
+            }
         }
         self.metrics.fell_back();
-        self.fallback.publish(desired).await
+        let published = self.fallback.publish(desired).await;
+        let mut state = self.lock();
+        match &published {
+            Err(error) if falls_back(error) => {
+                let delay = self.options.delay(state.fallback.failures().saturating_add(1), &self.node);
+                state.fallback.failed(Instant::now(), delay);
+                state.fallback_error = error.to_string();
+                tracing::debug!(%error, retry_in = ?delay, "publishing through kube-apiserver failed too");
+            }
+            _ => {
+                state.fallback.worked();
+            }
+        }
+        published
     }
 }
 

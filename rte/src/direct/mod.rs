@@ -24,7 +24,8 @@ pub mod failover;
 use std::path::{Path, PathBuf};
 
 use numaresources_api::direct_write::{
-    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_TOKEN_FILE_FLAG, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR,
+    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_SERVER_TLS_NAME_FLAG, NRT_TOKEN_FILE_FLAG,
+    TOKEN_FILE_NAME, TOKEN_MOUNT_DIR,
 };
 
 pub use failover::{FailoverPublisher, Route, Switch};
@@ -48,6 +49,12 @@ pub struct DirectArgs {
     #[arg(long = flag_name(NRT_SERVER_CA_FILE_FLAG), env = "NUMARESOURCES_NRT_SERVER_CA_FILE", value_name = "FILE")]
     pub nrt_server_ca_file: Option<PathBuf>,
 
+    /// The host name `--nrt-server`'s certificate is checked against, when not the URL's own
+    /// (the controllers point the exporters at the write Service, whose certificate is the
+    /// API server's) [default: the URL's host].
+    #[arg(long = flag_name(NRT_SERVER_TLS_NAME_FLAG), env = "NUMARESOURCES_NRT_SERVER_TLS_NAME", value_name = "HOST")]
+    pub nrt_server_tls_name: Option<String>,
+
     /// The projected ServiceAccount token presented to `--nrt-server` (re-read when it changes:
     /// the kubelet rotates it) [default: /var/run/secrets/numaresources/nrt-server/token].
     #[arg(long = flag_name(NRT_TOKEN_FILE_FLAG), env = "NUMARESOURCES_NRT_TOKEN_FILE", value_name = "FILE")]
@@ -68,6 +75,8 @@ pub struct DirectServer {
     pub ca_file: PathBuf,
     /// The bearer token file.
     pub token_file: PathBuf,
+    /// The name its certificate is checked against, when not the URL's host.
+    pub tls_server_name: Option<String>,
 }
 
 impl DirectArgs {
@@ -82,6 +91,12 @@ impl DirectArgs {
             url,
             ca_file: self.nrt_server_ca_file.clone().unwrap_or_else(|| mount.join(CA_FILE_NAME)),
             token_file: self.nrt_token_file.clone().unwrap_or_else(|| mount.join(TOKEN_FILE_NAME)),
+            tls_server_name: self
+                .nrt_server_tls_name
+                .as_deref()
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned),
         }))
     }
 
@@ -93,6 +108,7 @@ impl DirectArgs {
         [
             (NRT_SERVER_CA_FILE_FLAG, self.nrt_server_ca_file.is_some()),
             (NRT_TOKEN_FILE_FLAG, self.nrt_token_file.is_some()),
+            (NRT_SERVER_TLS_NAME_FLAG, self.nrt_server_tls_name.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
