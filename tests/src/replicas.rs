@@ -82,6 +82,11 @@ pub fn rss_kib(pid: &str) -> Option<u64> {
 #[path = "../../bench-support/proc_status.rs"]
 mod proc_status;
 
+/// Where the replicas' system trust store points (`SSL_CERT_FILE`, `SSL_CERT_DIR`): an empty
+/// file and an empty directory, as in an image without CA certificates.
+const EMPTY_TRUST_STORE_FILE: &str = "empty-trust-store.pem";
+const EMPTY_TRUST_STORE_DIR: &str = "empty-trust-store";
+
 /// The files every replica of one cluster reads.
 #[derive(Debug, Clone)]
 pub struct ClusterFiles {
@@ -115,6 +120,8 @@ impl ClusterFiles {
         };
         let write = |path: &Path, text: &str| std::fs::write(path, text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         write(&files.ca, ca.cert_pem());
+        write(&dir.join(EMPTY_TRUST_STORE_FILE), "");
+        std::fs::create_dir_all(dir.join(EMPTY_TRUST_STORE_DIR)).unwrap_or_else(|e| panic!("trust store dir: {e}"));
         let serving = ca.issue_serving(&names, day).unwrap_or_else(|e| panic!("serving pair: {e}"));
         serving.write(&files.serving_cert, &files.serving_key).unwrap_or_else(|e| panic!("serving pair: {e}"));
         let peer = ca.issue_peer(&names, day).unwrap_or_else(|e| panic!("peer pair: {e}"));
@@ -246,6 +253,10 @@ impl Replica {
             // memory by a different amount, which the memory figures compare).
             .env("MALLOC_ARENA_MAX", "2")
             .env("NO_COLOR", "1")
+            // As our image has it: no system trust store. Whatever the replicas connect to (the
+            // leader's peer port) they must trust through the CA files they are given.
+            .env("SSL_CERT_FILE", files.dir.join(EMPTY_TRUST_STORE_FILE))
+            .env("SSL_CERT_DIR", files.dir.join(EMPTY_TRUST_STORE_DIR))
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if !options.delegated {
