@@ -10,6 +10,11 @@
 //! not come back in step. Answers about the object itself (invalid, its Node missing) would be
 //! the same on both paths and are returned as they are.
 //!
+//! When kube-apiserver's path fails as well (a cold start: kube-apiserver cannot reach a
+//! replica that is not Ready either), the roles swap: our server is tried at every publish (the
+//! agent retries within seconds), and kube-apiserver only on the same growing delay, so a fleet
+//! waiting for a cold server does not load kube-apiserver with publishes it cannot deliver.
+//!
 //! The switch is logged once at info in each direction; the retries between are at debug.
 //! Whether the agent publishes through kube-apiserver is also published on a channel, which the
 //! own-object watch follows ([`crate::agent::own_object::follow`]): it watches through
@@ -93,18 +98,18 @@ pub struct Route {
 }
 
 impl Route {
-    /// True while the direct path is in use (it has not failed since it last worked).
-    pub(crate) fn is_direct(&self) -> bool {
+    /// True while the path is in use (it has not failed since it last worked).
+    pub(crate) fn works(&self) -> bool {
         self.failures == 0
     }
 
-    /// How many tries of the direct path failed in a row.
+    /// How many tries of the path failed in a row.
     pub fn failures(&self) -> u32 {
         self.failures
     }
 
-    /// True when a publish at `now` should try the direct path.
-    pub(crate) fn direct_due(&self, now: Instant) -> bool {
+    /// True when a publish at `now` may try the path (no failure, or its retry is due).
+    pub(crate) fn due(&self, now: Instant) -> bool {
         self.retry_at.is_none_or(|at| now >= at)
     }
 
@@ -117,7 +122,7 @@ impl Route {
 
     /// The direct path answered.
     pub(crate) fn worked(&mut self) -> Switch {
-        let was_down = !self.is_direct();
+        let was_down = !self.works();
         *self = Self::default();
         if was_down { Switch::ToDirect } else { Switch::Stay }
     }
@@ -214,7 +219,7 @@ impl FailoverPublisher {
     /// Reports the path in use and the fallbacks to `metrics` (the agent's).
     #[must_use]
     pub fn with_metrics(mut self, metrics: DirectPathMetrics) -> Self {
-        metrics.set_in_use(self.route().is_direct());
+        metrics.set_in_use(self.route().works());
         self.metrics = metrics;
         self
     }
@@ -238,7 +243,7 @@ impl FailoverPublisher {
     /// when its retry is due, or whenever kube-apiserver's path is failing too.
     fn direct_if_due(&self) -> Option<(KubePublisher, kube::Client)> {
         let mut state = self.lock();
-        if !state.route.direct_due(Instant::now()) && state.fallback.is_direct() {
+        if !state.route.due(Instant::now()) && state.fallback.works() {
             return None;
         }
         if state.direct.is_none() {
@@ -307,7 +312,7 @@ impl FailoverPublisher {
         }
         {
             let state = self.lock();
-            if !state.fallback.direct_due(Instant::now()) {
+            if !state.fallback.due(Instant::now()) {
                 return Err(PublishError::NoPath {
                     direct: direct_failure.unwrap_or_else(|| "not tried".to_owned()),
                     fallback: state.fallback_error.clone(),
@@ -346,16 +351,16 @@ mod tests {
     fn the_route_switches_once_each_way_and_waits_before_trying_again() {
         let start = Instant::now();
         let mut route = Route::default();
-        assert!(route.is_direct() && route.direct_due(start));
+        assert!(route.works() && route.due(start));
         assert_eq!(route.failed(start, Duration::from_secs(10)), Switch::ToKubeApiserver);
-        assert!(!route.direct_due(start + Duration::from_secs(9)));
-        assert!(route.direct_due(start + Duration::from_secs(10)));
+        assert!(!route.due(start + Duration::from_secs(9)));
+        assert!(route.due(start + Duration::from_secs(10)));
         // Failing again while already on kube-apiserver is no switch.
         assert_eq!(route.failed(start + Duration::from_secs(10), Duration::from_secs(20)), Switch::Stay);
         assert_eq!(route.failures(), 2);
-        assert!(!route.direct_due(start + Duration::from_secs(29)));
+        assert!(!route.due(start + Duration::from_secs(29)));
         assert_eq!(route.worked(), Switch::ToDirect);
-        assert!(route.is_direct() && route.direct_due(start));
+        assert!(route.works() && route.due(start));
         assert_eq!(route.worked(), Switch::Stay);
     }
 
