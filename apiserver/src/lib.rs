@@ -187,6 +187,22 @@ async fn front(
     .await
 }
 
+/// The admin port's routes, served over plain HTTP without credentials as every component
+/// serves them: `/metrics` and the probes (`/healthz`, `/livez`, `/readyz` and their checks).
+/// Probes and scrapes then need no token (a scrape through the HTTPS port needs one that
+/// kube-apiserver's SubjectAccessReview allows `get` on `/metrics`).
+pub fn admin_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics::serve))
+        .route("/healthz", get(health::probes))
+        .route("/livez", get(health::probes))
+        .route("/readyz", get(health::probes))
+        .route("/healthz/{check}", get(health::probes))
+        .route("/livez/{check}", get(health::probes))
+        .route("/readyz/{check}", get(health::probes))
+        .with_state(state)
+}
+
 /// The routes alone (the peer listener serves them to forwarded requests, without
 /// authentication: the follower that forwards did it).
 pub(crate) fn routes() -> Router<Arc<AppState>> {

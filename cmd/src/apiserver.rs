@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use numaresources_apiserver::{ApiServer, Clients};
+use numaresources_certs::admin;
 use numaresources_certs::shutdown::Shutdown;
 use numaresources_certs::{ServerConfigBuilder, WatchOptions, kube_client, serve_with};
 
@@ -26,6 +27,11 @@ pub struct ApiserverArgs {
     /// The runtime.
     #[command(flatten)]
     runtime: numaresources_certs::flags::RuntimeFlags,
+    /// The plain-HTTP admin port: `/metrics`, `/healthz`, `/livez` and `/readyz`, without
+    /// credentials, on the address of `--bind-address`; `0` serves none (they stay on the HTTPS
+    /// port as well, there behind delegated authentication and authorization).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_HEALTH_PORT", default_value_t = 8081)]
+    health_port: u16,
     /// Replication across replicas.
     #[command(flatten)]
     replication: crate::apiserver_replication::ReplicationArgs,
@@ -62,6 +68,14 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
     let background = tokio::spawn(server.run(serving_ended.signaled()));
 
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+    let admin = match args.health_port {
+        0 => None,
+        port => {
+            let address = std::net::SocketAddr::new(listen.ip(), port);
+            let app = numaresources_apiserver::admin_router(state.clone());
+            Some(admin::spawn_plain(address, app, std::future::pending()).await?)
+        }
+    };
     let (stop_election, election_stopped) = Shutdown::manual();
     let election = match replicas {
         Some(replicas) => Some(replicas.start(state.clone(), election_stopped.signaled()).await?),
@@ -83,6 +97,9 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         stopping.cancel();
     };
     let result = serve_with(listener, tls, router, shutdown, args.connections.serve_options()).await;
+    if let Some(admin) = admin {
+        admin.abort();
+    }
     drop(served);
     let _ = background.await;
     result.context("serving")

@@ -156,6 +156,12 @@ impl LeaseDouble {
         self.issue(token, delegation::Issued::master(user, numaresources_api::direct_write::TOKEN_AUDIENCE));
     }
 
+    /// Issues `token` to the ServiceAccount `account` in `namespace` for kube-apiserver's own
+    /// audience: the ordinary token a pod (a Prometheus, say) has mounted.
+    pub fn issue_kube_token(&self, token: &str, namespace: &str, account: &str) {
+        self.issue(token, delegation::Issued::service_account(namespace, account, delegation::KUBE_AUDIENCE));
+    }
+
     fn issue(&self, token: &str, issued: delegation::Issued) {
         self.tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(token.to_owned(), issued);
     }

@@ -171,6 +171,8 @@ pub struct Replica {
     pub index: usize,
     pub secure_port: u16,
     pub peer_port: u16,
+    /// The plain-HTTP admin port (`/metrics` and the probes).
+    pub health_port: u16,
     child: Option<Child>,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -184,8 +186,14 @@ impl Drop for Replica {
 impl Replica {
     /// Starts replica `index` on fresh ports; returns once it listens.
     pub fn start(files: &ClusterFiles, index: usize, options: &ReplicaOptions) -> Self {
-        let mut replica =
-            Self { index, secure_port: free_port(), peer_port: free_port(), child: None, log: Arc::default() };
+        let mut replica = Self {
+            index,
+            secure_port: free_port(),
+            peer_port: free_port(),
+            health_port: free_port(),
+            child: None,
+            log: Arc::default(),
+        };
         replica.spawn(files, options);
         replica
     }
@@ -229,6 +237,7 @@ impl Replica {
         let mut command = Command::new(numaresources_binary());
         command
             .args(["apiserver", "--bind-address", "127.0.0.1", "--secure-port", &port(self.secure_port)])
+            .args(["--health-port", &port(self.health_port)])
             .arg("--tls-cert-file")
             .arg(&files.serving_cert)
             .arg("--tls-private-key-file")
@@ -478,6 +487,19 @@ pub async fn request(
     body: Option<&serde_json::Value>,
 ) -> Result<Answer, kube::Error> {
     request_as(client, method, path, body, "application/json").await
+}
+
+/// `GET path` over plain HTTP/1.1 on 127.0.0.1:`port` with no credentials: the status and the
+/// body as text.
+pub async fn plain_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await?;
+    let status = answer.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    Ok((status, body))
 }
 
 /// [`request`] with a body of `content_type` (a patch's).

@@ -201,8 +201,6 @@ async fn probe_paths_are_served_without_credentials() {
 
     let m = manifests();
     let container = m.single_container();
-    let named_ports: Vec<String> =
-        container.ports.as_deref().unwrap_or_default().iter().filter_map(|p| p.name.clone()).collect();
     let readiness = container.readiness_probe.as_ref().expect("no readiness probe");
     let liveness = container.liveness_probe.as_ref().expect("no liveness probe");
     let state = Arc::new(numaresources_apiserver::AppState::new(
@@ -213,23 +211,25 @@ async fn probe_paths_are_served_without_credentials() {
     for (probe, expected) in [(readiness, "/readyz"), (liveness, "/livez")] {
         let get = probe.http_get.as_ref().expect("probes are HTTP GETs");
         assert_eq!(get.path.as_deref(), Some(expected));
-        assert_eq!(get.scheme.as_deref(), Some("HTTPS"), "the server only speaks TLS");
+        assert_eq!(get.scheme.as_deref(), Some("HTTP"), "the admin port speaks plain HTTP");
         match &get.port {
             IntOrString::String(name) => {
-                assert!(named_ports.contains(name), "probe port {name} is not a container port")
+                assert_eq!(name, "health", "probes go to the admin port");
+                let port = container.ports.iter().flatten().find(|p| p.name.as_deref() == Some("health")).unwrap();
+                let flag = format!("--health-port={}", port.container_port);
+                assert!(container.args.iter().flatten().any(|a| *a == flag), "the server is told {flag}");
             }
             IntOrString::Int(port) => panic!("name the probe port instead of {port}"),
         }
         let path = get.path.clone().unwrap();
-        // The kubelet has no credentials: the delegated authorizer must let the path through.
-        assert!(numaresources_apiserver::auth::always_allowed(&path), "{path} needs credentials");
-        let router = numaresources_apiserver::router(state.clone());
+        // The kubelet has no credentials: the admin router asks for none.
+        let router = numaresources_apiserver::admin_router(state.clone());
         let request = axum::http::Request::get(&path).body(axum::body::Body::empty()).unwrap();
         let response = router.oneshot(request).await.unwrap();
         assert_eq!(response.status(), 200, "GET {path}");
     }
     // The router does tell paths apart (a typo would not pass).
-    let router = numaresources_apiserver::router(state);
+    let router = numaresources_apiserver::admin_router(state);
     let request = axum::http::Request::get("/readyzz").body(axum::body::Body::empty()).unwrap();
     assert_eq!(router.oneshot(request).await.unwrap().status(), 404);
 }

@@ -27,8 +27,8 @@ use kube::Api;
 use kube::api::{WatchEvent, WatchParams};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_tests::replicas::{
-    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, request, request_as,
-    write_retrying,
+    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, plain_get, request,
+    request_as, write_retrying,
 };
 use numaresources_tests::served::{BOUND, bounded, until};
 use serde_json::json;
@@ -529,4 +529,31 @@ async fn an_exporter_placed_through_its_pod_writes_only_its_own_node_through_a_f
     assert_eq!((again.status, again.body["reason"].as_str()), (409, Some("AlreadyExists")), "{again:?}");
     let missing = request(&admin_on_follower, Method::DELETE, &object_path("worker-z"), None).await.unwrap();
     assert_eq!((missing.status, missing.body["reason"].as_str()), (404, Some("NotFound")), "{missing:?}");
+}
+
+/// What a monitoring stack meets: every replica serves `/metrics` and its probes on the plain
+/// admin port without any token (as the webhook and the controllers do), and on the HTTPS port
+/// a Prometheus ServiceAccount's ordinary token, issued for kube-apiserver's audience, is
+/// accepted for `/metrics` and for reads, as every aggregated API server accepts it. A token
+/// valid for no audience of ours is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_probes_need_no_token_on_the_admin_port_and_a_kube_apiserver_token_is_accepted() {
+    let cluster = Cluster::start(2, ReplicaOptions { delegated: true, ..ReplicaOptions::default() }).await;
+    cluster.wait_all_ready(PATIENCE).await;
+    for replica in &cluster.replicas {
+        let (status, body) = plain_get(replica.health_port, "/readyz?verbose").await.unwrap();
+        assert_eq!(status, 200, "replica {}: {body}", replica.index);
+        assert!(body.contains("[+]store-warm ok"), "{body}");
+        let (status, body) = plain_get(replica.health_port, "/metrics").await.unwrap();
+        assert_eq!(status, 200, "replica {}: {body}", replica.index);
+        assert!(body.contains("numaresources_apiserver_"), "{body}");
+    }
+
+    cluster.double.issue_kube_token("prometheus-token", "monitoring", "prometheus-k8s");
+    let prometheus = cluster.files.client_with_token(&cluster.replicas[0].url(), "prometheus-token").await;
+    assert_eq!(request(&prometheus, Method::GET, "/metrics", None).await.unwrap().status, 200);
+    assert_eq!(request(&prometheus, Method::GET, NRT_PATH, None).await.unwrap().status, 200);
+
+    let stranger = cluster.files.client_with_token(&cluster.replicas[0].url(), "never-issued").await;
+    assert_eq!(request(&stranger, Method::GET, "/metrics", None).await.unwrap().status, 401);
 }

@@ -270,7 +270,7 @@ fn the_component_adds_a_monitor_for_every_component_to_the_install() {
         monitor["spec"]["selector"]["matchLabels"].as_object().unwrap().iter().all(|(k, v)| &labels[k] == v)
     };
     for (kind, name, deployment) in [
-        ("ServiceMonitor", "numaresources-apiserver", Some("numaresources-apiserver")),
+        ("PodMonitor", "numaresources-apiserver", Some("numaresources-apiserver")),
         ("PodMonitor", "numaresources-webhook", Some("numaresources-webhook")),
         ("PodMonitor", "numaresources-controllers", Some("numaresources-controllers")),
         ("PodMonitor", "numaresources-rte", None),

@@ -1,8 +1,13 @@
 //! Delegation to kube-apiserver: TokenReview for bearer tokens and SubjectAccessReview for every
-//! request. Bearer tokens presented to us directly must be meant for us: the TokenReview asks for
-//! our audience ([`TOKEN_AUDIENCE`]) and the answer must name it in `status.audiences`, as
-//! TokenReview requires of audience-aware clients (an authenticated answer without audiences
-//! means a token for kube-apiserver itself, which must not be replayable here). Answers are cached for 10 s, negative ones as well as positive (an unknown token, a
+//! request. A bearer token presented to us directly is accepted when it is meant for us or for
+//! kube-apiserver itself, as every aggregated API server accepts it (k8s.io/apiserver's
+//! delegating authenticator asks TokenReview without audiences; Prometheus scrapes
+//! metrics-server with its ServiceAccount's ordinary token): the review first asks for our
+//! audience ([`TOKEN_AUDIENCE`], the exporters' projected tokens, whose answer must name it in
+//! `status.audiences`), then, for a token that is not ours, without audiences (kube-apiserver's
+//! own). Which token it was changes nothing after that: the node restriction binds an exporter
+//! by its identity, whatever audience its token had, and every request is authorized by
+//! SubjectAccessReview. Answers are cached for 10 s, negative ones as well as positive (an unknown token, a
 //! denial), as k8s.io/apiserver's delegating authenticator and authorizer do, so a client
 //! retrying a bad token does not become a TokenReview storm. A review that fails (kube-apiserver
 //! unreachable, a 5xx) is not an answer and is never cached: the request fails (401 for
@@ -248,15 +253,28 @@ impl Delegated {
         }
     }
 
-    /// The identity a bearer token stands for (`None`: not a valid token, or not one for our
-    /// audience), via TokenReview.
+    /// The identity a bearer token stands for (`None`: not a valid token for our audience nor
+    /// for kube-apiserver's), via TokenReview.
     pub(crate) async fn token_review(&self, token: &str) -> Result<Option<Arc<UserInfo>>, DelegationError> {
         let digest = TokenDigest::of(token);
         if let Some(cached) = self.tokens.get(&digest) {
             return Ok(cached);
         }
+        let user = match self.review(token, Some(TOKEN_AUDIENCE)).await? {
+            Some(user) => Some(user),
+            None => self.review(token, None).await?,
+        };
+        self.tokens.insert(digest, user.clone());
+        Ok(user)
+    }
+
+    /// One TokenReview of `token` for `audience` (`None`: kube-apiserver's own audiences).
+    async fn review(&self, token: &str, audience: Option<&str>) -> Result<Option<Arc<UserInfo>>, DelegationError> {
         let review = TokenReview {
-            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: Some(vec![TOKEN_AUDIENCE.to_owned()]) },
+            spec: TokenReviewSpec {
+                token: Some(token.to_owned()),
+                audiences: audience.map(|audience| vec![audience.to_owned()]),
+            },
             ..TokenReview::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());
@@ -267,7 +285,9 @@ impl Delegated {
         let user = answer
             .status
             .filter(|s| s.authenticated == Some(true))
-            .filter(|s| s.audiences.as_ref().is_some_and(|a| a.iter().any(|a| a == TOKEN_AUDIENCE)))
+            // Asked for ours, the answer must say it is ours (an audience-unaware
+            // authenticator answers for kube-apiserver's).
+            .filter(|s| audience.is_none_or(|ours| s.audiences.iter().flatten().any(|a| a == ours)))
             .and_then(|s| s.user)
             .map(|user| {
                 UserInfo {
@@ -279,7 +299,6 @@ impl Delegated {
                 .authenticated()
             })
             .map(Arc::new);
-        self.tokens.insert(digest, user.clone());
         Ok(user)
     }
 

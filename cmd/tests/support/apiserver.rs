@@ -18,7 +18,7 @@ impl ApiServer {
     /// into `dir/certs`, and `flags`; returns once it listens.
     pub fn start(dir: &Path, flags: &[&str]) -> Self {
         let process = Process::spawn(
-            numaresources(&["apiserver", "--bind-address", "127.0.0.1", "--secure-port", "0"])
+            numaresources(&["apiserver", "--bind-address", "127.0.0.1", "--secure-port", "0", "--health-port", "0"])
                 .arg("--tls-cert-file")
                 .arg(dir.join("missing.crt"))
                 .arg("--tls-private-key-file")

@@ -4,7 +4,8 @@
 //!   and watched (the watch stays open without events, as while nothing changes). Its data is
 //!   empty: no front proxy and no client CA, so bearer tokens are the only credentials.
 //! - TokenReview: a token the test issued is authenticated for the audiences it was issued for
-//!   that the review also names (`status.audiences`, their intersection; none in common is
+//!   that the review also names, kube-apiserver's own when it names none (`status.audiences`,
+//!   their intersection; none in common is
 //!   `authenticated: false`); an exporter's token is bound to its pod (the `pod-name` and
 //!   `pod-uid` extras, without `node-name`, as before Kubernetes 1.30, so the replica must place
 //!   it through the pod). Unknown tokens are `authenticated: false`.
@@ -20,6 +21,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use numaresources_api::direct_write::{EXTRA_POD_NAME, EXTRA_POD_UID};
 use serde_json::{Value, json};
+
+/// kube-apiserver's own audience (`--api-audiences`, default the issuer).
+pub const KUBE_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// The ConfigMap a delegated replica reads its authentication settings from.
 const AUTH_CONFIGMAP: &str = "extension-apiserver-authentication";
@@ -44,8 +48,8 @@ impl Issued {
         }
     }
 
-    /// A token of `service_account` in `namespace` bound to the pod `(name, uid)`.
-    pub(super) fn pod_bound(namespace: &str, service_account: &str, pod: (&str, &str), audience: &str) -> Self {
+    /// A token of `service_account` in `namespace`, bound to no pod.
+    pub(super) fn service_account(namespace: &str, service_account: &str, audience: &str) -> Self {
         Self {
             user: format!("system:serviceaccount:{namespace}:{service_account}"),
             groups: vec![
@@ -54,11 +58,18 @@ impl Issued {
                 "system:authenticated".to_owned(),
             ],
             audiences: vec![audience.to_owned()],
-            extra: BTreeMap::from([
-                (EXTRA_POD_NAME.to_owned(), vec![pod.0.to_owned()]),
-                (EXTRA_POD_UID.to_owned(), vec![pod.1.to_owned()]),
-            ]),
+            extra: BTreeMap::new(),
         }
+    }
+
+    /// A token of `service_account` in `namespace` bound to the pod `(name, uid)`.
+    pub(super) fn pod_bound(namespace: &str, service_account: &str, pod: (&str, &str), audience: &str) -> Self {
+        let mut issued = Self::service_account(namespace, service_account, audience);
+        issued.extra = BTreeMap::from([
+            (EXTRA_POD_NAME.to_owned(), vec![pod.0.to_owned()]),
+            (EXTRA_POD_UID.to_owned(), vec![pod.1.to_owned()]),
+        ]);
+        issued
     }
 }
 
@@ -75,8 +86,11 @@ pub(super) fn router<S: Clone + Send + Sync + 'static>(tokens: Tokens) -> Router
 
 async fn token_review(State(tokens): State<Tokens>, Json(review): Json<Value>) -> Response {
     let token = review["spec"]["token"].as_str().unwrap_or_default();
-    let asked: Vec<&str> =
+    let mut asked: Vec<&str> =
         review["spec"]["audiences"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    if asked.is_empty() {
+        asked.push(KUBE_AUDIENCE); // A review naming none asks for kube-apiserver's own.
+    }
     let issued = tokens.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(token).cloned();
     let status = match issued {
         Some(issued) => {
