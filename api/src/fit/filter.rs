@@ -89,6 +89,15 @@ pub enum Rejection {
         /// placed before.
         available: Vec<(u32, i64)>,
     },
+    /// No NUMA zone of the node's topology lists the resource at all (the kubelet does not
+    /// manage it per NUMA node: memory and hugepages without the Static memory manager, as the
+    /// upstream exporter publishes them), so the NUMA-aware scheduler refuses it.
+    InNoZone {
+        /// Who asked.
+        requester: Requester,
+        /// The resource.
+        resource: String,
+    },
     /// Every resource fits some NUMA node, but no one NUMA node has them all.
     Split {
         /// Who asked.
@@ -117,6 +126,15 @@ impl fmt::Display for Rejection {
                     format_amount(resource, *requested),
                     zones.join(", ")
                 )
+            }
+            Self::InNoZone { requester, resource } if resource == "memory" || is_hugepages(resource) => write!(
+                f,
+                "{resource} requested by {requester} is in no NUMA zone of the node's topology: the node's kubelet \
+                 does not manage {resource} per NUMA node (its memory manager is not Static) and its exporter \
+                 publishes none per zone"
+            ),
+            Self::InNoZone { requester, resource } => {
+                write!(f, "{resource} requested by {requester} is in no NUMA zone of the node's topology")
             }
             Self::Split { requester, fits_on } => {
                 let parts: Vec<String> = fits_on
@@ -213,6 +231,10 @@ fn fitting_numa(
             zones.iter().filter_map(|z| z.available.get(resource).map(|a| (z.id, *a))).collect();
         if listing.is_empty() && is_host_level(resource) {
             continue;
+        }
+        // The plugin considers only the zones that list a resource, whatever the pod's QoS.
+        if listing.is_empty() && first_insufficient.is_none() {
+            first_insufficient = Some(Rejection::InNoZone { requester: requester.clone(), resource: resource.clone() });
         }
         let suitable: BTreeSet<u32> = listing
             .iter()

@@ -99,6 +99,27 @@ fn a_guaranteed_pod_fits_the_lowest_numa_that_holds_it_and_is_scored() {
     assert_eq!(placements(&both), [0], "the lowest id among the suitable ones");
 }
 
+/// A node whose kubelet runs without the Static memory manager, published as the upstream
+/// exporter does: its zones list no memory. The plugin refuses every Guaranteed pod asking for
+/// memory there; the reason must say why in words, not "0 available ... ()".
+#[test]
+fn memory_no_zone_lists_is_refused_saying_it_is_not_numa_managed() {
+    let mut node = nrt("single-numa-node", "container", &[(4, 8, 0, -1), (4, 8, 0, -1)]);
+    for zone in &mut node.zones {
+        zone.resources.retain(|r| r.name == "cpu");
+    }
+    let refused = rejection(&run(&guaranteed("1", "64Mi"), &node));
+    assert_eq!(
+        refused,
+        "memory requested by container \"app\" is in no NUMA zone of the node's topology: the node's kubelet does \
+         not manage memory per NUMA node (its memory manager is not Static) and its exporter publishes none per zone"
+    );
+    assert!(!refused.contains("()"), "{refused}");
+    // The plugin looks only at zones that list a resource, for a Burstable pod too.
+    let burstable = pod(&[], &[("app", json!({"requests": {"cpu": "1", "memory": "64Mi"}}))]);
+    assert_eq!(rejection(&run(&burstable, &node)), refused);
+}
+
 #[test]
 fn a_full_zone_refuses_with_the_numbers_a_person_needs() {
     let node = nrt("single-numa-node", "container", &[(4, 8, 0, -1), (2, 8, 0, -1)]);
