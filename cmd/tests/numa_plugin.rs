@@ -225,6 +225,43 @@ fn fit_gives_the_plugins_verdict_for_each_case() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("getting pod team/app"), "{missing:?}");
 }
 
+/// Nodes whose kubelet runs without the Static memory manager, as the upstream exporter
+/// publishes them (no memory per zone) and as ours does (the node's total in every zone,
+/// `memoryNUMAManaged=false`): `top` says so in words for each, and `fit` refuses the first
+/// with the reason, not "0 available ... ()".
+#[test]
+fn top_and_fit_say_when_memory_is_not_numa_managed() {
+    let server = start_with(&[]);
+    let mut omitted = nrt("upstream-node", "single-numa-node", "container", &[(4, 8), (4, 8)]);
+    for zone in omitted["zones"].as_array_mut().unwrap() {
+        zone["resources"].as_array_mut().unwrap().retain(|r| r["name"] == "cpu");
+    }
+    apply(&server, &omitted);
+    let mut node_level = nrt("our-node", "single-numa-node", "container", &[(4, 16), (4, 16)]);
+    for zone in node_level["zones"].as_array_mut().unwrap() {
+        zone["attributes"] = json!([{"name": "memoryNUMAManaged", "value": "false"}]);
+    }
+    apply(&server, &node_level);
+
+    let text = stdout(&numa(&server, &["top", "--sort-by", "name"]));
+    assert!(
+        text.contains("memory is not NUMA-managed on upstream-node (its kubelet's memory manager is not Static) and its exporter publishes none per zone"),
+        "{text}"
+    );
+    assert!(
+        text.contains("memory is not NUMA-managed on our-node (its kubelet's memory manager is not Static): MEMORY is the node's total in each zone"),
+        "{text}"
+    );
+    let answer = verdicts(&server, &pod(&[], &[container("app", "1", "64Mi")]));
+    let refused = line(&answer, "upstream-node");
+    assert!(
+        refused.contains(r#"memory requested by container "app" is in no NUMA zone of the node's topology"#),
+        "{answer}"
+    );
+    assert!(!refused.contains("()"), "{refused}");
+    assert_eq!(line(&answer, "our-node"), "our-node: fits on NUMA 0 (score 87)", "{answer}");
+}
+
 #[test]
 fn kubectl_runs_the_binary_as_its_numa_plugin() {
     let server = start_with(&[]);

@@ -16,13 +16,16 @@
 
 use std::collections::BTreeMap;
 
-use numaresources_api::nrt::{ResourceInfo, Zone};
+use numaresources_api::nrt::well_known::ATTR_MEMORY_NUMA_MANAGED;
+use numaresources_api::nrt::{AttributeInfo, ResourceInfo, Zone};
 use numaresources_api::quantity::Quantity;
 
 use crate::podresources::{Allocatable, ContainerResources, Devices, MemoryBlock, PodResources};
 use crate::sysfs::Machine;
 use crate::sysfs::{RESOURCE_CPU, capacity_zones};
 
+/// The memory resource's name.
+const RESOURCE_MEMORY: &str = "memory";
 /// The prefix of hugepage resource names (`hugepages-2Mi`).
 const HUGEPAGES_PREFIX: &str = "hugepages-";
 
@@ -74,6 +77,42 @@ pub fn zones(machine: &Machine, kubelet: Option<KubeletView<'_>>) -> Vec<Zone> {
         zone.resources = resources;
     }
     zones
+}
+
+/// Whether the kubelet manages memory per NUMA node: with the Static memory manager its
+/// `GetAllocatableResources` lists memory blocks with their NUMA affinity; with `None` (the
+/// default) it lists none.
+pub fn memory_numa_managed(allocatable: &Allocatable) -> bool {
+    allocatable.memory.iter().any(|block| block.memory_type == RESOURCE_MEMORY)
+}
+
+/// For a kubelet that does not manage memory per NUMA node: `memory` and every `hugepages-*`
+/// size the machine has, in every zone, as the whole node's figures (capacity, allocatable and
+/// available all the machine's total), and the zone attribute [`ATTR_MEMORY_NUMA_MANAGED`]
+/// `false`.
+///
+/// Without the memory manager the kubelet aligns neither, and admits a pod on the node's
+/// totals alone; a zone listing no memory would make the scheduler plugin refuse every pod
+/// that requests memory, and a zone listing its own share would refuse pods the kubelet would
+/// admit. With the node's totals in every zone the per-zone check holds nothing back, and the
+/// node-level check stays with the scheduler's NodeResourcesFit, which every profile runs
+/// against the Node's allocatable and the pods bound to it.
+pub fn publish_node_level_memory(zones: &mut [Zone], machine: &Machine) {
+    let memory: i64 = machine.nodes.iter().map(|n| i64::try_from(n.memory_bytes).unwrap_or(i64::MAX)).sum();
+    let mut hugepages: BTreeMap<String, i64> = BTreeMap::new();
+    for pool in machine.nodes.iter().flat_map(|n| &n.hugepages) {
+        *hugepages.entry(pool.resource_name()).or_default() += i64::try_from(pool.total_bytes).unwrap_or(i64::MAX);
+    }
+    let node_level = std::iter::once((RESOURCE_MEMORY.to_owned(), memory))
+        .chain(hugepages.into_iter().filter(|(_, bytes)| *bytes > 0))
+        .collect::<Vec<_>>();
+    for zone in zones {
+        zone.resources.retain(|r| r.name != RESOURCE_MEMORY && !r.name.starts_with(HUGEPAGES_PREFIX));
+        zone.resources.extend(node_level.iter().map(|(name, bytes)| resource(name, *bytes, *bytes, *bytes)));
+        zone.resources.sort_by(|a, b| a.name.cmp(&b.name));
+        zone.attributes.retain(|a| a.name != ATTR_MEMORY_NUMA_MANAGED);
+        zone.attributes.push(AttributeInfo::new(ATTR_MEMORY_NUMA_MANAGED, "false"));
+    }
 }
 
 fn add_container(used: &mut Amounts, cpu_numa: &BTreeMap<u32, u32>, container: &ContainerResources) {
@@ -270,6 +309,35 @@ mod tests {
         assert_eq!(zones[1].resources.len(), 1);
         assert_eq!(numbers(find(&zones[1], "cpu")), (4, 0, 0));
         assert_eq!(numbers(find(&zones[0], "cpu")), (4, 4, 4));
+    }
+
+    #[test]
+    fn without_the_memory_manager_every_zone_gets_the_nodes_memory_and_hugepages_and_says_so() {
+        // What a kubelet with memoryManagerPolicy None answers: CPUs and devices, no memory.
+        let mut allocatable = allocatable();
+        allocatable.memory.clear();
+        assert!(!memory_numa_managed(&allocatable));
+        assert!(memory_numa_managed(&super::tests::allocatable()));
+        let pods = [guaranteed_pod()];
+        let mut zones = zones(&machine(), Some(KubeletView { allocatable: &allocatable, pods: &pods }));
+        assert!(zones.iter().all(|z| z.resources.iter().all(|r| r.name != "memory")), "nothing per zone");
+        publish_node_level_memory(&mut zones, &machine());
+        let (gi128, gi8) = ((128 * GI) as i64, (8 * GI) as i64);
+        for zone in &zones {
+            assert_eq!(numbers(find(zone, "memory")), (gi128, gi128, gi128), "{}", zone.name);
+            assert_eq!(numbers(find(zone, "hugepages-1Gi")), (gi8, gi8, gi8), "{}", zone.name);
+            assert_eq!(
+                zone.attributes.iter().map(|a| (a.name.as_str(), a.value.as_str())).collect::<Vec<_>>(),
+                [("memoryNUMAManaged", "false")]
+            );
+            let names: Vec<&str> = zone.resources.iter().map(|r| r.name.as_str()).collect();
+            let mut sorted = names.clone();
+            sorted.sort();
+            assert_eq!(names, sorted);
+        }
+        // CPUs and devices are still per zone.
+        assert_eq!(numbers(find(&zones[0], "cpu")), (4, 3, 1));
+        assert_eq!(numbers(find(&zones[0], "example.com/vf")), (2, 2, 1));
     }
 
     #[test]

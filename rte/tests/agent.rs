@@ -155,6 +155,42 @@ async fn the_agent_publishes_changes_only_and_never_a_topology_without_the_kubel
     assert_eq!((stats.scan_failures, stats.kubelet_failures, stats.publish_failures), (1, 1, 0));
 }
 
+/// The common kubelet setup: the static CPU manager with the memory manager left at `None`,
+/// whose podresources answer lists CPUs but no memory. By default every zone carries the
+/// node's memory and hugepages, marked as not NUMA-managed; with `--unmanaged-memory=omit`
+/// none, as upstream publishes.
+#[tokio::test]
+async fn a_kubelet_without_the_memory_manager_gets_node_level_memory_in_every_zone_unless_omitted() {
+    use numaresources_rte::config::UnmanagedMemory;
+
+    let node = Node::new();
+    let kubelet = node.kubelet(&[]);
+    let scan = |mode: UnmanagedMemory| {
+        let mut config = node.config();
+        config.flags.unmanaged_memory = mode;
+        let (recorder, _told) = Recorder::new();
+        let agent = Agent::new(config, node.client(), recorder);
+        async move { agent.scan(Trigger::Periodic).await.unwrap() }
+    };
+    let published = bounded("a node-level scan", scan(UnmanagedMemory::NodeLevel)).await;
+    assert_eq!(published.zones.len(), 2);
+    let memory: Vec<i64> = published
+        .zones
+        .iter()
+        .map(|zone| zone.resources.iter().find(|r| r.name == "memory").unwrap().available.as_i64().unwrap())
+        .collect();
+    assert!(memory[0] > 0 && memory[0] == memory[1], "the node's total in each zone: {memory:?}");
+    for zone in &published.zones {
+        let flag = zone.attributes.iter().find(|a| a.name == "memoryNUMAManaged").map(|a| a.value.as_str());
+        assert_eq!(flag, Some("false"), "{}", zone.name);
+    }
+
+    let omitted = bounded("an upstream-like scan", scan(UnmanagedMemory::Omit)).await;
+    assert!(omitted.zones.iter().all(|z| z.resources.iter().all(|r| r.name != "memory")));
+    assert!(omitted.zones.iter().all(|z| z.attributes.iter().all(|a| a.name != "memoryNUMAManaged")));
+    bounded("kubelet stop", kubelet.stop()).await.unwrap();
+}
+
 #[tokio::test]
 async fn an_unchanged_topology_is_republished_when_the_heartbeat_is_due() {
     let node = Node::new();

@@ -17,6 +17,12 @@ pub const ATTR_NUMA_PLACEMENT_METADATA: &str = "topology.node.k8s.io/numaplaceme
 /// Zone attribute: the NUMA placement vector of that zone.
 pub const ATTR_NUMA_PLACEMENT_VECTOR: &str = "topology.node.k8s.io/numaplacement-vector";
 
+/// Zone attribute: `false` when the kubelet does not manage memory and hugepages per NUMA node
+/// (its memory manager is not Static): the zone's `memory` and `hugepages-*` are then the whole
+/// node's figures, published so that the scheduler's per-zone check holds nothing back that
+/// the kubelet itself would admit.
+pub const ATTR_MEMORY_NUMA_MANAGED: &str = "memoryNUMAManaged";
+
 /// Annotation: legacy carrier of the pods fingerprint.
 pub const ANNOTATION_FINGERPRINT: &str = "topology.node.k8s.io/fingerprint";
 /// Annotation: what triggered the last update (`periodic` or `reactive`).

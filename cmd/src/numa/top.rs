@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use kube::api::{Api, WatchEvent, WatchParams};
 use numaresources_api::fit::TopologyManagerConfig;
 use numaresources_api::nrt::NodeResourceTopology;
-use numaresources_api::nrt::well_known::ZONE_TYPE_NODE;
+use numaresources_api::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ZONE_TYPE_NODE};
 use serde::Serialize;
 
 use super::fleet::{self, AgeSource, Report};
@@ -131,8 +131,55 @@ pub struct NodeView {
     pub report_age_source: Option<AgeSource>,
     /// Older than `--stale-after`.
     pub stale: bool,
+    /// How the node's memory is accounted.
+    pub memory: MemoryAccounting,
     /// NUMA zones, by id.
     pub zones: Vec<ZoneView>,
+}
+
+/// How a node's NRT accounts memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MemoryAccounting {
+    /// Per NUMA zone (the kubelet's Static memory manager).
+    PerNuma,
+    /// The node's totals in every zone (`memoryNUMAManaged=false`): the kubelet does not manage
+    /// memory per NUMA node.
+    NodeLevel,
+    /// No zone lists memory: the kubelet does not manage it per NUMA node, and the exporter
+    /// publishes nothing for it (upstream's output), so the NUMA-aware scheduler refuses every
+    /// pod that requests memory there.
+    NotReported,
+}
+
+impl MemoryAccounting {
+    fn of(nrt: &NodeResourceTopology) -> Self {
+        let node_level = nrt
+            .zones
+            .iter()
+            .any(|zone| zone.attributes.iter().any(|a| a.name == ATTR_MEMORY_NUMA_MANAGED && a.value == "false"));
+        let listed = nrt.zones.iter().any(|zone| zone.resources.iter().any(|r| r.name == "memory"));
+        match (node_level, listed) {
+            (true, _) => Self::NodeLevel,
+            (false, true) => Self::PerNuma,
+            (false, false) => Self::NotReported,
+        }
+    }
+
+    /// What a person should know, in one sentence naming `node`; nothing when per NUMA.
+    fn note(self, node: &str) -> Option<String> {
+        match self {
+            Self::PerNuma => None,
+            Self::NodeLevel => Some(format!(
+                "memory is not NUMA-managed on {node} (its kubelet's memory manager is not Static): MEMORY is the \
+                 node's total in each zone, and memory is checked for the whole node only"
+            )),
+            Self::NotReported => Some(format!(
+                "memory is not NUMA-managed on {node} (its kubelet's memory manager is not Static) and its exporter \
+                 publishes none per zone: the NUMA-aware scheduler refuses every pod requesting memory there"
+            )),
+        }
+    }
 }
 
 /// One NUMA zone.
@@ -170,6 +217,7 @@ impl NodeView {
             report_age_seconds: report.age.map(|a| a.seconds),
             report_age_source: report.age.map(|a| a.source),
             stale: report.age.is_some_and(|a| a.seconds > stale_after.as_secs()),
+            memory: MemoryAccounting::of(nrt),
             zones: zones(nrt),
         }
     }
@@ -180,10 +228,12 @@ impl NodeView {
     }
 
     fn total(&self, resource: &str) -> (i64, i64) {
-        self.zones
-            .iter()
-            .filter_map(|z| z.get(resource))
-            .fold((0, 0), |(a, b), r| (a.saturating_add(r.available_millis), b.saturating_add(r.allocatable_millis)))
+        let mut amounts = self.zones.iter().filter_map(|z| z.get(resource));
+        if self.memory == MemoryAccounting::NodeLevel && (resource == "memory" || resource.starts_with("hugepages-")) {
+            // Every zone holds the node's total: counted once.
+            return amounts.next().map_or((0, 0), |r| (r.available_millis, r.allocatable_millis));
+        }
+        amounts.fold((0, 0), |(a, b), r| (a.saturating_add(r.available_millis), b.saturating_add(r.allocatable_millis)))
     }
 }
 
@@ -292,6 +342,9 @@ pub fn render_text(fleet: &Fleet, wide: bool, paint: Paint) -> String {
         };
         let stale = if node.stale { format!("  {}", paint.red("STALE")) } else { String::new() };
         out.push_str(&format!("\n{}  {}/{}  {age}{stale}\n", paint.bold(&node.name), node.policy, node.scope));
+        if let Some(note) = node.memory.note(&node.name) {
+            out.push_str(&format!("  {note}\n"));
+        }
         render_zones(&mut out, node, &columns, paint);
     }
     out

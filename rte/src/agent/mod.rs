@@ -31,8 +31,9 @@ use numaresources_api::nrt::well_known::ANNOTATION_RTE_UPDATE;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
-use crate::accounting::KubeletView;
+use crate::accounting::{self, KubeletView};
 use crate::config::Config;
+use crate::config::UnmanagedMemory;
 use crate::fingerprint::{self, Fingerprint, FingerprintPod};
 use crate::metrics::{Metrics, Operation, PodResourcesCall};
 use crate::podreadiness::{Condition, ConditionType, PodConditions};
@@ -81,6 +82,8 @@ pub fn assemble(
     kubelet: Option<(&mut Vec<PodResources>, &Allocatable)>,
     trigger: Trigger,
 ) -> NodeResourceTopology {
+    let memory_unmanaged =
+        kubelet.as_ref().is_some_and(|(_, allocatable)| !accounting::memory_numa_managed(allocatable));
     let kubelet = kubelet.map(|(pods, allocatable)| {
         if let Some(reference) = &config.reference_container {
             middleware::remove_shared_pool_cpus(pods, reference);
@@ -95,6 +98,9 @@ pub fn assemble(
         topology_manager: &config.topology_manager,
         fingerprint: config.fingerprint,
     });
+    if memory_unmanaged && config.flags.unmanaged_memory == UnmanagedMemory::NodeLevel {
+        accounting::publish_node_level_memory(&mut nrt.zones, machine);
+    }
     if !config.resource_excludes.is_empty() {
         for zone in &mut nrt.zones {
             zone.resources.retain(|r| !config.resource_excludes.iter().any(|excluded| *excluded == r.name));

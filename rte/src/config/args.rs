@@ -128,6 +128,15 @@ pub struct Args {
           num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub exclude_terminal_pods: bool,
 
+    /// What to publish for memory and hugepages when the kubelet does not manage them per NUMA
+    /// node (its memory manager is not Static: it reports no memory per NUMA node):
+    /// `node-level` (every zone gets the node's totals and the attribute
+    /// `memoryNUMAManaged=false`, so the scheduler's per-zone check refuses nothing the kubelet
+    /// would admit) or `omit` (none, as the upstream exporter: the scheduler plugin then refuses
+    /// every pod that requests memory).
+    #[arg(long, env = "NUMARESOURCES_RTE_UNMANAGED_MEMORY", value_enum, default_value_t = UnmanagedMemory::NodeLevel)]
+    pub unmanaged_memory: UnmanagedMemory,
+
     /// How to serve `/metrics`: `http` (plain HTTP), `httptls` (HTTPS with the certificate in
     /// `--metrics-certs-dir`, reloaded when it changes) or `disabled`.
     #[arg(long, env = "NUMARESOURCES_RTE_METRICS_MODE", value_enum, default_value_t = MetricsMode::Http)]
@@ -263,6 +272,16 @@ pub enum OutputFormat {
     Yaml,
     /// Indented JSON.
     Json,
+}
+
+/// `--unmanaged-memory`: memory and hugepages on a node whose kubelet does not manage them per
+/// NUMA node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnmanagedMemory {
+    /// The node's totals in every zone, marked `memoryNUMAManaged=false`.
+    NodeLevel,
+    /// Nothing (upstream's output).
+    Omit,
 }
 
 /// `--metrics-mode`: how `/metrics` is served.
