@@ -10,7 +10,7 @@
 use super::{
     CacheResyncDebugMode, CacheResyncDetectionMode, InfoRefreshMode, InfoRefreshPauseMode, LogLevel,
     NUMAResourcesOperatorSpec, NUMAResourcesSchedulerSpec, NodeGroup, NodeGroupConfig, PodRouting, PodRoutingMode,
-    PodsFingerprintingMode, SchedulerInformerMode, ScoringStrategyParams, ScoringStrategyType,
+    PodsFingerprintingMode, SchedulerInformerMode, ScoringStrategyParams, ScoringStrategyType, UnmanagedMemoryMode,
 };
 use crate::duration::GoDuration;
 
@@ -49,6 +49,7 @@ impl NodeGroupConfig {
             info_refresh_mode: Some(InfoRefreshMode::Periodic),
             info_refresh_period: Some(INFO_REFRESH_PERIOD),
             info_refresh_pause: Some(InfoRefreshPauseMode::Disabled),
+            unmanaged_memory: Some(UnmanagedMemoryMode::NodeLevel),
             tolerations: Vec::new(),
         }
     }
@@ -61,6 +62,7 @@ impl NodeGroupConfig {
             info_refresh_mode: self.info_refresh_mode.clone().or(defaults.info_refresh_mode),
             info_refresh_period: self.info_refresh_period.or(defaults.info_refresh_period),
             info_refresh_pause: self.info_refresh_pause.clone().or(defaults.info_refresh_pause),
+            unmanaged_memory: self.unmanaged_memory.clone().or(defaults.unmanaged_memory),
             tolerations: self.tolerations.clone(),
         }
     }
@@ -148,13 +150,14 @@ mod tests {
     #[test]
     fn node_group_config_defaults_one_row_per_field() {
         type Row = (&'static str, fn(&NodeGroupConfig) -> bool);
-        let rows: [Row; 5] = [
+        let rows: [Row; 6] = [
             ("podsFingerprinting defaults to EnabledExclusiveResources", |c| {
                 c.pods_fingerprinting == Some(PodsFingerprintingMode::EnabledExclusiveResources)
             }),
             ("infoRefreshMode defaults to Periodic", |c| c.info_refresh_mode == Some(InfoRefreshMode::Periodic)),
             ("infoRefreshPeriod defaults to 10s", |c| c.info_refresh_period == secs(10)),
             ("infoRefreshPause defaults to Disabled", |c| c.info_refresh_pause == Some(InfoRefreshPauseMode::Disabled)),
+            ("unmanagedMemory defaults to NodeLevel", |c| c.unmanaged_memory == Some(UnmanagedMemoryMode::NodeLevel)),
             ("tolerations default to none", |c| c.tolerations.is_empty()),
         ];
         for (name, check) in rows {
@@ -171,6 +174,7 @@ mod tests {
             info_refresh_mode: Some(InfoRefreshMode::Events),
             info_refresh_period: Some(GoDuration::ZERO),
             info_refresh_pause: Some(InfoRefreshPauseMode::Enabled),
+            unmanaged_memory: Some(UnmanagedMemoryMode::Omit),
             tolerations: vec![toleration],
         };
         assert_eq!(given.normalized(), given);

@@ -105,6 +105,19 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// What the exporter publishes for memory and hugepages on a node whose kubelet does not
+    /// manage them per NUMA node (its memory manager is not Static).
+    pub enum UnmanagedMemoryMode {
+        /// The node's totals in every zone, marked `memoryNUMAManaged=false`, so the
+        /// scheduler's per-zone check refuses nothing the kubelet would admit. The default.
+        NodeLevel = "NodeLevel",
+        /// Nothing, as the upstream exporter: the NUMA-aware scheduler then refuses every pod
+        /// that requests memory on such a node.
+        Omit = "Omit",
+    }
+}
+
 /// How the exporter reports topology for one node group. Every field is optional; the
 /// normalized form ([`NodeGroup::normalized_config`]) has them all set.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -122,6 +135,9 @@ pub struct NodeGroupConfig {
     /// Whether updates to NodeResourceTopology objects are paused for this group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub info_refresh_pause: Option<InfoRefreshPauseMode>,
+    /// Memory and hugepages on nodes whose kubelet does not manage them per NUMA node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmanaged_memory: Option<UnmanagedMemoryMode>,
     /// Tolerations for the exporter pods of this group. When not empty they replace the
     /// defaults entirely.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -161,6 +161,7 @@ fn node_group_config(config: &NodeGroupConfig, path: &FieldPath) -> Vec<FieldErr
     errors.extend(known_enum(path.child("infoRefreshMode"), config.info_refresh_mode.as_ref()));
     errors.extend(non_negative(path.child("infoRefreshPeriod"), config.info_refresh_period));
     errors.extend(known_enum(path.child("infoRefreshPause"), config.info_refresh_pause.as_ref()));
+    errors.extend(known_enum(path.child("unmanagedMemory"), config.unmanaged_memory.as_ref()));
     for (i, toleration) in config.tolerations.iter().enumerate() {
         errors.extend(validate_toleration(toleration, &path.child("tolerations").index(i)));
     }

@@ -39,7 +39,9 @@ use numaresources_api::direct_write::{
 pub use numaresources_api::exporter::CONFIG_DIR;
 use numaresources_api::exporter::{METRICS_CERTS_DIR, METRICS_PORT};
 use numaresources_api::nrt;
-use numaresources_api::operator::{InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode};
+use numaresources_api::operator::{
+    InfoRefreshMode, InfoRefreshPauseMode, NodeGroupConfig, PodsFingerprintingMode, UnmanagedMemoryMode,
+};
 use serde_json::{Value, json};
 
 use super::{RenderError, binding, typed};
@@ -212,6 +214,9 @@ pub fn args(config: &NodeGroupConfig, verbosity: u8, metrics: &MetricsMode) -> V
     }
     if config.info_refresh_pause == Some(InfoRefreshPauseMode::Enabled) {
         args.push("--no-publish".to_owned());
+    }
+    if config.unmanaged_memory == Some(UnmanagedMemoryMode::Omit) {
+        args.push("--unmanaged-memory=omit".to_owned());
     }
     match fingerprint_method(config) {
         None => args.push("--pods-fingerprint=false".to_owned()),

@@ -149,6 +149,16 @@ fn every_config_knob_maps_to_its_flags() {
             NodeGroupConfig { info_refresh_pause: Some(InfoRefreshPauseMode::Disabled), ..Default::default() },
             |a| !has(a, "--no-publish"),
         ),
+        (
+            "memory without the memory manager omitted, as upstream",
+            NodeGroupConfig { unmanaged_memory: Some(UnmanagedMemoryMode::Omit), ..Default::default() },
+            |a| has(a, "--unmanaged-memory=omit"),
+        ),
+        (
+            "memory without the memory manager at node level (the exporter's default)",
+            NodeGroupConfig { unmanaged_memory: Some(UnmanagedMemoryMode::NodeLevel), ..Default::default() },
+            |a| !a.iter().any(|arg| arg.starts_with("--unmanaged-memory")),
+        ),
     ];
     for (name, config, check) in rows {
         let args = exporter_args(&render(config));

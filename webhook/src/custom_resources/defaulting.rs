@@ -5,7 +5,7 @@
 //! what means the same on every cluster:
 //!
 //! - `NUMAResourcesOperator`: `logLevel`, and each node group's `config` (`podsFingerprinting`,
-//!   `infoRefreshMode`, `infoRefreshPeriod`, `infoRefreshPause`);
+//!   `infoRefreshMode`, `infoRefreshPeriod`, `infoRefreshPause`, `unmanagedMemory`);
 //! - `NUMAResourcesScheduler`: `logLevel`, `cacheResyncPeriod`, `cacheResyncDebug`,
 //!   `cacheResyncDetection`, `scoringStrategy`, `podRouting.mode`.
 //!
@@ -103,6 +103,7 @@ mod tests {
                 ("add", "/spec/nodeGroups/1/config/podsFingerprinting"),
                 ("add", "/spec/nodeGroups/1/config/infoRefreshPeriod"),
                 ("add", "/spec/nodeGroups/1/config/infoRefreshPause"),
+                ("add", "/spec/nodeGroups/1/config/unmanagedMemory"),
             ])
         );
         let spec = &defaulted.spec;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::support::{Answered, fixture, object, post, webhook_with};
 
 const NODE_GROUP_DEFAULTS: &str = r#"{"podsFingerprinting": "EnabledExclusiveResources", "infoRefreshMode": "Periodic",
-    "infoRefreshPeriod": "10s", "infoRefreshPause": "Disabled"}"#;
+    "infoRefreshPeriod": "10s", "infoRefreshPause": "Disabled", "unmanagedMemory": "NodeLevel"}"#;
 
 async fn send(path: &str, review: &Value) -> Answered {
     let (webhook, _feeds) = webhook_with(None);
@@ -30,6 +30,7 @@ async fn operator_create_gets_exactly_the_missing_defaults() {
     assert!(answer.allowed() && answer.warnings().is_empty(), "the mutating webhook does not warn");
     let mut expected = object(&review);
     expected["spec"]["nodeGroups"][0]["config"]["infoRefreshPause"] = json!("Disabled");
+    expected["spec"]["nodeGroups"][0]["config"]["unmanagedMemory"] = json!("NodeLevel");
     expected["spec"]["nodeGroups"][1]["config"] = serde_json::from_str(NODE_GROUP_DEFAULTS).unwrap();
     let patched = answer.patched(&object(&review));
     assert_eq!(patched, expected);
@@ -357,13 +358,14 @@ async fn every_default_through_the_webhook() {
             "a group with a partial config",
             json!({"logLevel": "Debug", "nodeGroups": [{"poolName": "w", "config": {"infoRefreshMode": "Events", "tolerations": [{"operator": "Exists"}]}}]}),
             json!({"logLevel": "Debug", "nodeGroups": [{"poolName": "w", "config": {"infoRefreshMode": "Events", "tolerations": [{"operator": "Exists"}],
-                "podsFingerprinting": "EnabledExclusiveResources", "infoRefreshPeriod": "10s", "infoRefreshPause": "Disabled"}}]}),
+                "podsFingerprinting": "EnabledExclusiveResources", "infoRefreshPeriod": "10s", "infoRefreshPause": "Disabled",
+                "unmanagedMemory": "NodeLevel"}}]}),
         ),
         (
             nro,
             "zero period stays zero",
-            json!({"logLevel": "Normal", "nodeGroups": [{"poolName": "w", "config": {"podsFingerprinting": "Disabled", "infoRefreshMode": "Periodic", "infoRefreshPeriod": "0s", "infoRefreshPause": "Enabled"}}]}),
-            json!({"logLevel": "Normal", "nodeGroups": [{"poolName": "w", "config": {"podsFingerprinting": "Disabled", "infoRefreshMode": "Periodic", "infoRefreshPeriod": "0s", "infoRefreshPause": "Enabled"}}]}),
+            json!({"logLevel": "Normal", "nodeGroups": [{"poolName": "w", "config": {"podsFingerprinting": "Disabled", "infoRefreshMode": "Periodic", "infoRefreshPeriod": "0s", "infoRefreshPause": "Enabled", "unmanagedMemory": "Omit"}}]}),
+            json!({"logLevel": "Normal", "nodeGroups": [{"poolName": "w", "config": {"podsFingerprinting": "Disabled", "infoRefreshMode": "Periodic", "infoRefreshPeriod": "0s", "infoRefreshPause": "Enabled", "unmanagedMemory": "Omit"}}]}),
         ),
         (nrs, "image only", json!({"imageSpec": image}), scheduler_defaults.clone()),
         (
