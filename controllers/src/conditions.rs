@@ -49,6 +49,10 @@ pub const REASON_UNSUPPORTED_KUBERNETES: &str = "UnsupportedKubernetesVersion";
 
 /// Extra NRO condition: whether the kubelets of each node group agree on the topology manager.
 pub const KUBELET_CONFIG_CONSISTENT: &str = "KubeletConfigConsistent";
+/// Extra NRO condition: whether every node's kubelet can give NUMA-aligned placement (static
+/// CPU manager, Static memory manager, a Topology Manager policy that aligns); False names the
+/// nodes and what each lacks.
+pub const KUBELET_NUMA_ALIGNED: &str = "KubeletNUMAAligned";
 /// Extra NRS condition: whether the scheduler image runs every setting of the spec (False names
 /// what is not rendered for it, or that the image is not one whose capabilities are known).
 pub const SCHEDULER_IMAGE_COMPATIBLE: &str = "SchedulerImageCompatible";

@@ -40,6 +40,9 @@ pub const ANNOTATION_MULTIPLE_POOLS: &str = "config.node.openshift-kni.io/multip
 pub const ANNOTATION_SCHEDULER_QOS: &str = "config.numa-operator.openshift.io/scheduler-qos-request";
 /// Exporter ConfigMap annotation: nodes of the group whose kubelets disagree, and how.
 pub const ANNOTATION_KUBELET_DISAGREEMENT: &str = "nodetopology.openshift.io/kubelet-config-disagreement";
+/// Exporter ConfigMap annotation: nodes of the group whose kubelets cannot give NUMA-aligned
+/// placement, and why.
+pub const ANNOTATION_KUBELET_ALIGNMENT: &str = "nodetopology.openshift.io/kubelet-numa-alignment";
 /// Serving-certificate Secret annotation: when the leaf certificate expires (RFC 3339).
 pub const ANNOTATION_CERT_NOT_AFTER: &str = "nodetopology.openshift.io/serving-cert-not-after";
 

@@ -31,6 +31,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use numaresources_api::operator::{NUMAResourcesOperator, OPERATOR_SINGLETON_NAME};
@@ -43,6 +44,10 @@ use crate::guarded;
 use crate::names::{self, ANNOTATION_PAUSE};
 use crate::nodegroups;
 use crate::render::kubeletconfig::{self as render, TopologyManager};
+
+/// The Warning Event's reason on the NUMAResourcesOperator when a group's kubelets cannot give
+/// NUMA-aligned placement (once per change of the report, not every pass).
+pub const ALIGNMENT_REASON: &str = "KubeletNotNUMAAligned";
 
 /// How often the kubelets are asked again whatever the watches saw.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -70,6 +75,59 @@ pub fn distill(per_node: &BTreeMap<String, TopologyManager>) -> (TopologyManager
             (TopologyManager::default(), Some(report))
         }
     }
+}
+
+/// At most this many node names in one line of the alignment report; the rest are counted.
+const NODES_NAMED: usize = 5;
+
+/// What keeps a kubelet (configz's `kubeletconfig`) from NUMA-aligned placement, one sentence
+/// each, with its consequence; empty when nothing does. A field the kubelet leaves out is its
+/// default (`none`, `None`, `none`).
+pub fn alignment_gaps(config: &serde_json::Value) -> Vec<String> {
+    let field = |key: &str, default: &'static str| {
+        config.get(key).and_then(serde_json::Value::as_str).filter(|v| !v.is_empty()).unwrap_or(default).to_owned()
+    };
+    let mut gaps = Vec::new();
+    let cpu = field("cpuManagerPolicy", "none");
+    if cpu != "static" {
+        gaps.push(format!("CPU manager {cpu}: no container gets exclusive CPUs, so none is kept on one NUMA node"));
+    }
+    let memory = field("memoryManagerPolicy", "None");
+    if memory != "Static" {
+        gaps.push(format!(
+            "memory manager {memory}: memory and hugepages are not NUMA-aligned (the exporter publishes the node's \
+             totals in every zone)"
+        ));
+    }
+    let policy = field("topologyManagerPolicy", "none");
+    if policy != "single-numa-node" && policy != "restricted" {
+        gaps.push(format!(
+            "Topology Manager policy {policy}: the kubelet admits pods it cannot align, and the NUMA-aware \
+             scheduler does not filter this node"
+        ));
+    }
+    gaps
+}
+
+/// The nodes of one group whose kubelets cannot give NUMA-aligned placement, grouped by what
+/// they lack (`None`: every node can). At most [`NODES_NAMED`] names a line, so a large group
+/// makes a short report.
+pub fn describe_alignment(per_node: &BTreeMap<String, Vec<String>>) -> Option<String> {
+    let mut by_gaps: BTreeMap<&[String], Vec<&str>> = BTreeMap::new();
+    for (node, gaps) in per_node.iter().filter(|(_, gaps)| !gaps.is_empty()) {
+        by_gaps.entry(gaps.as_slice()).or_default().push(node);
+    }
+    let lines: Vec<String> = by_gaps
+        .into_iter()
+        .map(|(gaps, nodes)| {
+            let mut named = nodes.iter().take(NODES_NAMED).copied().collect::<Vec<_>>().join(", ");
+            if nodes.len() > NODES_NAMED {
+                named.push_str(&format!(" and {} more", nodes.len() - NODES_NAMED));
+            }
+            format!("{named}: {}", gaps.join("; "))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join(". "))
 }
 
 /// The topology manager settings in a kubelet configuration (configz's `kubeletconfig`, or a
@@ -128,27 +186,43 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
     let mut wanted = BTreeSet::new();
     let mut asked = Vec::new();
     let mut unanswered = BTreeMap::new();
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
     for pool in &resolution.pools {
-        let (topology_manager, disagreement) = match (&kubelet_configs, &pools) {
+        let (topology_manager, disagreement, alignment) = match (&kubelet_configs, &pools) {
             (Some(configs), Some(pools)) => {
                 let labels = pools.iter().find(|p| p.name == pool.pool).map(|p| p.labels.clone()).unwrap_or_default();
-                (from_kubelet_configs(configs, &labels), None)
+                (from_kubelet_configs(configs, &labels), None, None)
             }
             _ => {
                 let (answers, failures) = ask_kubelets(&ctx, &pool.nodes).await;
                 asked.extend(pool.nodes.iter().cloned());
                 unanswered.extend(failures);
-                distill(&answers)
+                let settings = answers.iter().map(|(node, (tm, _))| (node.clone(), tm.clone())).collect();
+                let gaps = answers.into_iter().map(|(node, (_, gaps))| (node, gaps)).collect();
+                let (topology_manager, disagreement) = distill(&settings);
+                (topology_manager, disagreement, describe_alignment(&gaps))
             }
         };
+        let name = names::node_group_object_name(&nro.name_any(), &pool.pool);
+        let reported_before = crate::apply::get_opt(&config_maps, &name)
+            .await?
+            .and_then(|cm| cm.annotations().get(names::ANNOTATION_KUBELET_ALIGNMENT).cloned())
+            .unwrap_or_default();
         let yaml = render::config_yaml(&topology_manager, &spec.pod_excludes);
-        let config_map = render::config_map(namespace, &nro.name_any(), &pool.pool, yaml, disagreement.as_deref())?;
-        wanted.insert(names::node_group_object_name(&nro.name_any(), &pool.pool));
+        let reports = render::KubeletReports { disagreement: disagreement.as_deref(), alignment: alignment.as_deref() };
+        let config_map = render::config_map(namespace, &nro.name_any(), &pool.pool, yaml, reports)?;
+        wanted.insert(name);
         applier.namespaced(config_map).await?;
+        if let Some(alignment) = alignment.filter(|now| *now != reported_before) {
+            let note =
+                format!("node group {}: kubelets that cannot give NUMA-aligned placement: {alignment}", pool.pool);
+            tracing::warn!(pool = %pool.pool, %alignment, "kubelets that cannot give NUMA-aligned placement");
+            let regarding = nro.object_ref(&());
+            ctx.event(&regarding, EventType::Warning, ALIGNMENT_REASON, "ReadKubeletConfig", note).await;
+        }
     }
 
     // ConfigMaps of groups that are gone: ours only.
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!("{}={}", names::LABEL_NRO_NAME, nro.name_any());
     let existing = config_maps
         .list(&ListParams::default().labels(&selector))
@@ -165,17 +239,21 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
     Ok(Action::requeue(RESYNC))
 }
 
-/// Each reachable node's live topology manager settings, and why the others did not answer.
-async fn ask_kubelets(
-    ctx: &Context,
-    nodes: &[String],
-) -> (BTreeMap<String, TopologyManager>, BTreeMap<String, String>) {
-    let answers: Vec<(String, Result<TopologyManager, String>)> = futures_util::stream::iter(nodes.iter().cloned())
+/// What one kubelet runs: its topology manager settings, and what keeps it from NUMA-aligned
+/// placement ([`alignment_gaps`]).
+type KubeletAnswer = (TopologyManager, Vec<String>);
+
+/// Each reachable node's live settings, and why the others did not answer.
+async fn ask_kubelets(ctx: &Context, nodes: &[String]) -> (BTreeMap<String, KubeletAnswer>, BTreeMap<String, String>) {
+    let answers: Vec<(String, Result<KubeletAnswer, String>)> = futures_util::stream::iter(nodes.iter().cloned())
         .map(|node| async move {
             let path = format!("/api/v1/nodes/{node}/proxy/configz");
             let answer = match http::Request::get(&path).body(Vec::new()) {
                 Ok(request) => match ctx.client.request::<serde_json::Value>(request).await {
-                    Ok(configz) => Ok(topology_manager_of(&configz["kubeletconfig"], true)),
+                    Ok(configz) => {
+                        let config = &configz["kubeletconfig"];
+                        Ok((topology_manager_of(config, true), alignment_gaps(config)))
+                    }
                     Err(kube::Error::Api(status)) => Err(status.message),
                     Err(error) => Err(error.to_string()),
                 },
@@ -190,8 +268,8 @@ async fn ask_kubelets(
     let mut failures = BTreeMap::new();
     for (node, answer) in answers {
         match answer {
-            Ok(topology_manager) => {
-                settings.insert(node, topology_manager);
+            Ok(answer) => {
+                settings.insert(node, answer);
             }
             Err(reason) => {
                 failures.insert(node, reason);

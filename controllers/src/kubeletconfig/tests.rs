@@ -68,6 +68,35 @@ fn the_first_kubelet_config_selecting_the_pool_wins() {
     assert_eq!(from_kubelet_configs(&configs, &BTreeMap::new()), TopologyManager::default(), "no match: ignored");
 }
 
+#[test]
+fn a_kubelet_with_default_managers_lacks_every_alignment_and_a_tuned_one_none() {
+    let defaults = alignment_gaps(&json!({}));
+    assert_eq!(defaults.len(), 3, "{defaults:?}");
+    assert!(defaults[0].starts_with("CPU manager none: "), "{defaults:?}");
+    assert!(defaults[1].starts_with("memory manager None: memory and hugepages are not NUMA-aligned"), "{defaults:?}");
+    assert!(defaults[2].starts_with("Topology Manager policy none: "), "{defaults:?}");
+    let tuned =
+        json!({"cpuManagerPolicy": "static", "memoryManagerPolicy": "Static", "topologyManagerPolicy": "restricted"});
+    assert!(alignment_gaps(&tuned).is_empty());
+    // The common setup: static CPU manager and single-numa-node, the memory manager left alone.
+    let common = json!({"cpuManagerPolicy": "static", "topologyManagerPolicy": "single-numa-node"});
+    assert_eq!(alignment_gaps(&common).len(), 1);
+}
+
+#[test]
+fn the_alignment_report_groups_nodes_by_what_they_lack_and_stays_short() {
+    let gap = |text: &str| vec![text.to_owned()];
+    let mut per_node: BTreeMap<String, Vec<String>> =
+        (0..8).map(|i| (format!("w-{i}"), gap("memory manager None"))).collect();
+    per_node.insert("x".into(), gap("CPU manager none"));
+    per_node.insert("fine".into(), Vec::new());
+    assert_eq!(
+        describe_alignment(&per_node).unwrap(),
+        "x: CPU manager none. w-0, w-1, w-2, w-3, w-4 and 3 more: memory manager None"
+    );
+    assert_eq!(describe_alignment(&BTreeMap::from([("fine".to_owned(), Vec::new())])), None);
+}
+
 fn harness(policies: &[(&str, &str)]) -> (FakeApi, Arc<Context>) {
     let (fake, client) = FakeApi::start();
     for (node, policy) in policies {
@@ -118,6 +147,25 @@ async fn the_group_config_map_carries_the_kubelets_settings_and_pod_excludes() {
     assert_eq!(disagreement, "");
     let cm: ConfigMap = fake.typed(WORKER_CM);
     assert_eq!(cm.metadata.owner_references.unwrap()[0].kind, "NUMAResourcesOperator");
+}
+
+#[tokio::test]
+async fn kubelets_that_cannot_align_are_named_on_the_config_map_and_told_once_in_an_event() {
+    let (fake, ctx) = harness(&[("worker-a", "single-numa-node"), ("worker-b", "single-numa-node")]);
+    let ctx = crate::fake::recording(&ctx);
+    fake.insert(
+        "/api/v1/nodes/worker-b/proxy/configz",
+        json!({"kubeletconfig": {"cpuManagerPolicy": "static", "memoryManagerPolicy": "Static",
+            "topologyManagerPolicy": "single-numa-node", "topologyManagerScope": "pod"}}),
+    );
+    run_once(&fake, &ctx).await;
+    run_once(&fake, &ctx).await;
+    let cm: ConfigMap = fake.typed(WORKER_CM);
+    let report = cm.metadata.annotations.unwrap()[names::ANNOTATION_KUBELET_ALIGNMENT].clone();
+    assert!(report.starts_with("worker-a: CPU manager none: "), "{report}");
+    assert!(report.contains("memory manager None"), "{report}");
+    assert!(!report.contains("worker-b"), "{report}");
+    assert_eq!(fake.events(ALIGNMENT_REASON).len(), 1, "once per change of the report, not every pass");
 }
 
 #[tokio::test]

@@ -215,6 +215,7 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
     }
     let mut waiting = Vec::new();
     let mut disagreements = Vec::new();
+    let mut misaligned = Vec::new();
     for (pool, exporter) in resolution.pools.iter().zip(&exporters) {
         let ds = NamespacedName { namespace: namespace.clone(), name: exporter.name.clone() };
         outcome.node_groups.push(NodeGroupStatus {
@@ -238,7 +239,29 @@ async fn apply(nro: &NUMAResourcesOperator, ctx: &Context) -> Result<Action> {
         if let Some(disagreement) = &exporter.disagreement {
             disagreements.push(format!("pool {}: {disagreement}", pool.pool));
         }
+        if let Some(alignment) = &exporter.alignment {
+            misaligned.push(format!("pool {}: {alignment}", pool.pool));
+        }
     }
+    outcome.extras.push(if misaligned.is_empty() {
+        Extra {
+            type_: cond::KUBELET_NUMA_ALIGNED,
+            status: "True",
+            reason: cond::REASON_AS_EXPECTED.into(),
+            message: String::new(),
+        }
+    } else {
+        Extra {
+            type_: cond::KUBELET_NUMA_ALIGNED,
+            status: "False",
+            reason: crate::kubeletconfig::ALIGNMENT_REASON.into(),
+            message: format!(
+                "kubelets that cannot give NUMA-aligned placement (pods may land where the kubelet does not align \
+                 them, or be refused): {}",
+                misaligned.join(". ")
+            ),
+        }
+    });
     outcome.extras.push(if disagreements.is_empty() {
         Extra {
             type_: cond::KUBELET_CONFIG_CONSISTENT,
@@ -286,6 +309,7 @@ struct Exporter {
     name: String,
     ready: bool,
     disagreement: Option<String>,
+    alignment: Option<String>,
 }
 
 async fn apply_exporters(
@@ -317,12 +341,12 @@ async fn apply_exporters(
         let name = names::node_group_object_name(&settings.nro_name, &pool.pool);
         let config_map = get_opt(&config_maps, &name).await?;
         let data = config_map.as_ref().and_then(|cm| cm.data.clone()).unwrap_or_default();
-        let disagreement = config_map
-            .as_ref()
-            .and_then(|cm| cm.annotations().get(names::ANNOTATION_KUBELET_DISAGREEMENT).cloned())
-            .filter(|d| !d.is_empty());
+        let report =
+            |key: &str| config_map.as_ref().and_then(|cm| cm.annotations().get(key).cloned()).filter(|d| !d.is_empty());
+        let disagreement = report(names::ANNOTATION_KUBELET_DISAGREEMENT);
+        let alignment = report(names::ANNOTATION_KUBELET_ALIGNMENT);
         let applied = applier.namespaced(rte::daemon_set(settings, pool, &config_hash(&data))?).await?;
-        exporters.push(Exporter { name, ready: daemon_set_ready(&applied), disagreement });
+        exporters.push(Exporter { name, ready: daemon_set_ready(&applied), disagreement, alignment });
     }
 
     // Remove the DaemonSets of groups that are gone: ours only, by controller reference.

@@ -493,6 +493,23 @@ async fn kubelet_disagreement_in_the_config_map_shows_in_status() {
 }
 
 #[tokio::test]
+async fn kubelets_that_cannot_align_show_in_status() {
+    let h = Harness::new(vec![worker_group()]);
+    h.converge().await;
+    assert_eq!(h.condition(cond::KUBELET_NUMA_ALIGNED).0, "True");
+    h.fake.insert(
+        "/api/v1/namespaces/numaresources/configmaps/numaresourcesoperator-worker",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "numaresourcesoperator-worker", "namespace": NS,
+            "annotations": {names::ANNOTATION_KUBELET_ALIGNMENT: "worker-a: memory manager None: memory and hugepages are not NUMA-aligned"}},
+            "data": {"config.yaml": "kubelet: {}\n"}}),
+    );
+    h.converge().await;
+    let (status, reason, message) = h.condition(cond::KUBELET_NUMA_ALIGNED);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "KubeletNotNUMAAligned"));
+    assert!(message.contains("pool worker: worker-a: memory manager None"), "{message}");
+}
+
+#[tokio::test]
 async fn events_tell_a_person_what_happened_once() {
     let h = Harness::new(vec![]);
     let h = Harness { ctx: crate::fake::recording(&h.ctx), ..h };

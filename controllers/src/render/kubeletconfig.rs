@@ -27,20 +27,33 @@ pub fn config_yaml(topology_manager: &TopologyManager, pod_excludes: &[Namespace
     serde_norway::to_string(&config).unwrap_or_default()
 }
 
-/// The ConfigMap `<nro>-<pool>`. `disagreement` names the nodes whose kubelets differ.
+/// What the kubeletconfig controller found of a group's kubelets, carried on its ConfigMap for
+/// the operator controller's conditions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KubeletReports<'a> {
+    /// The nodes whose kubelets differ, and how.
+    pub disagreement: Option<&'a str>,
+    /// The nodes whose kubelets cannot give NUMA-aligned placement, and why.
+    pub alignment: Option<&'a str>,
+}
+
+/// The ConfigMap `<nro>-<pool>`, with the group's [`KubeletReports`].
 pub fn config_map(
     namespace: &str,
     nro_name: &str,
     pool: &str,
     yaml: String,
-    disagreement: Option<&str>,
+    reports: KubeletReports<'_>,
 ) -> Result<ConfigMap, RenderError> {
     let mut labels = names::labels(RTE_SERVICE_ACCOUNT, COMPONENT_RTE);
     labels.insert(names::LABEL_NRO_NAME.to_owned(), nro_name.to_owned());
     labels.insert(names::LABEL_POOL.to_owned(), pool.to_owned());
     labels.insert(names::LABEL_NODE_GROUP.to_owned(), pool.to_owned());
-    // Always written, empty when all agree, so an apply clears an old report.
-    let annotations = BTreeMap::from([(names::ANNOTATION_KUBELET_DISAGREEMENT, disagreement.unwrap_or_default())]);
+    // Always written, empty when there is nothing to say, so an apply clears an old report.
+    let annotations = BTreeMap::from([
+        (names::ANNOTATION_KUBELET_DISAGREEMENT, reports.disagreement.unwrap_or_default()),
+        (names::ANNOTATION_KUBELET_ALIGNMENT, reports.alignment.unwrap_or_default()),
+    ]);
     typed(
         "exporter ConfigMap",
         json!({
@@ -88,15 +101,19 @@ mod tests {
 
     #[test]
     fn config_map_carries_upstream_labels_and_the_disagreement() {
+        let reports = KubeletReports { disagreement: Some("a: none"), alignment: Some("b: memory manager None") };
         let cm =
-            config_map("numaresources", "numaresourcesoperator", "worker", "kubelet: {}\n".into(), Some("a: none"))
-                .unwrap();
+            config_map("numaresources", "numaresourcesoperator", "worker", "kubelet: {}\n".into(), reports).unwrap();
         assert_eq!(cm.metadata.name.as_deref(), Some("numaresourcesoperator-worker"));
         let labels = cm.metadata.labels.unwrap();
         assert_eq!(labels.get(names::LABEL_NRO_NAME).map(String::as_str), Some("numaresourcesoperator"));
         assert_eq!(labels.get(names::LABEL_POOL).map(String::as_str), Some("worker"));
         let annotations = cm.metadata.annotations.unwrap();
         assert_eq!(annotations.get(names::ANNOTATION_KUBELET_DISAGREEMENT).map(String::as_str), Some("a: none"));
+        assert_eq!(
+            annotations.get(names::ANNOTATION_KUBELET_ALIGNMENT).map(String::as_str),
+            Some("b: memory manager None")
+        );
         assert_eq!(cm.data.unwrap().get(CONFIG_KEY).map(String::as_str), Some("kubelet: {}\n"));
     }
 }
