@@ -109,7 +109,8 @@ fn the_rendered_configmap_is_what_the_agent_reads() {
 
     let dir = tempfile::tempdir().unwrap();
     let read = |tm: &TopologyManager, excludes: &[NamespacedName]| {
-        let rendered = config_map("numaresources", "nro", "worker", config_yaml(tm, excludes), None).unwrap();
+        let rendered =
+            config_map("numaresources", "nro", "worker", config_yaml(tm, excludes), Default::default()).unwrap();
         let path = dir.path().join(CONFIG_FILE);
         std::fs::write(&path, &rendered.data.unwrap()[CONFIG_FILE]).unwrap();
         let argv = ["numaresources", "rte", "--hostname=worker-0", &format!("--config={}", path.display())];
