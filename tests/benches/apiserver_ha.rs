@@ -155,6 +155,7 @@ async fn main() {
     }
 
     let killed_at = Instant::now();
+    let election_readers = spawn_election_readers(&run, leader, killed_at, &stop);
     run.up[leader].store(false, Ordering::Relaxed);
     run.cluster.replicas[leader].kill();
     let new_leader = run.cluster.wait_for_leader(Some(leader), PATIENCE).await;
@@ -173,6 +174,21 @@ async fn main() {
         None => println!("kill -9 of the leader: NO new leader within {} s", PATIENCE.as_secs()),
     }
     println!("kill -9 of the leader: {lost} acknowledged writes lost");
+    for (what, reader) in election_readers {
+        let answers = reader.await.unwrap_or_default();
+        let failed: Vec<Duration> = answers.iter().filter(|(_, ok)| !ok).map(|(at, _)| *at).collect();
+        let window = match (failed.first(), failed.last()) {
+            (Some(first), Some(last)) => {
+                format!(", from {:.2} s to {:.2} s after the kill", first.as_secs_f64(), last.as_secs_f64())
+            }
+            _ => String::new(),
+        };
+        println!(
+            "kill -9 of the leader: {what} on the followers: {} of {} failed{window}",
+            failed.len(),
+            answers.len()
+        );
+    }
     let logs: Vec<WatchLog> = {
         let mut logs = Vec::new();
         for watcher in watchers {
@@ -194,6 +210,44 @@ async fn main() {
 
     cold_start(&mut run).await;
     progress(began, "cold start over");
+}
+
+/// One election reader's task: each answer's time since the kill and whether it was a 200.
+type ElectionReader = tokio::task::JoinHandle<Vec<(Duration, bool)>>;
+
+/// Readers polling the followers of `leader` every 50 ms from just before it is killed, one per
+/// kind of read: each answer's time since `killed_at` and whether it was a 200. A consistent
+/// LIST (no resourceVersion) needs the leader's revision; one with `resourceVersion=0` is
+/// served from the replica's own state.
+fn spawn_election_readers(
+    run: &Run,
+    leader: usize,
+    killed_at: Instant,
+    stop: &Arc<AtomicBool>,
+) -> Vec<(&'static str, ElectionReader)> {
+    let followers: Vec<usize> = (0..REPLICAS).filter(|i| *i != leader).collect();
+    [
+        ("consistent LISTs", format!("{NRT_PATH}?limit=1")),
+        ("LISTs with resourceVersion=0", format!("{NRT_PATH}?limit=1&resourceVersion=0")),
+    ]
+    .into_iter()
+    .map(|(what, path)| {
+        let (clients, followers, stop) = (run.clients.clone(), followers.clone(), stop.clone());
+        let reader = tokio::spawn(async move {
+            let mut answers = Vec::new();
+            let mut k = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let client = &clients[followers[k % followers.len()]];
+                k += 1;
+                let ok = request(client, Method::GET, &path, None).await.is_ok_and(|a| a.status == 200);
+                answers.push((killed_at.elapsed(), ok));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            answers
+        });
+        (what, reader)
+    })
+    .collect()
 }
 
 /// Waits until each of `replicas` answers /readyz 200.
