@@ -557,3 +557,35 @@ async fn metrics_and_probes_need_no_token_on_the_admin_port_and_a_kube_apiserver
     let stranger = cluster.files.client_with_token(&cluster.replicas[0].url(), "never-issued").await;
     assert_eq!(request(&stranger, Method::GET, "/metrics", None).await.unwrap().status, 401);
 }
+
+/// Every replica restarted at once on the addresses they had (a node reboot, a cluster restart):
+/// the Lease still names a process that is gone, at an address a new process now answers on.
+/// No replica follows itself (an earlier process of itself, whose address it has), and one of
+/// them leads without waiting for the stale Lease to run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_restarted_on_their_addresses_never_follow_themselves_and_elect_a_leader() {
+    let mut cluster = Cluster::start(3, ReplicaOptions::default()).await;
+    let first = cluster.wait_for_leader(None, PATIENCE).await.unwrap_or_else(|| panic!("{}", cluster.logs()));
+    cluster.wait_all_ready(PATIENCE).await;
+    let stale = cluster.holder().unwrap();
+    for replica in &mut cluster.replicas {
+        replica.kill();
+    }
+    let restarted = std::time::Instant::now();
+    for index in 0..3 {
+        cluster.respawn(index);
+    }
+    // The stale holder's address is a running replica's again: wait for a new holder.
+    let deadline = Instant::now() + PATIENCE;
+    while cluster.holder().is_none_or(|holder| holder == stale) {
+        assert!(Instant::now() < deadline, "no new leader within {PATIENCE:?}\n{}", cluster.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let leader = cluster.leader().unwrap_or_else(|| panic!("{}", cluster.logs()));
+    eprintln!("replica {first} led before; replica {leader} leads {:?} after the restart", restarted.elapsed());
+    for replica in &cluster.replicas {
+        let own = format!("following the leader leader=https://127.0.0.1:{}", replica.peer_port);
+        let followed_itself = replica.log().into_iter().find(|line| line.contains(&own));
+        assert!(followed_itself.is_none(), "replica {} followed itself: {followed_itself:?}", replica.index);
+    }
+}

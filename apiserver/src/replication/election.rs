@@ -79,6 +79,19 @@ pub async fn run(replication: Arc<Replication>, lease: LeaderLease, shutdown: im
     readiness.abort();
 }
 
+/// What a candidate can tell of the Lease's holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// Nothing to ask (no holder, this replica, or it follows a leader it has caught up with).
+    Unknown,
+    /// Its peer address answers as the holder.
+    Answers,
+    /// Its peer address does not answer: gone, or only cut off from this replica.
+    Silent,
+    /// Certainly gone: its address is this replica's own, or answers as another process.
+    Gone,
+}
+
 /// The followers a Lease names as in sync.
 fn in_sync_of(lease: Option<&Lease>) -> Vec<String> {
     annotation(lease, IN_SYNC_ANNOTATION)
@@ -165,23 +178,24 @@ impl Replication {
         }
     }
 
-    /// True when the process the Lease names as its holder is certainly gone: its peer address
-    /// is this replica's own (an earlier process of this replica, restarted on the same
-    /// address), or answers as another process. A holder that does not answer at all may only
-    /// be cut off from us, and is waited out as usual. Asked only while this replica is not
-    /// following a leader it has caught up with.
-    async fn holder_gone(&self, lease: Option<&Lease>) -> bool {
+    /// What this replica can tell of the process the Lease names as its holder. Asked only
+    /// while this replica is not following a leader it has caught up with.
+    async fn holder(&self, lease: Option<&Lease>) -> Holder {
         let Some(holder) = lease.and_then(|l| l.spec.as_ref()).and_then(|s| s.holder_identity.as_deref()) else {
-            return false;
+            return Holder::Unknown;
         };
         if holder.is_empty() || holder == self.identity || self.following.caught_up.load(Ordering::Acquire) {
-            return false;
+            return Holder::Unknown;
         }
-        let Some(address) = annotation(lease, PEER_ADDRESS_ANNOTATION) else { return false };
+        let Some(address) = annotation(lease, PEER_ADDRESS_ANNOTATION) else { return Holder::Unknown };
         if *address == self.advertise {
-            return true;
+            return Holder::Gone;
         }
-        self.peer_status(address).await.is_ok_and(|status| status.identity != holder)
+        match self.peer_status(address).await {
+            Ok(status) if status.identity == holder => Holder::Answers,
+            Ok(_) => Holder::Gone,
+            Err(_) => Holder::Silent,
+        }
     }
 
     /// Follows the live leader until this replica holds the Lease.
@@ -198,7 +212,13 @@ impl Replication {
             match lease.read().await {
                 Ok(current) => {
                     let mut expiry = lease.observe(current.as_ref());
-                    if !expiry.expired && self.holder_gone(current.as_ref()).await {
+                    let holder = if expiry.expired { Holder::Unknown } else { self.holder(current.as_ref()).await };
+                    if holder == Holder::Answers {
+                        // A silence that ended counts for nothing later.
+                        gone_since = None;
+                        self.in_sync_gone.store(false, Ordering::Release);
+                    }
+                    if holder == Holder::Gone {
                         // Nobody renews it: waiting out the lease duration would only delay the
                         // election.
                         expiry.expired = true;
@@ -208,7 +228,9 @@ impl Replication {
                     {
                         self.high_water.fetch_max(revision, Ordering::AcqRel);
                     }
-                    if expiry.expired || current.as_ref().is_none_or(|l| l.spec.is_none()) {
+                    // Probed from the first sign of a silent holder, not from its expiry, so that
+                    // when the Lease expires the followers it names have been silent as long.
+                    if expiry.expired || holder == Holder::Silent || current.as_ref().is_none_or(|l| l.spec.is_none()) {
                         self.probe_in_sync(current.as_ref(), lease.timings().duration, &mut gone_since).await;
                     }
                     let eligible = self.eligible(current.as_ref());
