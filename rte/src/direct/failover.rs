@@ -320,7 +320,16 @@ impl FailoverPublisher {
             }
         }
         self.metrics.fell_back();
-        let published = self.fallback.publish(desired).await;
+        // Bounded like the direct path: a kube-apiserver that takes the connection and never
+        // answers must not hold the agent (kube's own read timeout is minutes).
+        let timeout = self.options.publish_timeout;
+        let published = match tokio::time::timeout(timeout, self.fallback.publish(desired)).await {
+            Ok(published) => published,
+            Err(_) => Err(PublishError::NoPath {
+                direct: direct_failure.clone().unwrap_or_else(|| "not tried".to_owned()),
+                fallback: format!("kube-apiserver did not answer within {timeout:?}"),
+            }),
+        };
         let mut state = self.lock();
         match &published {
             Err(error) if falls_back(error) => {
@@ -377,6 +386,32 @@ mod tests {
         let spread: std::collections::BTreeSet<Duration> =
             (0..50).map(|n| options.delay(1, &format!("worker-{n}"))).collect();
         assert!(spread.len() > 40, "nodes come back at different times: {spread:?}");
+    }
+
+    /// A kube-apiserver that takes the connection and never answers holds a publish no longer
+    /// than the direct path's bound (kube's own read timeout is minutes).
+    #[tokio::test]
+    async fn a_silent_kube_apiserver_holds_a_publish_no_longer_than_the_bound() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = silent.local_addr().unwrap();
+        let _holding = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((connection, _)) = silent.accept().await {
+                held.push(connection);
+            }
+        });
+        let kube = kube::Client::try_from(kube::Config::new(format!("http://{address}").parse().unwrap())).unwrap();
+        // No CA bundle: the direct path cannot even be built, so the publish goes to kube-apiserver.
+        let server = DirectServer {
+            url: "https://127.0.0.1:1".parse().unwrap(),
+            ca_file: "/nonexistent/ca.crt".into(),
+            token_file: "/nonexistent/token".into(),
+            tls_server_name: None,
+        };
+        let options = FailoverOptions { publish_timeout: Duration::from_millis(200), ..FailoverOptions::default() };
+        let publisher = FailoverPublisher::with_options(server, "worker-0", kube, false, options);
+        let error = publisher.publish(NodeResourceTopology::new("worker-0")).await.unwrap_err();
+        assert!(error.to_string().contains("kube-apiserver did not answer within 200ms"), "{error}");
     }
 
     #[test]
