@@ -192,6 +192,11 @@ async fn front(
 /// Probes and scrapes then need no token (a scrape through the HTTPS port needs one that
 /// kube-apiserver's SubjectAccessReview allows `get` on `/metrics`).
 pub fn admin_router(state: Arc<AppState>) -> Router {
+    admin_routes().with_state(state)
+}
+
+/// `/metrics` and the probes, on both the admin port and the HTTPS port.
+fn admin_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/metrics", get(metrics::serve))
         .route("/healthz", get(health::probes))
@@ -200,7 +205,6 @@ pub fn admin_router(state: Arc<AppState>) -> Router {
         .route("/healthz/{check}", get(health::probes))
         .route("/livez/{check}", get(health::probes))
         .route("/readyz/{check}", get(health::probes))
-        .with_state(state)
 }
 
 /// The routes alone (the peer listener serves them to forwarded requests, without
@@ -235,12 +239,6 @@ pub(crate) fn routes() -> Router<Arc<AppState>> {
         .route("/openapi/v2", get(openapi::v2))
         .route("/openapi/v3", get(openapi::v3_index))
         .route(&format!("/openapi/v3/apis/{group}/{version}"), get(openapi::v3))
-        .route("/metrics", get(metrics::serve))
-        .route("/healthz", get(health::probes))
-        .route("/livez", get(health::probes))
-        .route("/readyz", get(health::probes))
-        .route("/healthz/{check}", get(health::probes))
-        .route("/livez/{check}", get(health::probes))
-        .route("/readyz/{check}", get(health::probes))
+        .merge(admin_routes())
         .fallback(rest::not_found)
 }
