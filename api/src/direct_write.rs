@@ -20,6 +20,36 @@ pub const NRT_SERVER_FLAG: &str = "--nrt-server";
 /// the certificate against the Service the APIService uses.
 pub const NRT_SERVER_TLS_NAME_FLAG: &str = "--nrt-server-tls-name";
 
+/// The exporter's flag naming the plain-HTTP base URL of our server's admin port through
+/// [`WRITE_SERVICE`] (`http://<write Service>:<ADMIN_PORT>`), where it asks every few seconds
+/// whether the server holds its node's object ([`held_path`]). The agent publishes only on
+/// change and at its heartbeat (a minute apart), so after a cold start (every replica
+/// restarted, the store empty) an unchanged node's object would come back only at its next
+/// heartbeat; asked, the agent publishes again within seconds. The same question notices an
+/// object deleted by hand. Plain HTTP without a token: a question costs the server tens of
+/// microseconds where one over TLS would cost a handshake, and the answer tells nothing but
+/// whether a node's object exists.
+pub const NRT_SERVER_ADMIN_URL_FLAG: &str = "--nrt-server-admin-url";
+
+/// The API server's plain-HTTP admin port: `/metrics`, the probes, and [`held_path`].
+pub const ADMIN_PORT: u16 = 8081;
+
+/// The admin port's path prefix of the question "do you hold this node's object?": `200` with
+/// [`HELD`], `404` with [`NOT_HELD`] (publish again), anything else: this replica cannot tell
+/// (it is not in sync with the leader, or predates the question; ask again later). The bodies
+/// are part of the answer: a server without the route answers a bare `404` too, which must not
+/// make a fleet republish every few seconds.
+pub const HELD_PATH_PREFIX: &str = "/held-topologies/";
+/// The body of a `200` answer to [`held_path`].
+pub const HELD: &str = "held";
+/// The body of a `404` answer to [`held_path`].
+pub const NOT_HELD: &str = "not held";
+
+/// The question for `node`'s object ([`HELD_PATH_PREFIX`]).
+pub fn held_path(node: &str) -> String {
+    format!("{HELD_PATH_PREFIX}{node}")
+}
+
 /// The exporter's flag naming the PEM bundle that verifies our server's certificate.
 pub const NRT_SERVER_CA_FILE_FLAG: &str = "--nrt-server-ca-file";
 
@@ -58,6 +88,11 @@ pub const WRITE_SERVICE: &str = "numaresources-apiserver-writes";
 /// The base URL of our API server's Service, as the controllers render it.
 pub fn service_url(service: &str, namespace: &str) -> String {
     format!("https://{}:443", service_host(service, namespace))
+}
+
+/// The admin port's base URL through the Service `service` ([`NRT_SERVER_ADMIN_URL_FLAG`]).
+pub fn admin_url(service: &str, namespace: &str) -> String {
+    format!("http://{}:{ADMIN_PORT}", service_host(service, namespace))
 }
 
 /// The DNS name of a Service inside the cluster (what serving certificates name).

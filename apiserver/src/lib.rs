@@ -20,6 +20,7 @@ mod fair;
 mod fallback;
 mod headroom;
 mod health;
+mod held;
 mod legacy_watch;
 pub mod merge_patch;
 mod metrics;
@@ -192,7 +193,8 @@ async fn front(
 /// Probes and scrapes then need no token (a scrape through the HTTPS port needs one that
 /// kube-apiserver's SubjectAccessReview allows `get` on `/metrics`).
 pub fn admin_router(state: Arc<AppState>) -> Router {
-    admin_routes().with_state(state)
+    let held = format!("{}{{node}}", numaresources_api::direct_write::HELD_PATH_PREFIX);
+    admin_routes().route(&held, get(held::answer)).with_state(state)
 }
 
 /// `/metrics` and the probes, on both the admin port and the HTTPS port.

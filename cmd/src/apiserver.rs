@@ -27,10 +27,11 @@ pub struct ApiserverArgs {
     /// The runtime.
     #[command(flatten)]
     runtime: numaresources_certs::flags::RuntimeFlags,
-    /// The plain-HTTP admin port: `/metrics`, `/healthz`, `/livez` and `/readyz`, without
-    /// credentials, on the address of `--bind-address`; `0` serves none (they stay on the HTTPS
-    /// port as well, there behind delegated authentication and authorization).
-    #[arg(long, env = "NUMARESOURCES_APISERVER_HEALTH_PORT", default_value_t = 8081)]
+    /// The plain-HTTP admin port: `/metrics`, `/healthz`, `/livez`, `/readyz` and the exporters'
+    /// question whether their node's object is held, without credentials, on the address of
+    /// `--bind-address`; `0` serves none (metrics and probes stay on the HTTPS port as well,
+    /// there behind delegated authentication and authorization).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_HEALTH_PORT", default_value_t = numaresources_api::direct_write::ADMIN_PORT)]
     health_port: u16,
     /// Replication across replicas.
     #[command(flatten)]

@@ -423,6 +423,7 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
         ca_file: fleet.dir.join("ca.crt"),
         token_file: fleet.dir.join(format!("tokens/{i}")),
         tls_server_name: None,
+        admin_url: None,
     };
     let bearer = Arc::new(BearerFile::new(server.token_file.clone()));
     let idle_timeout = (!options.keep_idle_connections).then_some(options.idle_timeout);

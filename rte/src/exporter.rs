@@ -176,12 +176,13 @@ impl Exporter {
         if !unused.is_empty() {
             tracing::warn!(flags = ?unused, "given without --nrt-server, so unused: publishing through kube-apiserver");
         }
-        if config.nrt_server.is_some() && config.heartbeat.is_none() {
-            // The direct path holds no own-object watch: the heartbeat is what recreates an
-            // object deleted by hand on a node whose topology does not change.
+        if config.nrt_server.as_ref().is_some_and(|server| server.admin_url.is_none()) && config.heartbeat.is_none() {
+            // The direct path holds no own-object watch: without the held question, the
+            // heartbeat is what recreates an object lost (deleted by hand, or every replica
+            // restarted) on a node whose topology does not change.
             tracing::warn!(
-                "--heartbeat=0 with --nrt-server: an object deleted while the node's topology does not change is \
-                 created again only at its next change"
+                "--heartbeat=0 with --nrt-server and without --nrt-server-admin-url: an object the server loses \
+                 while the node's topology does not change is created again only at its next change"
             );
         }
 
@@ -191,9 +192,14 @@ impl Exporter {
         let (oneshot, node, owned) = (config.flags.oneshot, config.node_name.clone(), config.flags.add_nrt_owner);
         let result = match (client.filter(|_| !config.flags.no_publish), config.nrt_server.clone()) {
             (Some(client), Some(server)) => {
+                let admin_url = server.admin_url.clone();
                 let publisher =
                     FailoverPublisher::new(server, &node, client, owned).with_metrics(metrics.direct_path().clone());
                 if !oneshot {
+                    if let Some(url) = admin_url {
+                        let interval = crate::direct::held::HELD_INTERVAL;
+                        background.spawn(crate::direct::held::follow(url, node.clone(), lost.clone(), interval));
+                    }
                     background.spawn(own_object::follow(publisher.own_object_client(), node, lost.clone()));
                 }
                 drive(config, source, publisher, Some(lost), options, shutdown).await

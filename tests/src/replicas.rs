@@ -443,6 +443,16 @@ impl Cluster {
         backends
     }
 
+    /// The replicas' admin ports as a Service's endpoints (a Service's second port), each
+    /// probed on its `/readyz` as [`Cluster::backends`] are.
+    pub async fn admin_backends(&self) -> Vec<crate::service::Backend> {
+        let mut backends = Vec::new();
+        for (index, replica) in self.replicas.iter().enumerate() {
+            backends.push(crate::service::Backend { port: replica.health_port, probe: self.client(index).await });
+        }
+        backends
+    }
+
     /// A client for replica `index`.
     pub async fn client(&self, index: usize) -> kube::Client {
         self.files.client(&self.replicas[index].url()).await

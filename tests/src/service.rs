@@ -78,6 +78,11 @@ impl Service {
         format!("https://127.0.0.1:{}", self.port)
     }
 
+    /// `http://127.0.0.1:<port>`, for a plain-HTTP port.
+    pub fn plain_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
     /// The backends' ports it routes to now.
     pub fn endpoints(&self) -> Vec<u16> {
         self.endpoints.lock().unwrap_or_else(PoisonError::into_inner).clone()

@@ -79,13 +79,14 @@ fn every_rendered_configuration_parses_as_the_agent_expects() {
 #[test]
 fn the_direct_write_flags_parse_and_name_the_files_the_daemonset_mounts() {
     use numaresources_api::direct_write::{
-        CA_FILE_NAME, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, WRITE_SERVICE, service_host, service_url,
+        CA_FILE_NAME, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, WRITE_SERVICE, admin_url, service_host, service_url,
     };
     use numaresources_controllers::render::rte::DirectWrite;
 
     let direct = DirectWrite {
         url: service_url(WRITE_SERVICE, "numaresources"),
         tls_server_name: service_host("numaresources-apiserver", "numaresources"),
+        admin_url: admin_url(WRITE_SERVICE, "numaresources"),
         ca_config_map: "numaresources-apiserver-ca".into(),
         ca_key: "ca.crt".into(),
     };
@@ -95,6 +96,8 @@ fn the_direct_write_flags_parse_and_name_the_files_the_daemonset_mounts() {
     let server = parsed.direct.resolve().unwrap().unwrap();
     assert_eq!(server.url.to_string(), "https://numaresources-apiserver-writes.numaresources.svc:443/");
     assert_eq!(server.tls_server_name.as_deref(), Some("numaresources-apiserver.numaresources.svc"));
+    let admin = server.admin_url.unwrap();
+    assert_eq!(admin.to_string(), "http://numaresources-apiserver-writes.numaresources.svc:8081/");
     let mount = std::path::Path::new(TOKEN_MOUNT_DIR);
     assert_eq!((server.ca_file, server.token_file), (mount.join(CA_FILE_NAME), mount.join(TOKEN_FILE_NAME)));
 }

@@ -571,6 +571,10 @@ fn the_namespace_admits_the_exporters_and_openshift_grants_them_an_scc() {
                 NAMESPACE,
             ),
             tls_server_name: numaresources_api::direct_write::service_host("numaresources-apiserver", NAMESPACE),
+            admin_url: numaresources_api::direct_write::admin_url(
+                numaresources_api::direct_write::WRITE_SERVICE,
+                NAMESPACE,
+            ),
             ca_config_map: "numaresources-apiserver-ca".into(),
             ca_key: "service-ca.crt".into(),
         }),

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use http::Method;
 use numaresources_rte::agent::Agent;
-use numaresources_rte::direct::DirectServer;
+use numaresources_rte::agent::own_object::Lost;
 use numaresources_rte::direct::failover::FailoverPublisher;
+use numaresources_rte::direct::{DirectServer, held};
 use numaresources_rte::podresources::PodResourcesClient;
 use numaresources_rte::podresources::testing::RunningKubelet;
 use numaresources_rte::publish::Outcome;
@@ -66,8 +67,13 @@ impl Node {
         let path = self.dir.path();
         let token_file = path.join(format!("token-{node}"));
         std::fs::write(&token_file, token).unwrap();
-        let direct =
-            DirectServer { url: url.parse().unwrap(), ca_file: path.join("ca.crt"), token_file, tls_server_name: None };
+        let direct = DirectServer {
+            url: url.parse().unwrap(),
+            ca_file: path.join("ca.crt"),
+            token_file,
+            tls_server_name: None,
+            admin_url: None,
+        };
         let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
         let ca_pem = std::fs::read_to_string(path.join("ca.crt")).unwrap();
         let kube = kube_client(&format!("https://{closed}"), &ca_pem, "kube-apiserver-token").await;
@@ -178,12 +184,14 @@ async fn all_listed(reader: &kube::Client, what: &str, cluster: &Cluster, expect
 
 /// The exporters' cold start, routed as a cluster routes it: a Service for reads that reaches
 /// only Ready replicas, and the write Service (not-ready addresses published) the exporters
-/// write through. Every replica is killed and started again while three real agents run; the
-/// objects must come back without anyone's help, and no reader may ever get a list that lacks
-/// them (an informer that lists an empty store drops every node's topology; a 503 keeps it).
+/// write through and ask, on its admin port, whether their object is held. Every replica is
+/// killed and started again while three real agents run; the objects must come back without
+/// anyone's help, and no reader may ever get a list that lacks them (an informer that lists an
+/// empty store drops every node's topology; a 503 keeps it).
 ///
-/// The agents heartbeat every few seconds here (the default is a minute): after a cold start
-/// the objects come back with each exporter's next publish, which the heartbeat bounds.
+/// The agents have no heartbeat and their nodes do not change: the only thing that can bring
+/// the objects back is the question (as the exporters run it, every few seconds), so the test
+/// shows the objects return within seconds of a cold start, not at a heartbeat a minute away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cold_start_of_every_replica_comes_back_from_the_exporters_and_never_serves_a_list_without_them() {
     use numaresources_tests::replicas::ReplicaOptions;
@@ -199,18 +207,23 @@ async fn a_cold_start_of_every_replica_comes_back_from_the_exporters_and_never_s
     }
     let reads = Service::start(cluster.backends().await, Publish::Ready).await;
     let writes = Service::start(cluster.backends().await, Publish::NotReadyToo).await;
+    // The write Service's admin port.
+    let asks = Service::start(cluster.admin_backends().await, Publish::NotReadyToo).await;
 
     let node = Node::new(&cluster.files.ca);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut agents = Vec::new();
+    let (mut agents, mut askers) = (Vec::new(), Vec::new());
     for name in NODES {
         let token = format!("projected-token-of-the-exporter-on-{name}");
         cluster.double.issue_exporter_token(&token, name);
-        let agent = node.agent_for(name, &token, &writes.url(), Some(Duration::from_secs(3))).await;
+        let lost = Lost::new();
+        let agent = node.agent_for(name, &token, &writes.url(), None).await.with_republish(lost.clone());
         let mut stopped = stopped.clone();
         agents.push(tokio::spawn(agent.run(async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         })));
+        let admin_url = asks.plain_url().parse().unwrap();
+        askers.push(tokio::spawn(held::follow(admin_url, name.to_owned(), lost, held::HELD_INTERVAL)));
     }
 
     let reader = numaresources_tests::replicas::ClusterFiles::client(&cluster.files, &reads.url()).await;
@@ -244,6 +257,7 @@ async fn a_cold_start_of_every_replica_comes_back_from_the_exporters_and_never_s
     eprintln!("every object back through the read Service {:?} after the replicas restarted", restarted.elapsed());
 
     stop.send_replace(true);
+    askers.iter().for_each(tokio::task::JoinHandle::abort);
     let short = polling.await.unwrap();
     assert!(short.is_empty(), "lists without every object were served: {short:?}\n{}", cluster.logs());
     for agent in agents {

@@ -193,6 +193,7 @@ impl Node {
             ca_file: self.dir.path().join("nrt-server/ca.crt"),
             token_file: self.token_file(),
             tls_server_name: None,
+            admin_url: None,
         }
     }
 

@@ -322,6 +322,20 @@ impl Replication {
         }
     }
 
+    /// Whether this replica's store follows the leader's closely enough to say which objects
+    /// exist, warm or not: the leader; a follower whose current stream reached the leader's
+    /// head and that heard from it recently. During a cold start no replica serves reads, but
+    /// these can tell an exporter that its object is missing ([`crate::held`]).
+    pub(crate) fn tracks_the_leader(&self) -> bool {
+        match self.role() {
+            Role::Leader => true,
+            Role::Stopping => false,
+            Role::Follower { .. } | Role::Candidate => {
+                self.following.caught_up.load(Ordering::Acquire) && self.heard_recently()
+            }
+        }
+    }
+
     fn heard_recently(&self) -> bool {
         let last = *self.following.last_heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         last.is_some_and(|at| at.elapsed() < FRESH_AFTER_LEADER_LOSS)

@@ -68,3 +68,24 @@ fn a_leader_tells_from_which_revision_its_store_is_warm() {
     replication.heard_from_leader(100, Some(0));
     assert!(replication.serves_reads());
 }
+
+/// During a cold start no replica is Ready, yet the exporters must learn that their objects are
+/// missing: a follower tracking the leader tells them, one that lost the leader cannot.
+#[test]
+fn a_cold_follower_that_tracks_the_leader_says_which_objects_are_missing() {
+    use crate::held::{Held, held};
+
+    let (replication, store, readiness) = cold_follower();
+    store.create(nrt("a", 1), false).unwrap();
+    replication.heard_from_leader(store.revision(), None);
+    let mut state = crate::AppState::new(store, "test", "test");
+    state.readiness = readiness.clone();
+    let replication = Arc::new(replication);
+    state.replication = Some(replication.clone());
+    assert!(!replication.serves_reads(), "cold: no reads");
+    assert_eq!((held(&state, "a"), held(&state, "b")), (Held::Yes, Held::No));
+
+    // A new stream that has not reached the leader's head yet: its store may lag.
+    replication.following.caught_up.store(false, Ordering::Release);
+    assert_eq!(held(&state, "b"), Held::CannotTell);
+}

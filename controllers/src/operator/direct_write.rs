@@ -21,7 +21,7 @@
 
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::Api;
-use numaresources_api::direct_write::{WRITE_SERVICE, service_host, service_url};
+use numaresources_api::direct_write::{WRITE_SERVICE, admin_url, service_host, service_url};
 
 use super::nrt_api::ApiState;
 use crate::apply::{Applier, get_opt};
@@ -77,6 +77,7 @@ pub async fn prepare(ctx: &Context, applier: &Applier, state: &ApiState) -> Resu
     Ok(Some(DirectWrite {
         url: service_url(WRITE_SERVICE, namespace),
         tls_server_name: service_host(&api_server_service(mode), namespace),
+        admin_url: admin_url(WRITE_SERVICE, namespace),
         ca_config_map: APISERVER_CA_CONFIG_MAP.to_owned(),
         ca_key: key.to_owned(),
     }))

@@ -5,7 +5,7 @@
 //! | component | ingress | egress |
 //! |---|---|---|
 //! | scheduler | 10259 (`/healthz`, `/metrics`) | kube-apiserver |
-//! | exporters | [`RTE_METRICS_PORT`] (`/metrics`) | kube-apiserver; with the direct write path also DNS and the API server's [`APISERVER_PORT`] |
+//! | exporters | [`RTE_METRICS_PORT`] (`/metrics`) | kube-apiserver; with the direct write path also DNS, the API server's [`APISERVER_PORT`] and its admin port (is this node's object held?) |
 //! | API server | 6443 from anywhere (kube-apiserver), 6444 from its replicas | kube-apiserver, 6444 to its replicas |
 //!
 //! kube-apiserver runs on the control plane's host network: no pod or namespace selector names
@@ -24,6 +24,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use numaresources_api::direct_write::ADMIN_PORT;
 use numaresources_api::selector;
 use serde_json::{Value, json};
 
@@ -95,7 +96,7 @@ pub fn exporters_writing_directly(namespace: &str) -> Result<NetworkPolicy, Rend
         {"ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}]},
         {
             "to": [{"podSelector": {"matchLabels": names::selector_labels(names::APISERVER, names::COMPONENT_APISERVER)}}],
-            "ports": [{"protocol": "TCP", "port": APISERVER_PORT}],
+            "ports": [{"protocol": "TCP", "port": APISERVER_PORT}, {"protocol": "TCP", "port": ADMIN_PORT}],
         },
         ]),
     )?;

@@ -94,9 +94,14 @@ fn exporters_writing_directly_also_resolve_the_service_and_reach_the_api_server_
     let stranger = pod("default", BTreeMap::from([("app".to_owned(), "curious".to_owned())]));
     assert!(!h(&tcp(Direction::Egress, stranger, 8080)), "egress to another pod");
     assert!(!h(&tcp(Direction::Egress, pod(NS, server_pod.clone()), 6444)), "not the peer port");
-    // And the server lets the exporters in.
-    let from_exporter = tcp(Direction::Ingress, pod(NS, labels.clone()), APISERVER_PORT);
-    assert!(admits(&policies, NS, &server_pod, &from_exporter));
+    // The admin port, where they ask whether their object is held.
+    let admin = numaresources_api::direct_write::ADMIN_PORT;
+    assert!(h(&tcp(Direction::Egress, pod(NS, server_pod.clone()), admin)), "the server's admin port");
+    // And the server lets the exporters in, on both.
+    for port in [APISERVER_PORT, admin] {
+        let from_exporter = tcp(Direction::Ingress, pod(NS, labels.clone()), port);
+        assert!(admits(&policies, NS, &server_pod, &from_exporter), "port {port}");
+    }
     // Without the direct path: no DNS.
     let plain = [exporters(NS).unwrap()];
     let dns = Traffic { direction: Direction::Egress, peer: ip("10.96.0.10"), protocol: "UDP", port: DNS_PORT };

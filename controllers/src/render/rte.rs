@@ -33,8 +33,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use numaresources_api::direct_write::{
-    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_SERVER_TLS_NAME_FLAG, NRT_TOKEN_FILE_FLAG,
-    TOKEN_AUDIENCE, TOKEN_EXPIRATION_SECONDS, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR, WRITE_SERVICE,
+    ADMIN_PORT, CA_FILE_NAME, NRT_SERVER_ADMIN_URL_FLAG, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG,
+    NRT_SERVER_TLS_NAME_FLAG, NRT_TOKEN_FILE_FLAG, TOKEN_AUDIENCE, TOKEN_EXPIRATION_SECONDS, TOKEN_FILE_NAME,
+    TOKEN_MOUNT_DIR, WRITE_SERVICE,
 };
 pub use numaresources_api::exporter::CONFIG_DIR;
 use numaresources_api::exporter::{METRICS_CERTS_DIR, METRICS_PORT};
@@ -89,6 +90,9 @@ pub struct DirectWrite {
     pub url: String,
     /// The host name the serving certificate names: the Service the APIService uses.
     pub tls_server_name: String,
+    /// The write Service's admin port, as a base URL: where the exporters ask whether the
+    /// server holds their node's object.
+    pub admin_url: String,
     /// The ConfigMap holding the CA bundle that verifies the server's certificate.
     pub ca_config_map: String,
     /// The key of the bundle in it (the certificate mode's injector decides).
@@ -97,10 +101,11 @@ pub struct DirectWrite {
 
 impl DirectWrite {
     /// The exporter's flags.
-    pub fn args(&self) -> [String; 4] {
+    pub fn args(&self) -> [String; 5] {
         [
             format!("{NRT_SERVER_FLAG}={}", self.url),
             format!("{NRT_SERVER_TLS_NAME_FLAG}={}", self.tls_server_name),
+            format!("{NRT_SERVER_ADMIN_URL_FLAG}={}", self.admin_url),
             format!("{NRT_SERVER_CA_FILE_FLAG}={TOKEN_MOUNT_DIR}/{CA_FILE_NAME}"),
             format!("{NRT_TOKEN_FILE_FLAG}={TOKEN_MOUNT_DIR}/{TOKEN_FILE_NAME}"),
         ]
@@ -163,7 +168,10 @@ pub fn write_service(namespace: &str) -> Result<Service, RenderError> {
             "type": "ClusterIP",
             "publishNotReadyAddresses": true,
             "selector": names::selector_labels(names::APISERVER, names::COMPONENT_APISERVER),
-            "ports": [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": "https"}],
+            "ports": [
+                {"name": "https", "protocol": "TCP", "port": 443, "targetPort": "https"},
+                {"name": "health", "protocol": "TCP", "port": ADMIN_PORT, "targetPort": "health"},
+            ],
         },
     });
     typed("the exporters' write Service", service)

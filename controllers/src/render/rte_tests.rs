@@ -345,16 +345,18 @@ fn the_direct_write_path_is_rendered_only_when_asked_for() {
     s.direct_write = Some(DirectWrite {
         url: "https://numaresources-apiserver-writes.numaresources.svc:443".into(),
         tls_server_name: "numaresources-apiserver.numaresources.svc".into(),
+        admin_url: "http://numaresources-apiserver-writes.numaresources.svc:8081".into(),
         ca_config_map: "numaresources-apiserver-ca".into(),
         ca_key: "ca.crt".into(),
     });
     let ds = daemon_set(&s, &pool(NodeGroupConfig::default()), "h").unwrap();
     let args = exporter_args(&ds);
     assert_eq!(
-        args[args.len() - 4..],
+        args[args.len() - 5..],
         [
             "--nrt-server=https://numaresources-apiserver-writes.numaresources.svc:443",
             "--nrt-server-tls-name=numaresources-apiserver.numaresources.svc",
+            "--nrt-server-admin-url=http://numaresources-apiserver-writes.numaresources.svc:8081",
             "--nrt-server-ca-file=/var/run/secrets/numaresources/nrt-server/ca.crt",
             "--nrt-token-file=/var/run/secrets/numaresources/nrt-server/token",
         ]
@@ -371,7 +373,7 @@ fn the_direct_write_path_is_rendered_only_when_asked_for() {
 }
 
 #[test]
-fn the_write_service_reaches_the_api_servers_pods_ready_or_not_on_the_https_port() {
+fn the_write_service_reaches_the_api_servers_pods_ready_or_not_on_the_https_and_admin_ports() {
     let service = write_service("numaresources").unwrap();
     assert_eq!(service.metadata.name.as_deref(), Some("numaresources-apiserver-writes"));
     let spec = service.spec.unwrap();
@@ -380,5 +382,15 @@ fn the_write_service_reaches_the_api_servers_pods_ready_or_not_on_the_https_port
     let installed: Service = serde_norway::from_str(include_str!("../../../manifests/apiserver/service.yaml")).unwrap();
     let installed = installed.spec.unwrap();
     assert_eq!(spec.selector, installed.selector);
-    assert_eq!(spec.ports, installed.ports);
+    let ports = spec.ports.unwrap();
+    assert_eq!(ports[0], installed.ports.unwrap()[0]);
+    // And the admin port, where the exporters ask whether their object is held: the
+    // container's port of that name, which the server is told to serve.
+    assert_eq!((ports[1].name.as_deref(), ports[1].port), (Some("health"), 8081));
+    let deployment: k8s_openapi::api::apps::v1::Deployment =
+        serde_norway::from_str(include_str!("../../../manifests/apiserver/deployment.yaml")).unwrap();
+    let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+    let health = container.ports.iter().flatten().find(|p| p.name.as_deref() == Some("health")).unwrap();
+    assert_eq!(health.container_port, 8081);
+    assert!(container.args.iter().flatten().any(|arg| arg == "--health-port=8081"));
 }

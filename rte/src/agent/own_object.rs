@@ -12,10 +12,10 @@
 //! (hyper's and rustls' buffers, the watch's state): 200 MiB per replica for 5,000 nodes,
 //! several times the objects themselves (BENCHMARKS.md, "Closing connections sooner; no
 //! own-object watch on the direct path"). So [`follow`] watches only while the agent publishes
-//! through kube-apiserver. On the direct path a deleted object is created again by the agent's
-//! next publish (its merge patch answers 404, and the create follows): within the heartbeat, as
-//! stock writers do. A cold store (every replica gone) answers reads with 503 until the
-//! exporters have written, so a watch could not notice it anyway: the writes are what fill it.
+//! through kube-apiserver. On the direct path the agent asks instead, every few seconds over
+//! plain HTTP, whether the server holds its object ([`crate::direct::held`]), which also
+//! notices a cold store (every replica gone): such a store answers reads, watches included,
+//! with 503 until the exporters have written, so a watch could not notice it anyway.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

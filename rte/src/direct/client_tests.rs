@@ -69,7 +69,11 @@ impl TestServer {
                 });
             }
         });
-        Self { direct: DirectServer { url, ca_file, token_file, tls_server_name: None }, seen, _dir: dir }
+        Self {
+            direct: DirectServer { url, ca_file, token_file, tls_server_name: None, admin_url: None },
+            seen,
+            _dir: dir,
+        }
     }
 
     async fn next(&mut self) -> Seen {

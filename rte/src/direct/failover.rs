@@ -407,6 +407,7 @@ mod tests {
             ca_file: "/nonexistent/ca.crt".into(),
             token_file: "/nonexistent/token".into(),
             tls_server_name: None,
+            admin_url: None,
         };
         let options = FailoverOptions { publish_timeout: Duration::from_millis(200), ..FailoverOptions::default() };
         let publisher = FailoverPublisher::with_options(server, "worker-0", kube, false, options);

@@ -15,17 +15,20 @@
 //! - [`bearer`]: the token, re-read when the kubelet rotates the file;
 //! - [`client`]: the kube client for our server (its CA, the token, no retries of its own, no
 //!   connection kept open between publishes);
-//! - [`failover`]: which path a publish takes, and the publisher that switches.
+//! - [`failover`]: which path a publish takes, and the publisher that switches;
+//! - [`held`]: asking the server every few seconds whether it holds this node's object, so a
+//!   cold start or a deletion is repaired within seconds.
 
 pub mod bearer;
 pub mod client;
 pub mod failover;
+pub mod held;
 
 use std::path::{Path, PathBuf};
 
 use numaresources_api::direct_write::{
-    CA_FILE_NAME, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_SERVER_TLS_NAME_FLAG, NRT_TOKEN_FILE_FLAG,
-    TOKEN_FILE_NAME, TOKEN_MOUNT_DIR,
+    CA_FILE_NAME, NRT_SERVER_ADMIN_URL_FLAG, NRT_SERVER_CA_FILE_FLAG, NRT_SERVER_FLAG, NRT_SERVER_TLS_NAME_FLAG,
+    NRT_TOKEN_FILE_FLAG, TOKEN_FILE_NAME, TOKEN_MOUNT_DIR,
 };
 
 pub use failover::{FailoverPublisher, Route, Switch};
@@ -55,6 +58,14 @@ pub struct DirectArgs {
     #[arg(long = flag_name(NRT_SERVER_TLS_NAME_FLAG), env = "NUMARESOURCES_NRT_SERVER_TLS_NAME", value_name = "HOST")]
     pub nrt_server_tls_name: Option<String>,
 
+    /// The plain-HTTP base URL of `--nrt-server`'s admin port (e.g.
+    /// `http://numaresources-apiserver-writes.numaresources.svc:8081`), asked every few seconds
+    /// whether the server holds this node's object: the agent publishes again as soon as it
+    /// does not (every replica restarted, or the object was deleted), not at its next heartbeat
+    /// [default: none, not asked].
+    #[arg(long = flag_name(NRT_SERVER_ADMIN_URL_FLAG), env = "NUMARESOURCES_NRT_SERVER_ADMIN_URL", value_name = "URL")]
+    pub nrt_server_admin_url: Option<String>,
+
     /// The projected ServiceAccount token presented to `--nrt-server` (re-read when it changes:
     /// the kubelet rotates it) [default: /var/run/secrets/numaresources/nrt-server/token].
     #[arg(long = flag_name(NRT_TOKEN_FILE_FLAG), env = "NUMARESOURCES_NRT_TOKEN_FILE", value_name = "FILE")]
@@ -77,6 +88,8 @@ pub struct DirectServer {
     pub token_file: PathBuf,
     /// The name its certificate is checked against, when not the URL's host.
     pub tls_server_name: Option<String>,
+    /// Its admin port's base URL, asked whether it holds this node's object ([`held`]).
+    pub admin_url: Option<http::Uri>,
 }
 
 impl DirectArgs {
@@ -86,6 +99,12 @@ impl DirectArgs {
             return Ok(None);
         };
         let url = parse_url(text).map_err(|why| (NRT_SERVER_FLAG, format!("{text:?} {why}")))?;
+        let admin_url = match self.nrt_server_admin_url.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            Some(text) => {
+                Some(parse_admin_url(text).map_err(|why| (NRT_SERVER_ADMIN_URL_FLAG, format!("{text:?} {why}")))?)
+            }
+            None => None,
+        };
         let mount = Path::new(TOKEN_MOUNT_DIR);
         Ok(Some(DirectServer {
             url,
@@ -97,6 +116,7 @@ impl DirectArgs {
                 .map(str::trim)
                 .filter(|name| !name.is_empty())
                 .map(str::to_owned),
+            admin_url,
         }))
     }
 
@@ -109,6 +129,7 @@ impl DirectArgs {
             (NRT_SERVER_CA_FILE_FLAG, self.nrt_server_ca_file.is_some()),
             (NRT_TOKEN_FILE_FLAG, self.nrt_token_file.is_some()),
             (NRT_SERVER_TLS_NAME_FLAG, self.nrt_server_tls_name.is_some()),
+            (NRT_SERVER_ADMIN_URL_FLAG, self.nrt_server_admin_url.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
@@ -119,9 +140,20 @@ impl DirectArgs {
 /// An `https://host[:port]` base URL: the token must never travel in the clear, and the
 /// agent's requests are built from the API paths, so a path prefix would be lost.
 fn parse_url(text: &str) -> Result<http::Uri, String> {
+    parse_base_url(text, "https", "the token must not be sent in the clear")
+}
+
+/// An `http://host[:port]` base URL: the admin port speaks plain HTTP, and the question carries
+/// no credential.
+fn parse_admin_url(text: &str) -> Result<http::Uri, String> {
+    parse_base_url(text, "http", "the admin port speaks plain HTTP")
+}
+
+/// A `scheme://host[:port]` URL without a path or query; `why` says why that scheme.
+fn parse_base_url(text: &str, scheme: &str, why: &str) -> Result<http::Uri, String> {
     let url: http::Uri = text.parse().map_err(|e| format!("is not a URL: {e}"))?;
-    if url.scheme_str() != Some("https") {
-        return Err("is not an https:// URL (the token must not be sent in the clear)".into());
+    if url.scheme_str() != Some(scheme) {
+        return Err(format!("is not an {scheme}:// URL ({why})"));
     }
     if url.host().is_none_or(str::is_empty) {
         return Err("names no host".into());
@@ -176,6 +208,23 @@ mod tests {
         ] {
             let (flag, message) = server(url).resolve().unwrap_err();
             assert_eq!(flag, "--nrt-server");
+            assert!(message.contains(why), "{url}: {message}");
+        }
+    }
+
+    #[test]
+    fn the_admin_url_is_a_plain_http_base_url() {
+        let given = DirectArgs {
+            nrt_server_admin_url: Some("http://numaresources-apiserver-writes.numaresources.svc:8081".into()),
+            ..server("https://a")
+        };
+        let direct = given.resolve().unwrap().unwrap();
+        assert_eq!(direct.admin_url.unwrap().port_u16(), Some(8081));
+        assert_eq!(server("https://a").resolve().unwrap().unwrap().admin_url, None);
+        for (url, why) in [("https://a:8081", "not an http:// URL"), ("http://a:8081/readyz", "without a path")] {
+            let args = DirectArgs { nrt_server_admin_url: Some(url.into()), ..server("https://a") };
+            let (flag, message) = args.resolve().unwrap_err();
+            assert_eq!(flag, "--nrt-server-admin-url");
             assert!(message.contains(why), "{url}: {message}");
         }
     }
