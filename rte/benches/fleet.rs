@@ -11,6 +11,8 @@
 //!   last request (`DIRECT_IDLE_CONNECTION_TIMEOUT`), and a reconnect resumes its TLS session;
 //!   `--idle-timeout S` closes them after S s instead, `--keep-idle-connections` keeps them open
 //!   as the client did before;
+//!   every `--held-every` (5 s; 0: never) it asks the server's plain admin port whether its
+//!   object is held, as the exporter does (`direct::held`), and publishes again when not;
 //!   it publishes a changed topology at exponentially distributed intervals (mean
 //!   `--change-every`, 10 s) and resends it unchanged when nothing changed for `--heartbeat`
 //!   (60 s), as the agent does. Zones are those of the real sysfs fixtures (2-NUMA Intel, 1-NUMA
@@ -54,6 +56,7 @@ use numaresources_rte::agent::own_object;
 use numaresources_rte::direct::DirectServer;
 use numaresources_rte::direct::bearer::BearerFile;
 use numaresources_rte::direct::client::{DIRECT_IDLE_CONNECTION_TIMEOUT, direct_client_with_idle_timeout};
+use numaresources_rte::direct::held::{self, HELD_INTERVAL};
 use numaresources_rte::publish::{KubePublisher, Publisher};
 use serde::Deserialize;
 
@@ -95,6 +98,8 @@ struct Options {
     /// How long the agents' clients keep a connection idle before closing it (the exporter's
     /// own setting unless given, to compare others).
     idle_timeout: Duration,
+    /// How often each agent asks whether its object is held (None: never).
+    held_every: Option<Duration>,
 }
 
 impl Options {
@@ -109,6 +114,7 @@ impl Options {
             agent_watches: false,
             keep_idle_connections: false,
             idle_timeout: DIRECT_IDLE_CONNECTION_TIMEOUT,
+            held_every: Some(HELD_INTERVAL),
         };
         let mut args = std::env::args().skip(1);
         let secs = |value: Option<String>| Duration::from_secs_f64(value.unwrap().parse().unwrap());
@@ -123,6 +129,7 @@ impl Options {
                 "--agent-watches" => options.agent_watches = true,
                 "--keep-idle-connections" => options.keep_idle_connections = true,
                 "--idle-timeout" => options.idle_timeout = secs(args.next()),
+                "--held-every" => options.held_every = Some(secs(args.next())).filter(|d| !d.is_zero()),
                 "--bench" => {}
                 other => panic!("unknown argument {other:?}"),
             }
@@ -236,7 +243,7 @@ impl Server {
         )
     }
 
-    fn start(dir: &Path, port: u16) -> Self {
+    fn start(dir: &Path, port: u16, admin_port: u16) -> Self {
         let binary = Self::binary();
         assert!(
             binary.exists(),
@@ -245,6 +252,7 @@ impl Server {
         );
         let mut child = Command::new(&binary)
             .args(["apiserver", "--bind-address", "127.0.0.1", "--secure-port", &port.to_string()])
+            .args(["--health-port", &admin_port.to_string()])
             .arg("--tls-cert-file")
             .arg(dir.join("serving.crt"))
             .arg("--tls-private-key-file")
@@ -347,6 +355,11 @@ struct Fleet {
     duplicates: AtomicU64,
     watch_restarts: AtomicU64,
     watch_errors: AtomicU64,
+    /// The admin port's base URL, and the held questions asked in the window (and how many
+    /// got no answer, whole run).
+    admin_url: http::Uri,
+    held_questions: AtomicU64,
+    held_failures: AtomicU64,
 }
 
 impl Fleet {
@@ -430,6 +443,7 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
     let client = direct_client_with_idle_timeout(&server, bearer, idle_timeout).unwrap();
     let lost = own_object::Lost::new();
     let watch = options.agent_watches.then(|| tokio::spawn(own_object::watch(client.clone(), name(i), lost.clone())));
+    let asking = options.held_every.map(|every| tokio::spawn(ask_held(i, Arc::clone(&fleet), lost.clone(), every)));
     // As `FailoverPublisher` builds it for the direct path.
     let publisher = KubePublisher::new(client, false).patch_first();
     let zones = &zones[i % zones.len()];
@@ -477,6 +491,33 @@ async fn agent(i: usize, fleet: Arc<Fleet>, zones: Arc<Vec<Vec<Zone>>>, end: Ins
     }
     if let Some(watch) = watch {
         watch.abort();
+    }
+    if let Some(asking) = asking {
+        asking.abort();
+    }
+}
+
+/// Asks every `every` whether agent `i`'s object is held, as `direct::held::follow` does,
+/// counting the answers.
+async fn ask_held(i: usize, fleet: Arc<Fleet>, lost: Arc<own_object::Lost>, every: Duration) {
+    let client = held::client();
+    let mut rng = Rng::new(i as u64 + 7);
+    tokio::time::sleep(every.mul_f64(rng.unit())).await;
+    let mut ticks = tokio::time::interval(every);
+    loop {
+        ticks.tick().await;
+        let asked = tokio::time::Instant::now();
+        let answer = held::ask(&client, &fleet.admin_url, &name(i)).await;
+        if fleet.in_window(now_micros()) {
+            fleet.held_questions.fetch_add(1, Ordering::Relaxed);
+        }
+        match answer {
+            held::Answer::Held => {}
+            held::Answer::NotHeld => lost.report(asked),
+            held::Answer::CannotTell(_) => {
+                fleet.held_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -615,21 +656,23 @@ async fn run(options: Options) {
     now_micros();
     println!(
         "fleet: {} agents (a change every ~{:?}, heartbeat {:?}, own-object watches: {}, idle connections \
-         kept: {}, else closed after {:?}), {} watchers, window {:?} after {:?}",
+         kept: {}, else closed after {:?}, held asked every {:?}), {} watchers, window {:?} after {:?}",
         options.agents,
         options.change_every,
         options.heartbeat,
         options.agent_watches,
         options.keep_idle_connections,
         options.idle_timeout,
+        options.held_every,
         options.watchers,
         options.duration,
         options.settle()
     );
     let dir = tempfile::tempdir().unwrap();
     write_files(dir.path(), options.agents);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let server = Server::start(dir.path(), port);
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, admin_port) = (free_port(), free_port());
+    let server = Server::start(dir.path(), port, admin_port);
     let url: http::Uri = format!("https://127.0.0.1:{port}").parse().unwrap();
     let zones = Arc::new(fixture_zones());
 
@@ -649,6 +692,9 @@ async fn run(options: Options) {
         duplicates: AtomicU64::new(0),
         watch_restarts: AtomicU64::new(0),
         watch_errors: AtomicU64::new(0),
+        admin_url: format!("http://127.0.0.1:{admin_port}").parse().unwrap(),
+        held_questions: AtomicU64::new(0),
+        held_failures: AtomicU64::new(0),
     });
 
     let mut watchers = tokio::task::JoinSet::new();
@@ -721,6 +767,11 @@ async fn run(options: Options) {
         heartbeats,
         per_second(heartbeats),
         fleet.publish_failures.load(Ordering::Relaxed)
+    );
+    println!(
+        "held questions: {:.0}/s in the window, {} unanswered (whole run)",
+        per_second(fleet.held_questions.load(Ordering::Relaxed)),
+        fleet.held_failures.load(Ordering::Relaxed)
     );
     println!(
         "server CPU {:.3} cores ({:.0} µs per publish, watch fan-out and own-object watches included), RSS {:.1} MiB at the end (samples every {:?}: {})",
