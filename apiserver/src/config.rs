@@ -6,8 +6,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use numaresources_certs::flags::{TlsServingDefaults, TlsServingFlags, period};
-use numaresources_certs::{CaBundle, InvalidConfig};
+use numaresources_runtime::InvalidConfig;
+use numaresources_runtime::flags::{TlsServingDefaults, TlsServingFlags, period};
+use numaresources_runtime::tls::CaBundle;
 
 use crate::Limits;
 use crate::auth::{RequestHeaderConfig, Standalone};
@@ -23,7 +24,7 @@ pub struct Args {
     secure_port: u16,
     /// The serving certificate.
     #[command(flatten)]
-    tls: numaresources_certs::flags::TlsServingFlags<ServingCertificate>,
+    tls: numaresources_runtime::flags::TlsServingFlags<ServingCertificate>,
     /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
     /// `$KUBECONFIG`/`~/.kube/config`).
     #[arg(long, env = "NUMARESOURCES_APISERVER_KUBECONFIG")]
@@ -284,7 +285,7 @@ const MAX_WATCH_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// `--watch-flush-interval`: a Go duration from 0 to [`MAX_WATCH_FLUSH_INTERVAL`].
 pub(crate) fn watch_flush_interval(text: &str) -> Result<Duration, String> {
-    let interval = numaresources_certs::flags::at_least(text, numaresources_api::GoDuration::from_nanos(0))?;
+    let interval = numaresources_runtime::flags::at_least(text, numaresources_api::GoDuration::from_nanos(0))?;
     if interval > MAX_WATCH_FLUSH_INTERVAL {
         return Err(format!("must be at most {MAX_WATCH_FLUSH_INTERVAL:?}"));
     }
@@ -330,7 +331,8 @@ mod tests {
     #[test]
     fn a_client_ca_alone_keeps_delegated_authorization() {
         let dir = tempfile::tempdir().unwrap();
-        let ca = numaresources_certs::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
+        let ca =
+            numaresources_runtime::tls::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
         let ca_file = dir.path().join("ca.crt");
         std::fs::write(&ca_file, ca.cert_pem()).unwrap();
         let ca_path = ca_file.to_str().unwrap();

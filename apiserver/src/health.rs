@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::response::Response;
-use numaresources_certs::admin::{self, Checks};
+use numaresources_runtime::admin::{self, Checks};
 use tower::ServiceExt;
 
 use crate::AppState;

@@ -96,7 +96,7 @@ impl Default for Limits {
             bookmark_interval: Duration::from_secs(60),
             watch_buffer_bytes: DEFAULT_WATCH_BUFFER_BYTES,
             // A constant that parses (a unit test builds the default limits).
-            watch_blocked_timeout: numaresources_certs::flags::period(DEFAULT_WATCH_BLOCKED_TIMEOUT)
+            watch_blocked_timeout: numaresources_runtime::flags::period(DEFAULT_WATCH_BLOCKED_TIMEOUT)
                 .unwrap_or_else(|error| unreachable!("the default watch blocked timeout: {error}")),
             watch_flush_interval: config::watch_flush_interval(DEFAULT_WATCH_FLUSH_INTERVAL)
                 .unwrap_or_else(|error| unreachable!("the default watch flush interval: {error}")),

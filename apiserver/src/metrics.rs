@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
 use axum::response::Response;
-use numaresources_certs::admin::{self, Checks};
+use numaresources_runtime::admin::{self, Checks};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -149,7 +149,7 @@ impl Default for Metrics {
         let objects = Gauge::<i64, AtomicI64>::default();
         let report_age = Family::<NodeLabels, Gauge<i64, AtomicI64>>::default();
         let headroom = HeadroomGauges::default();
-        numaresources_certs::register_series!(&mut registry,
+        numaresources_runtime::register_series!(&mut registry,
             "requests": "Requests by verb, resource and HTTP code" => requests,
             "request_duration_seconds": "Request latency by verb and resource (watches: time to first byte)" => latency,
             "watches": "Open watch streams" => watches,

@@ -3,7 +3,7 @@
 //!
 //! hyper refuses heads past its own limits itself, with an empty body, before any service runs:
 //! over HTTP/1.1 a URI above 65,534 bytes (414, fixed in hyper), a head above the connection's
-//! read buffer (256 KiB, `certs/src/serve.rs`) or more than 100 headers (431); over HTTP/2 a header
+//! read buffer (256 KiB, `runtime/src/serve.rs`) or more than 100 headers (431); over HTTP/2 a header
 //! list above 1 MiB (431). Our bounds sit just under the HTTP/1.1 ones, so a head between the
 //! two gets a Status a client can show, and over HTTP/2 (what client-go and kubectl speak over
 //! TLS) so does every head up to 1 MiB. Past hyper's limits the answer stays hyper's: it is

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use numaresources_certs::{ClientCaVerifier, KubeClientError, kube_client};
+use numaresources_runtime::tls::ClientCaVerifier;
+use numaresources_runtime::{KubeClientError, kube_client};
 
 use crate::auth::{Auth, Delegated, NodeRestriction};
 use crate::config::{Authentication, Config};
@@ -61,7 +62,7 @@ pub enum ServerError {
     NoClient,
     /// The client CAs do not make a verifier.
     #[error("the client CAs: {0}")]
-    ClientCas(#[from] numaresources_certs::Error),
+    ClientCas(#[from] numaresources_runtime::tls::Error),
     /// [`ApiServer::replicate`] after [`ApiServer::router`].
     #[error("replication must be set up before the router is made")]
     AlreadyServing,

@@ -170,15 +170,17 @@ async fn subject_access_reviews_go_to_the_authorization_kubeconfig_when_given() 
 
 #[tokio::test]
 async fn requestheader_flags_replace_the_configmap_front_proxy_settings() {
-    let ca = numaresources_certs::CertificateAuthority::generate("front-proxy-ca", Duration::from_secs(3600)).unwrap();
+    let ca = numaresources_runtime::tls::CertificateAuthority::generate("front-proxy-ca", Duration::from_secs(3600))
+        .unwrap();
     let flags = RequestHeaderConfig {
-        client_ca: Some(numaresources_certs::CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap()),
+        client_ca: Some(numaresources_runtime::tls::CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap()),
         allowed_names: vec!["aggregator".to_owned()],
         username_headers: vec!["X-Remote-User".to_owned()],
         ..RequestHeaderConfig::default()
     };
-    let client_ca = numaresources_certs::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
-    let client_ca = numaresources_certs::CaBundle::from_pem(client_ca.cert_pem().as_bytes()).unwrap();
+    let client_ca =
+        numaresources_runtime::tls::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
+    let client_ca = numaresources_runtime::tls::CaBundle::from_pem(client_ca.cert_pem().as_bytes()).unwrap();
     let delegated = Delegated::new(KubeDouble::new(true).client(), None)
         .with_request_header(flags)
         .with_client_ca(client_ca.clone());

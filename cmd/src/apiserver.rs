@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use numaresources_apiserver::{ApiServer, Clients};
-use numaresources_certs::admin;
-use numaresources_certs::shutdown::Shutdown;
-use numaresources_certs::{ServerConfigBuilder, WatchOptions, kube_client, serve_with};
+use numaresources_runtime::admin;
+use numaresources_runtime::shutdown::Shutdown;
+use numaresources_runtime::tls::{ServerConfigBuilder, WatchOptions};
+use numaresources_runtime::{kube_client, serve_with};
 
 /// Options of `numaresources apiserver`.
 #[derive(Debug, clap::Args)]
@@ -23,10 +24,10 @@ pub struct ApiserverArgs {
     server: numaresources_apiserver::config::Args,
     /// Bounds of the HTTPS listener.
     #[command(flatten)]
-    connections: numaresources_certs::flags::ConnectionFlags,
+    connections: numaresources_runtime::flags::ConnectionFlags,
     /// The runtime.
     #[command(flatten)]
-    runtime: numaresources_certs::flags::RuntimeFlags,
+    runtime: numaresources_runtime::flags::RuntimeFlags,
     /// The plain-HTTP admin port: `/metrics`, `/healthz`, `/livez`, `/readyz` and the exporters'
     /// question whether their node's object is held, without credentials, on the address of
     /// `--bind-address`; `0` serves none (metrics and probes stay on the HTTPS port as well,
@@ -119,8 +120,8 @@ mod tests {
             let Some(long) = arg.get_long() else { continue };
             let variable = long.to_uppercase().replace('-', "_");
             let shared_by = |flags: Command| flags.get_arguments().any(|a| a.get_long() == Some(long));
-            let shared = shared_by(numaresources_certs::flags::ConnectionFlags::augment_args(Command::new("c")))
-                || shared_by(numaresources_certs::flags::RuntimeFlags::augment_args(Command::new("r")));
+            let shared = shared_by(numaresources_runtime::flags::ConnectionFlags::augment_args(Command::new("c")))
+                || shared_by(numaresources_runtime::flags::RuntimeFlags::augment_args(Command::new("r")));
             let expected = if shared {
                 format!("NUMARESOURCES_{variable}")
             } else {

@@ -11,8 +11,8 @@ use anyhow::Context;
 use numaresources_api::GoDuration;
 use numaresources_apiserver::AppState;
 use numaresources_apiserver::replication::{PeerTls, Replication};
-use numaresources_certs::leader::{LeaderLease, LeaseTimings};
-use numaresources_certs::{CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions};
+use numaresources_runtime::leader::{LeaderLease, LeaseTimings};
+use numaresources_runtime::tls::{CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions};
 
 /// Replication options.
 #[derive(Debug, Clone, clap::Args)]
@@ -69,7 +69,7 @@ pub struct ReplicationArgs {
 
 /// The Lease's timings: Go durations of at least 100ms.
 fn parse_short(text: &str) -> Result<Duration, String> {
-    numaresources_certs::flags::at_least(text, GoDuration::from_nanos(100_000_000))
+    numaresources_runtime::flags::at_least(text, GoDuration::from_nanos(100_000_000))
 }
 
 /// What `--leader-elect` starts.
@@ -78,8 +78,8 @@ pub struct Replicas {
     lease: LeaderLease,
     peer_addr: SocketAddr,
     peer_tls: Arc<rustls::ServerConfig>,
-    _certificate_watcher: numaresources_certs::CertificateWatcher,
-    _ca_watcher: numaresources_certs::CertificateWatcher,
+    _certificate_watcher: numaresources_runtime::tls::CertificateWatcher,
+    _ca_watcher: numaresources_runtime::tls::CertificateWatcher,
 }
 
 impl ReplicationArgs {
@@ -117,7 +117,7 @@ impl ReplicationArgs {
             .with_context(|| format!("loading the peer certificate {}", tls.cert_file.display()))?;
         let watcher = certificate.watch(WatchOptions::default())?;
         let peer_tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(client_cas).build()?;
-        let client = numaresources_certs::kube_client(kubeconfig).await?;
+        let client = numaresources_runtime::kube_client(kubeconfig).await?;
         let lease = LeaderLease::new(
             client,
             &self.leader_elect_resource_namespace,
@@ -145,25 +145,30 @@ impl ReplicationArgs {
 /// force.
 fn follow_peer_ca(
     path: &std::path::Path,
-) -> anyhow::Result<(Arc<ClientCaVerifier>, numaresources_certs::CertificateWatcher)> {
+) -> anyhow::Result<(Arc<ClientCaVerifier>, numaresources_runtime::tls::CertificateWatcher)> {
     let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let ca = CaBundle::from_pem(&pem).with_context(|| path.display().to_string())?;
     let verifier = Arc::new(ClientCaVerifier::new(&[ca])?);
     let (owned, following, last) = (path.to_path_buf(), verifier.clone(), std::sync::Mutex::new(pem));
-    let watcher = numaresources_certs::follow_files(&[path], WatchOptions::default(), "the peer CA", move |why| {
-        let Ok(pem) = std::fs::read(&owned) else { return };
-        let mut last = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *last == pem {
-            return;
-        }
-        match CaBundle::from_pem(&pem).map_err(anyhow::Error::from).and_then(|ca| Ok(following.replace(&[ca])?)) {
-            Ok(()) => {
-                tracing::info!(file = %owned.display(), trigger = why, "the peer CA changed; trusting the new bundle");
-                *last = pem;
+    let watcher = numaresources_runtime::tls::follow_files(
+        &[path],
+        WatchOptions::default(),
+        "the peer CA",
+        move |why| {
+            let Ok(pem) = std::fs::read(&owned) else { return };
+            let mut last = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if *last == pem {
+                return;
             }
-            Err(error) => tracing::warn!(file = %owned.display(), "keeping the previous peer CA: {error:#}"),
-        }
-    })?;
+            match CaBundle::from_pem(&pem).map_err(anyhow::Error::from).and_then(|ca| Ok(following.replace(&[ca])?)) {
+                Ok(()) => {
+                    tracing::info!(file = %owned.display(), trigger = why, "the peer CA changed; trusting the new bundle");
+                    *last = pem;
+                }
+                Err(error) => tracing::warn!(file = %owned.display(), "keeping the previous peer CA: {error:#}"),
+            }
+        },
+    )?;
     Ok((verifier, watcher))
 }
 
@@ -189,7 +194,7 @@ impl Replicas {
         tokio::spawn(async move {
             let router = numaresources_apiserver::replication::peer_router(state);
             let stopped = async move { stopping.cancelled().await };
-            if let Err(error) = numaresources_certs::serve(listener, peer_tls, router, stopped).await {
+            if let Err(error) = numaresources_runtime::serve(listener, peer_tls, router, stopped).await {
                 tracing::error!(%error, "the peer listener failed");
             }
         });
@@ -211,5 +216,5 @@ fn host_name() -> String {
 
 /// A per-process suffix, so a restarted replica is a new identity (it holds nothing yet).
 fn random_suffix() -> String {
-    format!("{:08x}", numaresources_certs::random_word(0) as u32)
+    format!("{:08x}", numaresources_runtime::random_word(0) as u32)
 }

@@ -6,10 +6,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::builder::TypedValueParser as _;
-use numaresources_certs::admin;
-use numaresources_certs::kube_client;
-use numaresources_certs::shutdown::Shutdown;
 use numaresources_controllers::{ApiserverDeployment, CertificateMode, Config, Controllers, LeaderElection, Settings};
+use numaresources_runtime::admin;
+use numaresources_runtime::kube_client;
+use numaresources_runtime::shutdown::Shutdown;
 
 /// Options of `numaresources controllers`.
 #[derive(Debug, clap::Args)]
@@ -60,7 +60,7 @@ pub struct ControllersArgs {
     apiserver_deployment: ApiserverDeployment,
     /// The runtime.
     #[command(flatten)]
-    runtime: numaresources_certs::flags::RuntimeFlags,
+    runtime: numaresources_runtime::flags::RuntimeFlags,
 }
 
 /// Runs the controllers until SIGTERM.
@@ -70,7 +70,7 @@ pub fn run(args: ControllersArgs) -> anyhow::Result<()> {
 }
 
 impl ControllersArgs {
-    fn config(&self) -> Result<Config, numaresources_certs::InvalidConfig> {
+    fn config(&self) -> Result<Config, numaresources_runtime::InvalidConfig> {
         let mut settings = Settings::kubernetes(&self.namespace, &self.image);
         settings.allow_custom_rte_image = self.allow_custom_exporter_image;
         settings.certificate_mode = self.certificate_mode;

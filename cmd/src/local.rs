@@ -19,13 +19,13 @@ use anyhow::{Context, bail};
 use numaresources_apiserver::ApiServer;
 use numaresources_apiserver::auth::Standalone;
 use numaresources_apiserver::config::{Args as ServerArgs, Authentication};
-use numaresources_certs::kube_client;
-use numaresources_certs::shutdown::Shutdown;
 use numaresources_rte::config::{Args as ExporterArgs, Interval, Kubelet, MetricsMode, NO_KUBELET};
 use numaresources_rte::exporter::Exporter;
 use numaresources_rte::fingerprint::Method;
 use numaresources_rte::podresources::KUBELET_SOCKET;
 use numaresources_rte::topology::read_kubelet_config;
+use numaresources_runtime::kube_client;
+use numaresources_runtime::shutdown::Shutdown;
 
 /// The readiness check that passes once this machine's topology is published.
 const FIRST_PUBLISH: &str = "exporter-first-scan";
@@ -56,7 +56,7 @@ pub struct LocalArgs {
     #[arg(long, env = "NODE_NAME")]
     hostname: Option<String>,
     /// How often the exporter rescans.
-    #[arg(long, default_value = "10s", value_parser = numaresources_certs::flags::period)]
+    #[arg(long, default_value = "10s", value_parser = numaresources_runtime::flags::period)]
     refresh_period: Duration,
     /// The kubelet podresources socket: looked for at every scan until it exists, then the
     /// kubelet's allocations are accounted; `none` never looks.
@@ -136,7 +136,7 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
 
 /// The API server of `numaresources apiserver` with its flag defaults, standalone with `tokens`.
 fn api_server(tokens: &str) -> anyhow::Result<ApiServer> {
-    let mut config = numaresources_certs::flags::defaults::<ServerArgs>()?.config()?;
+    let mut config = numaresources_runtime::flags::defaults::<ServerArgs>()?.config()?;
     config.authentication = Authentication::Standalone(Standalone::from_token_file(tokens)?);
     Ok(ApiServer::new(config, None, env!("CARGO_PKG_VERSION"), env!("NUMARESOURCES_GIT_COMMIT"))?)
 }
@@ -184,7 +184,7 @@ fn usable_kubelet_config(path: &Path) -> Option<PathBuf> {
 
 /// 128 random bits as hex.
 fn random_token() -> String {
-    use numaresources_certs::random_word;
+    use numaresources_runtime::random_word;
     format!("{:016x}{:016x}", random_word(1), random_word(2))
 }
 

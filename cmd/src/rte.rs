@@ -4,13 +4,13 @@
 //! its admin router (`/metrics`, probes) on the metrics endpoint while it runs, until shutdown.
 
 use anyhow::Context;
-use numaresources_certs::admin;
-use numaresources_certs::kube_client;
-use numaresources_certs::shutdown::Shutdown;
 use numaresources_rte::agent::BLOCKING_TASKS_GRACE;
 use numaresources_rte::config::Args;
 use numaresources_rte::exporter::Exporter;
 use numaresources_rte::metrics_endpoint::MetricsServer;
+use numaresources_runtime::admin;
+use numaresources_runtime::kube_client;
+use numaresources_runtime::shutdown::Shutdown;
 
 /// Runs the exporter until SIGTERM or Ctrl-C (or once, with `--oneshot`).
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use base64::Engine;
-use numaresources_certs::{
-    CertificateWatcher, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed, serve,
+use numaresources_runtime::serve;
+use numaresources_runtime::tls::{
+    CertificateWatcher, ReloadingCertificate, ServerConfigBuilder, WatchOptions, ensure_self_signed,
 };
 
 /// The local server's certificate and TLS configuration.

@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use numaresources_certs::admin;
-use numaresources_certs::flags::TlsServingDefaults;
-use numaresources_certs::shutdown::Shutdown;
-use numaresources_certs::{ServerConfigBuilder, WatchOptions, kube_client, serve_with};
+use numaresources_runtime::admin;
+use numaresources_runtime::flags::TlsServingDefaults;
+use numaresources_runtime::shutdown::Shutdown;
+use numaresources_runtime::tls::{ServerConfigBuilder, WatchOptions};
+use numaresources_runtime::{kube_client, serve_with};
 use numaresources_webhook::{Config, Webhook};
 
 /// Options of `numaresources webhook` (named as the apiserver subcommand names them).
@@ -29,7 +30,7 @@ pub struct WebhookArgs {
     health_port: u16,
     /// The serving certificate.
     #[command(flatten)]
-    tls: numaresources_certs::flags::TlsServingFlags<ServingCertificate>,
+    tls: numaresources_runtime::flags::TlsServingFlags<ServingCertificate>,
     /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
     /// `$KUBECONFIG`/`~/.kube/config`).
     #[arg(long, env = "NUMARESOURCES_WEBHOOK_KUBECONFIG")]
@@ -39,10 +40,10 @@ pub struct WebhookArgs {
     namespace: String,
     /// Bounds of the HTTPS listener.
     #[command(flatten)]
-    connections: numaresources_certs::flags::ConnectionFlags,
+    connections: numaresources_runtime::flags::ConnectionFlags,
     /// The runtime.
     #[command(flatten)]
-    runtime: numaresources_certs::flags::RuntimeFlags,
+    runtime: numaresources_runtime::flags::RuntimeFlags,
 }
 
 /// The environment variables and defaults of the serving-certificate flags.
@@ -66,7 +67,7 @@ pub fn run(args: WebhookArgs) -> anyhow::Result<()> {
 }
 
 impl WebhookArgs {
-    fn config(&self) -> Result<Config, numaresources_certs::InvalidConfig> {
+    fn config(&self) -> Result<Config, numaresources_runtime::InvalidConfig> {
         Config::new(self.namespace.clone())
     }
 }

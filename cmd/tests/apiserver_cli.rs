@@ -52,7 +52,7 @@ fn without_kube_apiserver_it_serves_health_but_no_data() {
 #[test]
 fn a_client_ca_alone_keeps_delegated_authorization() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = numaresources_certs::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
+    let ca = numaresources_runtime::tls::CertificateAuthority::generate("clients", Duration::from_secs(3600)).unwrap();
     let ca_file = dir.path().join("client-ca.crt");
     std::fs::write(&ca_file, ca.cert_pem()).unwrap();
     let (server, client) = start_delegating(dir.path(), &["--client-ca-file", ca_file.to_str().unwrap()]);

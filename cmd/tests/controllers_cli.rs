@@ -69,7 +69,7 @@ fn every_configuration_problem_is_reported_at_once_before_connecting() {
 #[test]
 fn pause_sleeps_until_sigterm_and_exits_cleanly() {
     let mut pause =
-        Process::spawn(support::numaresources(&["pause"]).env("NUMARESOURCES_LOG", "numaresources_certs=debug"));
+        Process::spawn(support::numaresources(&["pause"]).env("NUMARESOURCES_LOG", "numaresources_runtime=debug"));
     pause.wait_for(&["listening for SIGTERM"]); // the handlers are installed
     let status = pause.terminate(Duration::from_secs(30));
     pause.wait_for(&["shutting down"]);

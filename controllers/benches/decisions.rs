@@ -15,12 +15,12 @@ use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use numaresources_api::operator::{NUMAResourcesSchedulerSpec, NodeGroup};
-use numaresources_certs::rotation::RotationPolicy;
 use numaresources_controllers::certificates::{Observed, plan};
 use numaresources_controllers::hash::config_hash;
 use numaresources_controllers::nodegroups::{NodeInfo, resolve};
 use numaresources_controllers::render::rte::{MetricsMode, RteSettings, daemon_set};
 use numaresources_controllers::render::scheduler::{self, SchedulerSettings};
+use numaresources_runtime::tls::rotation::RotationPolicy;
 
 /// Runs `f` in rounds of `iterations` and prints the median time per iteration.
 fn bench(name: &str, iterations: u32, f: impl FnMut()) {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use numaresources_api::operator::defaults::Platform;
-use numaresources_certs::admin::{Checks, Flag};
+use numaresources_runtime::admin::{Checks, Flag};
 
 use crate::mode::{ApiserverDeployment, CertificateMode};
 use crate::render::RenderError;
@@ -190,7 +190,7 @@ pub enum Error {
     Render(#[from] RenderError),
     /// A serving certificate or the CA could not be issued.
     #[error("failed to issue a serving certificate: {0}")]
-    Certificate(#[source] numaresources_certs::Error),
+    Certificate(#[source] numaresources_runtime::tls::Error),
     /// Something this pass waits for has not happened yet; retried with backoff.
     #[error("{0}")]
     NotYet(String),

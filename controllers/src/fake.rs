@@ -296,7 +296,7 @@ pub async fn run_controller_until<R>(start: impl FnOnce(Shutdown) -> R, done: im
 where
     R: Future<Output = ()> + Send + 'static,
 {
-    let (stop, stopped) = numaresources_certs::shutdown::Shutdown::manual();
+    let (stop, stopped) = numaresources_runtime::shutdown::Shutdown::manual();
     let running = tokio::spawn(start(Box::pin(stopped.signaled())));
     let reached = async {
         while !done() {

@@ -18,7 +18,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
-use numaresources_certs::admin::Flag;
+use numaresources_runtime::admin::Flag;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 

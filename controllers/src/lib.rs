@@ -27,7 +27,8 @@ mod fake;
 mod guarded;
 pub mod hash;
 mod kubeletconfig;
-mod leader;
+#[cfg(test)]
+mod leader_tests;
 mod metrics;
 mod mode;
 pub mod names;

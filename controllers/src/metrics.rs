@@ -102,7 +102,7 @@ impl Metrics {
     /// Records when the certificate in `secret` (one of [`CERTIFICATE_SECRETS`]; any other name
     /// is ignored) expires, from its PEM; a PEM that does not parse leaves the last value.
     pub fn certificate_expiry(&self, secret: &str, cert_pem: &str) {
-        let Some(not_after) = numaresources_certs::rotation::not_after(cert_pem) else { return };
+        let Some(not_after) = numaresources_runtime::tls::rotation::not_after(cert_pem) else { return };
         if !CERTIFICATE_SECRETS.contains(&secret) {
             return;
         }
@@ -163,7 +163,7 @@ mod tests {
     fn certificate_expiry_is_exported_for_our_secrets_only_and_can_be_forgotten() {
         let metrics = Metrics::default();
         let authority =
-            numaresources_certs::CertificateAuthority::generate("test", std::time::Duration::from_secs(86_400))
+            numaresources_runtime::tls::CertificateAuthority::generate("test", std::time::Duration::from_secs(86_400))
                 .unwrap();
         let expiry = authority.not_after().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
         let cert = authority.cert_pem();

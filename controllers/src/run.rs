@@ -8,18 +8,18 @@ use futures_util::future::join4;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::{Recorder, Reporter};
 use numaresources_api::operator::defaults::Platform;
-use numaresources_certs::InvalidConfig;
-use numaresources_certs::admin::{Checks, Registry};
-use numaresources_certs::shutdown::{Shutdown, Trigger};
+use numaresources_runtime::InvalidConfig;
+use numaresources_runtime::admin::{Checks, Registry};
+use numaresources_runtime::shutdown::{Shutdown, Trigger};
 use tokio::task::JoinHandle;
 
 use crate::context::{Context, Error, Readiness, Result, Settings};
-use crate::leader::{LeaderLease, LeaseTimings};
 use crate::metrics::Metrics;
 use crate::mode::check_compatible;
 use crate::names::{CONTROLLERS_LEASE, EVENT_REPORTER};
 use crate::render::rte::MetricsMode;
 use crate::{certificates, kubeletconfig, operator, scheduler};
+use numaresources_runtime::leader::{LeaderLease, LeaseTimings};
 
 /// Leader election settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -51,13 +51,13 @@ use kube::core::WatchEvent;
 use numaresources_api::nrt::well_known::{ANNOTATION_FINGERPRINT, ANNOTATION_RTE_UPDATE};
 use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology, Zone};
 use numaresources_api::quantity::Quantity;
-use numaresources_certs::CertificateAuthority;
 use numaresources_rte::agent::own_object;
 use numaresources_rte::direct::DirectServer;
 use numaresources_rte::direct::bearer::BearerFile;
 use numaresources_rte::direct::client::{DIRECT_IDLE_CONNECTION_TIMEOUT, direct_client_with_idle_timeout};
 use numaresources_rte::direct::held::{self, HELD_INTERVAL};
 use numaresources_rte::publish::{KubePublisher, Publisher};
+use numaresources_runtime::tls::CertificateAuthority;
 use serde::Deserialize;
 
 #[path = "../../bench-support/proc_status.rs"]
@@ -638,7 +638,7 @@ fn write_files(dir: &Path, agents: usize) {
 async fn watcher_client(dir: &Path, url: &http::Uri) -> kube::Client {
     let mut config = kube::Config::new(url.clone());
     let pem = std::fs::read(dir.join("ca.crt")).unwrap();
-    let bundle = numaresources_certs::CaBundle::from_pem(&pem).unwrap();
+    let bundle = numaresources_runtime::tls::CaBundle::from_pem(&pem).unwrap();
     config.root_cert = Some(bundle.certificates().iter().map(|c| c.to_vec()).collect());
     config.default_retry = false;
     config.headers = vec![(http::header::AUTHORIZATION, "Bearer watcher-token".parse().unwrap())];

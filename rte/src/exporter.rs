@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use numaresources_api::nrt::NodeResourceTopology;
-use numaresources_certs::admin::{Checks, Registry};
+use numaresources_runtime::admin::{Checks, Registry};
 use tokio::sync::watch;
 
 use crate::agent::notify_file::NotifyFileError;

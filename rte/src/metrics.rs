@@ -223,13 +223,13 @@ impl Metrics {
     pub fn register(&self, registry: &mut Registry, node: &str) {
         let registry = registry.sub_registry_with_label((Cow::Borrowed("node"), Cow::Owned(node.to_owned())));
         // Counters get their `_total` suffix from the encoder.
-        numaresources_certs::register_series!(registry,
+        numaresources_runtime::register_series!(registry,
             "rte_podresource_api_call_failures": "The total number of podresource api calls that failed by the updater" => self.podresource_failures,
             "rte_noderesourcetopology_writes": "The total number of NodeResourceTopology writes" => self.writes,
             "rte_operation_delay_milliseconds": "The latency between exporting stages, milliseconds" => self.operation_delay,
             "rte_wakeup_delay_milliseconds": "The wakeup delay of the monitor code (time since the previous scan started), milliseconds" => self.wakeup_delay,
         );
-        numaresources_certs::register_series!(registry.sub_registry_with_prefix("numaresources_rte"),
+        numaresources_runtime::register_series!(registry.sub_registry_with_prefix("numaresources_rte"),
             "scans": "Scans started" => self.scans,
             "scan_failures": "Scans that failed before publishing (sysfs or kubelet)" => self.scan_failures,
             "kubelet_failures": "Scans that failed because the kubelet could not be asked" => self.kubelet_failures,

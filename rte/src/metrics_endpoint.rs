@@ -8,7 +8,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use numaresources_certs::{CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions};
+use numaresources_runtime::tls::{CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions};
 
 use crate::config::{MetricsEndpoint, MetricsTls};
 
@@ -21,7 +21,7 @@ pub struct MetricsServer {
 /// What keeps HTTPS going: the configuration and the watcher that reloads its certificate.
 struct TlsServing {
     config: Arc<rustls::ServerConfig>,
-    _watcher: numaresources_certs::CertificateWatcher,
+    _watcher: numaresources_runtime::tls::CertificateWatcher,
 }
 
 impl std::fmt::Debug for MetricsServer {
@@ -47,7 +47,7 @@ pub enum MetricsServerError {
     },
     /// The certificate, key, client CA or TLS policy cannot be used.
     #[error("cannot serve metrics over TLS: {0}")]
-    Tls(#[from] numaresources_certs::Error),
+    Tls(#[from] numaresources_runtime::tls::Error),
 }
 
 impl MetricsServer {
@@ -73,24 +73,24 @@ impl MetricsServer {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         match self.tls {
-            None => numaresources_certs::admin::serve_plain(self.listener, app, shutdown).await,
+            None => numaresources_runtime::admin::serve_plain(self.listener, app, shutdown).await,
             Some(TlsServing { config, _watcher }) => {
                 let address = self.listener.local_addr().ok();
                 tracing::info!(?address, "serving /metrics, /healthz, /livez and /readyz over HTTPS");
-                numaresources_certs::serve(self.listener, config, app, shutdown).await
+                numaresources_runtime::serve(self.listener, config, app, shutdown).await
             }
         }
     }
 }
 
 /// The certificate (followed on disk), the client CAs and the TLS policy.
-fn tls_serving(settings: &MetricsTls) -> Result<TlsServing, numaresources_certs::Error> {
+fn tls_serving(settings: &MetricsTls) -> Result<TlsServing, numaresources_runtime::tls::Error> {
     let certificate = ReloadingCertificate::load(&settings.cert_file, &settings.key_file)?;
     let watcher = certificate.watch(WatchOptions::default())?;
     let mut builder = ServerConfigBuilder::new(Arc::new(certificate)).policy(settings.policy.clone());
     if let Some(ca_file) = &settings.client_ca_file {
         let pem = std::fs::read(ca_file)
-            .map_err(|source| numaresources_certs::Error::Read { path: ca_file.clone(), source })?;
+            .map_err(|source| numaresources_runtime::tls::Error::Read { path: ca_file.clone(), source })?;
         builder = builder.client_cas(Arc::new(ClientCaVerifier::new(&[CaBundle::from_pem(&pem)?])?));
     }
     Ok(TlsServing { config: builder.build()?, _watcher: watcher })

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
 mod support;
-#[path = "../../certs/tests/tls/shared.rs"]
+#[path = "../../runtime/tests/tls/shared.rs"]
 mod tls;
 
 use std::fs;
@@ -721,14 +721,14 @@ async fn https_get(address: std::net::SocketAddr, ca_pem: &str, path: &str) -> s
 
 /// The runtime's admin router over `metrics`, as `numaresources rte` serves it.
 fn admin_router(metrics: &Metrics) -> axum::Router {
-    let mut registry = numaresources_certs::admin::Registry::default();
+    let mut registry = numaresources_runtime::admin::Registry::default();
     metrics.register(&mut registry, "worker-0");
-    numaresources_certs::admin::router(numaresources_certs::admin::Checks::new(), Arc::new(registry))
+    numaresources_runtime::admin::router(numaresources_runtime::admin::Checks::new(), Arc::new(registry))
 }
 
 #[tokio::test]
 async fn metrics_over_https_follow_a_rotated_certificate() {
-    use numaresources_certs::CertificateAuthority;
+    use numaresources_runtime::tls::CertificateAuthority;
     let dir = tempfile::tempdir().unwrap();
     let (cert_file, key_file) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     let names = ["localhost".to_owned()];

@@ -76,7 +76,7 @@ const LINEAR_VALUE_BYTES: usize = 8 * 1024;
 /// Attack connections at once for the YAML and JSON-patch phases.
 const ATTACKERS: usize = 4;
 const IDLE_HTTP2_CONNECTIONS: usize = 900;
-/// The server's idle timeout (`numaresources_certs::DEFAULT_IDLE_TIMEOUT`) and a margin.
+/// The server's idle timeout (`numaresources_runtime::DEFAULT_IDLE_TIMEOUT`) and a margin.
 const IDLE_WAIT: Duration = Duration::from_secs(100);
 
 fn nrt(name: &str, filler: &str) -> serde_json::Value {

@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use numaresources_certs::CertificateAuthority;
+use numaresources_runtime::tls::CertificateAuthority;
 
 use crate::lease_double::LeaseDouble;
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use numaresources_certs::shutdown::{Shutdown, Trigger};
-use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServeOptions, ServerConfigBuilder, serve_with};
+use numaresources_runtime::shutdown::{Shutdown, Trigger};
+use numaresources_runtime::tls::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder};
+use numaresources_runtime::{ServeOptions, serve_with};
 
 /// How long a test waits for anything before it calls it a hang.
 pub const BOUND: Duration = Duration::from_secs(60);

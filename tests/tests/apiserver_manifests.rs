@@ -328,7 +328,7 @@ fn termination_grace_covers_prestop_and_the_drain() {
         .and_then(|rest| rest.split(')').next())
         .and_then(|digits| digits.parse().ok())
         .expect("cmd/src/apiserver.rs names HAND_OVER_GRACE in whole seconds");
-    let options = format!("{:?}", numaresources_certs::ServeOptions::default());
+    let options = format!("{:?}", numaresources_runtime::ServeOptions::default());
     let grace = options
         .split("shutdown_grace: ")
         .nth(1)

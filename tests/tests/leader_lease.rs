@@ -1,4 +1,4 @@
-//! `numaresources_certs::leader::LeaderLease` against the Lease double (kube-apiserver's answers
+//! `numaresources_runtime::leader::LeaderLease` against the Lease double (kube-apiserver's answers
 //! for the verbs leader election uses): two candidates, one leads; a release lets the other take
 //! over; an expired Lease is taken; an ineligible candidate waits until the Lease is orphaned; a
 //! hand-over names the successor; a leader that cannot renew stops within its renew deadline.
@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
 use kube::api::PostParams;
-use numaresources_certs::leader::{LeaderLease, LeaseTimings, ORPHANED_AFTER_LEASES};
+use numaresources_runtime::leader::{LeaderLease, LeaseTimings, ORPHANED_AFTER_LEASES};
 use numaresources_tests::lease_double::LeaseDouble;
 use numaresources_tests::served::bounded;
 

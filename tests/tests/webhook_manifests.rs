@@ -378,8 +378,10 @@ async fn probe_and_webhook_paths_are_routes_of_the_webhook() {
     for probe in [&container.readiness_probe, &container.liveness_probe] {
         let path = probe.as_ref().and_then(|p| p.http_get.as_ref()).and_then(|g| g.path.clone()).unwrap();
         let request = http::Request::get(&path).body(Body::empty()).unwrap();
-        let response =
-            numaresources_certs::admin::router(webhook.readiness(), Default::default()).oneshot(request).await.unwrap();
+        let response = numaresources_runtime::admin::router(webhook.readiness(), Default::default())
+            .oneshot(request)
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200, "GET {path}");
     }
     for webhook_config in webhooks(&m) {

@@ -2,7 +2,7 @@
 //! design target (≥ 15,000/s, p99 ≤ 5 ms on a 2-core machine), plus the in-process cost of one
 //! admission (router only, no sockets) for reference.
 //!
-//! The server is the real one: `numaresources_certs::serve` with a reloading certificate, the
+//! The server is the real one: `numaresources_runtime::serve` with a reloading certificate, the
 //! webhook router, synced caches with routing in mode ExclusiveResources. The body is a captured
 //! kube-apiserver review (`tests/fixtures/admission/`). Client and server share the machine's two
 //! cores (2 tokio workers), so the rates include the client's work.
@@ -12,7 +12,7 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // a benchmark prints its figures
 
-#[path = "../../certs/tests/tls/shared.rs"]
+#[path = "../../runtime/tests/tls/shared.rs"]
 mod shared;
 
 use std::hint::black_box;
@@ -27,7 +27,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_api::operator::{
     NUMAResourcesScheduler, NUMAResourcesSchedulerSpec, PodRouting, PodRoutingMode, SCHEDULER_SINGLETON_NAME,
 };
-use numaresources_certs::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder, serve};
+use numaresources_runtime::serve;
+use numaresources_runtime::tls::{CertificateAuthority, ReloadingCertificate, ServerConfigBuilder};
 use numaresources_webhook::{ClusterCache, Config, MUTATE_PODS_PATH, Webhook};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;

@@ -22,7 +22,7 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use numaresources_api::operator::{NUMAResourcesScheduler, SCHEDULER_SINGLETON_NAME};
-use numaresources_certs::admin::{Checks, Flag};
+use numaresources_runtime::admin::{Checks, Flag};
 
 /// A `NUMAResourcesScheduler` as cached: a copy that fails to decode is kept as an error rather
 /// than stalling the whole watch.

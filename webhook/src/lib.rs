@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::Router;
 use axum::routing::post;
-use numaresources_certs::InvalidConfig;
-use numaresources_certs::admin::{self, Checks};
+use numaresources_runtime::InvalidConfig;
+use numaresources_runtime::admin::{self, Checks};
 use prometheus_client::registry::Registry;
 
 pub use cluster::{ClusterCache, Feeds};

@@ -75,7 +75,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every series in `registry`, under `numaresources_webhook_`.
     pub fn register(&self, registry: &mut Registry) {
-        numaresources_certs::register_series!(registry.sub_registry_with_prefix("numaresources_webhook"),
+        numaresources_runtime::register_series!(registry.sub_registry_with_prefix("numaresources_webhook"),
             "admissions": "Admission reviews by kind, operation, decision (allowed, patched, denied, invalid) and dry run" => self.admissions,
             "admission_duration_seconds": "Time from the request's arrival to its answer, body read included" => self.latency,
             "pods_routed": "Pods sent to the NUMA-aware scheduler, by podRouting mode" => self.routed,

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use http::HeaderMap;
-use numaresources_certs::CaBundle;
+use numaresources_runtime::tls::CaBundle;
 use rustls_pki_types::CertificateDer;
 use serde::Deserialize;
 
@@ -42,7 +42,7 @@ impl TokenDigest {
             ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).unwrap_or_else(|_| {
                 // The system's random source failed (never seen on Linux): a key from the
                 // standard library's randomly seeded hashers, which is still per process.
-                let words: Vec<u8> = (0..4).flat_map(|i| numaresources_certs::random_word(i).to_le_bytes()).collect();
+                let words: Vec<u8> = (0..4).flat_map(|i| numaresources_runtime::random_word(i).to_le_bytes()).collect();
                 ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &words)
             })
         });
@@ -118,7 +118,7 @@ pub enum ConfigError {
         key: &'static str,
         /// The reason.
         #[source]
-        source: numaresources_certs::Error,
+        source: numaresources_runtime::tls::Error,
     },
     /// A list value is not a JSON array of strings.
     #[error("{key}: expected a JSON array of strings: {source}")]
@@ -281,7 +281,7 @@ pub(crate) fn percent_decode(text: &str) -> String {
 mod tests {
     use std::time::Duration;
 
-    use numaresources_certs::CertificateAuthority;
+    use numaresources_runtime::tls::CertificateAuthority;
     use rustls_pki_types::pem::PemObject;
 
     use super::*;

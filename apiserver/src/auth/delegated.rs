@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use numaresources_api::direct_write::TOKEN_AUDIENCE;
 use numaresources_api::nrt::{GROUP, PLURAL};
-use numaresources_certs::{CaBundle, ClientCaVerifier};
+use numaresources_runtime::tls::{CaBundle, ClientCaVerifier};
 
 use super::attributes::Attributes;
 use super::authn::{AuthenticationConfig, RequestHeaderConfig, TokenDigest, UserInfo};

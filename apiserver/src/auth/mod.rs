@@ -16,7 +16,7 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::header::AUTHORIZATION;
 use numaresources_api::nrt::{GROUP, PLURAL};
-use numaresources_certs::PeerInfo;
+use numaresources_runtime::PeerInfo;
 
 pub(crate) use attributes::Attributes;
 pub use attributes::always_allowed;

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::HeaderMap;
-use numaresources_certs::CaBundle;
+use numaresources_runtime::tls::CaBundle;
 use rustls_pki_types::CertificateDer;
 
 use super::attributes::Attributes;

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use numaresources_certs::leader::{Decision, Expiry, LeaderLease, decide};
+use numaresources_runtime::leader::{Decision, Expiry, LeaderLease, decide};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -21,7 +21,7 @@ use super::peer::{
     Ack, Bookmark, COMMITTED_ANNOTATION, OBJECTS_ANNOTATION, PeerStatus, SNAPSHOT, StreamEvent, WARM_ANNOTATION,
     WARM_REVISION_ANNOTATION, event_type,
 };
-use numaresources_certs::own_client::{Connections, own_server_client};
+use numaresources_runtime::tls::own_client::{Connections, own_server_client};
 
 use super::{PeerClient, Replication, STREAM_SILENCE};
 
@@ -37,7 +37,7 @@ pub(super) enum FollowError {
     #[error("talking to the leader: {0}")]
     Client(#[from] kube::Error),
     #[error("building the peer client: {0}")]
-    PeerClient(#[from] numaresources_certs::own_client::OwnClientError),
+    PeerClient(#[from] numaresources_runtime::tls::own_client::OwnClientError),
     #[error("the leader's address: {0}")]
     Address(#[from] http::uri::InvalidUri),
     #[error("building a request: {0}")]
@@ -79,7 +79,7 @@ impl Drop for AbortOnDrop {
 
 /// A random name for one stream.
 fn stream_token() -> String {
-    format!("{:016x}", numaresources_certs::random_word(0))
+    format!("{:016x}", numaresources_runtime::random_word(0))
 }
 
 impl Replication {

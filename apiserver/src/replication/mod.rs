@@ -13,7 +13,7 @@
 //!   └────────────────────┘
 //! ```
 //!
-//! - **One leader**, elected on a Lease ([`numaresources_certs::leader`]): it alone assigns
+//! - **One leader**, elected on a Lease ([`numaresources_runtime::leader`]): it alone assigns
 //!   resourceVersions. On promotion it moves its sequence past the current time in
 //!   microseconds, so no revision a former leader handed out (even one it never acknowledged)
 //!   is ever used again for something else.
@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use numaresources_certs::leader::LeaderLease;
+use numaresources_runtime::leader::LeaderLease;
 use tokio::sync::watch;
 
 use crate::Store;

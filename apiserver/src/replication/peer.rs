@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{CONTENT_TYPE, HeaderValue};
-use numaresources_certs::PeerInfo;
+use numaresources_runtime::PeerInfo;
 use serde::{Deserialize, Serialize};
 use tokio_stream::wrappers::ReceiverStream;
 

@@ -1,4 +1,4 @@
-//! Our server on a real TLS listener (the certs crate's `serve`, as the binary runs it), in
+//! Our server on a real TLS listener (the runtime crate's `serve`, as the binary runs it), in
 //! delegated mode against the kube-apiserver double, and kept-alive HTTP/1.1 or HTTP/2 client
 //! connections to it, with or without the front proxy's client certificate.
 
@@ -14,8 +14,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_apiserver::auth::{Auth, AuthenticationConfig, Delegated, NodeRestriction, RequestHeaderConfig};
 use numaresources_apiserver::exporter_pods::ExporterPods;
 use numaresources_apiserver::{AppState, Store, router};
-use numaresources_certs::{
-    CaBundle, CertificateAuthority, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, serve,
+use numaresources_runtime::serve;
+use numaresources_runtime::tls::{
+    CaBundle, CertificateAuthority, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};

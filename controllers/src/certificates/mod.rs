@@ -6,7 +6,7 @@
 //! Deployments mount), and `caBundle` on the APIService and the webhook configurations (the install's two and the
 //! scheduler's pod routing one).
 //!
-//! The decisions are `numaresources_certs::rotation`'s, made pure for one pass in [`plan`]: leaves
+//! The decisions are `numaresources_runtime::tls::rotation`'s, made pure for one pass in [`plan`]: leaves
 //! are renewed well before their notAfter (read from the certificate, not from an annotation);
 //! a CA near its end is rotated with an overlap, so that no handshake fails while bundles and
 //! Secrets propagate: the new CA joins `caBundle` first, leaves move to it once that bundle has
@@ -41,8 +41,8 @@ use k8s_openapi::{ByteString, Resource as _};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
-use numaresources_certs::PemPair;
-use numaresources_certs::rotation::{CaStep, RotationPolicy, keys};
+use numaresources_runtime::tls::PemPair;
+use numaresources_runtime::tls::rotation::{CaStep, RotationPolicy, keys};
 use serde_json::{Value, json};
 
 pub(crate) use plan::{LEAVES, leaf_secret_data};

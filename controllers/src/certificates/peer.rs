@@ -10,7 +10,7 @@
 //! the cluster serves the NRT API itself).
 //!
 //! The CA lives in a Secret of its own, `numaresources-apiserver-peer-ca` (the format of
-//! `numaresources_certs::rotation::CaState`), not next to the pair: the replicas mount the whole
+//! `numaresources_runtime::tls::rotation::CaState`), not next to the pair: the replicas mount the whole
 //! pair Secret's `ca.crt` key as their trust bundle, which during a rotation must hold two CAs,
 //! while the CA state's `ca.crt` is the current CA alone; and the CA key, which can mint a peer
 //! for any name, stays out of what the pods mount. Decisions are `rotation`'s: the leaf is renewed
@@ -25,8 +25,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::runtime::events::EventType;
-use numaresources_certs::rotation::{self, CaState, CaStep, LeafStep, RotationPolicy, keys};
-use numaresources_certs::{CertificateAuthority, PemPair};
+use numaresources_runtime::tls::rotation::{self, CaState, CaStep, LeafStep, RotationPolicy, keys};
+use numaresources_runtime::tls::{CertificateAuthority, PemPair};
 
 use super::{
     CA_KEYS, CA_SECRET_TYPE, LEAF_KEYS, LEAF_SECRET_TYPE, desired_secret, foreign_type, leaf_secret_data, pair_of,
@@ -75,7 +75,7 @@ pub fn plan_peer(
     namespace: &str,
     policy: &RotationPolicy,
     now: SystemTime,
-) -> std::result::Result<PeerPlan, numaresources_certs::Error> {
+) -> std::result::Result<PeerPlan, numaresources_runtime::tls::Error> {
     let state = ca.and_then(|data| match CaState::from_secret_data(data) {
         Ok(state) => Some(state),
         Err(error) => {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Secret;
-use numaresources_certs::CaBundle;
-use numaresources_certs::rotation::{CaState, issued_by};
+use numaresources_runtime::tls::CaBundle;
+use numaresources_runtime::tls::rotation::{CaState, issued_by};
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};

@@ -1,11 +1,11 @@
 //! One pass of the certificate lifecycle as a pure function: from what the Secrets and the
-//! `caBundle` fields hold now to what they must hold, built on `numaresources_certs::rotation`.
+//! `caBundle` fields hold now to what they must hold, built on `numaresources_runtime::tls::rotation`.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use numaresources_certs::rotation::{self, CaState, CaStep, LeafStep, RotationPolicy};
-use numaresources_certs::{Error, PemPair};
+use numaresources_runtime::tls::rotation::{self, CaState, CaStep, LeafStep, RotationPolicy};
+use numaresources_runtime::tls::{Error, PemPair};
 
 use crate::names::{
     APISERVER, APISERVER_TLS_SECRET, COMPONENT_APISERVER, COMPONENT_WEBHOOK, WEBHOOK, WEBHOOK_TLS_SECRET,
@@ -135,7 +135,8 @@ pub fn plan(observed: &Observed, namespace: &str, policy: &RotationPolicy, now: 
 /// or else (upgrading from the previous operator, which kept no CA key) the certificate in a leaf
 /// Secret's `ca.crt` that issued its `tls.crt`.
 fn still_trusted(observed: &Observed) -> Option<String> {
-    let from_secret = observed.ca.as_ref().and_then(|data| data.get(numaresources_certs::rotation::keys::CA_CERT));
+    let from_secret =
+        observed.ca.as_ref().and_then(|data| data.get(numaresources_runtime::tls::rotation::keys::CA_CERT));
     if let Some(pem) = from_secret
         && rotation::not_after(pem).is_some()
     {

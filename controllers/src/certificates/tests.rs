@@ -10,8 +10,8 @@ use http::Method;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use numaresources_certs::ServingCertificate;
-use numaresources_certs::rotation::{CaState, RotationPolicy, issued_by};
+use numaresources_runtime::tls::ServingCertificate;
+use numaresources_runtime::tls::rotation::{CaState, RotationPolicy, issued_by};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -145,7 +145,7 @@ pub(super) fn exported_expiries(ctx: &Context) -> BTreeMap<String, u64> {
 
 /// A certificate's notAfter in Unix seconds.
 pub(super) fn expiry_of(cert_pem: &str) -> u64 {
-    numaresources_certs::rotation::not_after(cert_pem)
+    numaresources_runtime::tls::rotation::not_after(cert_pem)
         .unwrap()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -383,7 +383,7 @@ async fn in_every_other_mode_nothing_is_written() {
 #[tokio::test]
 async fn the_loop_stops_on_shutdown_after_its_first_pass() {
     let h = Harness::new(CertificateMode::SelfManaged);
-    let (stop, stopped) = numaresources_certs::shutdown::Shutdown::manual();
+    let (stop, stopped) = numaresources_runtime::shutdown::Shutdown::manual();
     let loop_task = tokio::spawn(run(h.ctx.clone(), stopped.signaled()));
     let first_pass = async {
         while h.fake.get(WEBHOOK_TLS).is_none() {
@@ -461,7 +461,7 @@ async fn a_ca_secret_whose_key_is_not_its_own_is_replaced_and_its_leaves_stay_tr
     let t0 = SystemTime::now();
     h.pass(t0).await;
     let (old, old_leaf) = (h.ca(), h.data(WEBHOOK_TLS)["tls.crt"].clone());
-    let stranger = numaresources_certs::CertificateAuthority::generate_at("stranger", t0, 30 * DAY).unwrap();
+    let stranger = numaresources_runtime::tls::CertificateAuthority::generate_at("stranger", t0, 30 * DAY).unwrap();
     let mut data = h.data(CA_PATH);
     data.insert(keys::CA_KEY.to_owned(), stranger.key_pem());
     h.fake.edit(CA_PATH, |secret| {

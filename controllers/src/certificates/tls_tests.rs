@@ -1,4 +1,4 @@
-//! The lifecycle walked over real TLS: two rustls servers (`numaresources_certs::serve` on
+//! The lifecycle walked over real TLS: two rustls servers (`numaresources_runtime::serve` on
 //! 127.0.0.1) present the serving certificates from the fake's Secrets, and rustls clients trust
 //! exactly the `caBundle` injected into the APIService and the webhook configurations. Simulated
 //! time runs through leaf renewals and two CA rotations; consumers lag one step behind (a server
@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use numaresources_certs::shutdown::{Shutdown, Trigger};
-use numaresources_certs::{PemPair, ServerConfigBuilder, ServingCertificate};
+use numaresources_runtime::shutdown::{Shutdown, Trigger};
+use numaresources_runtime::tls::{PemPair, ServerConfigBuilder, ServingCertificate};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -80,7 +80,7 @@ async fn server(presented: Arc<Presented>) -> (SocketAddr, Trigger) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = Shutdown::manual();
-    tokio::spawn(numaresources_certs::serve(listener, tls, axum::Router::new(), stopped.signaled()));
+    tokio::spawn(numaresources_runtime::serve(listener, tls, axum::Router::new(), stopped.signaled()));
     (addr, stop)
 }
 
@@ -178,9 +178,10 @@ async fn no_handshake_fails_through_renewals_and_rotations_with_lagging_consumer
 async fn an_upgrade_from_the_previous_operator_keeps_its_leaf_trusted_until_the_new_bundle_propagated() {
     let h = Harness::new(CertificateMode::SelfManaged);
     let t0 = SystemTime::now();
-    let names = numaresources_certs::rotation::service_names("numaresources-apiserver", NS);
+    let names = numaresources_runtime::tls::rotation::service_names("numaresources-apiserver", NS);
     let legacy =
-        numaresources_certs::CertificateAuthority::generate_at("numaresources-legacy", t0 - DAY, 365 * DAY).unwrap();
+        numaresources_runtime::tls::CertificateAuthority::generate_at("numaresources-legacy", t0 - DAY, 365 * DAY)
+            .unwrap();
     // The old leaf covered only the first name: it is still kept until the overlap ends.
     let old_leaf = legacy.issue_serving_at(&names[..1], t0 - DAY, 365 * DAY).unwrap();
     let encode = |text: &str| serde_json::to_value(ByteString(text.as_bytes().to_vec())).unwrap();

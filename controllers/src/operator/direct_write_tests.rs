@@ -93,7 +93,7 @@ async fn self_managed_exporters_write_directly_verified_by_the_bundle_of_the_ca_
     h.converge().await;
     assert_direct_path(&exporter(&h), "ca.crt");
     let ca: Secret = h.fake.typed(CA_SECRET);
-    let bundle = ca.data.unwrap()[numaresources_certs::rotation::keys::CA_BUNDLE].clone();
+    let bundle = ca.data.unwrap()[numaresources_runtime::tls::rotation::keys::CA_BUNDLE].clone();
     let config_map: ConfigMap = h.fake.typed(CA_CONFIG_MAP);
     assert_eq!(config_map.data.unwrap()["ca.crt"].as_bytes(), bundle.0.as_slice(), "what the APIService trusts");
     let owner = &config_map.metadata.owner_references.unwrap()[0];
@@ -109,7 +109,7 @@ async fn the_certificate_lifecycle_keeps_the_exporters_bundle_current() {
     h.fake.edit(CA_CONFIG_MAP, |cm| cm["data"]["ca.crt"] = json!("stale"));
     let pass = crate::certificates::reconcile(
         &h.ctx,
-        &numaresources_certs::rotation::RotationPolicy::default(),
+        &numaresources_runtime::tls::rotation::RotationPolicy::default(),
         std::time::SystemTime::now(),
     )
     .await

@@ -86,7 +86,7 @@ async fn self_managed_the_apiservice_trusts_the_bundle_of_the_ca_secret() {
     let step = Step::new(CertificateMode::SelfManaged, ApiserverDeployment::Operator);
     step.converge().await;
     let ca: Secret = step.fake.typed("/api/v1/namespaces/numaresources/secrets/numaresources-ca");
-    let bundle = ca.data.unwrap()[numaresources_certs::rotation::keys::CA_BUNDLE].clone();
+    let bundle = ca.data.unwrap()[numaresources_runtime::tls::rotation::keys::CA_BUNDLE].clone();
     let api_service: APIService = step.fake.typed(APISERVICE_PATH);
     assert_eq!(api_service.spec.unwrap().ca_bundle, Some(bundle));
     assert_eq!(step.secrets().len(), 3, "CA, API server and webhook: {:?}", step.secrets());

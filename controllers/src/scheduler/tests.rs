@@ -332,7 +332,7 @@ async fn self_managed_routing_carries_the_ca_bundle_and_the_certificate_loop_kee
     h.fake.edit(ROUTING, |routing| {
         routing["webhooks"][0]["clientConfig"].as_object_mut().unwrap().remove("caBundle");
     });
-    let policy = numaresources_certs::rotation::RotationPolicy::default();
+    let policy = numaresources_runtime::tls::rotation::RotationPolicy::default();
     let pass = crate::certificates::reconcile(&h.ctx, &policy, std::time::SystemTime::now()).await.unwrap();
     assert!(pass.failed_consumers.is_empty(), "{:?}", pass.failed_consumers);
     assert_eq!(held(&h), Some(bundle), "the pod routing configuration is one of the loop's consumers");

@@ -4,12 +4,12 @@
 //!
 //! A ConfigMap volume is updated by the kubelet swapping a `..data` symlink, which a watch of the
 //! file itself would miss; the certificates code already follows files that way, and this reuses
-//! it ([`numaresources_certs::follow_files`]: directory events, debounced, plus a periodic poll).
+//! it ([`numaresources_runtime::tls::follow_files`]: directory events, debounced, plus a periodic poll).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use numaresources_certs::{CertificateWatcher, WatchOptions, follow_files};
+use numaresources_runtime::tls::{CertificateWatcher, WatchOptions, follow_files};
 use tokio::sync::Notify;
 
 use crate::config::{Args, Config, default_operator_config};

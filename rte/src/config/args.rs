@@ -211,7 +211,7 @@ impl Default for Args {
     /// The flags' defaults, as declared above, with no environment variable read.
     fn default() -> Self {
         // Every default above parses (a unit test runs this).
-        numaresources_certs::flags::defaults()
+        numaresources_runtime::flags::defaults()
             .unwrap_or_else(|error| unreachable!("the rte flag defaults do not parse: {error}"))
     }
 }

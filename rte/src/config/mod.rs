@@ -113,5 +113,5 @@ pub struct MetricsTls {
     /// Client certificates are verified against this bundle when given.
     pub client_ca_file: Option<PathBuf>,
     /// Minimum version and TLS 1.2 cipher suites.
-    pub policy: numaresources_certs::TlsPolicy,
+    pub policy: numaresources_runtime::tls::TlsPolicy,
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use numaresources_api::exporter::{ExporterConfig, TopologyManager};
 use numaresources_api::nrt::well_known::{TOPOLOGY_MANAGER_POLICIES, TOPOLOGY_MANAGER_SCOPES};
 use numaresources_api::selector::check_dns1123_subdomain;
-use numaresources_certs::InvalidConfig;
+use numaresources_runtime::InvalidConfig;
 
 use super::environment::{non_empty_var, read_yaml};
 use super::{
@@ -200,7 +200,7 @@ impl Args {
 
     /// The `httptls` settings, or the flag at fault and why.
     fn metrics_tls(&self) -> Result<MetricsTls, (&'static str, String)> {
-        let policy = numaresources_certs::TlsPolicy::from_flags(
+        let policy = numaresources_runtime::tls::TlsPolicy::from_flags(
             self.metrics_tls_min_version.as_deref(),
             self.metrics_tls_cipher_suites.as_deref(),
         )

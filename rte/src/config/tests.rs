@@ -4,7 +4,7 @@ use std::path::Path;
 
 use clap::Parser;
 
-use numaresources_certs::InvalidConfig;
+use numaresources_runtime::InvalidConfig;
 
 use super::*;
 
@@ -338,7 +338,7 @@ fn httptls_takes_the_operator_arguments_and_reports_bad_tls_flags() {
     ]);
     let tls = args.resolve_with(&host("n")).unwrap().metrics.unwrap().tls.unwrap();
     assert_eq!(tls.cert_file, Path::new("/certs/serving.pem"));
-    assert_eq!(tls.policy.min_version(), numaresources_certs::TlsVersion::Tls13);
+    assert_eq!(tls.policy.min_version(), numaresources_runtime::tls::TlsVersion::Tls13);
     // (flags, the problem's source)
     let cases: [(&[&str], &str); 3] = [
         (&["--metrics-tls-min-version=VersionTLS10"], "--metrics-tls-min-version/--metrics-tls-cipher-suites"),

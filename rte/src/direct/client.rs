@@ -10,8 +10,8 @@ use std::time::Duration;
 use http::Request;
 use http::header::AUTHORIZATION;
 use kube::client::Body;
-use numaresources_certs::own_client::{Connections, own_server_client};
-pub use numaresources_certs::own_client::{MAX_CA_BUNDLE_BYTES, OwnClientError as ClientError};
+use numaresources_runtime::tls::own_client::{Connections, own_server_client};
+pub use numaresources_runtime::tls::own_client::{MAX_CA_BUNDLE_BYTES, OwnClientError as ClientError};
 
 use super::DirectServer;
 use super::bearer::BearerFile;

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use numaresources_certs::{
+use numaresources_runtime::tls::{
     CaBundle, CertificateAuthority, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder,
 };
 use rustls::HandshakeKind;

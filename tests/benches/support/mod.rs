@@ -13,7 +13,7 @@ use tokio_rustls::TlsConnector;
 
 #[path = "../../../apiserver/tests/support/mod.rs"]
 pub mod apiserver;
-#[path = "../../../certs/tests/tls/shared.rs"]
+#[path = "../../../runtime/tests/tls/shared.rs"]
 mod tls_client;
 
 /// Our API server over TLS on 127.0.0.1, serving `store` until dropped.

@@ -136,7 +136,7 @@ pub async fn post_raw(app: &Router, path: &str, content_type: Option<&str>, body
 /// The admin port as `numaresources webhook` serves it: the webhook's readiness checks and its
 /// metrics in the process's registry.
 pub fn admin(webhook: &Webhook) -> Router {
-    numaresources_certs::admin::component_router(webhook.readiness(), |registry| webhook.register_metrics(registry))
+    numaresources_runtime::admin::component_router(webhook.readiness(), |registry| webhook.register_metrics(registry))
 }
 
 /// POSTs a review to `path` the way kube-apiserver does.

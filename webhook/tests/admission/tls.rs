@@ -1,4 +1,4 @@
-//! The webhook over real TLS on 127.0.0.1, served by `numaresources_certs::serve` as the binary
+//! The webhook over real TLS on 127.0.0.1, served by `numaresources_runtime::serve` as the binary
 //! serves it: admissions over kept-alive HTTP/1.1 and HTTP/2 connections, and a certificate
 //! rotated the kubelet's way (`..data` symlink swap) under a load loop without one failed
 //! admission.
@@ -12,9 +12,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use numaresources_api::operator::PodRoutingMode;
-use numaresources_certs::shutdown::{Shutdown, Trigger};
-use numaresources_certs::{
-    CertificateAuthority, PemPair, ReloadingCertificate, ServerConfigBuilder, WatchOptions, serve,
+use numaresources_runtime::serve;
+use numaresources_runtime::shutdown::{Shutdown, Trigger};
+use numaresources_runtime::tls::{
+    CertificateAuthority, PemPair, ReloadingCertificate, ServerConfigBuilder, WatchOptions,
 };
 use numaresources_webhook::MUTATE_PODS_PATH;
 use rustls::ClientConfig;
@@ -25,7 +26,7 @@ use serde_json::Value;
 use crate::support::{fixture, scheduler, webhook_with};
 use shared::{bounded, client, connect, kubelet_mount, kubelet_swap};
 
-#[path = "../../../certs/tests/tls/shared.rs"]
+#[path = "../../../runtime/tests/tls/shared.rs"]
 mod shared;
 
 struct Server {
@@ -33,7 +34,7 @@ struct Server {
     ca: CertificateAuthority,
     dir: tempfile::TempDir,
     _certificate: ReloadingCertificate,
-    _watcher: numaresources_certs::CertificateWatcher,
+    _watcher: numaresources_runtime::tls::CertificateWatcher,
     stop: Trigger,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }

@@ -8,7 +8,8 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::CertificateDer;
 use x509_parser::extensions::GeneralName;
 
-use crate::{Error, pem};
+use crate::tls::Error;
+use crate::tls::pem;
 
 /// The period in which a certificate is valid (its notBefore and notAfter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +32,7 @@ impl Validity {
 /// Construction checks that the key is usable and matches the end-entity certificate, and reads
 /// the validity period; it does **not** refuse a certificate for being expired or not yet valid.
 /// That is a policy decision left to the caller: see [`ServingCertificate::check_valid_at`] and
-/// the policy documented on [`crate::ReloadingCertificate`].
+/// the policy documented on [`crate::tls::ReloadingCertificate`].
 #[derive(Clone, Debug)]
 pub struct ServingCertificate {
     key: Arc<CertifiedKey>,
@@ -69,7 +70,7 @@ impl ServingCertificate {
         let key_der = pem::private_key(key_pem, key_origin)?;
         let (validity, names) = describe(&chain[0], cert_origin)?;
 
-        let signing_key = crate::config::provider()
+        let signing_key = crate::tls::config::provider()
             .key_provider
             .load_private_key(key_der)
             .map_err(|err| Error::UnsupportedKey { origin: key_origin.to_owned(), reason: err.to_string() })?;
@@ -133,8 +134,8 @@ fn describe(cert: &CertificateDer<'_>, origin: &str) -> Result<(Validity, Vec<St
     let (_, parsed) = x509_parser::parse_x509_certificate(cert).map_err(|err| malformed(err.to_string()))?;
     let validity = parsed.validity();
     let validity = Validity {
-        not_before: crate::time::from_unix_seconds(validity.not_before.timestamp()),
-        not_after: crate::time::from_unix_seconds(validity.not_after.timestamp()),
+        not_before: crate::tls::time::from_unix_seconds(validity.not_before.timestamp()),
+        not_after: crate::tls::time::from_unix_seconds(validity.not_after.timestamp()),
     };
     let names = match parsed.subject_alternative_name().map_err(|err| malformed(err.to_string()))? {
         None => Vec::new(),
@@ -165,12 +166,12 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::CertificateAuthority;
+    use crate::tls::CertificateAuthority;
 
-    const RSA_CERT: &[u8] = include_bytes!("../tests/data/rsa.crt");
-    const RSA_PKCS1_KEY: &[u8] = include_bytes!("../tests/data/rsa-pkcs1.key");
+    const RSA_CERT: &[u8] = include_bytes!("../../tests/data/rsa.crt");
+    const RSA_PKCS1_KEY: &[u8] = include_bytes!("../../tests/data/rsa-pkcs1.key");
 
-    fn issued(names: &[&str]) -> crate::PemPair {
+    fn issued(names: &[&str]) -> crate::tls::PemPair {
         let ca = CertificateAuthority::generate("test-ca", Duration::from_secs(3600)).unwrap();
         let names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
         ca.issue_serving(&names, Duration::from_secs(3600)).unwrap()

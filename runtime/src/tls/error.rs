@@ -81,7 +81,7 @@ pub enum Error {
     },
 
     /// The certificate's notAfter is in the past.
-    #[error("the certificate in {origin} expired at {}", crate::time::rfc3339(*not_after))]
+    #[error("the certificate in {origin} expired at {}", crate::tls::time::rfc3339(*not_after))]
     Expired {
         /// Where the certificate came from.
         origin: String,
@@ -90,7 +90,7 @@ pub enum Error {
     },
 
     /// The certificate's notBefore is in the future (often a clock skew between issuer and us).
-    #[error("the certificate in {origin} is not valid before {}", crate::time::rfc3339(*not_before))]
+    #[error("the certificate in {origin} is not valid before {}", crate::tls::time::rfc3339(*not_before))]
     NotYetValid {
         /// Where the certificate came from.
         origin: String,

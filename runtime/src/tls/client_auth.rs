@@ -15,8 +15,8 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use rustls_pki_types::{CertificateDer, UnixTime};
 
-use crate::Error;
-use crate::config::SessionTickets;
+use crate::tls::Error;
+use crate::tls::config::SessionTickets;
 
 /// One PEM bundle of trusted CA certificates, parsed and checked.
 ///
@@ -39,7 +39,7 @@ impl CaBundle {
     /// Parses every `CERTIFICATE` in `pem`; fails if there is none or one is not a usable trust
     /// anchor.
     pub fn from_pem(pem: &[u8]) -> Result<Self, Error> {
-        let certificates = crate::pem::certificates(pem, "CA bundle").map_err(|err| match err {
+        let certificates = crate::tls::pem::certificates(pem, "CA bundle").map_err(|err| match err {
             Error::NoCertificate { .. } => Error::InvalidCaBundle { reason: "it holds no PEM certificate".to_owned() },
             other => Error::InvalidCaBundle { reason: other.to_string() },
         })?;
@@ -70,7 +70,7 @@ fn verifier_for(certificates: &[CertificateDer<'static>]) -> Result<Arc<dyn Clie
             reason: format!("certificate {} is not a usable trust anchor: {err}", index + 1),
         })?;
     }
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crate::config::provider())
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), crate::tls::config::provider())
         .allow_unauthenticated()
         .build()
         .map_err(|err| Error::InvalidCaBundle { reason: err.to_string() })
@@ -105,7 +105,7 @@ impl ClientCaVerifier {
     /// Trusts the union of `bundles` (none: ask no client for a certificate).
     pub fn new(bundles: &[CaBundle]) -> Result<Self, Error> {
         Ok(Self {
-            provider: crate::config::provider(),
+            provider: crate::tls::config::provider(),
             current: RwLock::new(combine(bundles)?),
             tickets: Arc::new(SessionTickets::new()),
         })
@@ -196,10 +196,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::CertificateAuthority;
+    use crate::tls::CertificateAuthority;
 
     fn chain_of(pem: &str) -> Vec<CertificateDer<'static>> {
-        crate::pem::certificates(pem.as_bytes(), "test").unwrap()
+        crate::tls::pem::certificates(pem.as_bytes(), "test").unwrap()
     }
 
     #[test]

@@ -20,7 +20,8 @@ use std::time::{Duration, SystemTime};
 
 use x509_parser::extensions::GeneralName;
 
-use crate::{CertificateAuthority, Error, PemPair, pem};
+use crate::tls::pem;
+use crate::tls::{CertificateAuthority, Error, PemPair};
 
 /// How long certificates live, when they are replaced, and how long changes take to propagate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +74,7 @@ impl std::fmt::Debug for CaState {
             .field("cert_pem", &self.cert_pem)
             .field("key_pem", &"<redacted>")
             .field("previous_cert_pem", &self.previous_cert_pem)
-            .field("rotated_at", &crate::time::rfc3339(self.rotated_at))
+            .field("rotated_at", &crate::tls::time::rfc3339(self.rotated_at))
             .finish()
     }
 }
@@ -129,7 +130,7 @@ impl CaState {
         let rotated_at = field(keys::ROTATED_AT)?
             .trim()
             .parse::<i64>()
-            .map(crate::time::from_unix_seconds)
+            .map(crate::tls::time::from_unix_seconds)
             .map_err(|e| Error::InvalidCa { reason: format!("{:?} is not Unix seconds: {e}", keys::ROTATED_AT) })?;
         let state = Self {
             cert_pem: field(keys::CA_CERT)?,
@@ -286,7 +287,7 @@ pub fn plan_leaf(
     let Ok(leaf) = Parsed::from_pem(&existing.cert_pem) else {
         return LeafStep::Issue("the serving certificate does not parse");
     };
-    if crate::ServingCertificate::from_pem(existing.cert_pem.as_bytes(), existing.key_pem.as_bytes()).is_err() {
+    if crate::tls::ServingCertificate::from_pem(existing.cert_pem.as_bytes(), existing.key_pem.as_bytes()).is_err() {
         return LeafStep::Issue("the serving key does not match its certificate");
     }
     let Ok(current) = Parsed::from_pem(&ca.cert_pem) else { return LeafStep::Issue("the CA does not parse") };
@@ -409,15 +410,15 @@ impl Parsed {
             subject: cert.subject().to_string(),
             is_ca: cert.basic_constraints().ok().flatten().is_some_and(|constraints| constraints.value.ca),
             issuer: cert.issuer().to_string(),
-            not_before: crate::time::from_unix_seconds(cert.validity().not_before.timestamp()),
-            not_after: crate::time::from_unix_seconds(cert.validity().not_after.timestamp()),
+            not_before: crate::tls::time::from_unix_seconds(cert.validity().not_before.timestamp()),
+            not_after: crate::tls::time::from_unix_seconds(cert.validity().not_after.timestamp()),
             names,
         })
     }
 
     /// When it was issued: our certificates are backdated by a fixed amount.
     fn issued_at(&self) -> SystemTime {
-        self.not_before.checked_add(crate::generate::BACKDATE).unwrap_or(self.not_before)
+        self.not_before.checked_add(crate::tls::generate::BACKDATE).unwrap_or(self.not_before)
     }
 }
 

@@ -15,7 +15,7 @@ use rustls::SupportedCipherSuite;
 use rustls::crypto::CryptoProvider;
 use rustls::crypto::ring::cipher_suite as ring;
 
-use crate::Error;
+use crate::tls::Error;
 
 /// The oldest TLS version a server accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -180,7 +180,7 @@ mod tests {
                     TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,\
                     TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256";
         let policy = TlsPolicy::from_flags(Some("VersionTLS12"), Some(flag)).unwrap();
-        let provider = policy.provider(&crate::config::provider());
+        let provider = policy.provider(&crate::tls::config::provider());
         assert_eq!(provider.cipher_suites.len(), 9, "3 TLS 1.3 + 6 TLS 1.2");
     }
 
@@ -189,7 +189,7 @@ mod tests {
         let policy =
             TlsPolicy::from_flags(None, Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_AES_128_CBC_SHA"))
                 .unwrap();
-        let provider = policy.provider(&crate::config::provider());
+        let provider = policy.provider(&crate::tls::config::provider());
         let tls12: Vec<_> = provider.cipher_suites.iter().filter(|s| s.tls13().is_none()).collect();
         assert_eq!(tls12.len(), 1);
         assert_eq!(provider.cipher_suites.iter().filter(|s| s.tls13().is_some()).count(), 3);

@@ -20,7 +20,7 @@ use rustls::sign::CertifiedKey;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::{Error, ServingCertificate};
+use crate::tls::{Error, ServingCertificate};
 
 /// A certificate and key read from two files and replaced when the files change.
 ///
@@ -55,7 +55,7 @@ impl fmt::Debug for ReloadingCertificate {
         f.debug_struct("ReloadingCertificate")
             .field("cert_path", &self.shared.cert_path)
             .field("key_path", &self.shared.key_path)
-            .field("not_after", &crate::time::rfc3339(self.not_after()))
+            .field("not_after", &crate::tls::time::rfc3339(self.not_after()))
             .finish()
     }
 }
@@ -118,7 +118,7 @@ impl ReloadingCertificate {
             tracing::info!(
                 from = %origin,
                 names = ?certificate.names(),
-                not_after = %crate::time::rfc3339(certificate.validity().not_after),
+                not_after = %crate::tls::time::rfc3339(certificate.validity().not_after),
                 "loaded the serving certificate"
             );
         }
@@ -185,7 +185,7 @@ impl ReloadingCertificate {
         tracing::info!(
             cert = %self.shared.cert_path.display(),
             names = ?candidate.names(),
-            not_after = %crate::time::rfc3339(candidate.validity().not_after),
+            not_after = %crate::tls::time::rfc3339(candidate.validity().not_after),
             "serving a new certificate"
         );
         *self.shared.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(candidate);
@@ -271,7 +271,7 @@ impl ResolvesServerCert for ReloadingCertificate {
 
 /// The certificate file's bytes, then the key file's.
 fn read_files(cert_path: &Path, key_path: &Path) -> Result<(Vec<u8>, Vec<u8>), Error> {
-    Ok((crate::pem::read_file(cert_path)?, crate::pem::read_file(key_path)?))
+    Ok((crate::tls::pem::read_file(cert_path)?, crate::tls::pem::read_file(key_path)?))
 }
 
 /// Reads and parses a pair, with the fingerprint of the bytes it came from.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use numaresources_api::GoDuration;
 
-use crate::{DEFAULT_MAX_CONNECTIONS_PER_CLIENT, Error, ReloadingCertificate, ServeOptions, load_self_signed};
+use crate::tls::{Error, ReloadingCertificate, load_self_signed};
+use crate::{DEFAULT_MAX_CONNECTIONS_PER_CLIENT, ServeOptions};
 
 /// A component's flags at their declared defaults, no environment variable read: what a
 /// component that composes another (`local`, a test) starts from.

@@ -15,7 +15,7 @@
 //! - `/readyz/<name>` runs one check: `ok`, or `500 internal server error: <reason>`.
 //!
 //! ```
-//! use numaresources_certs::admin::{self, Checks, Flag};
+//! use numaresources_runtime::admin::{self, Checks, Flag};
 //!
 //! let synced = Flag::default();
 //! let readiness = Checks::new().with_flag("cache", &synced, "the cache has not listed yet");
@@ -140,12 +140,12 @@ pub fn component_router(readiness: Checks, register_metrics: impl FnOnce(&mut Re
 /// line each (rustfmt would spread each `register` call over five).
 ///
 /// ```
-/// use numaresources_certs::admin::Registry;
+/// use numaresources_runtime::admin::Registry;
 /// use prometheus_client::metrics::counter::Counter;
 ///
 /// let (scans, failures) = (Counter::<u64>::default(), Counter::<u64>::default());
 /// let mut registry = Registry::default();
-/// numaresources_certs::register_series!(&mut registry,
+/// numaresources_runtime::register_series!(&mut registry,
 ///     "scans": "Scans started" => scans,
 ///     "scan_failures": "Scans that failed" => failures,
 /// );

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use numaresources_certs::{
+use numaresources_runtime::tls::{
     CertificateAuthority, Error, PemPair, Reloaded, ReloadingCertificate, ServerConfigBuilder, WatchOptions,
 };
 
@@ -205,10 +205,13 @@ async fn rotation_under_load_fails_no_request() {
 async fn a_generated_fallback_serves_until_the_mounted_files_appear() {
     let dir = tempfile::tempdir().unwrap();
     let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let fallback = numaresources_certs::self_signed(&[], Duration::from_secs(3600)).unwrap();
+    let fallback = numaresources_runtime::tls::self_signed(&[], Duration::from_secs(3600)).unwrap();
     let generated = fallback.clone();
     let certificate = ReloadingCertificate::load_or_fallback(&cert_path, &key_path, || {
-        numaresources_certs::ServingCertificate::from_pem(generated.cert_pem.as_bytes(), generated.key_pem.as_bytes())
+        numaresources_runtime::tls::ServingCertificate::from_pem(
+            generated.cert_pem.as_bytes(),
+            generated.key_pem.as_bytes(),
+        )
     })
     .unwrap();
     assert!(certificate.is_fallback());

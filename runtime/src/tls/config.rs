@@ -8,7 +8,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::crypto::ring::Ticketer;
 use rustls::server::{NoServerSessionStorage, ProducesTickets, ResolvesServerCert};
 
-use crate::{ClientCaVerifier, Error, TlsPolicy};
+use crate::tls::{ClientCaVerifier, Error, TlsPolicy};
 
 /// The ring provider, passed explicitly everywhere so nothing depends on a process-wide default,
 /// with its cipher suites in Go's order of preference on hardware with AES instructions: AES-128
@@ -43,13 +43,13 @@ fn cipher_rank(suite: rustls::SupportedCipherSuite) -> u8 {
 pub(crate) const SESSION_TICKETS_PER_HANDSHAKE: usize = 1;
 
 /// Builds a `ServerConfig`: TLS 1.2 and 1.3 only (narrowed by a [`TlsPolicy`]), ALPN `h2` then `http/1.1`, the certificate
-/// from a resolver (usually a [`crate::ReloadingCertificate`]), and optionally client
+/// from a resolver (usually a [`crate::tls::ReloadingCertificate`]), and optionally client
 /// certificates verified against replaceable CA bundles.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), numaresources_certs::Error> {
+/// # fn main() -> Result<(), numaresources_runtime::tls::Error> {
 /// use std::sync::Arc;
-/// use numaresources_certs::{CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder};
+/// use numaresources_runtime::tls::{CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder};
 ///
 /// let certificate = ReloadingCertificate::load("tls.crt", "tls.key")?;
 /// let front_proxy = CaBundle::from_pem(&std::fs::read("requestheader-ca.crt").unwrap_or_default())?;
@@ -135,7 +135,7 @@ impl ServerConfigBuilder {
 ///
 /// [`Self::renew`] throws the keys away: no ticket issued before resumes. A resumed session keeps
 /// the client certificate verified when it started, so a server verifying client certificates
-/// renews its tickets whenever its CA bundles are replaced ([`crate::ClientCaVerifier::replace`]).
+/// renews its tickets whenever its CA bundles are replaced ([`crate::tls::ClientCaVerifier::replace`]).
 pub(crate) struct SessionTickets {
     /// `None` when no keys could be made (no randomness): no tickets, every handshake full.
     keys: RwLock<Option<Arc<dyn ProducesTickets>>>,
@@ -199,7 +199,7 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-    use crate::{CaBundle, CertificateAuthority, ReloadingCertificate};
+    use crate::tls::{CaBundle, CertificateAuthority, ReloadingCertificate};
 
     /// A TLS listener with `config` that sends `ok` on each connection and closes it.
     async fn listen(config: Arc<ServerConfig>) -> SocketAddr {

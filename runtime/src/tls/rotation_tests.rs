@@ -152,7 +152,7 @@ fn handshake_succeeds(bundle: &str, leaf: &str, now: SystemTime) -> bool {
     let trusted = pem::certificates(bundle.as_bytes(), "bundle").unwrap().iter().any(|der| {
         let (_, ca) = x509_parser::parse_x509_certificate(der).unwrap();
         ca.subject().to_string() == leaf.issuer
-            && crate::time::from_unix_seconds(ca.validity().not_after.timestamp()) > now
+            && crate::tls::time::from_unix_seconds(ca.validity().not_after.timestamp()) > now
     });
     trusted && leaf.not_before <= now && now < leaf.not_after
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::Error;
+use crate::tls::Error;
 
 /// Reads a whole file, naming it in the error.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, Error> {

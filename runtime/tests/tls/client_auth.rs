@@ -6,7 +6,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::Extension;
 use axum::routing::get;
-use numaresources_certs::{CaBundle, ClientCaVerifier, PeerInfo, ServerConfigBuilder};
+use numaresources_runtime::PeerInfo;
+use numaresources_runtime::tls::{CaBundle, ClientCaVerifier, ServerConfigBuilder};
 
 use crate::support::{TestServer, app, ca, client, client_with_versions, fetch, loaded, localhost_pair};
 
@@ -14,14 +15,14 @@ use crate::support::{TestServer, app, ca, client, client_with_versions, fetch, l
 async fn server_with(
     verifier: Arc<ClientCaVerifier>,
     app: Router,
-) -> (TestServer, numaresources_certs::CertificateAuthority, tempfile::TempDir) {
+) -> (TestServer, numaresources_runtime::tls::CertificateAuthority, tempfile::TempDir) {
     let serving_ca = ca("serving-ca");
     let (dir, certificate) = loaded(&localhost_pair(&serving_ca));
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(verifier).build().unwrap();
     (TestServer::start(tls, app).await, serving_ca, dir)
 }
 
-fn bundle(ca: &numaresources_certs::CertificateAuthority) -> CaBundle {
+fn bundle(ca: &numaresources_runtime::tls::CertificateAuthority) -> CaBundle {
     CaBundle::from_pem(ca.cert_pem().as_bytes()).unwrap()
 }
 

@@ -42,7 +42,7 @@ impl PeerInfo {
 
     /// The client certificate chain, end entity first, as verified during the handshake by the
     /// configured client verifier; empty for an anonymous client. The handshake accepts a chain
-    /// from *any* trusted bundle: use [`crate::CaBundle::verifies_client`] to tell which.
+    /// from *any* trusted bundle: use [`crate::tls::CaBundle::verifies_client`] to tell which.
     pub fn client_chain(&self) -> &[CertificateDer<'static>] {
         &self.client_chain
     }
@@ -153,7 +153,7 @@ impl ServeOptions {
 
 /// Serves `app` over TLS on `listener` until `shutdown` completes, with [`ServeOptions::default`].
 ///
-/// TLS 1.2/1.3 only when `tls` comes from [`crate::ServerConfigBuilder`]; HTTP/1.1 and HTTP/2
+/// TLS 1.2/1.3 only when `tls` comes from [`crate::tls::ServerConfigBuilder`]; HTTP/1.1 and HTTP/2
 /// (ALPN `h2`, `http/1.1`). Every request carries a [`PeerInfo`] extension. On shutdown the
 /// listener is closed at once, idle connections are closed, in-flight requests get the grace
 /// period to finish, then everything left is dropped and this returns. Bad clients (garbage

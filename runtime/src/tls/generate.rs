@@ -12,7 +12,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
-use crate::{Error, ServingCertificate};
+use crate::tls::{Error, ServingCertificate};
 
 /// How far back every certificate's notBefore is set, for clock skew between peers.
 pub(crate) const BACKDATE: Duration = Duration::from_secs(3600);
@@ -59,7 +59,7 @@ pub struct CertificateAuthority {
 impl fmt::Debug for CertificateAuthority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CertificateAuthority")
-            .field("not_after", &crate::time::rfc3339(self.not_after))
+            .field("not_after", &crate::tls::time::rfc3339(self.not_after))
             .finish_non_exhaustive()
     }
 }
@@ -83,7 +83,7 @@ impl CertificateAuthority {
         let cert = params.self_signed(&key)?;
         Ok(Self {
             cert_pem: cert.pem(),
-            not_after: crate::time::from_unix_seconds(params.not_after.unix_timestamp()),
+            not_after: crate::tls::time::from_unix_seconds(params.not_after.unix_timestamp()),
             issuer: Issuer::new(params, key),
         })
     }
@@ -98,7 +98,7 @@ impl CertificateAuthority {
     /// [`Self::from_pem`] as if the clock read `now` (planned rotations and their tests).
     pub fn from_pem_at(cert_pem: &str, key_pem: &str, now: SystemTime) -> Result<Self, Error> {
         let invalid = |reason: String| Error::InvalidCa { reason };
-        let der = crate::pem::certificates(cert_pem.as_bytes(), "CA certificate")?.swap_remove(0);
+        let der = crate::tls::pem::certificates(cert_pem.as_bytes(), "CA certificate")?.swap_remove(0);
         let (_, parsed) = x509_parser::parse_x509_certificate(&der).map_err(|err| Error::MalformedCertificate {
             origin: "CA certificate".to_owned(),
             reason: err.to_string(),
@@ -113,7 +113,7 @@ impl CertificateAuthority {
         if key.public_key_raw() != parsed.public_key().subject_public_key.data.as_ref() {
             return Err(Error::KeyMismatch { cert: "CA certificate".to_owned(), key: "CA key".to_owned() });
         }
-        let not_after = crate::time::from_unix_seconds(parsed.validity().not_after.timestamp());
+        let not_after = crate::tls::time::from_unix_seconds(parsed.validity().not_after.timestamp());
         if now > not_after {
             return Err(Error::Expired { origin: "CA certificate".to_owned(), not_after });
         }
@@ -197,8 +197,8 @@ fn named(names: &[String]) -> Result<CertificateParams, Error> {
 }
 
 fn set_validity(params: &mut CertificateParams, now: SystemTime, validity: Duration) {
-    params.not_before = crate::time::offset_from_now(now.checked_sub(BACKDATE).unwrap_or(now), Duration::ZERO);
-    params.not_after = crate::time::offset_from_now(now, validity);
+    params.not_before = crate::tls::time::offset_from_now(now.checked_sub(BACKDATE).unwrap_or(now), Duration::ZERO);
+    params.not_after = crate::tls::time::offset_from_now(now, validity);
 }
 
 /// A self-signed serving certificate (not a CA) for `localhost`, `127.0.0.1` and `names`.
@@ -264,7 +264,7 @@ pub fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<SelfSignedFile
 }
 
 /// [`ensure_self_signed`], loaded: the fallback a server serves while its mounted certificate
-/// has not appeared (see [`crate::ReloadingCertificate::load_or_fallback`]).
+/// has not appeared (see [`crate::tls::ReloadingCertificate::load_or_fallback`]).
 pub fn load_self_signed(dir: &Path, names: &[String]) -> Result<ServingCertificate, Error> {
     let files = ensure_self_signed(dir, names)?;
     ServingCertificate::from_files(&files.cert_path, &files.key_path)
@@ -279,7 +279,7 @@ fn reusable(cert_path: &Path, key_path: &Path, names: &[String]) -> Result<(), S
     let soon = SystemTime::now() + SELF_SIGNED_MIN_REMAINING;
     existing.check_valid_at(SystemTime::now()).map_err(|err| err.to_string())?;
     if existing.validity().not_after < soon {
-        return Err(format!("it expires at {}", crate::time::rfc3339(existing.validity().not_after)));
+        return Err(format!("it expires at {}", crate::tls::time::rfc3339(existing.validity().not_after)));
     }
     match self_signed_names(names).into_iter().find(|name| !existing.names().contains(name)) {
         Some(missing) => Err(format!("it does not cover {missing}")),
@@ -331,12 +331,13 @@ mod tests {
     /// Verifies `cert_pem` as a TLS client would for `server_name`, trusting `roots_pem`.
     fn verify_as_server(roots_pem: &str, cert_pem: &str, server_name: &str) -> Result<(), rustls::Error> {
         let mut roots = rustls::RootCertStore::empty();
-        for root in crate::pem::certificates(roots_pem.as_bytes(), "roots").unwrap() {
+        for root in crate::tls::pem::certificates(roots_pem.as_bytes(), "roots").unwrap() {
             roots.add(root).unwrap();
         }
-        let verifier =
-            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::config::provider()).build().unwrap();
-        let chain = crate::pem::certificates(cert_pem.as_bytes(), "leaf").unwrap();
+        let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::tls::config::provider())
+            .build()
+            .unwrap();
+        let chain = crate::tls::pem::certificates(cert_pem.as_bytes(), "leaf").unwrap();
         let name = ServerName::try_from(server_name.to_owned()).unwrap();
         verifier.verify_server_cert(&chain[0], &chain[1..], &name, &[], UnixTime::now()).map(|_| ())
     }
@@ -394,7 +395,7 @@ mod tests {
         let pair = ca.issue_peer(&names(&["localhost", "127.0.0.1"]), Duration::from_secs(600)).unwrap();
         verify_as_server(ca.cert_pem(), &pair.cert_pem, "localhost").unwrap();
         verify_as_server(ca.cert_pem(), &pair.cert_pem, "127.0.0.1").unwrap();
-        let der = crate::pem::certificates(pair.cert_pem.as_bytes(), "peer").unwrap().swap_remove(0);
+        let der = crate::tls::pem::certificates(pair.cert_pem.as_bytes(), "peer").unwrap().swap_remove(0);
         let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
         let usages = parsed.extended_key_usage().unwrap().unwrap().value;
         assert!(usages.server_auth && usages.client_auth, "{usages:?}");

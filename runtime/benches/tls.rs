@@ -1,7 +1,7 @@
 //! What TLS costs our servers: handshakes, requests over kept-alive connections, the resolver's
 //! per-handshake lookup, reloads and certificate generation.
 //!
-//! `cargo bench -p numaresources-certs` prints one line per case. Client and server share the
+//! `cargo bench -p numaresources-runtime` prints one line per case. Client and server share the
 //! machine (and its cores), so handshake rates include the client's half of the work. Figures go
 //! to BENCHMARKS.md; nothing here asserts a time.
 
@@ -20,9 +20,10 @@ use axum::routing::get;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use numaresources_certs::{
+use numaresources_runtime::serve;
+use numaresources_runtime::tls::{
     CaBundle, CertificateAuthority, ClientCaVerifier, PemPair, ReloadingCertificate, ServerConfigBuilder,
-    ServingCertificate, serve,
+    ServingCertificate,
 };
 use rustls::ClientConfig;
 use rustls::client::Resumption;
@@ -41,7 +42,7 @@ fn main() {
     pair.write(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
     let certificate = ReloadingCertificate::load(dir.path().join("tls.crt"), dir.path().join("tls.key")).unwrap();
 
-    println!("numaresources-certs: ECDSA P-256 serving certificate, ring provider, loopback");
+    println!("numaresources-runtime: ECDSA P-256 serving certificate, ring provider, loopback");
     resolver(&certificate);
     reload_and_parse(&certificate, &pair);
     generation(&ca);

@@ -25,7 +25,7 @@ use kube::client::{Body, ClientBuilder, ConfigExt as _};
 use tower::ServiceBuilder;
 use tower::util::MapRequestLayer;
 
-use crate::CaBundle;
+use crate::tls::CaBundle;
 
 /// The largest CA bundle read (a bundle of a few certificates is a few KiB; a rotation keeps
 /// two).

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use numaresources_certs::{ReloadingCertificate, ServeOptions, ServerConfigBuilder, TlsPolicy};
+use numaresources_runtime::ServeOptions;
+use numaresources_runtime::tls::{ReloadingCertificate, ServerConfigBuilder, TlsPolicy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
