@@ -2,8 +2,8 @@
 //! runtime's other tasks a turn between them.
 //!
 //! hyper serves up to 16 pipelined HTTP/1.1 requests of one connection per poll of that
-//! connection's task. A client pipelining thousands of cheap requests (the made-up-methods flood
-//! of issue 12) then holds a worker for 16 requests at a time, and a normal client's request
+//! connection's task. A client pipelining thousands of cheap requests (a flood of made-up
+//! methods) then holds a worker for 16 requests at a time, and a normal client's request
 //! waits behind every such connection at each of its hops (its server read, its response).
 //! When a worker thread serves two requests of the same task in a row, the second first yields:
 //! the busy connection goes to the back of the run queue. A connection whose requests come one at

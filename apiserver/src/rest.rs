@@ -322,8 +322,8 @@ impl PatchBody {
 const JSON_PATCHES_TRIED_AT_ONCE: usize = 1;
 
 /// Applies a JSON patch to the current object once before the write, outside the store's write
-/// lock, and answers its error. A JSON patch may copy up to the body limit before it fails (the
-/// copy bomb of issue 12): applied only under the write lock, which every read also takes, it
+/// lock, and answers its error. A JSON patch may copy up to the body limit before it fails (a
+/// copy bomb): applied only under the write lock, which every read also takes, it
 /// held back every GET meanwhile. The write then applies it again to the object as it is at that
 /// moment. (On the blocking pool instead, the copies' memory stayed in another allocator arena:
 /// twice the RSS under the attack.)

@@ -61,7 +61,7 @@ const LARGE_PATCHES: usize = 70;
 const LARGE_OBJECT_BYTES: usize = 1 << 20;
 /// How long each attack's aftermath is watched (the watchers' blocked limit is 10 s).
 const SETTLE: Duration = Duration::from_secs(15);
-/// What an attack may add to the idle RSS (issue 12's bar).
+/// What an attack may add to the idle RSS (the bar every attack is held to).
 const RSS_BUDGET: u64 = 64 << 20;
 const YAML_BODIES: usize = 100;
 const YAML_BRACKETS: usize = 100_000;

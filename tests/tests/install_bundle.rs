@@ -20,7 +20,7 @@ use support::{Install, NAMESPACE, pod_spec};
 
 const BUNDLE: &str = "manifests/bundle";
 const CSV_FILE: &str = "manifests/numaresources-operator.clusterserviceversion.yaml";
-/// Where OLM mounts the certificates it makes (aggregated-api.md §5.2).
+/// Where OLM mounts the certificates it makes (OLM's paths for the certificates of APIServices and webhooks).
 const OLM_CERTIFICATE_PATHS: [&str; 2] =
     ["/apiserver.local.config/certificates", "/tmp/k8s-webhook-server/serving-certs"];
 /// The kinds OLM installs from a registry+v1 bundle besides the CSV and CRDs.

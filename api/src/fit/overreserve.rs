@@ -136,7 +136,10 @@ mod tests {
         assert!(!has_exclusive_resources(&device, QosClass::BestEffort, &BTreeSet::new()), "not in the NRT");
         let plain_init =
             pod(json!([{"name": "c"}]), json!([{"name": "i", "resources": {"requests": {"example.com/vf": "1"}}}]));
-        assert!(!has_exclusive_resources(&plain_init, QosClass::BestEffort, &listed), "issue #979's case");
+        assert!(
+            !has_exclusive_resources(&plain_init, QosClass::BestEffort, &listed),
+            "an init container's device alone is not exclusive"
+        );
         let sidecar = pod(
             json!([{"name": "c"}]),
             json!([{"name": "i", "restartPolicy": "Always", "resources": {"requests": {"example.com/vf": "1"}}}]),

@@ -22,7 +22,7 @@ const DEPLOYMENTS: [&str; 3] = ["numaresources-controllers", "numaresources-webh
 const CONTROLLERS: &str = "numaresources-controllers";
 /// How the controllers run under OLM.
 const CONTROLLERS_OLM_ARGS: [&str; 2] = ["--apiserver-deployment=installed", "--certificate-mode=olm"];
-/// Where OLM mounts the certificates it makes (aggregated-api.md §5.2): our own Secret volumes at
+/// Where OLM mounts the certificates it makes (OLM's paths for the certificates of APIServices and webhooks): our own Secret volumes at
 /// these paths are dropped, OLM's take their place.
 const OLM_CERTIFICATE_PATHS: [&str; 2] =
     ["/apiserver.local.config/certificates", "/tmp/k8s-webhook-server/serving-certs"];

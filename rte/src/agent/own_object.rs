@@ -10,8 +10,8 @@
 //! server cannot be reached directly), the watch goes there too. On the direct write path it
 //! would be a connection held open to a replica of our server by every agent, ≈40 KiB each
 //! (hyper's and rustls' buffers, the watch's state): 200 MiB per replica for 5,000 nodes,
-//! several times the objects themselves (BENCHMARKS.md, "Closing connections sooner; no
-//! own-object watch on the direct path"). So [`follow`] watches only while the agent publishes
+//! several times the objects themselves (BENCHMARKS.md, the fleet defaults, "No own-object
+//! watch"). So [`follow`] watches only while the agent publishes
 //! through kube-apiserver. On the direct path the agent asks instead, every few seconds over
 //! plain HTTP, whether the server holds its object ([`crate::direct::held`]), which also
 //! notices a cold store (every replica gone): such a store answers reads, watches included,

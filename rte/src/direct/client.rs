@@ -31,7 +31,7 @@ pub(crate) const DIRECT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// closed as soon as its publish is done: a replica holds connections only for the agents
 /// writing right now, and after a rollout the agents spread over the new replicas with their
 /// next publishes. With 5,000 agents, a 2 s bound kept ≈960 connections open on the replica and
-/// this one ≈130, 43 MiB less (BENCHMARKS.md, "Closing connections sooner"), for ≈80 more
+/// this one ≈130, 43 MiB less (BENCHMARKS.md, the fleet defaults, "Closing connections sooner"), for ≈80 more
 /// reconnects a second (those whose next publish came within 2 s). A reconnect resumes the TLS
 /// session (our server issues session tickets), so it costs a key exchange, not a certificate
 /// verification.

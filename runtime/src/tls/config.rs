@@ -15,7 +15,7 @@ use crate::tls::{ClientCaVerifier, Error, TlsPolicy};
 /// before AES-256, then ChaCha20, in each TLS version. ring's own order puts
 /// TLS_AES_256_GCM_SHA384 first, whose SHA-384 (the handshake's hash, and the ticket's) has no
 /// hardware support on x86, where SHA-256 runs on the SHA extensions: a resumed handshake costs
-/// less with AES-128 (BENCHMARKS.md, "What a connection costs").
+/// less with AES-128 (BENCHMARKS.md, the fleet defaults, "What a connection costs").
 pub(crate) fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: LazyLock<Arc<CryptoProvider>> = LazyLock::new(|| {
         let mut provider = rustls::crypto::ring::default_provider();

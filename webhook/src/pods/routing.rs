@@ -1,4 +1,4 @@
-//! Which pods go to the NUMA-aware scheduler (design §5), as one pure function: the pod, its
+//! Which pods go to the NUMA-aware scheduler, as one pure function: the pod, its
 //! namespace's labels and the routing policy in, a decision with its reason out.
 
 use std::collections::BTreeMap;
