@@ -130,7 +130,7 @@ async fn main() {
             .collect(),
     );
     let patches_per_writer = 2_000;
-    let revision_before = state.store.revision();
+    let revision_before = state.store.visible_revision();
     let start = Instant::now();
     let mut writers = Vec::new();
     for writer in 0..32 {
@@ -156,7 +156,7 @@ async fn main() {
         "ingest: {total} merge patches from 32 writers in {:.2} s = {:.0} updates/s ({} of them changes)",
         elapsed.as_secs_f64(),
         total as f64 / elapsed.as_secs_f64(),
-        state.store.revision() - revision_before
+        state.store.visible_revision() - revision_before
     );
     print_resident("after ingest (the watch history holds replaced versions)");
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {

@@ -68,7 +68,7 @@ fn list(state: &AppState, options: &Options, representation: Representation) -> 
 fn fresh_snapshot(state: &AppState, options: &Options) -> Result<Snapshot, ApiError> {
     let Some(ResourceVersion::At(wanted)) = options.resource_version else { return Ok(state.store.snapshot()) };
     // Revisions only grow: one newer than the current one now was never handed out.
-    let current = state.store.revision();
+    let current = state.store.visible_revision();
     if wanted > current {
         return Err(ApiError::too_large_resource_version(wanted, current));
     }
@@ -580,7 +580,7 @@ pub async fn delete_collection(
             Err(error) => return Err(store_error(error, name)),
         }
     }
-    let revision = state.store.revision();
+    let revision = state.store.visible_revision();
     Ok(json_response(
         StatusCode::OK,
         render::list(&deleted, &render::ListMeta::at(revision), Representation::Json, Default::default())?,
@@ -641,7 +641,7 @@ fn generated_name(prefix: &str, state: &AppState) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     // Cut at a byte count, as Go does; a prefix that is not ASCII there fails validation anyway.
     let prefix = prefix.get(..MAX_GENERATED_NAME_PREFIX).unwrap_or(prefix);
-    let mut seed = state.store.revision() ^ std::process::id() as u64 ^ prefix.len() as u64;
+    let mut seed = state.store.visible_revision() ^ std::process::id() as u64 ^ prefix.len() as u64;
     let suffix: String = (0..5)
         .map(|_| {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

@@ -33,7 +33,6 @@ use crate::store::{Event, EventType, WatchRefusal, WatchStart};
 use crate::table::{self, Columns};
 
 mod buffer;
-pub(crate) mod wakeups;
 
 const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 /// How many events a watcher takes from the history at a time (and fewer when they weigh more

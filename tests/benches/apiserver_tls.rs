@@ -302,7 +302,7 @@ async fn fan_out(server: &BenchServer, store: &Store) {
     let per_writer = total / WRITERS as u64;
     let total = per_writer * WRITERS as u64;
 
-    let from = store.revision();
+    let from = store.visible_revision();
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let (ready, mut readies) = tokio::sync::mpsc::channel(WATCHERS);
     let mut watchers = Vec::new();

@@ -127,7 +127,7 @@ impl Replication {
         BTreeMap::from([
             (PEER_ADDRESS_ANNOTATION.to_owned(), self.advertise.clone()),
             (IN_SYNC_ANNOTATION.to_owned(), self.published_in_sync().join(",")),
-            (REVISION_ANNOTATION.to_owned(), self.store.head_revision().to_string()),
+            (REVISION_ANNOTATION.to_owned(), self.store.replica().head_revision().to_string()),
         ])
     }
 
@@ -274,14 +274,18 @@ impl Replication {
     fn promote(&self) {
         let now_micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         let published = self.high_water.load(Ordering::Acquire).saturating_add(REVISION_MARGIN);
-        self.store.advance_to(now_micros.max(published));
+        self.store.replica().advance_to(now_micros.max(published));
         self.following.synced.store(true, Ordering::Release);
         self.in_sync_gone.store(false, Ordering::Release);
         // What this replica holds now counts as committed: the followers it had resync to it.
-        self.commit_floor(self.store.head_revision());
+        self.commit_floor(self.store.replica().head_revision());
         self.set_role(Role::Leader);
         self.update_visibility();
-        tracing::info!(revision = self.store.head_revision(), objects = self.store.len(), "leading the store");
+        tracing::info!(
+            revision = self.store.replica().head_revision(),
+            objects = self.store.len(),
+            "leading the store"
+        );
     }
 
     /// At shutdown: stop taking writes, give the Lease to an in-sync follower that holds
@@ -289,7 +293,7 @@ impl Replication {
     /// listeners stop.
     async fn hand_over(&self, lease: &LeaderLease) {
         self.set_role(Role::Stopping);
-        let revision = self.store.head_revision();
+        let revision = self.store.replica().head_revision();
         match self.successor(revision).await {
             Some(successor) if lease.hand_over(&successor).await => {
                 tracing::info!(%successor, revision, "handed the Lease over");

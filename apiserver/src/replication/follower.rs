@@ -156,7 +156,7 @@ impl Replication {
     /// its leader is gone (every reconnect comes here), it could then win the election without
     /// them.
     pub(super) async fn resumable(&self, client: &kube::Client) -> Option<u64> {
-        let head = self.store.head_revision();
+        let head = self.store.replica().head_revision();
         if self.leader_agrees_at(client, head).await? {
             tracing::info!(
                 revision = head,
@@ -168,8 +168,8 @@ impl Replication {
         // The leader lacks part of this replica's tail. Both hold a prefix of the same history
         // (revisions are never reused), so they agree up to some revision and differ after it:
         // a binary search over the tail finds it.
-        let committed = self.store.revision();
-        let tail = self.store.replication_events_after(committed, usize::MAX).ok()?.events;
+        let committed = self.store.visible_revision();
+        let tail = self.store.replica().replication_events_after(committed, usize::MAX).ok()?.events;
         // The head was asked about already (it is also the committed revision when nothing is
         // uncommitted).
         let candidates: Vec<u64> =
@@ -179,7 +179,7 @@ impl Replication {
             tracing::warn!(head, committed, "this replica's state differs from the leader's; taking a snapshot");
             return None;
         };
-        if !self.store.truncate_to(revision) {
+        if !self.store.replica().truncate_to(revision) {
             return None;
         }
         tracing::info!(revision, dropped_after = head, "dropped the changes the leader lacks; resuming");
@@ -230,8 +230,8 @@ impl Replication {
             }
             tracing::info!(revision, objects = items.len(), "taking the leader's snapshot");
             self.metrics.resyncs.inc();
-            self.store.set_visible(Some(revision));
-            self.store.reset(items, revision)?;
+            self.store.replica().set_visible(Some(revision));
+            self.store.replica().reset(items, revision)?;
             self.following.synced.store(true, Ordering::Release);
         }
         loop {
@@ -243,8 +243,8 @@ impl Replication {
                 let warm = annotations.get(WARM_ANNOTATION).is_some_and(|w| w == "true");
                 let warm_at = warm.then(|| annotations.get(WARM_REVISION_ANNOTATION).and_then(|r| r.parse().ok()));
                 let committed = annotations.get(COMMITTED_ANNOTATION).and_then(|c| c.parse().ok()).unwrap_or(head);
-                self.store.advance_to(head);
-                self.store.set_visible(Some(committed));
+                self.store.replica().advance_to(head);
+                self.store.replica().set_visible(Some(committed));
                 self.heard_from_leader(head, warm_at.map(Option::unwrap_or_default));
                 if !self.following.caught_up.swap(true, Ordering::AcqRel) {
                     tracing::info!(revision = head, objects = self.store.len(), "caught up with the leader");
@@ -257,7 +257,7 @@ impl Replication {
                 return Err(FollowError::Ended);
             };
             let object: NodeResourceTopology = serde_json::from_str(event.object.get())?;
-            self.store.apply_replicated(kind, object)?;
+            self.store.replica().apply_replicated(kind, object)?;
         }
     }
 }
@@ -324,7 +324,7 @@ async fn acknowledge(replication: Arc<Replication>, client: kube::Client, token:
     };
     let mut acked = 0;
     loop {
-        let revision = replication.store.head_revision();
+        let revision = replication.store.replica().head_revision();
         if revision > acked {
             let ack = Ack { identity: replication.identity.clone(), token: token.clone(), revision };
             let request = serde_json::to_vec(&ack).map_err(|e| e.to_string()).and_then(|body| {
@@ -343,7 +343,7 @@ async fn acknowledge(replication: Arc<Replication>, client: kube::Client, token:
             match tokio::time::timeout(PEER_REQUEST_TIMEOUT, client.request_text(request)).await {
                 Ok(Ok(text)) => {
                     if let Ok(status) = serde_json::from_str::<PeerStatus>(&text) {
-                        replication.store.set_visible(Some(status.committed));
+                        replication.store.replica().set_visible(Some(status.committed));
                         replication.heard_from_leader(status.revision, status.warm_at());
                     }
                     acked = revision;

@@ -92,7 +92,7 @@ impl Replication {
             // revisions in one order must not set them in the other (what clients see would
             // move back).
             let followers = self.in_sync.lock();
-            self.store.set_visible(followers.committed());
+            self.store.replica().set_visible(followers.committed());
         }
     }
 
@@ -122,7 +122,7 @@ impl Replication {
     /// Returns whether it just joined the in-sync set.
     pub(super) fn acknowledge(&self, identity: &str, token: &str, revision: u64) -> bool {
         // A follower joins once it holds everything clients may see.
-        let committed = self.store.revision();
+        let committed = self.store.visible_revision();
         let mut guard = self.in_sync.lock();
         let followers = &mut *guard;
         if followers.streams.get(identity).is_none_or(|live| live != token) {

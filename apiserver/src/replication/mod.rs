@@ -299,7 +299,7 @@ impl Replication {
         if !self.locally_warm() {
             return None;
         }
-        let noticed = self.store.revision();
+        let noticed = self.store.visible_revision();
         match self.warm_at.compare_exchange(0, noticed, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Some(noticed),
             Err(recorded) => Some(recorded),
@@ -349,13 +349,13 @@ impl Replication {
         let warm_at = warm_at.map(|at| at.max(1)).unwrap_or(0);
         self.following.leader_warm_at.store(warm_at, Ordering::Release);
         *self.following.last_heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
-        let behind = revision.saturating_sub(self.store.head_revision());
+        let behind = revision.saturating_sub(self.store.replica().head_revision());
         self.metrics.lag_revisions.set(i64::try_from(behind).unwrap_or(i64::MAX));
-        let reached = warm_at != 0 && self.store.revision() >= warm_at;
+        let reached = warm_at != 0 && self.store.visible_revision() >= warm_at;
         if reached && !self.following.warm.swap(true, Ordering::AcqRel) {
             let _ = self.warm_at.compare_exchange(0, warm_at, Ordering::AcqRel, Ordering::Acquire);
             tracing::info!(
-                revision = self.store.revision(),
+                revision = self.store.visible_revision(),
                 leader_warm_at = warm_at,
                 objects = self.store.len(),
                 "reached the warm leader's state: the store is warm"

@@ -171,14 +171,14 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
     let mut first = Vec::new();
     let mut after = params.after;
     if params.snapshot {
-        let (objects, revision) = state.store.replication_snapshot();
+        let (objects, revision) = state.store.replica().replication_snapshot();
         let annotations = BTreeMap::from([(OBJECTS_ANNOTATION.to_owned(), objects.len().to_string())]);
         line(&mut first, SNAPSHOT, &bookmark_object(revision, annotations));
         for object in &objects {
             line(&mut first, "ADDED", &object.json);
         }
         after = revision;
-    } else if let Err(WatchRefusal::TooOld { oldest }) = state.store.replication_events_after(after, 0) {
+    } else if let Err(WatchRefusal::TooOld { oldest }) = state.store.replica().replication_events_after(after, 0) {
         return ApiError::expired(format!("too old resource version: {after} ({oldest})")).into_response();
     }
     tracing::info!(follower = %params.identity, after, snapshot = params.snapshot, "a follower is streaming");
@@ -189,7 +189,7 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
     tokio::spawn(async move {
         let mut chunk = first;
         loop {
-            let batch = match state.store.replication_events_after(after, STREAM_CHUNK) {
+            let batch = match state.store.replica().replication_events_after(after, STREAM_CHUNK) {
                 Ok(batch) => batch,
                 Err(_) => break, // fell behind the history: the follower resynchronizes
             };
@@ -302,8 +302,8 @@ fn peer_status(state: &AppState, replication: &super::Replication) -> PeerStatus
     PeerStatus {
         identity: replication.identity.clone(),
         leading: replication.role() == Role::Leader,
-        revision: state.store.head_revision(),
-        committed: state.store.revision(),
+        revision: state.store.replica().head_revision(),
+        committed: state.store.visible_revision(),
         warm: replication.locally_warm(),
         warm_revision: replication.warm_revision(),
     }

@@ -20,7 +20,7 @@ fn follower(store: Arc<Store>) -> Replication {
 
 /// What the store holds, committed or not, by name.
 fn names_and_revisions(store: &Store) -> Vec<(String, u64)> {
-    let mut held: Vec<(String, u64)> = store.revisions_by_name().0.into_iter().collect();
+    let mut held: Vec<(String, u64)> = store.replica().revisions_by_name().0.into_iter().collect();
     held.sort();
     held
 }
@@ -34,7 +34,7 @@ struct ExactQuery {
 /// The leader's exact LIST, as its collection answers one: the state at that revision, 504 for
 /// a revision clients may not see yet, 410 for one the history no longer reaches.
 async fn exact_list(State(leader): State<Arc<Store>>, Query(query): Query<ExactQuery>) -> Response {
-    let visible = leader.revision();
+    let visible = leader.visible_revision();
     if query.resource_version > visible {
         return ApiError::too_large_resource_version(query.resource_version, visible).into_response();
     }
@@ -72,7 +72,7 @@ fn leader_and_follower() -> (Arc<Store>, Arc<Store>) {
     leader.create(nrt("b", 1), false).unwrap();
     replicate(&leader, &follower, 101);
     replicate(&leader, &follower, 102);
-    follower.set_visible(Some(101));
+    follower.replica().set_visible(Some(101));
     (leader, follower)
 }
 
@@ -83,7 +83,7 @@ async fn a_follower_whose_leader_is_gone_keeps_what_it_does_not_know_is_committe
     // Nothing listens there: the leader was killed.
     let gone = kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
     assert_eq!(replication.resumable(&gone).await, None);
-    assert_eq!(store.head_revision(), 102, "b may be an acknowledged write, and this replica may lead next");
+    assert_eq!(store.replica().head_revision(), 102, "b may be an acknowledged write, and this replica may lead next");
     assert_eq!(names_and_revisions(&store), [("a".to_owned(), 101), ("b".to_owned(), 102)]);
 }
 
@@ -108,12 +108,12 @@ async fn a_follower_drops_only_the_changes_a_new_leader_lacks() {
     let new_leader = Arc::new(Store::starting_at(100, 1000));
     replicate(&old_leader, &new_leader, 101);
     replicate(&old_leader, &new_leader, 102);
-    new_leader.advance_to(1_000_000);
+    new_leader.replica().advance_to(1_000_000);
     new_leader.create(nrt("e", 1), false).unwrap();
 
     let replication = follower(store.clone());
     assert_eq!(replication.resumable(&leader_client(new_leader).await).await, Some(102));
-    assert_eq!(store.head_revision(), 102);
+    assert_eq!(store.replica().head_revision(), 102);
     assert_eq!(names_and_revisions(&store), [("a".to_owned(), 101), ("b".to_owned(), 102)]);
 }
 

@@ -91,7 +91,7 @@ pub async fn route(State(state): State<Arc<AppState>>, request: Request, next: N
             if !response.status().is_success() {
                 return response;
             }
-            let revision = state.store.head_revision();
+            let revision = state.store.replica().head_revision();
             match replication.replicated(revision).await {
                 Ok(()) => with_leader_revision(response, revision),
                 Err(error) => error.into_response(),

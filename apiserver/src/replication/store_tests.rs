@@ -11,7 +11,7 @@ fn replicate(leader: &Store, follower: &Store, after: u64) -> u64 {
     let mut last = after;
     for event in leader.events_after(after, usize::MAX).unwrap() {
         let object: NodeResourceTopology = serde_json::from_slice(&event.object.json).unwrap();
-        follower.apply_replicated(event.kind, object).unwrap();
+        follower.replica().apply_replicated(event.kind, object).unwrap();
         last = event.revision;
     }
     last
@@ -27,8 +27,8 @@ fn a_follower_holds_the_leaders_objects_at_the_leaders_revisions() {
     leader.delete("b", &Preconditions::default(), false).unwrap();
     replicate(&leader, &follower, 100);
 
-    assert_eq!(follower.revision(), leader.revision());
-    assert_eq!(follower.revisions_by_name(), leader.revisions_by_name());
+    assert_eq!(follower.visible_revision(), leader.visible_revision());
+    assert_eq!(follower.replica().revisions_by_name(), leader.replica().revisions_by_name());
     assert_eq!(follower.get("a").unwrap().json, leader.get("a").unwrap().json, "byte for byte");
     assert!(follower.get("b").is_none());
     // The follower's own history serves watches with the leader's revisions.
@@ -47,20 +47,20 @@ fn changes_that_do_not_follow_are_refused() {
     leader.create(nrt("a", 4), false).unwrap();
     replicate(&leader, &follower, 100);
     let stale: NodeResourceTopology = serde_json::from_slice(&leader.get("a").unwrap().json).unwrap();
-    assert!(follower.apply_replicated(EventType::Modified, stale.clone()).is_err(), "same revision again");
+    assert!(follower.replica().apply_replicated(EventType::Modified, stale.clone()).is_err(), "same revision again");
     let mut unknown = stale;
     unknown.metadata.name = Some("b".into());
     unknown.metadata.resource_version = Some("999".into());
-    assert!(follower.apply_replicated(EventType::Modified, unknown).is_err(), "an object it does not hold");
+    assert!(follower.replica().apply_replicated(EventType::Modified, unknown).is_err(), "an object it does not hold");
 }
 
 #[test]
 fn bookmarks_move_the_revision_without_an_event() {
     let store = Store::starting_at(100, 1000);
-    store.advance_to(500);
-    assert_eq!(store.revision(), 500);
-    store.advance_to(400);
-    assert_eq!(store.revision(), 500, "never backwards");
+    store.replica().advance_to(500);
+    assert_eq!(store.visible_revision(), 500);
+    store.replica().advance_to(400);
+    assert_eq!(store.visible_revision(), 500, "never backwards");
     assert!(store.events_after(100, 10).unwrap().is_empty());
     assert_eq!(store.create(nrt("a", 1), false).unwrap().revision, 501);
 }
@@ -70,22 +70,22 @@ fn a_reset_takes_the_leaders_state_and_ends_earlier_watches() {
     let follower = Store::starting_at(100, 1000);
     follower.create(nrt("unacknowledged", 1), false).unwrap();
     let leader = Store::starting_at(100, 1000);
-    leader.advance_to(5_000);
+    leader.replica().advance_to(5_000);
     leader.create(nrt("a", 4), false).unwrap();
     let items: Vec<NodeResourceTopology> =
         leader.snapshot().items.iter().map(|s| serde_json::from_slice(&s.json).unwrap()).collect();
-    follower.reset(items, leader.revision()).unwrap();
+    follower.replica().reset(items, leader.visible_revision()).unwrap();
 
-    assert_eq!(follower.revisions_by_name(), leader.revisions_by_name());
+    assert_eq!(follower.replica().revisions_by_name(), leader.replica().revisions_by_name());
     assert!(matches!(follower.events_after(101, 10), Err(WatchRefusal::TooOld { .. })), "a watch from before relists");
-    assert!(follower.events_after(leader.revision(), 10).unwrap().is_empty(), "one from the reset goes on");
+    assert!(follower.events_after(leader.visible_revision(), 10).unwrap().is_empty(), "one from the reset goes on");
 }
 
 #[test]
 fn clients_see_only_what_followers_hold() {
     let leader = Store::starting_at(100, 1000);
     leader.create(nrt("a", 4), false).unwrap();
-    leader.set_visible(Some(101));
+    leader.replica().set_visible(Some(101));
     leader.create(nrt("b", 4), false).unwrap();
     leader.update(nrt("a", 2), &Preconditions::default(), false).unwrap();
 
@@ -96,17 +96,17 @@ fn clients_see_only_what_followers_hold() {
         snapshot.items.iter().map(|s| (s.name().to_owned(), s.revision)).collect::<Vec<_>>(),
         [("a".to_owned(), 101)]
     );
-    assert_eq!(leader.revision(), 101);
+    assert_eq!(leader.visible_revision(), 101);
     assert!(leader.events_after(101, 10).unwrap().is_empty());
     assert!(matches!(leader.watch(Some(102)), Err(WatchRefusal::TooLarge { current: 101 })));
     let initial = leader.watch_with_snapshot_of(None);
     assert_eq!((initial.backlog.len(), initial.revision), (1, 101));
     // Followers: everything, so that they come to hold it.
-    let batch = leader.replication_events_after(101, 10).unwrap();
+    let batch = leader.replica().replication_events_after(101, 10).unwrap();
     assert_eq!((batch.events.len(), batch.head, batch.visible), (2, 103, 101));
-    assert_eq!(leader.head_revision(), 103);
+    assert_eq!(leader.replica().head_revision(), 103);
 
-    leader.set_visible(None);
+    leader.replica().set_visible(None);
     assert_eq!(leader.events_after(101, 10).unwrap().len(), 2);
     assert_eq!(leader.snapshot().revision, 103);
 }
@@ -115,18 +115,18 @@ fn clients_see_only_what_followers_hold() {
 fn a_follower_drops_its_uncommitted_tail_without_touching_what_clients_saw() {
     let follower = Store::starting_at(100, 1000);
     follower.create(nrt("a", 4), false).unwrap();
-    follower.set_visible(Some(101));
+    follower.replica().set_visible(Some(101));
     follower.create(nrt("b", 4), false).unwrap();
     follower.update(nrt("a", 2), &Preconditions::default(), false).unwrap();
-    assert!(follower.truncate_to(101));
-    assert_eq!(follower.head_revision(), 101);
+    assert!(follower.replica().truncate_to(101));
+    assert_eq!(follower.replica().head_revision(), 101);
     let names: Vec<(String, u64)> =
         follower.snapshot().items.iter().map(|s| (s.name().to_owned(), s.revision)).collect();
     assert_eq!(names, [("a".to_owned(), 101)]);
-    assert!(follower.replication_events_after(101, 10).unwrap().events.is_empty());
+    assert!(follower.replica().replication_events_after(101, 10).unwrap().events.is_empty());
     // The history still serves a watch from before the dropped tail.
     assert_eq!(follower.events_after(100, 10).unwrap().len(), 1);
-    assert!(!follower.truncate_to(50), "older than the history");
+    assert!(!follower.replica().truncate_to(50), "older than the history");
 }
 
 /// A replicated leader lets clients see more on every acknowledgement. That wakes the watchers
@@ -144,9 +144,9 @@ fn an_acknowledgement_wakes_only_the_watchers_of_the_names_it_reveals() {
             })
             .collect();
         let mut every = leader.watch(None).unwrap().changes;
-        let after = leader.revision();
+        let after = leader.visible_revision();
         // A follower is in sync: clients see what it holds.
-        leader.set_visible(Some(after));
+        leader.replica().set_visible(Some(after));
         receivers.iter_mut().for_each(|r| drop(r.borrow_and_update()));
         for cpus in 2..152 {
             leader.update(nrt("n3", cpus), &Preconditions::default(), false).unwrap();
@@ -155,7 +155,7 @@ fn an_acknowledgement_wakes_only_the_watchers_of_the_names_it_reveals() {
                 every.borrow_and_update();
             }
             // The follower acknowledges the write.
-            leader.set_visible(Some(leader.head_revision()));
+            leader.replica().set_visible(Some(leader.replica().head_revision()));
             if cpus == 2 {
                 assert!(every.has_changed().unwrap(), "watches of every object wake on it");
             }
@@ -168,7 +168,7 @@ fn an_acknowledgement_wakes_only_the_watchers_of_the_names_it_reveals() {
         assert!(matches!(leader.named_events_after("n3", after, 64), Err(WatchRefusal::TooOld { .. })));
         let (events, through) = leader.named_events_after("n4", after, 64).unwrap();
         assert!(events.is_empty());
-        assert_eq!(through, leader.revision());
+        assert_eq!(through, leader.visible_revision());
     }
 }
 
@@ -186,7 +186,7 @@ fn a_replicated_object_keeps_no_spare_room_in_its_lists() {
     let text = String::from_utf8(leader.get("a").unwrap().json.to_vec()).unwrap();
     let decoded: NodeResourceTopology = serde_json::from_str(&text).unwrap();
     assert!(decoded.zones.capacity() > decoded.zones.len(), "decoding from text leaves room (what this is about)");
-    follower.apply_replicated(EventType::Added, decoded).unwrap();
+    follower.replica().apply_replicated(EventType::Added, decoded).unwrap();
 
     let kept = follower.get("a").unwrap();
     let kept = kept.object().unwrap();

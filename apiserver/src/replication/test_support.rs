@@ -25,5 +25,5 @@ pub(super) fn synced_follower(store: Arc<Store>, readiness: Arc<Readiness>) -> R
 /// What the leader's stream carries for its change at `revision`, applied to `follower`.
 pub(super) fn replicate(leader: &Store, follower: &Store, revision: u64) {
     let event = leader.events_after(revision - 1, 1).unwrap().remove(0);
-    follower.apply_replicated(event.kind, serde_json::from_slice(&event.object.json).unwrap()).unwrap();
+    follower.replica().apply_replicated(event.kind, serde_json::from_slice(&event.object.json).unwrap()).unwrap();
 }

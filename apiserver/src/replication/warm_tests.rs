@@ -30,7 +30,7 @@ fn a_follower_that_lags_the_revision_its_warm_leader_became_warm_at_is_neither_r
     leader.create(nrt("b", 1), false).unwrap();
     // The follower applied a; an acknowledgement's answer says the leader is warm from 102.
     replicate(&leader, &store, 101);
-    store.set_visible(Some(102));
+    store.replica().set_visible(Some(102));
     replication.heard_from_leader(102, Some(102));
     replication.refresh_readiness();
     assert!(!replication.serves_reads(), "b is still on its way: reads would miss it");
@@ -77,7 +77,7 @@ fn a_cold_follower_that_tracks_the_leader_says_which_objects_are_missing() {
 
     let (replication, store, readiness) = cold_follower();
     store.create(nrt("a", 1), false).unwrap();
-    replication.heard_from_leader(store.revision(), None);
+    replication.heard_from_leader(store.visible_revision(), None);
     let mut state = crate::AppState::new(store, "test", "test");
     state.readiness = readiness.clone();
     let replication = Arc::new(replication);
