@@ -19,10 +19,9 @@ use serde_json::json;
 use crate::AppState;
 use crate::etag::{hash, with_etag};
 use crate::render::json_bytes;
-use crate::rest::json_response;
+use crate::response::json_response;
 
-/// The version this API server serves.
-pub const VERSION: &str = "v1alpha2";
+pub use numaresources_api::nrt::VERSION;
 /// Verbs we implement, as discovery advertises them.
 pub(crate) const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 /// The Kubernetes API level we report on `/version` (what our types are compiled against).

@@ -33,6 +33,8 @@ pub mod query;
 mod render;
 pub mod replication;
 pub mod request_head;
+mod request_info;
+mod response;
 mod rest;
 mod row_parts;
 mod server;
@@ -213,7 +215,7 @@ fn admin_routes() -> Router<Arc<AppState>> {
 /// authentication: the follower that forwards did it).
 pub(crate) fn routes() -> Router<Arc<AppState>> {
     let group = numaresources_api::nrt::GROUP;
-    let version = discovery::VERSION;
+    let version = numaresources_api::nrt::VERSION;
     let plural = numaresources_api::nrt::PLURAL;
     let collection = format!("/apis/{group}/{version}/{plural}");
     let item = format!("{collection}/{{name}}");

@@ -23,8 +23,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::AppState;
-use crate::auth::Attributes;
 use crate::headroom::{CPU_STEPS, Headroom, MEMORY_STEPS_GIB, RESOURCE_KINDS};
+use crate::request_info::Attributes;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {

@@ -14,12 +14,12 @@ use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::discovery::VERSION;
 use crate::etag::{hash, with_etag};
 use crate::negotiate::{OPENAPI_V2_PROTOBUF, OpenApiForm, openapi_form};
 use crate::render::json_bytes;
-use crate::rest::json_response;
+use crate::response::json_response;
 use crate::status::ApiError;
+use numaresources_api::nrt::VERSION;
 
 pub mod protobuf;
 

@@ -17,7 +17,7 @@ use crate::status::ApiError;
 use crate::store::Stored;
 use crate::table::{self, Columns};
 
-const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
+use numaresources_api::nrt::API_VERSION;
 
 /// `value` as JSON bytes (a response body, or a line of a watch).
 pub(crate) fn json_bytes(value: &Value) -> Bytes {

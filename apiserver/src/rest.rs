@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, StatusCode};
@@ -23,6 +23,7 @@ use crate::paging::{self, ContinueToken};
 use crate::patch_limits::{self, PatchBounds};
 use crate::query::{FieldValidation, Options, RawQuery, ResourceVersion, VersionMatch};
 use crate::render;
+use crate::response::json_response;
 use crate::status::ApiError;
 use crate::store::{Preconditions, Propagation, Snapshot, StoreError, Stored};
 use crate::validate::{body_syntax, decode, unknown_fields, validate_create, validate_update};
@@ -615,13 +616,6 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
             || error.to_string().contains("length limit");
         if too_large { ApiError::too_large(limit) } else { ApiError::bad_request(format!("reading the body: {error}")) }
     })
-}
-
-/// A JSON body with the right content type.
-pub fn json_response(status: StatusCode, body: Bytes) -> Response {
-    let mut response = (status, body).into_response();
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
 }
 
 fn accept(headers: &HeaderMap) -> Option<&str> {

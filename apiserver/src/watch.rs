@@ -34,7 +34,7 @@ use crate::table::{self, Columns};
 
 mod buffer;
 
-const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
+use numaresources_api::nrt::API_VERSION;
 /// How many events a watcher takes from the history at a time (and fewer when they weigh more
 /// than its buffer): what a watcher whose client stopped reading holds besides the history.
 const READ_AT_ONCE: usize = 64;

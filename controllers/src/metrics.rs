@@ -33,8 +33,8 @@ pub const CERTIFICATE_SECRETS: [&str; 5] = [
     crate::names::CA_SECRET,
     crate::names::APISERVER_TLS_SECRET,
     crate::names::WEBHOOK_TLS_SECRET,
-    crate::certificates::peer::PEER_CA_SECRET,
-    crate::certificates::peer::PEER_SECRET,
+    crate::names::PEER_CA_SECRET,
+    crate::names::PEER_SECRET,
 ];
 
 /// Labels of the certificate expiry gauge.

@@ -95,12 +95,15 @@ pub use numaresources_api::webhook::MUTATE_PODS_PATH as POD_WEBHOOK_PATH;
 pub const COMPONENT_WEBHOOK: &str = "webhook";
 /// The self-managed CA (certificates and keys; never mounted by a server).
 pub const CA_SECRET: &str = "numaresources-ca";
+/// The API server replicas' peer pair Secret their Deployment mounts (`kubernetes.io/tls` plus
+/// `ca.crt`).
+pub const PEER_SECRET: &str = "numaresources-apiserver-peer";
+/// The peer CA with its key (`Opaque`, never mounted).
+pub const PEER_CA_SECRET: &str = "numaresources-apiserver-peer-ca";
 /// The self-managed certificates' component.
 pub const COMPONENT_CERTIFICATES: &str = "certificates";
 /// The APIService that routes `topology.node.k8s.io/v1alpha2` to it.
 pub const APISERVICE: &str = "v1alpha2.topology.node.k8s.io";
-/// The NRT version we serve.
-pub const NRT_VERSION: &str = "v1alpha2";
 /// The upstream NRT CRD, which must not coexist with our APIService.
 pub const NRT_CRD: &str = "noderesourcetopologies.topology.node.k8s.io";
 

@@ -26,7 +26,7 @@ const DIR: &str = "manifests/apiserver";
 const NAMESPACE: &str = "numaresources";
 const NAME: &str = "numaresources-apiserver";
 const GROUP: &str = numaresources_api::nrt::GROUP;
-const VERSION: &str = numaresources_apiserver::discovery::VERSION;
+const VERSION: &str = numaresources_api::nrt::VERSION;
 const PLURAL: &str = numaresources_api::nrt::PLURAL;
 /// The labels every object (and the pod template) carries.
 const LABELS: &[(&str, &str)] = &[

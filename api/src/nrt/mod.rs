@@ -27,6 +27,10 @@ pub use crate::quantity::Quantity;
 
 /// The API group of NodeResourceTopology.
 pub const GROUP: &str = "topology.node.k8s.io";
+/// The version we serve and write (v1alpha1 is read only, to convert old objects).
+pub const VERSION: &str = "v1alpha2";
+/// `group/version`, as objects carry it in `apiVersion`.
+pub const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 /// The plural resource name.
 pub const PLURAL: &str = "noderesourcetopologies";
 /// The singular resource name.
@@ -156,9 +160,9 @@ pub type NodeResourceTopologyList = k8s_openapi::List<NodeResourceTopology>;
 /// The `k8s_openapi` traits of one version's NodeResourceTopology: cluster-scoped, listable, with
 /// standard metadata.
 macro_rules! resource_impls {
-    ($type:ty, $version:literal) => {
+    ($type:ty, $version:expr, $api_version:expr) => {
         impl k8s_openapi::Resource for $type {
-            const API_VERSION: &'static str = concat!("topology.node.k8s.io/", $version);
+            const API_VERSION: &'static str = $api_version;
             const GROUP: &'static str = $crate::nrt::GROUP;
             const KIND: &'static str = $crate::nrt::KIND;
             const VERSION: &'static str = $version;
@@ -183,7 +187,7 @@ macro_rules! resource_impls {
 }
 use resource_impls;
 
-resource_impls!(NodeResourceTopology, "v1alpha2");
+resource_impls!(NodeResourceTopology, VERSION, API_VERSION);
 
 /// The root schema as upstream has it: `zones` required, no defaults (we read leniently, but
 /// the schema is what writers are validated against).
@@ -198,4 +202,15 @@ where
     T: Default + Deserialize<'de>,
 {
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_version_is_the_group_and_the_version() {
+        assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
+        assert_eq!(<NodeResourceTopology as k8s_openapi::Resource>::VERSION, VERSION);
+    }
 }

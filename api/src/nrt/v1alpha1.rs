@@ -43,7 +43,7 @@ impl Serialize for NodeResourceTopology {
     }
 }
 
-super::resource_impls!(NodeResourceTopology, "v1alpha1");
+super::resource_impls!(NodeResourceTopology, "v1alpha1", "topology.node.k8s.io/v1alpha1");
 
 impl From<NodeResourceTopology> for super::NodeResourceTopology {
     fn from(old: NodeResourceTopology) -> Self {

@@ -28,10 +28,10 @@ use numaresources_api::direct_write::TOKEN_AUDIENCE;
 use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_runtime::tls::{CaBundle, ClientCaVerifier};
 
-use super::attributes::Attributes;
 use super::authn::{AuthenticationConfig, RequestHeaderConfig, TokenDigest, UserInfo};
 use super::node_restriction::NodeRestriction;
-use crate::discovery::VERSION;
+use crate::request_info::Attributes;
+use numaresources_api::nrt::VERSION;
 
 /// How long decisions are remembered.
 const CACHE_TTL: Duration = Duration::from_secs(10);

@@ -4,7 +4,6 @@
 //! `system:masters` never asks. An exporter may write only its own node's object (see
 //! [`node_restriction`] for who counts as one and how its node is found).
 
-mod attributes;
 pub(crate) mod authn;
 mod delegated;
 pub(crate) mod node_restriction;
@@ -18,8 +17,8 @@ use http::header::AUTHORIZATION;
 use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_runtime::PeerInfo;
 
-pub(crate) use attributes::Attributes;
-pub use attributes::always_allowed;
+use crate::request_info::Attributes;
+pub use crate::request_info::always_allowed;
 pub(crate) use authn::UserInfo;
 pub use authn::{AuthenticationConfig, RequestHeaderConfig};
 pub use delegated::Delegated;

@@ -15,8 +15,8 @@ use http::HeaderMap;
 use numaresources_runtime::tls::CaBundle;
 use rustls_pki_types::CertificateDer;
 
-use super::attributes::Attributes;
 use super::authn::{AuthenticationConfig, TokenDigest, UserInfo, from_connection};
+use crate::request_info::Attributes;
 
 /// Why a token file could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -65,7 +65,12 @@ struct List {
 }
 
 fn collection() -> String {
-    format!("/apis/{}/{}/{}", numaresources_api::nrt::GROUP, crate::discovery::VERSION, numaresources_api::nrt::PLURAL)
+    format!(
+        "/apis/{}/{}/{}",
+        numaresources_api::nrt::GROUP,
+        numaresources_api::nrt::VERSION,
+        numaresources_api::nrt::PLURAL
+    )
 }
 
 /// Aborts the acknowledging task when following stops, whichever way.

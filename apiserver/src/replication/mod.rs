@@ -33,6 +33,7 @@
 
 mod election;
 mod follower;
+mod forwarding;
 mod leader;
 mod peer;
 #[cfg(test)]

@@ -15,18 +15,14 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
-use http::HeaderMap;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use numaresources_runtime::PeerInfo;
 use serde::{Deserialize, Serialize};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::{
-    FORWARDED_EXTRA_PREFIX, FORWARDED_GROUP, FORWARDED_UID, FORWARDED_USER, LEADER_REVISION, Role, STREAM_HEARTBEAT,
-};
+use super::forwarding::forwarded_identity;
+use super::{Role, STREAM_HEARTBEAT};
 use crate::AppState;
-use crate::auth::authn::percent_decode;
-use crate::auth::{NodeScope, UserInfo};
 use crate::status::ApiError;
 use crate::store::{EventType, WatchRefusal};
 
@@ -34,10 +30,6 @@ use crate::store::{EventType, WatchRefusal};
 const STREAM_CHUNK: usize = 256;
 /// Chunks the stream buffers for a follower that reads slowly before the sender waits.
 const STREAM_BUFFER: usize = 16;
-
-/// A forwarded request (the middleware must not forward it again).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Forwarded;
 
 /// The router of the peer listener.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -62,46 +54,6 @@ async fn require_peer_certificate(request: Request, next: Next) -> Response {
         return ApiError::unauthorized("peer endpoints need a peer certificate").into_response();
     }
     next.run(request).await
-}
-
-/// Turns the forwarding headers back into the caller's identity, as the follower authenticated
-/// and authorized it.
-async fn forwarded_identity(mut request: Request, next: Next) -> Response {
-    let headers = request.headers();
-    if let Some(name) = header(headers, FORWARDED_USER) {
-        let user = UserInfo {
-            name,
-            uid: header(headers, FORWARDED_UID).unwrap_or_default(),
-            groups: headers
-                .get_all(FORWARDED_GROUP)
-                .iter()
-                .filter_map(|v| v.to_str().ok().map(str::to_owned))
-                .collect(),
-            extra: extras(headers),
-        };
-        // Handlers read only the node a write is bound to (a forwarded request is never
-        // forwarded again, so the identity itself is not put back on it).
-        if let Some(node) = user.node_name() {
-            request.extensions_mut().insert(NodeScope(node.to_owned()));
-        }
-    }
-    request.extensions_mut().insert(Forwarded);
-    next.run(request).await
-}
-
-fn header(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
-}
-
-pub(super) fn extras(headers: &HeaderMap) -> BTreeMap<String, Vec<String>> {
-    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, value) in headers {
-        let Some(key) = name.as_str().strip_prefix(FORWARDED_EXTRA_PREFIX) else { continue };
-        let Ok(value) = value.to_str() else { continue };
-        // Keys are percent-encoded (they may hold `/`, which header names cannot).
-        extra.entry(percent_decode(key)).or_default().push(value.to_owned());
-    }
-    extra
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,14 +259,6 @@ fn peer_status(state: &AppState, replication: &super::Replication) -> PeerStatus
         warm: replication.locally_warm(),
         warm_revision: replication.warm_revision(),
     }
-}
-
-/// Adds the leader's revision to a forwarded request's answer.
-pub(super) fn with_leader_revision(mut response: Response, revision: u64) -> Response {
-    if let Ok(value) = HeaderValue::from_str(&revision.to_string()) {
-        response.headers_mut().insert(LEADER_REVISION, value);
-    }
-    response
 }
 
 /// A stream line's event type.

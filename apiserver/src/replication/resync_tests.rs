@@ -53,7 +53,7 @@ async fn leader_client(leader: Arc<Store>) -> kube::Client {
     let path = format!(
         "/apis/{}/{}/{}",
         numaresources_api::nrt::GROUP,
-        crate::discovery::VERSION,
+        numaresources_api::nrt::VERSION,
         numaresources_api::nrt::PLURAL
     );
     let router = axum::Router::new().route(&path, axum::routing::get(exact_list)).with_state(leader);

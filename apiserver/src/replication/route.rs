@@ -21,14 +21,15 @@ use http::{HeaderName, HeaderValue};
 use http_body_util::BodyExt;
 use numaresources_api::direct_write::EXTRA_NODE_NAME;
 
-use super::peer::{Forwarded, with_leader_revision};
+use super::forwarding::{Forwarded, with_leader_revision};
 use super::{
     CONSISTENT_READ_WAIT, FORWARDED_EXTRA_PREFIX, FORWARDED_GROUP, FORWARDED_UID, FORWARDED_USER, LEADER_REVISION,
     READ_YOUR_WRITE_WAIT, Replication, Role, STORE_WARM_CHECK,
 };
 use crate::AppState;
 use crate::auth::authn::percent_encode;
-use crate::auth::{Attributes, Authenticated, UserInfo};
+use crate::auth::{Authenticated, UserInfo};
+use crate::request_info::Attributes;
 use crate::status::ApiError;
 
 /// What a request is, for routing.
@@ -66,7 +67,7 @@ fn is_discovery(path: &str) -> bool {
     let trimmed = path.trim_end_matches('/');
     trimmed == "/apis"
         || trimmed == format!("/apis/{group}")
-        || trimmed == format!("/apis/{group}/{}", crate::discovery::VERSION)
+        || trimmed == format!("/apis/{group}/{}", numaresources_api::nrt::VERSION)
 }
 
 /// The middleware.
@@ -276,6 +277,7 @@ fn with_identity(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replication::forwarding::extras;
 
     #[test]
     fn a_write_placed_through_its_pod_reaches_the_leader_bound_to_that_node() {
@@ -288,7 +290,7 @@ mod tests {
         let headers = |node| with_identity(http::Request::builder(), &user, node).body(()).unwrap().headers().clone();
         let on_the_leader = |headers: &http::HeaderMap| UserInfo {
             name: user.name.clone(),
-            extra: super::super::peer::extras(headers),
+            extra: extras(headers),
             ..UserInfo::default()
         };
 

@@ -37,10 +37,7 @@ use crate::context::{Context, Error, Result};
 use crate::mode::ApiserverDeployment;
 use crate::names::{self, APISERVER, COMPONENT_APISERVER};
 
-/// The pair Secret the API server's Deployment mounts (`kubernetes.io/tls` plus `ca.crt`).
-pub const PEER_SECRET: &str = "numaresources-apiserver-peer";
-/// The peer CA with its key (`Opaque`, never mounted).
-pub const PEER_CA_SECRET: &str = "numaresources-apiserver-peer-ca";
+use crate::names::{PEER_CA_SECRET, PEER_SECRET};
 
 /// While the NRT API server is not deployed (operator mode), look again this often: the
 /// Deployment's pods wait for the Secret (their volume is not optional) at most this long.

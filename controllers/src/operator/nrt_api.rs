@@ -27,7 +27,9 @@ use crate::apply::{Applier, Removal, delete_controlled, get_opt};
 use crate::certificates;
 use crate::context::{Context, Result};
 use crate::mode::ApiserverDeployment;
-use crate::names::{ANNOTATION_NRT_API, APISERVER, APISERVICE, NRT_CRD, NRT_VERSION};
+use numaresources_api::nrt::VERSION as NRT_VERSION;
+
+use crate::names::{ANNOTATION_NRT_API, APISERVER, APISERVICE, NRT_CRD};
 use crate::render::apiserver as render;
 
 /// Where the NRT API stands.

@@ -4,9 +4,7 @@
 use std::sync::LazyLock;
 
 use http::Method;
-use numaresources_api::nrt::{GROUP, PLURAL};
-
-use crate::discovery::VERSION;
+use numaresources_api::nrt::{GROUP, PLURAL, VERSION};
 
 /// A request's authorization attributes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
