@@ -5,8 +5,7 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
-#[path = "../../bench-support/median.rs"]
-mod median;
+use numaresources_testkit::median;
 
 use std::hint::black_box;
 

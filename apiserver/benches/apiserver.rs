@@ -24,8 +24,7 @@ use numaresources_apiserver::{AppState, Store, router};
 use serde_json::json;
 use tower::ServiceExt;
 
-#[path = "../../bench-support/proc_status.rs"]
-mod proc_status;
+use numaresources_testkit::proc_status;
 #[path = "../tests/support/mod.rs"]
 mod support;
 

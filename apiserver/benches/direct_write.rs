@@ -21,12 +21,10 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
-#[path = "../../bench-support/proc_status.rs"]
-mod proc_status;
+use numaresources_testkit::proc_status;
 #[path = "../tests/support/mod.rs"]
 mod support;
-#[path = "../../bench-support/tcp.rs"]
-mod tcp;
+use numaresources_testkit::tcp;
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;

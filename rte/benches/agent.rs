@@ -11,10 +11,8 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
-#[path = "../../bench-support/median.rs"]
-mod median;
-#[path = "../../bench-support/proc_status.rs"]
-mod proc_status;
+use numaresources_testkit::median;
+use numaresources_testkit::proc_status;
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -60,10 +60,8 @@ use numaresources_rte::publish::{KubePublisher, Publisher};
 use numaresources_runtime::tls::CertificateAuthority;
 use serde::Deserialize;
 
-#[path = "../../bench-support/proc_status.rs"]
-mod proc_status;
-#[path = "../../bench-support/tcp.rs"]
-mod tcp;
+use numaresources_testkit::proc_status;
+use numaresources_testkit::tcp;
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 const FIXTURES: [&str; 3] = ["intel-2numa-24cpu", "amd64-1numa-nvidia", "amd64-offline-cpus"];

@@ -6,8 +6,7 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
-#[path = "../../bench-support/median.rs"]
-mod median;
+use numaresources_testkit::median;
 #[path = "../tests/support/mod.rs"]
 mod support;
 

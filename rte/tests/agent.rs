@@ -4,8 +4,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
 mod support;
-#[path = "../../runtime/tests/tls/shared.rs"]
-mod tls;
+use numaresources_testkit::tls;
 
 use std::fs;
 use std::future::Future;

@@ -29,8 +29,8 @@ use http_body_util::{BodyExt, Full};
 use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology, Zone};
 use numaresources_api::quantity::Quantity;
 use numaresources_apiserver::Store;
+use numaresources_testkit::https::{Connection, Protocol, connect};
 use support::BenchServer;
-use support::apiserver::tls::{Connection, Protocol, connect};
 use tokio::time::{Instant, MissedTickBehavior};
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";

@@ -79,8 +79,7 @@ pub fn rss_kib(pid: &str) -> Option<u64> {
     proc_status::status_kib(pid, "VmRSS")
 }
 
-#[path = "../../bench-support/proc_status.rs"]
-mod proc_status;
+use numaresources_testkit::proc_status;
 
 /// Where the replicas' system trust store points (`SSL_CERT_FILE`, `SSL_CERT_DIR`): an empty
 /// file and an empty directory, as in an image without CA certificates.

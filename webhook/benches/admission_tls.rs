@@ -12,8 +12,7 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)] // a benchmark prints its figures
 
-#[path = "../../runtime/tests/tls/shared.rs"]
-mod shared;
+use numaresources_testkit::tls as shared;
 
 use std::hint::black_box;
 use std::net::SocketAddr;

@@ -6,5 +6,5 @@
 mod client_auth;
 mod reload;
 mod serve;
-mod shared;
+use numaresources_testkit::tls as shared;
 mod support;

@@ -1,5 +1,5 @@
 //! What the in-process API server benches share: the server over real TLS on loopback, the TLS
-//! connector of their clients, and the API server tests' harness (`apiserver`, for its kept-alive
+//! connector of their clients (kept-alive connections come from the testkit's `https`:
 //! HTTP/1.1 and HTTP/2 connections).
 
 #![allow(dead_code)] // each bench uses a part of it
@@ -11,10 +11,7 @@ use numaresources_apiserver::{AppState, Store, router};
 use numaresources_tests::served::{Served, serving_tls, test_ca};
 use tokio_rustls::TlsConnector;
 
-#[path = "../../../apiserver/tests/support/mod.rs"]
-pub mod apiserver;
-#[path = "../../../runtime/tests/tls/shared.rs"]
-mod tls_client;
+use numaresources_testkit::tls as tls_client;
 
 /// Our API server over TLS on 127.0.0.1, serving `store` until dropped.
 pub struct BenchServer {

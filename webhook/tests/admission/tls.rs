@@ -26,8 +26,7 @@ use serde_json::Value;
 use crate::support::{fixture, scheduler, webhook_with};
 use shared::{bounded, client, connect, kubelet_mount, kubelet_swap};
 
-#[path = "../../../runtime/tests/tls/shared.rs"]
-mod shared;
+use numaresources_testkit::tls as shared;
 
 struct Server {
     addr: SocketAddr,

@@ -1,4 +1,4 @@
-//! The timing loop of the std-only benches, shared by `#[path]` (this directory is no crate).
+//! The timing loop of the std-only benches.
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,4 @@
-//! The machine's TCP counters from `/proc/net/snmp`, shared by `#[path]` (this directory is no
-//! crate).
+//! The machine's TCP counters from `/proc/net/snmp`.
 
 /// TCP connections accepted on this machine so far (`PassiveOpens`, every process's); 0 when
 /// the counters cannot be read.

@@ -1,5 +1,4 @@
-//! A process's figures from `/proc/<pid>/status`, shared by `#[path]` (this directory is no
-//! crate).
+//! A process's figures from `/proc/<pid>/status`.
 
 /// A KiB field of `/proc/<pid>/status` (`pid` may be `self`): `VmRSS`, or its parts `RssAnon`
 /// (heap, stacks: what the process holds) and `RssFile` (the binary's code and data pages mapped

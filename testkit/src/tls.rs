@@ -1,8 +1,6 @@
 //! A bound on every wait, rustls clients and their connections to `localhost`, and a Secret
-//! mounted the kubelet's way. Shared by `#[path]` with the webhook's TLS tests and bench and the
-//! exporter's metrics tests; each uses a part of it.
-
-#![allow(dead_code, clippy::unwrap_used)]
+//! mounted the kubelet's way: what the TLS tests and benches of the runtime, the webhook and the
+//! exporter's metrics share.
 
 use std::net::SocketAddr;
 use std::path::Path;

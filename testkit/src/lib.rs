@@ -1,0 +1,18 @@
+//! What the tests and benches of several crates share, and nothing ships: a dev-only crate (no
+//! component depends on it outside `[dev-dependencies]`, and it depends on no component but the
+//! runtime).
+//!
+//! - [`https`]: kept-alive HTTP/1.1 and HTTP/2 connections over TLS, each request read whole;
+//! - [`median`]: the timing loop of the std-only benches;
+//! - [`proc_status`] and [`tcp`]: a process's memory and the machine's TCP counters, as the
+//!   whole-process benches report them;
+//! - [`tls`]: bounded waits, rustls clients and a Secret mounted the kubelet's way, for the TLS
+//!   tests of the runtime, the webhook and the exporter's metrics.
+
+#![allow(clippy::unwrap_used)] // test helpers fail loudly by design
+
+pub mod https;
+pub mod median;
+pub mod proc_status;
+pub mod tcp;
+pub mod tls;
