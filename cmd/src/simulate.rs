@@ -10,12 +10,12 @@ use numaresources_api::quantity::Quantity;
 use numaresources_apiserver::Store;
 use numaresources_rte::sysfs::{self, Machine, capacity_zones};
 
-/// The real machines (jaypipes/ghw test snapshots, Apache-2.0), embedded so the binary needs no
-/// files at run time.
+/// The real machines (jaypipes/ghw test snapshots, Apache-2.0), embedded in the exporter's
+/// crate so the binary needs no files at run time.
 const MACHINES: [(&str, &[u8]); 3] = [
-    ("intel-2numa", include_bytes!("../../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz")),
-    ("amd64-1numa", include_bytes!("../../rte/tests/fixtures/sysfs/amd64-1numa-nvidia.tar.gz")),
-    ("amd64-offline", include_bytes!("../../rte/tests/fixtures/sysfs/amd64-offline-cpus.tar.gz")),
+    ("intel-2numa", sysfs::machines::INTEL_2NUMA_24CPU),
+    ("amd64-1numa", sysfs::machines::AMD64_1NUMA_NVIDIA),
+    ("amd64-offline", sysfs::machines::AMD64_OFFLINE_CPUS),
 ];
 
 /// Unpacks the machines under `<state_dir>/fixtures` and publishes `count` nodes built from them.

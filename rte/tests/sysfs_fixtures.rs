@@ -1,4 +1,4 @@
-//! Discovery on real machines: the sysfs snapshots in `tests/fixtures/sysfs/` (see the README
+//! Discovery on real machines: the sysfs snapshots in `machines/` (see the README
 //! there), and the machine the test runs on.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed unpack is a failed test

@@ -218,7 +218,7 @@ pub fn get(address: &str, path: &str) -> (u16, String) {
 /// Unpacks the rte crate's 2-NUMA sysfs fixture (a real machine's tree) into `dir`; returns its
 /// `sys`.
 pub fn unpack_sysfs(dir: &Path) -> PathBuf {
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rte/tests/fixtures/sysfs/intel-2numa-24cpu.tar.gz");
+    let tarball = numaresources_rte::sysfs::machines::directory().join("intel-2numa-24cpu.tar.gz");
     let file = std::fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
     tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir).unwrap();
     dir.join("sys")

@@ -53,6 +53,7 @@
 //! a node directory counts only when `devices/system/cpu/cpu<X>` is a plain directory, so
 //! entries made of symlinks (loops included) are skipped ([`Error::NotACpu`]).
 
+pub mod machines;
 mod read;
 mod zones;
 

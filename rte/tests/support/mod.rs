@@ -1,11 +1,11 @@
 //! What the rte tests share: a bound on every wait, a publisher that tells the test what it is
-//! asked to publish, a sysfs fixture of `tests/fixtures/sysfs/` unpacked (see the README
+//! asked to publish, a sysfs fixture of `machines/` unpacked (see the README
 //! there), the kubelet's pods and the CPUs a published zone has left. The benches include it by `#[path]`; each binary uses a part of it.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use numaresources_api::nrt::NodeResourceTopology;
@@ -33,7 +33,7 @@ impl Publisher for Told {
 
 /// Unpacks fixture `name` into a temporary directory; returns it and its `sys/` root.
 pub fn unpack(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(format!("{name}.tar.gz"));
+    let tarball = numaresources_rte::sysfs::machines::directory().join(format!("{name}.tar.gz"));
     let dir = tempfile::tempdir().unwrap();
     let file = std::fs::File::open(&tarball).unwrap();
     tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();

@@ -32,7 +32,7 @@
 //! with the server), publish latency, watch delivery p50/p99/max, lost and duplicate events,
 //! failed publishes and watch restarts.
 //!
-//! `cargo bench -p numaresources-rte --bench fleet` runs a small fleet (200 agents, 5 watchers,
+//! `cargo bench -p numaresources-tests --bench fleet` runs a small fleet (200 agents, 5 watchers,
 //! well under a minute); `-- --agents 5000 --watchers 100 --duration 120` the large one. The
 //! server binary: `NUMARESOURCES_BIN`, else `target/release/numaresources` (build it with
 //! `cargo build --release -p numaresources`). Nothing asserts a figure.
@@ -377,7 +377,7 @@ fn fixture_zones() -> Vec<Vec<Zone>> {
         .iter()
         .map(|fixture| {
             let dir = tempfile::tempdir().unwrap();
-            let tarball = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sysfs/{fixture}.tar.gz"));
+            let tarball = numaresources_rte::sysfs::machines::directory().join(format!("{fixture}.tar.gz"));
             let file = std::fs::File::open(&tarball).unwrap_or_else(|e| panic!("{}: {e}", tarball.display()));
             tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(dir.path()).unwrap();
             let machine = numaresources_rte::sysfs::discover(dir.path().join("sys")).unwrap().machine;
