@@ -565,11 +565,16 @@ fn snapshots_of_earlier_revisions_are_rebuilt_from_the_history() {
 
 #[test]
 fn a_restarted_store_starts_above_any_earlier_revision() {
-    let first = Store::new(10);
-    first.create(nrt("n", 1), false).unwrap();
-    let old_revision = first.visible_revision();
-    std::thread::sleep(std::time::Duration::from_millis(2));
-    let second = Store::new(10);
-    assert!(second.visible_revision() > old_revision);
-    assert!(second.watch(Some(old_revision)).is_err());
+    // A store starts at the wall clock in microseconds: at or after the instant it is made.
+    let micros = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64;
+    let before = micros();
+    let restarted = Store::new(10);
+    assert!(restarted.visible_revision() >= before);
+    // A store of an earlier process (started a second before, then written to) handed out
+    // revisions below that, so its clients' resourceVersions are too old to resume from.
+    let earlier = Store::starting_at(before - 1_000_000, 10);
+    earlier.create(nrt("n", 1), false).unwrap();
+    let old_revision = earlier.visible_revision();
+    assert!(restarted.visible_revision() > old_revision);
+    assert!(restarted.watch(Some(old_revision)).is_err());
 }
