@@ -267,7 +267,8 @@ async fn assert_all_present(cluster: &Cluster, survivors: &[usize], writes: &Wri
             .collect();
         assert!(
             missing.is_empty(),
-            "replica {index} lost or changed acknowledged writes (name, acked, held): {missing:?}"
+            "replica {index} lost or changed acknowledged writes (name, acked, held): {missing:?}\n{}",
+            cluster.logs()
         );
     }
 }
