@@ -56,6 +56,12 @@ impl Followers {
 }
 
 impl InSync {
+    /// What `identity` is known to hold (tests).
+    #[cfg(test)]
+    pub(super) fn acked_by(&self, identity: &str) -> Option<u64> {
+        self.lock().acked.get(identity).copied()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Followers> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -121,6 +127,17 @@ impl Replication {
     /// Follower `identity` has applied everything up to `revision` on its stream `token`.
     /// Returns whether it just joined the in-sync set.
     pub(super) fn acknowledge(&self, identity: &str, token: &str, revision: u64) -> bool {
+        // A follower's store holds only what this leader sent it, so it can never be ahead of
+        // this leader's head. One that says so is telling of a state of its own: a follower that
+        // started after this leader starts its store at its own, later clock, and acknowledged
+        // that before the snapshot replaced it. Counted (acknowledgements only ever raise what a
+        // follower is known to hold), it would stand for every write to come, and writes would
+        // stop waiting for that follower: an acknowledged write could then be lost with the
+        // leader when that follower, lacking it, took over.
+        if revision > self.store.replica().head_revision() {
+            tracing::debug!(follower = identity, revision, "an acknowledgement ahead of this leader is ignored");
+            return false;
+        }
         // A follower joins once it holds everything clients may see.
         let committed = self.store.visible_revision();
         let mut guard = self.in_sync.lock();

@@ -89,3 +89,21 @@ fn a_cold_follower_that_tracks_the_leader_says_which_objects_are_missing() {
     replication.following.caught_up.store(false, Ordering::Release);
     assert_eq!(held(&state, "b"), Held::CannotTell);
 }
+
+/// A follower that started after the leader starts its store at its own, later clock; if its
+/// first acknowledgement (sent before the leader's snapshot replaced that store) counted, every
+/// later write would count as acknowledged by it, and a write it lacks could be lost when it
+/// takes over. The leader ignores an acknowledgement ahead of its own head.
+#[test]
+fn an_acknowledgement_ahead_of_the_leader_does_not_stand_for_writes_to_come() {
+    let (leader, store, _) = cold_follower();
+    leader.set_role(Role::Leader);
+    leader.stream_started("late-follower", "stream");
+    let its_own_clock = store.replica().head_revision() + 1_000_000;
+    assert!(!leader.acknowledge("late-follower", "stream", its_own_clock), "not in sync on its word alone");
+    store.create(nrt("a", 1), false).unwrap();
+    let written = store.replica().head_revision();
+    let acked = leader.in_sync.acked_by("late-follower");
+    assert!(acked.is_none_or(|acked| acked < written), "the write must still wait for the follower: {acked:?}");
+    assert!(leader.acknowledge("late-follower", "stream", written), "it joins once it holds what the leader wrote");
+}
