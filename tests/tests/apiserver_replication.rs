@@ -46,8 +46,21 @@ fn object_path(name: &str) -> String {
 }
 
 /// name → resourceVersion of every NRT a LIST on `client` returns (`query` appended).
+///
+/// A consistent LIST on a follower that has not yet learnt who leads after an election is
+/// refused with 503 and Retry-After, and a client retries it: so does this, within `PATIENCE`.
+/// Any other answer than 200 fails the test.
 async fn listed(client: &kube::Client, query: &str) -> BTreeMap<String, String> {
-    let answer = request(client, Method::GET, &format!("{NRT_PATH}{query}"), None).await.unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let answer = loop {
+        let answer = request(client, Method::GET, &format!("{NRT_PATH}{query}"), None).await.unwrap();
+        let refused_for_now =
+            answer.status == 503 && answer.retry_after.is_some() && answer.body["reason"] == "ServiceUnavailable";
+        if !refused_for_now || Instant::now() >= deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(answer.status, 200, "LIST{query}: {answer:?}");
     answer.body["items"]
         .as_array()
