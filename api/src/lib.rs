@@ -4,6 +4,8 @@
 //! ```text
 //!   nrt       NodeResourceTopology v1alpha2 (+ v1alpha1), canonical form, semantic equality
 //!   operator  NUMAResourcesOperator, NUMAResourcesScheduler: types, defaults, validation
+//!   qos       a pod's QoS class and the requests the kubelet aligns to NUMA zones
+//!   fit       the NUMA-aware scheduler's filter and scorer, as pure functions
 //!   crds      the CustomResourceDefinitions generated from those types
 //!   direct_write  the exporter → API server direct path: flags, token audience, extras
 //!   exporter  the exporter's ConfigMap, topology manager settings, metrics port, mount paths
@@ -25,6 +27,7 @@ pub mod fit;
 pub mod metadata;
 pub mod nrt;
 pub mod operator;
+pub mod qos;
 pub mod quantity;
 mod schema;
 pub mod selector;

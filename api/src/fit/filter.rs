@@ -22,11 +22,10 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::pod::{
-    ContainerRequests, PodRequests, QosClass, Requester, Resources, format_amount, is_hugepages, is_native,
-};
+use super::pod::{ContainerRequests, PodRequests, Requester, Resources, format_amount};
 use super::topology::{Numa, TopologyManagerConfig, numa_zones};
 use crate::nrt::NodeResourceTopology;
+use crate::qos::{QosClass, is_hugepages, is_native};
 
 /// Why the filter lets a pod through without checking zones.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

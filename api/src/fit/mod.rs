@@ -30,9 +30,7 @@ use serde::Serialize;
 
 pub use filter::{Filtered, Placement, Rejection, Unchecked, filter};
 pub use overreserve::{has_exclusive_resources, reserved_view};
-pub use pod::{
-    ContainerRequests, PodProblem, PodRequests, QosClass, Requester, Resources, format_amount, is_hugepages, is_native,
-};
+pub use pod::{ContainerRequests, PodProblem, PodRequests, Requester, Resources, format_amount};
 pub use score::{MAX_NODE_SCORE, score};
 pub use topology::{MAX_NUMA_ID, Numa, TopologyManagerConfig, numa_zones};
 

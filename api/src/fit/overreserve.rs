@@ -13,11 +13,12 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
-use super::pod::{QosClass, Resources, is_hugepages, is_native};
+use super::pod::Resources;
 use crate::nrt::NodeResourceTopology;
 use crate::nrt::well_known::ZONE_TYPE_NODE;
+use crate::qos::{Exclusive, QosClass, exclusive_requests, is_sidecar};
 use crate::quantity::Quantity;
 
 /// The NRT as the over-reserve cache hands it to the filter and scorer: every NUMA zone's
@@ -61,30 +62,13 @@ fn from_milli(milli: i64) -> Quantity {
 /// positive `memory` or `hugepages-*` request.
 pub fn has_exclusive_resources(pod: &Pod, qos: QosClass, nrt_resources: &BTreeSet<String>) -> bool {
     let Some(spec) = pod.spec.as_ref() else { return false };
-    let sidecars = spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    let sidecars = spec.init_containers.iter().flatten().filter(|c| is_sidecar(c));
     spec.containers.iter().chain(sidecars).any(|container| {
-        requests(container).into_iter().any(|(name, milli)| {
-            if milli <= 0 {
-                return false;
-            }
-            if !is_native(&name) {
-                return nrt_resources.contains(&name);
-            }
-            qos == QosClass::Guaranteed
-                && ((name == "cpu" && milli % 1000 == 0) || name == "memory" || is_hugepages(&name))
+        exclusive_requests(container).any(|resource| match resource {
+            Exclusive::Device(name) => nrt_resources.contains(&name),
+            Exclusive::IntegralCpu(_) | Exclusive::Memory | Exclusive::Hugepages(_) => qos == QosClass::Guaranteed,
         })
     })
-}
-
-/// A container's requests in thousandths (limits standing in for requests left out).
-fn requests(container: &Container) -> Vec<(String, i64)> {
-    let Some(resources) = container.resources.as_ref() else { return Vec::new() };
-    let mut merged = resources.limits.clone().unwrap_or_default();
-    merged.extend(resources.requests.clone().unwrap_or_default());
-    merged
-        .into_iter()
-        .filter_map(|(name, quantity)| Some((name, Quantity::parse(&quantity.0).ok()?.ceil_milli_i64()?)))
-        .collect()
 }
 
 #[cfg(test)]

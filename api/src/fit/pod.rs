@@ -1,5 +1,5 @@
 //! What a pod asks for, as the NUMA filter reads it: per-container requests, the pod's QoS class
-//! and its effective request.
+//! ([`crate::qos`]) and its effective request.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -7,22 +7,12 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use serde::Serialize;
 
+use crate::qos::{QosClass, is_native, qos_class};
 use crate::quantity::Quantity;
 
 /// Amounts per resource name, in thousandths of the resource's unit (millicores for `cpu`,
 /// millibytes for memory), so fractional CPUs compare exactly.
 pub type Resources = BTreeMap<String, i64>;
-
-/// Kubernetes' QoS class of a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum QosClass {
-    /// Every container has cpu and memory limits equal to its requests.
-    Guaranteed,
-    /// Something in between.
-    Burstable,
-    /// No container requests or limits cpu or memory.
-    BestEffort,
-}
 
 /// Which part of the pod a request belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -119,9 +109,6 @@ pub struct PodRequests {
     pub problems: Vec<PodProblem>,
 }
 
-/// The resources the QoS class is computed from.
-const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
-
 impl PodRequests {
     /// Reads a pod's spec. Requests left out but limited are taken as the limits, as the API
     /// server's defaulting does, so an un-applied manifest reads like the stored pod.
@@ -139,7 +126,7 @@ impl PodRequests {
         let containers: Vec<_> = app.iter().map(|c| read(c, Requester::Container(c.name.clone()))).collect();
         let overhead =
             spec.and_then(|s| s.overhead.as_ref()).map(|o| amounts(o, "overhead", &mut problems)).unwrap_or_default();
-        let qos = qos_class(init.iter().chain(app));
+        let qos = spec.map_or(QosClass::BestEffort, qos_class);
         match qos {
             QosClass::BestEffort => problems.insert(0, PodProblem::BestEffort),
             QosClass::Burstable => problems.insert(0, PodProblem::NotGuaranteed),
@@ -226,53 +213,6 @@ fn request_text<'a>(resources: Option<&'a ResourceRequirements>, name: &str) -> 
             .map(|q: &'a k8s_openapi::apimachinery::pkg::api::resource::Quantity| q.0.as_str())
     };
     pick(resources.requests.as_ref()).or_else(|| pick(resources.limits.as_ref()))
-}
-
-/// Kubernetes' `GetPodQOS` over init and app containers, with requests defaulted from limits.
-fn qos_class<'a>(containers: impl Iterator<Item = &'a Container>) -> QosClass {
-    let parse = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
-        Quantity::parse(&q.0).ok().and_then(|q| q.ceil_milli_i64()).unwrap_or(0)
-    };
-    let mut requests: BTreeMap<&str, i64> = BTreeMap::new();
-    let mut limits: BTreeMap<&str, i64> = BTreeMap::new();
-    let mut guaranteed = true;
-    for container in containers {
-        let resources = container.resources.as_ref();
-        let limit_list = resources.and_then(|r| r.limits.as_ref());
-        let request_list = resources.and_then(|r| r.requests.as_ref());
-        let mut limited = 0;
-        for name in QOS_RESOURCES {
-            let limit = limit_list.and_then(|l| l.get(name)).map(parse).filter(|v| *v != 0);
-            let request = request_list.and_then(|l| l.get(name)).map(parse).or(limit).filter(|v| *v != 0);
-            if let Some(request) = request {
-                *requests.entry(name).or_default() += request;
-            }
-            if let Some(limit) = limit {
-                *limits.entry(name).or_default() += limit;
-                limited += 1;
-            }
-        }
-        if limited < QOS_RESOURCES.len() {
-            guaranteed = false;
-        }
-    }
-    if requests.is_empty() && limits.is_empty() {
-        return QosClass::BestEffort;
-    }
-    if guaranteed && requests == limits {
-        return QosClass::Guaranteed;
-    }
-    QosClass::Burstable
-}
-
-/// Kubernetes' `IsNativeResource`: no domain, or a `kubernetes.io` one.
-pub fn is_native(resource: &str) -> bool {
-    !resource.contains('/') || resource.contains("kubernetes.io/")
-}
-
-/// Whether the resource is a hugepages size (`hugepages-2Mi`).
-pub fn is_hugepages(resource: &str) -> bool {
-    resource.starts_with("hugepages-")
 }
 
 /// The amount written back in the resource's usual form: `6`, `500m`, `2Gi`.

@@ -13,10 +13,11 @@
 //! - Pod scope scores the effective request; container scope averages every container's score
 //!   (init containers included), truncating.
 
-use super::pod::{PodRequests, QosClass, Resources};
+use super::pod::{PodRequests, Resources};
 use super::topology::{Numa, TopologyManagerConfig, numa_zones};
 use crate::nrt::NodeResourceTopology;
 use crate::operator::{ScoringStrategyParams, ScoringStrategyType};
+use crate::qos::QosClass;
 
 /// The best score a node can get.
 pub const MAX_NODE_SCORE: i64 = 100;

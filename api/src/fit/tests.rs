@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::nrt::{AttributeInfo, NodeResourceTopology, Quantity, ResourceInfo, Zone};
 use crate::operator::{ResourceSpecParams, ScoringStrategyType};
+use crate::qos::QosClass;
 
 /// One NUMA zone: (cpus, memory GiB, 1Gi hugepages, GPUs) available; allocatable the same.
 type ZoneSpec = (i64, i64, i64, i64);
@@ -210,6 +211,19 @@ fn best_effort_and_burstable_pods_are_not_aligned() {
         rejection(&run(&device, &node)),
         r#"vendor.com/gpu 0 available < 2 requested by container "app" (0 on NUMA 0, 0 on NUMA 1)"#
     );
+}
+
+#[test]
+fn pod_level_resources_decide_the_class_the_filter_reads() {
+    // Containers alone would make the pod BestEffort; the pod-level limits make it Guaranteed,
+    // as they make it for the kubelet.
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+        "resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+        "containers": [{"name": "app", "image": "x"}]}}))
+    .unwrap();
+    let requests = PodRequests::from_pod(&pod);
+    assert_eq!(requests.qos, QosClass::Guaranteed);
+    assert!(!requests.problems.contains(&PodProblem::BestEffort), "{:?}", requests.problems);
 }
 
 #[test]

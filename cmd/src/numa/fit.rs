@@ -85,7 +85,7 @@ pub struct Answer {
     /// `namespace/name`.
     pub pod: String,
     /// The pod's QoS class.
-    pub qos: numaresources_api::fit::QosClass,
+    pub qos: numaresources_api::qos::QosClass,
     /// What about the pod itself changes the verdicts.
     pub pod_problems: Vec<String>,
     /// Whether Node objects could be read (else a request the Node lacks is not caught).

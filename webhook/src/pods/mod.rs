@@ -1,7 +1,6 @@
 //! Pod CREATE admission: decide from the caches whether the pod goes to the NUMA-aware
 //! scheduler, and if so answer with a patch that names it and says why.
 
-mod qos;
 mod routing;
 
 use json_patch::jsonptr::PointerBuf;

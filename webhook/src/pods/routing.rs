@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use numaresources_api::operator::{NUMAResourcesScheduler, PodRoutingMode};
 use numaresources_api::selector;
 
-use super::qos::{ExclusiveRequest, QosClass, first_exclusive_request, qos_class};
 use crate::{OPT_OUT_ANNOTATION, OPT_OUT_VALUE};
+use numaresources_api::qos::{ExclusiveRequest, QosClass, first_exclusive_request, qos_class};
 
 /// The scheduler every pod names unless told otherwise.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
@@ -230,8 +230,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
     use numaresources_api::operator::{NUMAResourcesSchedulerSpec, NUMAResourcesSchedulerStatus, PodRouting};
 
-    use super::super::qos::Exclusive;
     use super::*;
+    use numaresources_api::qos::Exclusive;
 
     fn resources(cpu: &str, memory: &str, extra: &[(&str, &str)]) -> ResourceRequirements {
         let mut list: BTreeMap<String, Quantity> =
