@@ -80,8 +80,6 @@ pub struct Context {
     /// certificate lifecycle, the operator's APIService), so one never writes a stale bundle
     /// over the other's.
     pub certificates: tokio::sync::Mutex<()>,
-    /// The kubelets the kubeletconfig controller could not ask, so each is reported once.
-    pub unreachable_kubelets: crate::kubeletconfig::unreachable::UnreachableKubelets,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -106,7 +104,6 @@ impl Context {
             metrics: crate::metrics::Metrics::default(),
             readiness: Readiness::default(),
             certificates: tokio::sync::Mutex::new(()),
-            unreachable_kubelets: Default::default(),
             failures: Mutex::new(HashMap::new()),
         }
     }

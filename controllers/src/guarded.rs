@@ -68,16 +68,17 @@ pub fn node_label_changes(client: kube::Client) -> impl futures_util::Stream<Ite
 
 /// Runs the controller `name` until `shutdown` completes; sets `synced` once its main watch has
 /// listed everything (left unset if the controller stops first).
-pub async fn drive<F>(
+pub async fn drive<F, C>(
     name: &'static str,
     controller: Controller<DynamicObject>,
-    reconcile: impl FnMut(Arc<DynamicObject>, Arc<Context>) -> F,
-    error_policy: impl Fn(Arc<DynamicObject>, &Error, Arc<Context>) -> Action,
-    ctx: Arc<Context>,
+    reconcile: impl FnMut(Arc<DynamicObject>, Arc<C>) -> F,
+    error_policy: impl Fn(Arc<DynamicObject>, &Error, Arc<C>) -> Action,
+    ctx: Arc<C>,
     synced: Flag,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) where
     F: Future<Output = Result<Action>> + Send + 'static,
+    C: Send + Sync + 'static,
 {
     let store = controller.store();
     let mark_synced = async move {

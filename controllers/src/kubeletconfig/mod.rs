@@ -148,7 +148,7 @@ pub fn topology_manager_of(config: &serde_json::Value, defaults: bool) -> Topolo
 
 /// Reconciles one watched object (guarded watch, [`crate::guarded`]); a malformed one is left to
 /// the operator controller, which reports it.
-pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<KubeletConfigContext>) -> Result<Action> {
     match guarded::parse::<NUMAResourcesOperator>(&obj) {
         Ok(nro) => reconcile(Arc::new(nro), ctx).await,
         Err(_) => Ok(Action::await_change()),
@@ -156,7 +156,7 @@ pub async fn reconcile_raw(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result
 }
 
 /// Retries a failed reconcile with a per-object backoff.
-pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy_raw(obj: Arc<DynamicObject>, error: &Error, ctx: Arc<KubeletConfigContext>) -> Action {
     error_policy_for(&key(&obj.name_any()), error, &ctx)
 }
 
@@ -166,7 +166,7 @@ fn key(name: &str) -> String {
 }
 
 /// Reconciles the exporter ConfigMaps of one `NUMAResourcesOperator`.
-pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<KubeletConfigContext>) -> Result<Action> {
     let _timer = ctx.metrics.pass("kubeletconfig");
     // The operator controller reports wrong names, pauses and invalid specs; here they just stop.
     let paused = nro.annotations().get(ANNOTATION_PAUSE).is_some_and(|v| v == "enabled");
@@ -234,7 +234,7 @@ pub async fn reconcile(nro: Arc<NUMAResourcesOperator>, ctx: Arc<Context>) -> Re
             delete(&config_maps, &cm.name_any()).await?;
         }
     }
-    unreachable::report(&ctx, &asked, unanswered).await;
+    unreachable::report(&ctx, &ctx.unreachable_kubelets, &asked, unanswered).await;
     ctx.reset_backoff(&key(&nro.name_any()));
     Ok(Action::requeue(RESYNC))
 }
@@ -347,10 +347,33 @@ fn triggers(ctx: &Context) -> futures_util::stream::BoxStream<'static, ()> {
     }
 }
 
+/// The controller's context: the shared one, and what only this controller keeps between passes.
+pub struct KubeletConfigContext {
+    shared: Arc<Context>,
+    /// The kubelets that could not be asked, so each is reported once.
+    unreachable_kubelets: unreachable::UnreachableKubelets,
+}
+
+impl KubeletConfigContext {
+    /// A context for this controller over the shared one.
+    pub fn new(shared: Arc<Context>) -> Self {
+        Self { shared, unreachable_kubelets: unreachable::UnreachableKubelets::default() }
+    }
+}
+
+impl std::ops::Deref for KubeletConfigContext {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.shared
+    }
+}
+
 /// Runs the controller until `shutdown` completes.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let controller = guarded::controller::<NUMAResourcesOperator>(ctx.client.clone()).reconcile_all_on(triggers(&ctx));
     let synced = ctx.readiness.kubeletconfig.clone();
+    let ctx = Arc::new(KubeletConfigContext::new(ctx));
     guarded::drive("kubeletconfig", controller, reconcile_raw, error_policy_raw, ctx, synced, shutdown).await;
 }
 

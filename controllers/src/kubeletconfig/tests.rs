@@ -97,7 +97,7 @@ fn the_alignment_report_groups_nodes_by_what_they_lack_and_stays_short() {
     assert_eq!(describe_alignment(&BTreeMap::from([("fine".to_owned(), Vec::new())])), None);
 }
 
-fn harness(policies: &[(&str, &str)]) -> (FakeApi, Arc<Context>) {
+fn harness(policies: &[(&str, &str)]) -> (FakeApi, Arc<KubeletConfigContext>) {
     let (fake, client) = FakeApi::start();
     for (node, policy) in policies {
         fake.insert_node(node, json!({"node-role.kubernetes.io/worker": ""}));
@@ -119,10 +119,16 @@ fn harness(policies: &[(&str, &str)]) -> (FakeApi, Arc<Context>) {
         ..Default::default()
     };
     fake.insert(NRO, serde_json::to_value(NUMAResourcesOperator::new(OPERATOR_SINGLETON_NAME, spec)).unwrap());
-    (fake, Arc::new(Context::new(client, Settings::kubernetes(NS, "img"), None)))
+    let shared = Arc::new(Context::new(client, Settings::kubernetes(NS, "img"), None));
+    (fake, Arc::new(KubeletConfigContext::new(shared)))
 }
 
-async fn run_once(fake: &FakeApi, ctx: &Arc<Context>) -> Action {
+/// The same controller context, with its Events recorded by the fake.
+fn recording(ctx: &Arc<KubeletConfigContext>) -> Arc<KubeletConfigContext> {
+    Arc::new(KubeletConfigContext::new(crate::fake::recording(&ctx.shared)))
+}
+
+async fn run_once(fake: &FakeApi, ctx: &Arc<KubeletConfigContext>) -> Action {
     let obj: DynamicObject = fake.typed(NRO);
     one_pass(reconcile_raw(Arc::new(obj), ctx.clone())).await.unwrap()
 }
@@ -152,7 +158,7 @@ async fn the_group_config_map_carries_the_kubelets_settings_and_pod_excludes() {
 #[tokio::test]
 async fn kubelets_that_cannot_align_are_named_on_the_config_map_and_told_once_in_an_event() {
     let (fake, ctx) = harness(&[("worker-a", "single-numa-node"), ("worker-b", "single-numa-node")]);
-    let ctx = crate::fake::recording(&ctx);
+    let ctx = recording(&ctx);
     fake.insert(
         "/api/v1/nodes/worker-b/proxy/configz",
         json!({"kubeletconfig": {"cpuManagerPolicy": "static", "memoryManagerPolicy": "Static",
@@ -208,19 +214,20 @@ async fn a_malformed_object_is_skipped_and_an_unresolvable_one_retried() {
 #[tokio::test]
 async fn the_running_controller_writes_the_config_map() {
     let (fake, ctx) = harness(&[("worker-a", "single-numa-node")]);
-    crate::fake::run_controller_until(|shutdown| run(ctx.clone(), shutdown), || fake.get(WORKER_CM).is_some()).await;
+    crate::fake::run_controller_until(|shutdown| run(ctx.shared.clone(), shutdown), || fake.get(WORKER_CM).is_some())
+        .await;
 }
 
 const KUBELET_CONFIG: &str = "/apis/machineconfiguration.openshift.io/v1/kubeletconfigs/cnf";
 
 /// OpenShift: the group names the pool `worker`, whose KubeletConfig `cnf` sets `kubelet_config`.
-fn openshift_harness(kubelet_config: Value) -> (FakeApi, Arc<Context>) {
+fn openshift_harness(kubelet_config: Value) -> (FakeApi, Arc<KubeletConfigContext>) {
     let (fake, plain) = harness(&[("worker-a", "none")]);
     let mut settings = Settings::kubernetes(NS, "img");
     settings.platform = numaresources_api::operator::defaults::Platform::OpenShift(4, 20);
     settings.machine_config_pools = true;
     settings.kubelet_configs = true;
-    let ctx = Arc::new(Context::new(plain.client.clone(), settings, None));
+    let ctx = Arc::new(KubeletConfigContext::new(Arc::new(Context::new(plain.client.clone(), settings, None))));
     fake.edit(NRO, |nro| nro["spec"]["nodeGroups"] = json!([{"poolName": "worker"}]));
     fake.insert(
         "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker",
@@ -249,7 +256,7 @@ async fn on_openshift_the_kubelet_config_selecting_the_pool_is_used() {
 #[tokio::test]
 async fn a_node_without_an_address_is_reported_once_and_the_others_still_configured() {
     let (fake, plain) = harness(&[("worker-a", "single-numa-node"), ("worker-b", "single-numa-node")]);
-    let ctx = crate::fake::recording(&plain);
+    let ctx = recording(&plain);
     // What kube-apiserver answers when it proxies to a node that has no address.
     let no_address = "/api/v1/nodes/worker-b/proxy/configz";
     let unreachable_events = || fake.events(unreachable::REASON);
@@ -302,14 +309,14 @@ fn a_kubelet_restart_or_reboot_changes_the_incarnation_and_a_heartbeat_does_not(
 
 /// Runs the controller until the worker ConfigMap says `policy`; the run is bounded well below
 /// [`RESYNC`], so only a watch can get it there.
-async fn run_until_policy(fake: &FakeApi, ctx: &Arc<Context>, change: impl FnOnce(&FakeApi)) {
+async fn run_until_policy(fake: &FakeApi, ctx: &Arc<KubeletConfigContext>, change: impl FnOnce(&FakeApi)) {
     assert!(RESYNC > std::time::Duration::from_secs(60), "the bound below must not reach the poll");
     let policy_is = |wanted: &str| {
         fake.get(WORKER_CM).is_some_and(|_| config_of(fake).0["kubelet"]["topologyManagerPolicy"] == wanted)
     };
     let change = std::cell::RefCell::new(Some(change));
     crate::fake::run_controller_until(
-        |shutdown| run(ctx.clone(), shutdown),
+        |shutdown| run(ctx.shared.clone(), shutdown),
         || {
             // Change the source once the controller has written what it first read.
             if policy_is("none")

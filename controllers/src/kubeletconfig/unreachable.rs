@@ -54,11 +54,16 @@ impl UnreachableKubelets {
 }
 
 /// Records the pass and tells a person what changed.
-pub async fn report(ctx: &Context, asked: &[String], failures: BTreeMap<String, String>) {
+pub async fn report(
+    ctx: &Context,
+    unreachable: &UnreachableKubelets,
+    asked: &[String],
+    failures: BTreeMap<String, String>,
+) {
     for (node, reason) in &failures {
         tracing::debug!(%node, %reason, "the kubelet's configuration is still unreadable; node skipped");
     }
-    let changes = ctx.unreachable_kubelets.observe(asked, failures);
+    let changes = unreachable.observe(asked, failures);
     for node in changes.ended {
         tracing::info!(%node, "the kubelet's configuration is readable again");
     }
