@@ -10,6 +10,7 @@
 //!   direct_write  the exporter → API server direct path: flags, token audience, extras
 //!   exporter  the exporter's ConfigMap, topology manager settings, metrics port, mount paths
 //!   webhook   the admission webhook's paths
+//!   request_info  a request line read as kube-apiserver reads it before authorizing it
 //!   metadata  apimachinery's ObjectMeta validation (names, labels, annotations, finalizers)
 //!   quantity, duration, selector, field
 //!             the apimachinery pieces they are made of, with Go-identical text forms
@@ -29,6 +30,7 @@ pub mod nrt;
 pub mod operator;
 pub mod qos;
 pub mod quantity;
+pub mod request_info;
 mod schema;
 pub mod selector;
 mod string_enum;

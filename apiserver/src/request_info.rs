@@ -1,10 +1,9 @@
 //! What a request asks to do, in the terms of a SubjectAccessReview: a verb on our resource (with
 //! its name), or a verb on a non-resource path.
 
-use std::sync::LazyLock;
-
 use http::Method;
 use numaresources_api::nrt::{GROUP, PLURAL, VERSION};
+use numaresources_api::request_info::resource_request;
 
 /// A request's authorization attributes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -33,38 +32,28 @@ pub fn always_allowed(path: &str) -> bool {
 }
 
 impl Attributes {
-    /// Classifies a request.
+    /// Classifies a request, read as kube-apiserver reads it
+    /// ([`numaresources_api::request_info`]). Anything but our collection and its objects is
+    /// authorized by its path, and so is a verb our resource does not serve on that path (a
+    /// POST to an object, a PUT to the collection): the handler answers it 405.
     pub fn of(method: &Method, path: &str, query: Option<&str>) -> Self {
-        let watch_query = query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
-        // Built once: this runs on every request.
-        static COLLECTION: LazyLock<String> = LazyLock::new(|| format!("/apis/{GROUP}/{VERSION}/{PLURAL}"));
-        static WATCH_COLLECTION: LazyLock<String> = LazyLock::new(|| format!("/apis/{GROUP}/{VERSION}/watch/{PLURAL}"));
-        let (rest, legacy_watch) = if let Some(rest) = path.strip_prefix(WATCH_COLLECTION.as_str()) {
-            (rest, true)
-        } else if let Some(rest) = path.strip_prefix(COLLECTION.as_str()) {
-            (rest, false)
-        } else {
+        let Some(request) = resource_request(method.as_str(), path, query) else {
             return Self::non_resource(method, path);
         };
-        let name = match rest {
-            "" | "/" => None,
-            _ => match rest.strip_prefix('/') {
-                Some(name) if !name.contains('/') => Some(name.to_owned()),
-                _ => return Self::non_resource(method, path),
-            },
+        let ours = request.group == GROUP
+            && request.version == VERSION
+            && request.resource == PLURAL
+            && request.namespace.is_none()
+            && request.subresource.is_none();
+        let served = match request.verb {
+            "create" | "deletecollection" | "list" => request.name.is_none(),
+            "get" | "update" | "patch" | "delete" => request.name.is_some(),
+            _ => true,
         };
-        let verb = match (method.as_str(), name.is_some()) {
-            ("GET", _) if legacy_watch || watch_query => "watch",
-            ("GET", true) => "get",
-            ("GET", false) => "list",
-            ("POST", false) => "create",
-            ("PUT", true) => "update",
-            ("PATCH", true) => "patch",
-            ("DELETE", true) => "delete",
-            ("DELETE", false) => "deletecollection",
-            _ => return Self::non_resource(method, path),
-        };
-        Self::Resource { verb, name }
+        if !ours || !served {
+            return Self::non_resource(method, path);
+        }
+        Self::Resource { verb: request.verb, name: request.name.map(str::to_owned) }
     }
 
     fn non_resource(method: &Method, path: &str) -> Self {

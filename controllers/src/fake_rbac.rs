@@ -10,6 +10,7 @@ use std::sync::LazyLock;
 
 use http::Method;
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use numaresources_api::request_info::resource_request;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -35,41 +36,21 @@ impl std::fmt::Display for Attributes {
     }
 }
 
-/// The request's attributes; `None` for paths that are not resources (discovery).
+/// The request's attributes, read as kube-apiserver reads them; `None` for paths that are not
+/// resources (discovery).
 pub fn attributes(method: &Method, path: &str, query: &str) -> Option<Attributes> {
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let (group, rest) = match segments.as_slice() {
-        ["api", _version, rest @ ..] => (String::new(), rest),
-        ["apis", group, _version, rest @ ..] => ((*group).to_owned(), rest),
-        _ => return None,
+    let request = resource_request(method.as_str(), path, Some(query))?;
+    let resource = match request.subresource {
+        Some(sub) => format!("{}/{sub}", request.resource),
+        None => request.resource.to_owned(),
     };
-    let (namespace, rest) = match rest {
-        ["namespaces", namespace, rest @ ..] if !rest.is_empty() => (Some((*namespace).to_owned()), rest),
-        _ => (None, rest),
-    };
-    let (resource, name, subresource) = match rest {
-        [resource] => (*resource, "", None),
-        [resource, name] => (*resource, *name, None),
-        [resource, name, sub, ..] => (*resource, *name, Some(*sub)),
-        [] => return None,
-    };
-    let watch = query.split('&').any(|p| p == "watch=true");
-    let verb = match (method.as_str(), name.is_empty()) {
-        ("GET", _) if watch => "watch",
-        ("GET", true) => "list",
-        ("GET", false) => "get",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "deletecollection",
-        ("DELETE", false) => "delete",
-        _ => return None,
-    };
-    let resource = match subresource {
-        Some(sub) => format!("{resource}/{sub}"),
-        None => resource.to_owned(),
-    };
-    Some(Attributes { verb: verb.into(), group, resource, namespace, name: name.to_owned() })
+    Some(Attributes {
+        verb: request.verb.to_owned(),
+        group: request.group.to_owned(),
+        resource,
+        namespace: request.namespace.map(str::to_owned),
+        name: request.name.unwrap_or_default().to_owned(),
+    })
 }
 
 /// The controllers' rules: the ClusterRole's, and each Role's with its namespace.
