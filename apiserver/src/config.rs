@@ -183,6 +183,26 @@ pub struct Config {
     pub watch_history_bytes: usize,
     /// The bounds of requests and watches.
     pub limits: Limits,
+    /// This replica's part in a replicated store (None: the only replica).
+    pub replication: Option<crate::replication::ReplicaConfig>,
+    /// What `/version` reports.
+    pub build: BuildInfo,
+}
+
+/// The build `/version` reports.
+#[derive(Debug, Clone)]
+pub struct BuildInfo {
+    /// The release (`gitVersion`).
+    pub version: String,
+    /// The commit (`gitCommit`).
+    pub commit: String,
+}
+
+impl Default for BuildInfo {
+    /// This crate's version, commit unknown (the binary names its own).
+    fn default() -> Self {
+        Self { version: env!("CARGO_PKG_VERSION").to_owned(), commit: "unknown".to_owned() }
+    }
 }
 
 /// Who may do what.
@@ -276,6 +296,8 @@ impl Args {
                 max_json_patch_operations: self.max_json_patch_operations,
                 ..Limits::default()
             },
+            replication: None,
+            build: BuildInfo::default(),
         })
     }
 }

@@ -61,8 +61,14 @@ pub(crate) fn held(state: &AppState, node: &str) -> Held {
     if state.store.get_visible(node).is_some() { Held::Yes } else { Held::No }
 }
 
+/// `GET <HELD_PATH_PREFIX><node>`, for the admin port.
+pub(crate) fn router(state: Arc<AppState>) -> axum::Router {
+    let path = format!("{}{{node}}", numaresources_api::direct_write::HELD_PATH_PREFIX);
+    axum::Router::new().route(&path, axum::routing::get(answer)).with_state(state)
+}
+
 /// `GET <HELD_PATH_PREFIX><node>`.
-pub(crate) async fn answer(State(state): State<Arc<AppState>>, Path(node): Path<String>) -> Response {
+async fn answer(State(state): State<Arc<AppState>>, Path(node): Path<String>) -> Response {
     if node.is_empty() || node.len() > MAX_NODE_NAME_BYTES {
         return (StatusCode::BAD_REQUEST, "not a node name").into_response();
     }
@@ -83,7 +89,7 @@ mod tests {
 
     async fn ask(state: &Arc<AppState>, path: &str) -> (u16, String) {
         let request = Request::get(path).body(Body::empty()).unwrap();
-        let response = crate::admin_router(state.clone()).oneshot(request).await.unwrap();
+        let response = router(state.clone()).oneshot(request).await.unwrap();
         let status = response.status().as_u16();
         let body = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
         (status, String::from_utf8(body.to_vec()).unwrap())

@@ -125,6 +125,9 @@ pub struct AppState {
     pub auth: auth::Auth,
     /// Prometheus metrics.
     pub metrics: metrics::Metrics,
+    /// What `/metrics` on the HTTPS port encodes: the series of [`AppState::register_metrics`]
+    /// (the admin port serves the same series from the process's registry).
+    pub metrics_registry: Arc<prometheus_client::registry::Registry>,
     /// Replication across replicas (None: a single replica, as `local` and standalone tests run).
     pub replication: Option<Arc<replication::Replication>>,
     /// Cancelled when the server begins to stop: watches end with a final bookmark so clients
@@ -143,11 +146,34 @@ impl AppState {
             readiness: Arc::new(Readiness::default()),
             auth: auth::Auth::Disabled,
             metrics: metrics::Metrics::default(),
+            metrics_registry: Arc::default(),
             replication: None,
             stopping: tokio_util::sync::CancellationToken::new(),
         }
+        .with_metrics_registry()
+    }
+
+    /// Registers the server's series, `numaresources_apiserver_*` (replication's among them
+    /// when replicated), in `registry`.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let ours = registry.sub_registry_with_prefix(METRICS_PREFIX);
+        self.metrics.register(ours, self.store.clone());
+        if let Some(replication) = &self.replication {
+            replication.metrics().register(ours);
+        }
+    }
+
+    /// This state with [`AppState::metrics_registry`] made from its current parts.
+    pub(crate) fn with_metrics_registry(mut self) -> Self {
+        let mut registry = prometheus_client::registry::Registry::default();
+        self.register_metrics(&mut registry);
+        self.metrics_registry = Arc::new(registry);
+        self
     }
 }
+
+/// The prefix of the API server's metric names.
+pub const METRICS_PREFIX: &str = "numaresources_apiserver";
 
 /// Every route the server answers, behind a yield for fairness between connections, metrics, the
 /// request-head bounds, authentication, error rendering and the replication middleware (which
@@ -190,16 +216,8 @@ async fn front(
     .await
 }
 
-/// The admin port's routes, served over plain HTTP without credentials as every component
-/// serves them: `/metrics` and the probes (`/healthz`, `/livez`, `/readyz` and their checks).
-/// Probes and scrapes then need no token (a scrape through the HTTPS port needs one that
-/// kube-apiserver's SubjectAccessReview allows `get` on `/metrics`).
-pub fn admin_router(state: Arc<AppState>) -> Router {
-    let held = format!("{}{{node}}", numaresources_api::direct_write::HELD_PATH_PREFIX);
-    admin_routes().route(&held, get(held::answer)).with_state(state)
-}
-
-/// `/metrics` and the probes, on both the admin port and the HTTPS port.
+/// `/metrics` and the probes on the HTTPS port (behind authentication and authorization there;
+/// the admin port serves them without, [`ApiServer::admin_router`]).
 fn admin_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/metrics", get(metrics::serve))

@@ -15,16 +15,17 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use axum::extract::{Request, State};
 use axum::response::Response;
 use numaresources_runtime::admin::{self, Checks};
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::AppState;
 use crate::headroom::{CPU_STEPS, Headroom, MEMORY_STEPS_GIB, RESOURCE_KINDS};
 use crate::request_info::Attributes;
+use crate::{AppState, Store};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -110,17 +111,86 @@ fn gauge_value(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
+/// The gauges read off the store when scraped: the object count, each node's report age and
+/// the fleet headroom.
+#[derive(Default)]
+struct StoreGauges {
+    /// Held through a refresh and its encoding, so two scrapes at once do not interleave.
+    scraping: std::sync::Mutex<()>,
+    objects: Gauge<i64, AtomicI64>,
+    report_age: Family<NodeLabels, Gauge<i64, AtomicI64>>,
+    headroom: HeadroomGauges,
+}
+
+impl StoreGauges {
+    fn refresh(&self, store: &Store) {
+        let snapshot = store.snapshot();
+        self.objects.set(gauge_value(snapshot.items.len() as u64));
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        self.report_age.clear();
+        for stored in &snapshot.items {
+            let age = now.saturating_sub(stored.last_report_unix());
+            self.report_age.get_or_create(&NodeLabels { node: stored.name().to_owned() }).set(gauge_value(age));
+        }
+        let objects: Vec<_> = snapshot.items.iter().filter_map(|stored| stored.object().ok()).collect();
+        self.headroom.set(&Headroom::of(objects.iter().map(|object| object.as_ref())));
+    }
+}
+
+/// [`StoreGauges`] as a collector: refreshed from the store on each scrape, then encoded.
+struct StoreCollector {
+    store: Arc<Store>,
+    gauges: Arc<StoreGauges>,
+}
+
+impl std::fmt::Debug for StoreCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for StoreCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let gauges = &self.gauges;
+        let _scraping = gauges.scraping.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        gauges.refresh(&self.store);
+        let headroom = &gauges.headroom;
+        let mut one = |name: &str, help: &str, metric: &dyn EncodeMetric| {
+            metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+        };
+        one("objects", "NodeResourceTopology objects in the store", &gauges.objects)?;
+        one(
+            "node_report_age_seconds",
+            "Seconds since each node's exporter last reported, changed or not",
+            &gauges.report_age,
+        )?;
+        one("fleet_numa_zones", "NUMA zones (type Node) across every NRT", &headroom.zones)?;
+        one("fleet_numa_zones_free_cpus", "NUMA zones with at least `at_least` CPUs available", &headroom.free_cpus)?;
+        one(
+            "fleet_numa_zones_free_memory",
+            "NUMA zones with at least `at_least_gib` GiB of memory available",
+            &headroom.free_memory,
+        )?;
+        one(
+            "fleet_numa_available",
+            "Available amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)",
+            &headroom.available,
+        )?;
+        one(
+            "fleet_numa_allocatable",
+            "Allocatable amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)",
+            &headroom.allocatable,
+        )
+    }
+}
+
 /// The server's metrics.
 pub struct Metrics {
-    /// Shared with each scrape's exposition once the server runs.
-    registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
     latency: Family<VerbLabels, Histogram>,
     watches: Gauge<i64, AtomicI64>,
     terminated_watches: Counter,
-    objects: Gauge<i64, AtomicI64>,
-    report_age: Family<NodeLabels, Gauge<i64, AtomicI64>>,
-    headroom: HeadroomGauges,
+    store_gauges: Arc<StoreGauges>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -129,49 +199,31 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-impl Metrics {
-    /// The registry, to register other parts' metrics under this server's prefix before the
-    /// first scrape (None after it).
-    pub(crate) fn registry_mut(&mut self) -> Option<&mut Registry> {
-        Arc::get_mut(&mut self.registry)
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(
+                (|| Histogram::new(exponential_buckets(0.000_05, 2.0, 16))) as fn() -> Histogram,
+            ),
+            watches: Gauge::default(),
+            terminated_watches: Counter::default(),
+            store_gauges: Arc::default(),
+        }
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        let mut registry = Registry::with_prefix("numaresources_apiserver");
-        let requests = Family::<RequestLabels, Counter>::default();
-        let latency = Family::<VerbLabels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(0.000_05, 2.0, 16))) as fn() -> Histogram,
+impl Metrics {
+    /// Registers the series in `registry` (the server's prefix is the caller's), the store's
+    /// gauges as read off `store` on each scrape.
+    pub fn register(&self, registry: &mut Registry, store: Arc<Store>) {
+        numaresources_runtime::register_series!(registry,
+            "requests": "Requests by verb, resource and HTTP code" => self.requests,
+            "request_duration_seconds": "Request latency by verb and resource (watches: time to first byte)" => self.latency,
+            "watches": "Open watch streams" => self.watches,
+            "terminated_watches": "Watches ended because their client stopped reading (the client resumes from its last event)" => self.terminated_watches,
         );
-        let watches = Gauge::<i64, AtomicI64>::default();
-        let terminated_watches = Counter::default();
-        let objects = Gauge::<i64, AtomicI64>::default();
-        let report_age = Family::<NodeLabels, Gauge<i64, AtomicI64>>::default();
-        let headroom = HeadroomGauges::default();
-        numaresources_runtime::register_series!(&mut registry,
-            "requests": "Requests by verb, resource and HTTP code" => requests,
-            "request_duration_seconds": "Request latency by verb and resource (watches: time to first byte)" => latency,
-            "watches": "Open watch streams" => watches,
-            "terminated_watches": "Watches ended because their client stopped reading (the client resumes from its last event)" => terminated_watches,
-            "objects": "NodeResourceTopology objects in the store" => objects,
-            "node_report_age_seconds": "Seconds since each node's exporter last reported, changed or not" => report_age,
-            "fleet_numa_zones": "NUMA zones (type Node) across every NRT" => headroom.zones,
-            "fleet_numa_zones_free_cpus": "NUMA zones with at least `at_least` CPUs available" => headroom.free_cpus,
-            "fleet_numa_zones_free_memory": "NUMA zones with at least `at_least_gib` GiB of memory available" => headroom.free_memory,
-            "fleet_numa_available": "Available amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)" => headroom.available,
-            "fleet_numa_allocatable": "Allocatable amount summed over every NUMA zone, by resource (CPUs; bytes; other: device counts)" => headroom.allocatable,
-        );
-        Self {
-            registry: Arc::new(registry),
-            requests,
-            latency,
-            watches,
-            terminated_watches,
-            objects,
-            report_age,
-            headroom,
-        }
+        registry.register_collector(Box::new(StoreCollector { store, gauges: self.store_gauges.clone() }));
     }
 }
 
@@ -215,19 +267,8 @@ pub(crate) async fn track(state: &AppState, request: Request, next: impl AsyncFn
     response
 }
 
-/// `GET /metrics`: the gauges read off the store are set, then the runtime's admin router
-/// encodes the registry.
+/// `GET /metrics` on the HTTPS port: the runtime's admin router encodes the server's registry
+/// (the same series the admin port serves).
 pub async fn serve(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let metrics = &state.metrics;
-    let snapshot = state.store.snapshot();
-    metrics.objects.set(snapshot.items.len() as i64);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    metrics.report_age.clear();
-    for stored in &snapshot.items {
-        let age = now.saturating_sub(stored.last_report_unix());
-        metrics.report_age.get_or_create(&NodeLabels { node: stored.name().to_owned() }).set(age as i64);
-    }
-    let objects: Vec<_> = snapshot.items.iter().filter_map(|stored| stored.object().ok()).collect();
-    metrics.headroom.set(&Headroom::of(objects.iter().map(|object| object.as_ref())));
-    crate::health::answer_with(admin::router(Checks::new(), metrics.registry.clone()), request).await
+    crate::health::answer_with(admin::router(Checks::new(), state.metrics_registry.clone()), request).await
 }

@@ -1,12 +1,14 @@
-//! The API server as a component: [`ApiServer::new`] from a checked [`Config`] and the
-//! kube-apiserver clients, then [`ApiServer::router`] to serve, [`ApiServer::readiness`] for the
-//! probes and [`ApiServer::run`] for its background work (the store's warm-up, the Node deletions,
-//! the authentication ConfigMap) until shutdown.
+//! The API server as a component, in the shape every component has: [`ApiServer::new`] from a
+//! checked [`Config`] and the kube-apiserver clients, [`ApiServer::router`] to serve,
+//! [`ApiServer::readiness`] and [`ApiServer::register_metrics`] for the admin port, and
+//! [`ApiServer::run`] for its background work (the store's warm-up, the Node deletions, the
+//! authentication ConfigMap) until shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use numaresources_runtime::admin::{Checks, Registry};
 use numaresources_runtime::tls::ClientCaVerifier;
 use numaresources_runtime::{KubeClientError, kube_client};
 
@@ -14,7 +16,7 @@ use crate::auth::{Auth, Delegated, NodeRestriction};
 use crate::config::{Authentication, Config};
 use crate::exporter_pods::ExporterPods;
 use crate::replication::{Replication, Role, STORE_WARM_CHECK};
-use crate::{AppState, Readiness, Store};
+use crate::{AppState, Store};
 
 /// The readiness check that passes once the authentication ConfigMap has been read.
 pub(crate) const AUTHENTICATION_CONFIG_CHECK: &str = "authentication-config";
@@ -31,11 +33,19 @@ pub struct Clients {
 }
 
 impl Clients {
-    /// The clients delegated authentication needs, from `config`'s kubeconfigs (standalone
-    /// mode: none).
+    /// The clients `config` needs, from its kubeconfigs: delegated authentication's, or a
+    /// replica's Lease client (a standalone replica uses `main` alone). A standalone server that
+    /// is the only replica needs none.
     pub async fn connect(config: &Config) -> Result<Option<Self>, KubeClientError> {
-        let Authentication::Delegated(delegation) = &config.authentication else { return Ok(None) };
+        let delegation = match &config.authentication {
+            Authentication::Delegated(delegation) => Some(delegation),
+            Authentication::Standalone(_) if config.replication.is_some() => None,
+            Authentication::Standalone(_) => return Ok(None),
+        };
         let main = kube_client(config.kubeconfig.as_deref()).await?;
+        let Some(delegation) = delegation else {
+            return Ok(Some(Self { authentication: main.clone(), main, authorization: None }));
+        };
         let authentication = match &delegation.authentication_kubeconfig {
             Some(path) => kube_client(Some(path)).await?,
             None => main.clone(),
@@ -57,15 +67,12 @@ impl std::fmt::Debug for Clients {
 /// Why the server cannot be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// Delegated authentication without a client.
-    #[error("delegated authentication needs a kube-apiserver client")]
+    /// Delegated authentication or replication without a client.
+    #[error("delegated authentication and replication need a kube-apiserver client")]
     NoClient,
     /// The client CAs do not make a verifier.
     #[error("the client CAs: {0}")]
     ClientCas(#[from] numaresources_runtime::tls::Error),
-    /// [`ApiServer::replicate`] after [`ApiServer::router`].
-    #[error("replication must be set up before the router is made")]
-    AlreadyServing,
 }
 
 /// The API server of one [`Config`].
@@ -90,14 +97,16 @@ impl std::fmt::Debug for ApiServer {
 }
 
 impl ApiServer {
-    /// The server of `config`, its store empty, reporting `version` and `commit` on `/version`.
-    /// `clients` are needed for delegated authentication (standalone mode needs none).
-    pub fn new(config: Config, clients: Option<Clients>, version: &str, commit: &str) -> Result<Self, ServerError> {
-        let store = Store::new(config.watch_history).with_history_bytes(config.watch_history_bytes);
-        let mut state = AppState::new(Arc::new(store), version, commit);
+    /// The server of `config`, its store empty. `clients` are needed for delegated
+    /// authentication and for replication ([`Clients::connect`]); a standalone server that is the
+    /// only replica needs none.
+    pub fn new(config: Config, clients: Option<Clients>) -> Result<Self, ServerError> {
+        let store = Arc::new(Store::new(config.watch_history).with_history_bytes(config.watch_history_bytes));
+        let mut state = AppState::new(store.clone(), &config.build.version, &config.build.commit);
         state.limits = config.limits;
         let exporters = Arc::new(ExporterPods::new(&config.exporters.namespace));
-        let (client_cas, delegated, main_client) = match config.authentication {
+        let main_client = clients.as_ref().map(|clients| clients.main.clone());
+        let (client_cas, delegated) = match config.authentication {
             Authentication::Standalone(standalone) => {
                 tracing::warn!(
                     "standalone mode: static tokens and client certificates, with a permissive authorizer \
@@ -105,7 +114,7 @@ impl ApiServer {
                 );
                 let client_cas = Arc::new(ClientCaVerifier::new(&standalone.client_cas())?);
                 state.auth = Auth::Standalone(Arc::new(standalone));
-                (client_cas, None, None)
+                (client_cas, None)
             }
             Authentication::Delegated(delegation) => {
                 let clients = clients.ok_or(ServerError::NoClient)?;
@@ -128,30 +137,33 @@ impl ApiServer {
                 state.auth = Auth::Delegated(delegated.clone());
                 state.readiness.set(AUTHENTICATION_CONFIG_CHECK, false);
                 state.readiness.set(STORE_WARM_CHECK, false);
-                (client_cas, Some((delegated, delegation.refresh)), Some(clients.main))
+                (client_cas, Some((delegated, delegation.refresh)))
             }
         };
+        // Replicas reach a kube-apiserver for the Lease, so standalone ones warm up from the
+        // exporter pods as a cluster's replicas do.
+        let warm_up_client = match (&config.replication, &delegated) {
+            (Some(_), _) => Some(main_client.clone().ok_or(ServerError::NoClient)?),
+            (None, Some(_)) => main_client.clone(),
+            (None, None) => None,
+        };
+        let nodes_client = delegated.as_ref().and(main_client);
+        if let Some(replica) = config.replication {
+            let replication =
+                Replication::new(replica.identity, replica.advertise, replica.tls, store, state.readiness.clone());
+            state.replication = Some(Arc::new(replication));
+            state.readiness.set(STORE_WARM_CHECK, false);
+        }
         Ok(Self {
-            state: Arc::new(state),
+            state: Arc::new(state.with_metrics_registry()),
             client_cas,
             exporters,
             exporter_selector: config.exporters.selector,
             store_warmup: config.store_warmup,
-            warm_up_client: main_client.clone(),
-            nodes_client: main_client,
+            warm_up_client,
+            nodes_client,
             delegated,
         })
-    }
-
-    /// Makes this server one of several replicas. Replicas reach a kube-apiserver for the Lease
-    /// (`client`), so standalone ones warm up from its exporter pods as a cluster's replicas do.
-    pub fn replicate(&mut self, replication: Arc<Replication>, client: kube::Client) -> Result<(), ServerError> {
-        let state = Arc::get_mut(&mut self.state).ok_or(ServerError::AlreadyServing)?;
-        replication.metrics().register(state.metrics.registry_mut().ok_or(ServerError::AlreadyServing)?);
-        state.replication = Some(replication);
-        state.readiness.set(STORE_WARM_CHECK, false);
-        self.warm_up_client.get_or_insert(client);
-        Ok(())
     }
 
     /// What handlers share (the replication's peer listener serves it too).
@@ -170,11 +182,31 @@ impl ApiServer {
         crate::router(self.state.clone())
     }
 
-    /// The named checks `/readyz` reports.
-    pub fn readiness(&self) -> Arc<Readiness> {
-        self.state.readiness.clone()
+    /// The replication of this replica, when it is one of several.
+    pub fn replication(&self) -> Option<Arc<Replication>> {
+        self.state.replication.clone()
     }
 
+    /// The named checks `/readyz` reports: the store warm, and when they apply, the
+    /// authentication settings read and the replica in sync.
+    pub fn readiness(&self) -> Checks {
+        self.state.readiness.checks()
+    }
+
+    /// Registers the server's series (`numaresources_apiserver_*`) in the process's registry.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        self.state.register_metrics(registry);
+    }
+
+    /// The admin port's routes, over plain HTTP without credentials as every component serves
+    /// them: the probes of [`ApiServer::readiness`], `/metrics` (a registry of its own holding
+    /// [`ApiServer::register_metrics`]'s series), and the exporters' question whether their
+    /// node's object is held. Probes and scrapes need no token there (through the HTTPS port, a
+    /// scrape needs one that kube-apiserver's SubjectAccessReview allows `get` on `/metrics`).
+    pub fn admin_router(&self) -> Router {
+        numaresources_runtime::admin::component_router(self.readiness(), |registry| self.register_metrics(registry))
+            .merge(crate::held::router(self.state.clone()))
+    }
     /// Runs the background work until `shutdown` completes: the warm-up (the exporter pods
     /// followed, the store-warm check held until each has reported), the Node deletions, the
     /// authentication ConfigMap.

@@ -10,11 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use numaresources_apiserver::config::BuildInfo;
 use numaresources_apiserver::{ApiServer, Clients};
 use numaresources_runtime::admin;
+use numaresources_runtime::serve_with;
 use numaresources_runtime::shutdown::Shutdown;
 use numaresources_runtime::tls::{ServerConfigBuilder, WatchOptions};
-use numaresources_runtime::{kube_client, serve_with};
+
+use crate::apiserver_replication::Replicas;
 
 /// Options of `numaresources apiserver`.
 #[derive(Debug, clap::Args)]
@@ -47,23 +50,26 @@ pub fn run(args: ApiserverArgs) -> anyhow::Result<()> {
     args.runtime.runtime()?.block_on(serve_api(args))
 }
 
+/// What `/version` reports: this binary's release and commit.
+pub(crate) fn build_info() -> BuildInfo {
+    BuildInfo { version: env!("CARGO_PKG_VERSION").to_owned(), commit: env!("NUMARESOURCES_GIT_COMMIT").to_owned() }
+}
+
 async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
-    let config = args.server.config().context("invalid options")?;
+    let mut config = args.server.config().context("invalid options")?;
+    config.build = build_info();
     let (listen, files) = (config.listen, config.tls.clone());
-    let kubeconfig = args.server.kubeconfig.as_deref();
+    let replicas = args.replication.replicas(listen.ip(), args.server.kubeconfig.as_deref()).await?;
+    config.replication = replicas.as_ref().map(Replicas::replica);
     let clients = Clients::connect(&config).await?;
-    let mut server = ApiServer::new(config, clients, env!("CARGO_PKG_VERSION"), env!("NUMARESOURCES_GIT_COMMIT"))?;
-    let replicas = args.replication.replicas(listen.ip(), kubeconfig, server.state()).await?;
-    if let Some(replicas) = &replicas {
-        server.replicate(replicas.replication(), kube_client(kubeconfig).await?)?;
-    }
+    let server = ApiServer::new(config, clients)?;
 
     let certificate = files.certificate(
         "kube-apiserver reaches us only with insecureSkipTLSVerify until the mounted certificate appears",
     )?;
     let _watcher = certificate.watch(WatchOptions::default())?;
     let tls = ServerConfigBuilder::new(Arc::new(certificate)).client_cas(server.client_cas()).build()?;
-    let (router, state) = (server.router(), server.state().clone());
+    let (router, admin_app, state) = (server.router(), server.admin_router(), server.state().clone());
     // The background work (warm-up first) starts before the election, and runs until the
     // listener has drained.
     let (served, serving_ended) = Shutdown::manual();
@@ -74,8 +80,7 @@ async fn serve_api(args: ApiserverArgs) -> anyhow::Result<()> {
         0 => None,
         port => {
             let address = std::net::SocketAddr::new(listen.ip(), port);
-            let app = numaresources_apiserver::admin_router(state.clone());
-            Some(admin::spawn_plain(address, app, std::future::pending()).await?)
+            Some(admin::spawn_plain(address, admin_app, std::future::pending()).await?)
         }
     };
     let (stop_election, election_stopped) = Shutdown::manual();

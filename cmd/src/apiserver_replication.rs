@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use numaresources_api::GoDuration;
 use numaresources_apiserver::AppState;
-use numaresources_apiserver::replication::{PeerTls, Replication};
+use numaresources_apiserver::replication::{PeerTls, ReplicaConfig};
 use numaresources_runtime::leader::{LeaderLease, LeaseTimings};
 use numaresources_runtime::tls::{CaBundle, ClientCaVerifier, ReloadingCertificate, ServerConfigBuilder, WatchOptions};
 
@@ -74,7 +74,7 @@ fn parse_short(text: &str) -> Result<Duration, String> {
 
 /// What `--leader-elect` starts.
 pub struct Replicas {
-    replication: Arc<Replication>,
+    replica: ReplicaConfig,
     lease: LeaderLease,
     peer_addr: SocketAddr,
     peer_tls: Arc<rustls::ServerConfig>,
@@ -83,12 +83,11 @@ pub struct Replicas {
 }
 
 impl ReplicationArgs {
-    /// The replication of this replica, when `--leader-elect` is on.
+    /// This replica's election and peer listener, when `--leader-elect` is on.
     pub async fn replicas(
         &self,
         bind: IpAddr,
         kubeconfig: Option<&std::path::Path>,
-        state: &AppState,
     ) -> anyhow::Result<Option<Replicas>> {
         if !self.leader_elect {
             return Ok(None);
@@ -126,10 +125,8 @@ impl ReplicationArgs {
             timings,
         );
         tracing::info!(%identity, %advertise, lease = %self.leader_elect_resource_name, "replicated: electing a leader");
-        let replication =
-            Arc::new(Replication::new(identity, advertise, tls, state.store.clone(), state.readiness.clone()));
         Ok(Some(Replicas {
-            replication,
+            replica: ReplicaConfig { identity, advertise, tls },
             lease,
             peer_addr: SocketAddr::new(bind, self.peer_advertise_port),
             peer_tls,
@@ -173,9 +170,9 @@ fn follow_peer_ca(
 }
 
 impl Replicas {
-    /// The replication state, for the server's state.
-    pub fn replication(&self) -> Arc<Replication> {
-        self.replication.clone()
+    /// What the server makes this replica's replication of.
+    pub fn replica(&self) -> ReplicaConfig {
+        self.replica.clone()
     }
 
     /// Starts the peer listener (until `state.stopping`) and the election (until `shutdown`; a
@@ -185,6 +182,8 @@ impl Replicas {
         state: Arc<AppState>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let replication =
+            state.replication.clone().context("the server was made without this replica's replication")?;
         let listener = tokio::net::TcpListener::bind(self.peer_addr)
             .await
             .with_context(|| format!("listening for peers on {}", self.peer_addr))?;
@@ -198,7 +197,7 @@ impl Replicas {
                 tracing::error!(%error, "the peer listener failed");
             }
         });
-        let (replication, lease, watcher) = (self.replication, self.lease, self._certificate_watcher);
+        let (lease, watcher) = (self.lease, self._certificate_watcher);
         Ok(tokio::spawn(async move {
             numaresources_apiserver::replication::run(replication, lease, shutdown).await;
             drop(watcher);

@@ -93,7 +93,7 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
     };
     let token = random_token();
     let server = api_server(&format!("{token},admin,local-admin,\"system:masters\"\n"))?;
-    server.readiness().set(FIRST_PUBLISH, false);
+    server.state().readiness.set(FIRST_PUBLISH, false);
     if args.simulate_nodes > 0 {
         let published = crate::simulate::publish_fleet(&server.state().store, &args.state_dir, args.simulate_nodes)?;
         tracing::info!(published, "published synthetic nodes built from the sysfs fixtures");
@@ -110,7 +110,7 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
     tracing::info!(%address, "serving the NodeResourceTopology API on https://{address}");
     tracing::info!("try: kubectl --kubeconfig {} get noderesourcetopologies", kubeconfig.display());
 
-    let readiness = server.readiness();
+    let readiness = server.state().readiness.clone();
     let first_publish = exporter.first_publish();
     tokio::spawn(async move {
         first_publish.await;
@@ -138,7 +138,8 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
 fn api_server(tokens: &str) -> anyhow::Result<ApiServer> {
     let mut config = numaresources_runtime::flags::defaults::<ServerArgs>()?.config()?;
     config.authentication = Authentication::Standalone(Standalone::from_token_file(tokens)?);
-    Ok(ApiServer::new(config, None, env!("CARGO_PKG_VERSION"), env!("NUMARESOURCES_GIT_COMMIT"))?)
+    config.build = crate::apiserver::build_info();
+    Ok(ApiServer::new(config, None)?)
 }
 
 /// The exporter of `numaresources rte`, configured from the same flags, publishing to this server.

@@ -580,6 +580,25 @@ pub async fn wait_ready(client: &kube::Client, timeout: Duration) -> bool {
     tokio::time::timeout(timeout, ready).await.is_ok()
 }
 
+/// A GET by a client that retries a 503 with Retry-After every 100 ms until `deadline`, as
+/// client-go's retries would: what a replica answers while it has not yet learnt who leads
+/// after an election, or while the new leader's store is still being declared warm. Returns the
+/// first other answer (or the last 503 at the deadline).
+pub async fn read_retrying(
+    client: &kube::Client,
+    path: &str,
+    deadline: tokio::time::Instant,
+) -> Result<Answer, kube::Error> {
+    loop {
+        let answer = request(client, http::Method::GET, path, None).await?;
+        let for_now = answer.status == 503 && answer.retry_after.is_some();
+        if !for_now || tokio::time::Instant::now() >= deadline {
+            return Ok(answer);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The longest wait between two attempts of [`write_retrying`], whatever Retry-After says.
 pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(1);
 

@@ -11,7 +11,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{EnvVar, Service};
 use k8s_openapi::api::rbac::v1::{PolicyRule, RoleRef};
@@ -203,11 +202,13 @@ async fn probe_paths_are_served_without_credentials() {
     let container = m.single_container();
     let readiness = container.readiness_probe.as_ref().expect("no readiness probe");
     let liveness = container.liveness_probe.as_ref().expect("no liveness probe");
-    let state = Arc::new(numaresources_apiserver::AppState::new(
-        Arc::new(numaresources_apiserver::Store::new(16)),
-        "test",
-        "test",
-    ));
+    // The server as `numaresources local` makes it: the flags' defaults, standalone.
+    let mut config =
+        numaresources_runtime::flags::defaults::<numaresources_apiserver::config::Args>().unwrap().config().unwrap();
+    config.authentication = numaresources_apiserver::config::Authentication::Standalone(
+        numaresources_apiserver::auth::Standalone::from_token_file("").unwrap(),
+    );
+    let server = numaresources_apiserver::ApiServer::new(config, None).unwrap();
     for (probe, expected) in [(readiness, "/readyz"), (liveness, "/livez")] {
         let get = probe.http_get.as_ref().expect("probes are HTTP GETs");
         assert_eq!(get.path.as_deref(), Some(expected));
@@ -223,13 +224,13 @@ async fn probe_paths_are_served_without_credentials() {
         }
         let path = get.path.clone().unwrap();
         // The kubelet has no credentials: the admin router asks for none.
-        let router = numaresources_apiserver::admin_router(state.clone());
+        let router = server.admin_router();
         let request = axum::http::Request::get(&path).body(axum::body::Body::empty()).unwrap();
         let response = router.oneshot(request).await.unwrap();
         assert_eq!(response.status(), 200, "GET {path}");
     }
     // The router does tell paths apart (a typo would not pass).
-    let router = numaresources_apiserver::admin_router(state);
+    let router = server.admin_router();
     let request = axum::http::Request::get("/readyzz").body(axum::body::Body::empty()).unwrap();
     assert_eq!(router.oneshot(request).await.unwrap().status(), 404);
 }

@@ -27,8 +27,8 @@ use kube::Api;
 use kube::api::{WatchEvent, WatchParams};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_tests::replicas::{
-    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, plain_get, request,
-    request_as, write_retrying,
+    Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, plain_get, read_retrying,
+    request, request_as, write_retrying,
 };
 use numaresources_tests::served::{BOUND, bounded, until};
 use serde_json::json;
@@ -45,22 +45,12 @@ fn object_path(name: &str) -> String {
     format!("{NRT_PATH}/{name}")
 }
 
-/// name → resourceVersion of every NRT a LIST on `client` returns (`query` appended).
-///
-/// A consistent LIST on a follower that has not yet learnt who leads after an election is
-/// refused with 503 and Retry-After, and a client retries it: so does this, within `PATIENCE`.
-/// Any other answer than 200 fails the test.
+/// name → resourceVersion of every NRT a LIST on `client` returns (`query` appended), retrying
+/// a 503 with Retry-After as a client does (a follower that has not yet learnt who leads after
+/// an election refuses a consistent LIST so).
 async fn listed(client: &kube::Client, query: &str) -> BTreeMap<String, String> {
-    let deadline = Instant::now() + PATIENCE;
-    let answer = loop {
-        let answer = request(client, Method::GET, &format!("{NRT_PATH}{query}"), None).await.unwrap();
-        let refused_for_now =
-            answer.status == 503 && answer.retry_after.is_some() && answer.body["reason"] == "ServiceUnavailable";
-        if !refused_for_now || Instant::now() >= deadline {
-            break answer;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let path = format!("{NRT_PATH}{query}");
+    let answer = read_retrying(client, &path, Instant::now() + PATIENCE).await.unwrap();
     assert_eq!(answer.status, 200, "LIST{query}: {answer:?}");
     answer.body["items"]
         .as_array()

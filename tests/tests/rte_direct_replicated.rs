@@ -25,7 +25,7 @@ use numaresources_rte::podresources::PodResourcesClient;
 use numaresources_rte::podresources::testing::RunningKubelet;
 use numaresources_rte::publish::Outcome;
 use numaresources_rte::trigger::Trigger;
-use numaresources_tests::replicas::{Cluster, NRT_PATH, request};
+use numaresources_tests::replicas::{Cluster, NRT_PATH, read_retrying, request};
 use numaresources_tests::served::{BOUND, kube_client};
 use serde_json::Value;
 
@@ -108,9 +108,11 @@ async fn publish(agent: &mut Agent<PodResourcesClient, FailoverPublisher>, what:
     }
 }
 
-/// The node's object on replica `index`, with a consistent read.
+/// The node's object on replica `index`, with a consistent read (a 503 with Retry-After, as a
+/// replica answers while an election settles, retried as a client does).
 async fn object_on(cluster: &Cluster, index: usize) -> Value {
-    let answer = request(&cluster.client(index).await, Method::GET, &format!("{NRT_PATH}/{NODE}"), None).await.unwrap();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let answer = read_retrying(&cluster.client(index).await, &format!("{NRT_PATH}/{NODE}"), deadline).await.unwrap();
     assert_eq!(answer.status, 200, "{NODE} on replica {index}: {answer:?}\n{}", cluster.logs());
     answer.body
 }

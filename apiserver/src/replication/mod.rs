@@ -110,6 +110,18 @@ pub struct PeerTls {
     pub server_name: String,
 }
 
+/// One replica's part in a replicated store: what [`crate::ApiServer::new`] makes its
+/// [`Replication`] of.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// This replica's identity (the Lease holder name when it leads).
+    pub identity: String,
+    /// Where peers reach this replica's peer listener (`https://IP:PORT`).
+    pub advertise: String,
+    /// How replicas reach and trust each other.
+    pub tls: PeerTls,
+}
+
 /// What a replica is doing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
