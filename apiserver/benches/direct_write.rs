@@ -21,6 +21,7 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
 
+use numaresources_testkit::kube_double::{KubeDouble, OUR_AUDIENCE};
 use numaresources_testkit::proc_status;
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -36,7 +37,6 @@ use http::StatusCode;
 use serde_json::{Value, json};
 use support::BASE;
 use support::fleet::worker;
-use support::kube_double::{KubeDouble, OUR_AUDIENCE};
 use support::tls::{Connection, Protocol, client_config, connect, connect_with, start};
 
 const FLEET: usize = 5_000;

@@ -1,8 +1,8 @@
 //! Delegated authentication and authorization against the kube-apiserver double
-//! (tests/support/kube_double.rs): TokenReview and SubjectAccessReview, their caching, and what
-//! happens while kube-apiserver is unreachable; the authentication ConfigMap's watch against a
-//! mock (tower-test, as kube-rs tests its clients). The request-header path is covered with real
-//! certificates in the unit tests.
+//! (`numaresources_testkit::kube_double`): TokenReview and SubjectAccessReview, their caching,
+//! and what happens while kube-apiserver is unreachable; the authentication ConfigMap's watch
+//! against a mock (tower-test, as kube-rs tests its clients). The request-header path is covered
+//! with real certificates in the unit tests.
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
@@ -15,13 +15,13 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use numaresources_apiserver::auth::{Auth, AuthenticationConfig, Delegated, RequestHeaderConfig};
 use numaresources_apiserver::router;
+use numaresources_testkit::kube_double::{KubeDouble, OUR_AUDIENCE};
 use serde_json::{Value, json};
-use support::kube_double::{KubeDouble, OUR_AUDIENCE};
 use support::{BASE, in_process, nrt};
 
 /// Our server in delegated mode against `double`, its authentication configuration loaded or
 /// not yet.
-fn app(double: &Arc<KubeDouble>, loaded: bool) -> axum::Router {
+fn app(double: &KubeDouble, loaded: bool) -> axum::Router {
     let delegated = Delegated::new(double.client(), None);
     if loaded {
         delegated.set_config(AuthenticationConfig::default());
@@ -75,8 +75,8 @@ async fn tokens_are_reviewed_and_decisions_cached() {
         let (status, _) = call(&app, "GET", BASE, Some(&admin), None).await;
         assert_eq!(status, StatusCode::OK);
     }
-    assert_eq!(double.token_reviews.load(Ordering::SeqCst), 1, "one TokenReview, then the cache");
-    assert_eq!(double.access_reviews.load(Ordering::SeqCst), 1, "one SubjectAccessReview, then the cache");
+    assert_eq!(double.token_reviews(), 1, "one TokenReview, then the cache");
+    assert_eq!(double.access_reviews(), 1, "one SubjectAccessReview, then the cache");
     // Negative answers are cached too: a client retrying a bad token costs one review per
     // audience asked (ours, then kube-apiserver's), once.
     for _ in 0..3 {
@@ -84,12 +84,12 @@ async fn tokens_are_reviewed_and_decisions_cached() {
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         assert_eq!(body["reason"], "Unauthorized");
     }
-    assert_eq!(double.token_reviews.load(Ordering::SeqCst), 3);
+    assert_eq!(double.token_reviews(), 3);
     for _ in 0..3 {
         let (status, _) = call(&app, "GET", BASE, Some(&bob), None).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
     }
-    assert_eq!(double.access_reviews.load(Ordering::SeqCst), 2, "a denial is cached like an allowance");
+    assert_eq!(double.access_reviews(), 2, "a denial is cached like an allowance");
 }
 
 #[tokio::test]
@@ -100,7 +100,7 @@ async fn an_unreachable_kube_apiserver_fails_requests_clearly_and_is_not_remembe
     let (status, _) = call(&app, "GET", BASE, Some(&admin), None).await;
     assert_eq!(status, StatusCode::OK);
 
-    double.down.store(true, Ordering::SeqCst);
+    double.set_down(true);
     // What is cached still answers.
     let (status, _) = call(&app, "GET", BASE, Some(&admin), None).await;
     assert_eq!(status, StatusCode::OK);
@@ -115,7 +115,7 @@ async fn an_unreachable_kube_apiserver_fails_requests_clearly_and_is_not_remembe
     assert_eq!(body["reason"], "Unauthorized");
 
     // Back: the failures were not cached, the same requests get their real answers at once.
-    double.down.store(false, Ordering::SeqCst);
+    double.set_down(false);
     let (status, body) = call(&app, "GET", &format!("{BASE}/worker-0"), Some(&admin), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "authorized, and there is no such object: {body}");
     let (status, _) = call(&app, "GET", BASE, Some(&bob), None).await;
@@ -163,9 +163,9 @@ async fn subject_access_reviews_go_to_the_authorization_kubeconfig_when_given() 
     let admin = token(&through_authentication, "kubernetes-admin");
     let (status, _) = call(&app, "GET", BASE, Some(&admin), None).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(through_authorization.access_reviews.load(Ordering::SeqCst), 1);
-    assert_eq!(through_authentication.access_reviews.load(Ordering::SeqCst), 0);
-    assert_eq!(through_authentication.token_reviews.load(Ordering::SeqCst), 1);
+    assert_eq!(through_authorization.access_reviews(), 1);
+    assert_eq!(through_authentication.access_reviews(), 0);
+    assert_eq!(through_authentication.token_reviews(), 1);
 }
 
 #[tokio::test]

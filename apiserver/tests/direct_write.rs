@@ -7,14 +7,14 @@
 
 mod support;
 
-use std::sync::atomic::Ordering;
-
 use http::StatusCode;
 use numaresources_api::direct_write::{EXTRA_POD_NAME, EXTRA_POD_UID};
 use numaresources_apiserver::exporter_pods::Lookup;
+use numaresources_testkit::kube_double::{
+    EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, KUBE_AUDIENCE, KubeDouble, OUR_AUDIENCE,
+};
 use serde_json::{Value, json};
 use support::BASE;
-use support::kube_double::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, KUBE_AUDIENCE, KubeDouble, OUR_AUDIENCE};
 use support::tls::{Answer, Connection, Protocol, TlsServer, start};
 
 fn bearer(token: &str) -> String {
@@ -50,7 +50,7 @@ async fn until_the_cache_sees(server: &TlsServer, pod: &str, wanted: impl Fn(&Lo
 
 /// A cluster with one exporter pod `rte-a` on worker-a, our server, and that pod's token for
 /// our audience as an Authorization header.
-async fn exporter_on_worker_a(names_nodes: bool) -> (std::sync::Arc<KubeDouble>, TlsServer, String) {
+async fn exporter_on_worker_a(names_nodes: bool) -> (KubeDouble, TlsServer, String) {
     let double = KubeDouble::new(names_nodes);
     double.add_pod("rte-a", "worker-a");
     let server = start(&double, |_| {}).await;
@@ -76,7 +76,7 @@ async fn an_exporter_writes_only_its_own_node_whether_the_token_names_it_or_its_
         // Reading is not restricted.
         let read = connection.send("GET", &format!("{BASE}/worker-b"), &headers, Vec::new()).await;
         assert_eq!(read.status, StatusCode::OK, "names_nodes={names_nodes}");
-        assert_eq!(double.token_reviews.load(Ordering::SeqCst), 1, "one review, then the cache");
+        assert_eq!(double.token_reviews(), 1, "one review, then the cache");
     }
 }
 
@@ -93,7 +93,7 @@ async fn a_token_whose_pod_is_gone_or_was_recreated_is_refused() {
         until_the_cache_sees(&server, "rte-a", |l| *l == Lookup::Missing).await;
         let answer = patch(&mut connection, &headers, "worker-a").await;
         assert_refused_by_the_rule(&answer, "no longer exists");
-        assert_eq!(double.token_reviews.load(Ordering::SeqCst), 1, "refused by the pod cache, not a new review");
+        assert_eq!(double.token_reviews(), 1, "refused by the pod cache, not a new review");
 
         // A pod of the same name comes back (a new UID): the old token is still not its.
         double.add_pod("rte-a", "worker-a");
@@ -168,5 +168,5 @@ async fn the_aggregator_path_keeps_the_rule_for_exporters_and_only_for_them() {
     let answer = create(&mut plain, &as_exporter, "worker-a").await;
     assert_eq!(answer.status, StatusCode::FORBIDDEN);
     assert!(answer.json()["message"].as_str().unwrap().contains("system:anonymous"), "{}", answer.json());
-    assert_eq!(double.token_reviews.load(Ordering::SeqCst), 0, "the front proxy's identities need no review");
+    assert_eq!(double.token_reviews(), 0, "the front proxy's identities need no review");
 }

@@ -1,8 +1,11 @@
 //! What the tests and benches of several crates share, and nothing ships: a dev-only crate (no
 //! component depends on it outside `[dev-dependencies]`, and it depends on no component but the
-//! runtime).
+//! runtime, besides the api crate's types).
 //!
 //! - [`https`]: kept-alive HTTP/1.1 and HTTP/2 connections over TLS, each request read whole;
+//! - [`kube_double`]: kube-apiserver as our components meet it (Leases, exporter pods, token and
+//!   access reviews), in process or on a loopback port, for the API server's tests and benches
+//!   and the workspace's replication tests;
 //! - [`median`]: the timing loop of the std-only benches;
 //! - [`proc_status`] and [`tcp`]: a process's memory and the machine's TCP counters, as the
 //!   whole-process benches report them;
@@ -12,6 +15,7 @@
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
 pub mod https;
+pub mod kube_double;
 pub mod median;
 pub mod proc_status;
 pub mod tcp;

@@ -1,6 +1,6 @@
 //! The replicated NRT API server under failures, with real processes: 3 replicas of
-//! `numaresources apiserver` (the Lease on the Lease double), 5,000 objects, 32 writers at 2,000
-//! changes/s in total, 100 watchers spread over the replicas.
+//! `numaresources apiserver` (the Lease on the kube-apiserver double), 5,000 objects, 32 writers
+//! at 2,000 changes/s in total, 100 watchers spread over the replicas.
 //!
 //! Figures, one line each:
 //! - replication lag p99 (a write's acknowledgement → its event on each follower's watchers) and

@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-pub mod lease_double;
 pub mod replicas;
 pub mod served;
 pub mod service;

@@ -1,6 +1,6 @@
 //! Several real `numaresources apiserver` processes on loopback, replicating one store, with the
-//! Lease they elect their leader on served by the [`LeaseDouble`]: what the replication test and
-//! the HA bench share.
+//! Lease they elect their leader on served by the kube-apiserver double ([`KubeDouble`]): what the
+//! replication test and the HA bench share.
 //!
 //! The replicas run in standalone mode (static tokens, so no kube-apiserver is needed for
 //! authentication) with `--leader-elect`; the kubeconfig they get points at the double and is used
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use numaresources_runtime::tls::CertificateAuthority;
 
-use crate::lease_double::LeaseDouble;
+use numaresources_testkit::kube_double::KubeDouble;
 
 /// The Lease's namespace and name (the design's defaults).
 pub const LEASE_NAMESPACE: &str = "numaresources";
@@ -120,13 +120,13 @@ pub struct ClusterFiles {
     pub peer_cert: PathBuf,
     pub peer_key: PathBuf,
     pub tokens: PathBuf,
-    /// Points at the Lease double.
+    /// Points at the kube-apiserver double.
     pub lease_kubeconfig: PathBuf,
 }
 
 impl ClusterFiles {
     /// Generates the CA, both pairs and the token file into `dir`.
-    pub fn write(dir: &Path, double: &LeaseDouble) -> Self {
+    pub fn write(dir: &Path, double: &KubeDouble) -> Self {
         let day = Duration::from_secs(24 * 3600);
         let ca = CertificateAuthority::generate("replication-test-ca", day).unwrap_or_else(|e| panic!("CA: {e}"));
         let names = [PEER_SERVER_NAME.to_owned(), "127.0.0.1".to_owned()];
@@ -366,10 +366,10 @@ impl Replica {
     }
 }
 
-/// A Lease double and `n` replicas, each with its own client.
+/// A kube-apiserver double and `n` replicas, each with its own client.
 #[derive(Debug)]
 pub struct Cluster {
-    pub double: LeaseDouble,
+    pub double: KubeDouble,
     pub files: ClusterFiles,
     pub replicas: Vec<Replica>,
     pub options: ReplicaOptions,
@@ -380,7 +380,7 @@ impl Cluster {
     /// Starts the double and `n` replicas.
     pub async fn start(n: usize, options: ReplicaOptions) -> Self {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary directory: {e}"));
-        let double = LeaseDouble::start().await.unwrap_or_else(|e| panic!("the Lease double: {e}"));
+        let double = KubeDouble::start().await.unwrap_or_else(|e| panic!("the kube-apiserver double: {e}"));
         let files = ClusterFiles::write(dir.path(), &double);
         if options.delegated {
             double.issue_admin_token(ADMIN_TOKEN, "admin");
@@ -437,9 +437,9 @@ impl Cluster {
         }
     }
 
-    /// `n` replicas in delegated mode that list exporter pods on `nodes` when they start (the
-    /// double's pod watch stays quiet, so they are started once, stopped, and started again
-    /// with the pods in place), with a leader elected and all Ready; the leader's index.
+    /// `n` replicas in delegated mode that list exporter pods on `nodes` when they start, as in
+    /// a cluster whose exporters run already (started once, stopped, and started again with
+    /// the pods in place), with a leader elected and all Ready; the leader's index.
     pub async fn start_with_exporter_pods(n: usize, nodes: &[&str], patience: Duration) -> (Self, usize) {
         let options = ReplicaOptions { delegated: true, ..ReplicaOptions::default() };
         let mut cluster = Self::start(n, options).await;

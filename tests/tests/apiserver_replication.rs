@@ -1,6 +1,6 @@
 //! Three real `numaresources apiserver` processes on loopback replicating one NRT store, with
-//! their Lease served by the Lease double (the only stand-in: for kube-apiserver's Lease
-//! endpoint). Real TLS on the public ports, mutual TLS on the peer ports, real signals.
+//! their Lease served by the kube-apiserver double (the only stand-in: for kube-apiserver's
+//! endpoints). Real TLS on the public ports, mutual TLS on the peer ports, real signals.
 //!
 //! Scenarios: exactly one leader; a write through a follower is on every replica with the same
 //! resourceVersion, and a consistent LIST on a follower already has it; a watch resumes on another

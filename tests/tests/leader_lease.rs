@@ -1,9 +1,13 @@
-//! `numaresources_runtime::leader::LeaderLease` against the Lease double (kube-apiserver's answers
-//! for the verbs leader election uses): two candidates, one leads; a release lets the other take
-//! over; an expired Lease is taken; an ineligible candidate waits until the Lease is orphaned; a
-//! hand-over names the successor; a leader that cannot renew stops within its renew deadline.
+//! `numaresources_runtime::leader::LeaderLease` against the kube-apiserver double's Leases
+//! (kube-apiserver's answers for the verbs leader election uses): two candidates, one leads; a
+//! release lets the other take over; an expired Lease is taken; an ineligible candidate waits
+//! until the Lease is orphaned; a hand-over names the successor; a leader that cannot renew
+//! stops within its renew deadline.
 //!
-//! Every wait is bounded by a generous deadline; nothing asserts how long anything took.
+//! The tests that wait for a Lease to expire run on tokio's paused clock against the double in
+//! process (the clock jumps to the next timer once every task waits, so no test sleeps for real);
+//! the others reach it over HTTP with kube-rs' whole client. Every wait is bounded by a generous
+//! deadline; nothing asserts how long anything took.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup is a failed test
 
@@ -16,7 +20,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
 use kube::api::PostParams;
 use numaresources_runtime::leader::{LeaderLease, LeaseTimings, ORPHANED_AFTER_LEASES};
-use numaresources_tests::lease_double::LeaseDouble;
+use numaresources_testkit::kube_double::KubeDouble;
 use numaresources_tests::served::bounded;
 
 const NAMESPACE: &str = "numaresources";
@@ -29,17 +33,23 @@ const TIMINGS: LeaseTimings = LeaseTimings {
     retry: Duration::from_millis(100),
 };
 
-async fn candidate(double: &LeaseDouble, identity: &str) -> LeaderLease {
-    LeaderLease::new(double.client().await.unwrap(), NAMESPACE, NAME, identity, TIMINGS)
+/// A client of the double: over HTTP when it is served, in process otherwise (on a paused clock
+/// a socket would let the clock jump while a request is on its way).
+async fn client_of(double: &KubeDouble) -> kube::Client {
+    if double.is_served() { double.http_client().await.unwrap() } else { double.client() }
 }
 
-fn transitions(double: &LeaseDouble) -> i32 {
+async fn candidate(double: &KubeDouble, identity: &str) -> LeaderLease {
+    LeaderLease::new(client_of(double).await, NAMESPACE, NAME, identity, TIMINGS)
+}
+
+fn transitions(double: &KubeDouble) -> i32 {
     double.lease(NAMESPACE, NAME).and_then(|l| l.spec).and_then(|s| s.lease_transitions).unwrap_or(-1)
 }
 
 /// Stores a Lease held by `holder`, last renewed `ago`, lasting `seconds`.
-async fn held_by(double: &LeaseDouble, holder: &str, ago: Duration, seconds: i32) {
-    let api: Api<Lease> = Api::namespaced(double.client().await.unwrap(), NAMESPACE);
+async fn held_by(double: &KubeDouble, holder: &str, ago: Duration, seconds: i32) {
+    let api: Api<Lease> = Api::namespaced(client_of(double).await, NAMESPACE);
     let renewed = Timestamp::now().checked_sub(SignedDuration::try_from(ago).unwrap()).unwrap();
     let lease = Lease {
         metadata: ObjectMeta { name: Some(NAME.to_owned()), ..ObjectMeta::default() },
@@ -57,7 +67,7 @@ async fn held_by(double: &LeaseDouble, holder: &str, ago: Duration, seconds: i32
 
 #[tokio::test]
 async fn one_of_two_candidates_leads_and_the_other_takes_over_after_a_release() {
-    let double = LeaseDouble::start().await.unwrap();
+    let double = KubeDouble::start().await.unwrap();
     let (a, b) = (candidate(&double, "a").await, candidate(&double, "b").await);
 
     bounded("a acquires a free Lease", a.acquire()).await;
@@ -82,7 +92,7 @@ const LEASE_SECOND: Duration = Duration::from_millis(1_100);
 
 #[tokio::test]
 async fn two_candidates_racing_for_a_free_lease_yield_exactly_one_leader() {
-    let double = LeaseDouble::start().await.unwrap();
+    let double = KubeDouble::start().await.unwrap();
     let candidates = [candidate(&double, "a").await, candidate(&double, "b").await, candidate(&double, "c").await];
     let attempts = candidates.iter().map(LeaderLease::try_acquire_or_renew);
     let won: Vec<bool> = futures_util::future::join_all(attempts).await.into_iter().map(Result::unwrap).collect();
@@ -92,9 +102,9 @@ async fn two_candidates_racing_for_a_free_lease_yield_exactly_one_leader() {
     assert_eq!(winner.identity(), holder);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_expired_lease_is_taken_and_counts_a_transition() {
-    let double = LeaseDouble::start().await.unwrap();
+    let double = KubeDouble::new(false);
     held_by(&double, "gone", Duration::from_secs(5), 1).await;
     let c = candidate(&double, "c").await;
     // Expiry is judged as client-go judges it: by this candidate's clock since it first saw the
@@ -108,16 +118,16 @@ async fn an_expired_lease_is_taken_and_counts_a_transition() {
 
 #[tokio::test]
 async fn a_fresh_lease_of_another_holder_is_left_alone() {
-    let double = LeaseDouble::start().await.unwrap();
+    let double = KubeDouble::start().await.unwrap();
     held_by(&double, "alive", Duration::ZERO, 3600).await;
     let c = candidate(&double, "c").await;
     assert!(!c.try_acquire_or_renew().await.unwrap());
     assert_eq!(double.holder(NAMESPACE, NAME).as_deref(), Some("alive"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_ineligible_candidate_waits_while_an_eligible_one_takes_the_lease() {
-    let double = LeaseDouble::start().await.unwrap();
+    let double = KubeDouble::new(false);
     // Expired (1 s lease, renewed 2 s ago) but not orphaned.
     held_by(&double, "gone", Duration::from_secs(2), 1).await;
     let behind = candidate(&double, "behind").await.with_eligibility(|_| false);
@@ -135,9 +145,9 @@ async fn an_ineligible_candidate_waits_while_an_eligible_one_takes_the_lease() {
     assert_eq!(double.holder(NAMESPACE, NAME).as_deref(), Some("in-sync"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_ineligible_candidate_takes_an_orphaned_lease() {
-    let double = LeaseDouble::start().await.unwrap();
+    let double = KubeDouble::new(false);
     let orphaned = u64::try_from(ORPHANED_AFTER_LEASES + 2).unwrap();
     held_by(&double, "gone", Duration::from_secs(orphaned), 1).await;
     let behind = candidate(&double, "behind").await.with_eligibility(|_| false);
@@ -149,7 +159,7 @@ async fn an_ineligible_candidate_takes_an_orphaned_lease() {
 
 #[tokio::test]
 async fn the_holder_publishes_its_annotations_and_hands_over_to_a_successor() {
-    let double = LeaseDouble::start().await.unwrap();
+    let double = KubeDouble::start().await.unwrap();
     let a = candidate(&double, "a").await.with_annotations(|| {
         BTreeMap::from([("nodetopology.openshift.io/peer-address".to_owned(), "https://127.0.0.1:1".to_owned())])
     });
@@ -164,9 +174,9 @@ async fn the_holder_publishes_its_annotations_and_hands_over_to_a_successor() {
     assert!(!a.try_acquire_or_renew().await.unwrap(), "the former holder does not take it back");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_leader_that_cannot_renew_stops_and_another_takes_over_once_it_expired() {
-    let double = LeaseDouble::start().await.unwrap();
+    let double = KubeDouble::new(false);
     let (a, b) = (candidate(&double, "a").await, candidate(&double, "b").await);
     bounded("a acquires", a.acquire()).await;
     double.set_available(false);

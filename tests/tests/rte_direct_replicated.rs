@@ -1,9 +1,9 @@
 //! The exporter's direct write path against a replicated API server: the real agent (`Agent`
 //! with the `FailoverPublisher`, a fake kubelet on a unix socket, the real sysfs tree) publishes
 //! to a follower of three real `numaresources apiserver` processes in delegated mode, presenting
-//! a projected token that the Lease double reviews as bound to the exporter pod on the agent's
-//! node (by pod, without the node-name extra, as clusters before 1.30 issue them). The follower
-//! forwards each write to the leader, which places the token through its pod.
+//! a projected token that the kube-apiserver double reviews as bound to the exporter pod on the
+//! agent's node (by pod, without the node-name extra, as clusters before 1.30 issue them). The
+//! follower forwards each write to the leader, which places the token through its pod.
 //!
 //! kube-apiserver, the agent's fallback, is a closed port here: every write that lands is one
 //! the agent sent to our server directly. Every wait is bounded; nothing asserts how long

@@ -1,12 +1,11 @@
 //! What the integration tests and benches share: the resource's path and a small object, the
 //! router called in process, our server on a plain socket with a raw HTTP/1.1 client, and our
-//! server over real TLS against the kube-apiserver double.
+//! server over real TLS against testkit's kube-apiserver double.
 
 #![allow(dead_code)] // each test binary uses part of the harness
 
 pub mod fleet;
 pub mod in_process;
-pub mod kube_double;
 pub mod socket;
 pub mod tls;
 

@@ -17,7 +17,7 @@ use numaresources_runtime::tls::{
 #[allow(unused_imports)] // each test binary uses a part of it
 pub use numaresources_testkit::https::{Answer, Connection, Protocol, client_config, connect, connect_with};
 
-use super::kube_double::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, EXPORTER_SELECTOR, KubeDouble};
+use numaresources_testkit::kube_double::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, EXPORTER_SELECTOR, KubeDouble};
 
 /// The aggregator's client certificate CN, as kube-apiserver's front proxy presents it.
 pub const FRONT_PROXY_CN: &str = "front-proxy-client";
@@ -39,7 +39,7 @@ pub struct TlsServer {
 
 /// Starts our server in delegated mode against `double`, with the exporter pod watch running.
 /// `configure` may change the state before it is served.
-pub async fn start(double: &Arc<KubeDouble>, configure: impl FnOnce(&mut AppState)) -> TlsServer {
+pub async fn start(double: &KubeDouble, configure: impl FnOnce(&mut AppState)) -> TlsServer {
     let dir = tempfile::tempdir().unwrap();
     let serving_ca = CertificateAuthority::generate("serving-ca", VALIDITY).unwrap();
     let pair = serving_ca.issue_serving(&["localhost".to_owned()], VALIDITY).unwrap();
