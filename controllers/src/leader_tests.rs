@@ -9,13 +9,12 @@ use k8s_openapi::jiff::Timestamp;
 
 use numaresources_runtime::leader::{LeaderLease, LeaseTimings};
 
-use crate::fake::FakeApi;
 
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/numaresources/leases/numaresources-controllers";
 
 #[tokio::test]
 async fn one_of_two_candidates_leads_and_the_other_takes_over_after_release() {
-    let (fake, client) = FakeApi::start();
+    let (fake, client) = crate::fake::start();
     let timings = LeaseTimings::default();
     let a = LeaderLease::new(client.clone(), "numaresources", "numaresources-controllers", "a", timings);
     let b = LeaderLease::new(client, "numaresources", "numaresources-controllers", "b", timings);
@@ -35,7 +34,7 @@ async fn one_of_two_candidates_leads_and_the_other_takes_over_after_release() {
 
 #[tokio::test]
 async fn releasing_a_lease_someone_else_took_over_leaves_it_with_them() {
-    let (fake, client) = FakeApi::start();
+    let (fake, client) = crate::fake::start();
     let a = LeaderLease::new(client, "numaresources", "numaresources-controllers", "a", LeaseTimings::default());
     assert!(a.try_acquire_or_renew().await.unwrap());
     fake.edit(LEASE, |lease| lease["spec"]["holderIdentity"] = serde_json::json!("b"));
@@ -46,7 +45,7 @@ async fn releasing_a_lease_someone_else_took_over_leaves_it_with_them() {
 
 #[tokio::test]
 async fn a_racing_write_loses_on_the_resource_version() {
-    let (fake, client) = FakeApi::start();
+    let (fake, client) = crate::fake::start();
     let a = LeaderLease::new(client, "numaresources", "numaresources-controllers", "a", LeaseTimings::default());
     assert!(a.try_acquire_or_renew().await.unwrap());
     // Someone else's write lands between our read and our write.
@@ -57,7 +56,7 @@ async fn a_racing_write_loses_on_the_resource_version() {
 
 #[tokio::test(start_paused = true)]
 async fn a_conflict_while_renewing_is_retried_and_leadership_kept() {
-    let (fake, client) = FakeApi::start();
+    let (fake, client) = crate::fake::start();
     let a = LeaderLease::new(client, "numaresources", "numaresources-controllers", "a", LeaseTimings::default());
     assert!(a.try_acquire_or_renew().await.unwrap());
     fake.fail(http::Method::PUT, "/leases/", 409, 2);

@@ -271,7 +271,7 @@ mod tests {
     const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/numaresources/leases/numaresources-controllers";
 
     async fn leading(identity: &str) -> (FakeApi, LeaderLease) {
-        let (fake, client) = FakeApi::start();
+        let (fake, client) = crate::fake::start();
         let lease = LeaderLease::new(client, "numaresources", CONTROLLERS_LEASE, identity, LeaseTimings::default());
         assert!(lease.try_acquire_or_renew().await.unwrap());
         (fake, lease)

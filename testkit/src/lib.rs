@@ -2,6 +2,9 @@
 //! component depends on it outside `[dev-dependencies]`, and it depends on no component but the
 //! runtime, besides the api crate's types).
 //!
+//! - [`fake_api`]: an in-memory API server behind kube-rs' client (objects, watches, server-side
+//!   apply, patches, injected failures), authorizing each request against RBAC manifests, for
+//!   the controllers' scenario tests;
 //! - [`https`]: kept-alive HTTP/1.1 and HTTP/2 connections over TLS, each request read whole;
 //! - [`kube_double`]: kube-apiserver as our components meet it (Leases, exporter pods, token and
 //!   access reviews), in process or on a loopback port, for the API server's tests and benches
@@ -14,6 +17,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers fail loudly by design
 
+pub mod fake_api;
 pub mod https;
 pub mod kube_double;
 pub mod median;

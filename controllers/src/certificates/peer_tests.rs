@@ -31,7 +31,7 @@ struct Harness {
 
 impl Harness {
     fn new(mode: CertificateMode, deployment: ApiserverDeployment) -> Self {
-        let (fake, client) = FakeApi::start();
+        let (fake, client) = crate::fake::start();
         let ctx = context(&client, mode, deployment);
         Self { fake, client, ctx }
     }

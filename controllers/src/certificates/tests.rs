@@ -56,7 +56,7 @@ impl Harness {
     /// and the pod routing one as the scheduler controller applies it outside self-managed mode
     /// (none with a caBundle).
     pub fn new(mode: CertificateMode) -> Self {
-        let (fake, client) = FakeApi::start();
+        let (fake, client) = crate::fake::start();
         let api_service = crate::render::apiserver::objects(NS, "img").unwrap().api_service.unwrap();
         fake.insert(APISERVICE_PATH, serde_json::to_value(api_service).unwrap());
         let text = include_str!("../../../manifests/webhook/webhook-configurations.yaml");

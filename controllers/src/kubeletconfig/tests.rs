@@ -98,7 +98,7 @@ fn the_alignment_report_groups_nodes_by_what_they_lack_and_stays_short() {
 }
 
 fn harness(policies: &[(&str, &str)]) -> (FakeApi, Arc<KubeletConfigContext>) {
-    let (fake, client) = FakeApi::start();
+    let (fake, client) = crate::fake::start();
     for (node, policy) in policies {
         fake.insert_node(node, json!({"node-role.kubernetes.io/worker": ""}));
         fake.insert(

@@ -28,7 +28,7 @@ struct Step {
 
 impl Step {
     fn new(mode: CertificateMode, deployment: ApiserverDeployment) -> Self {
-        let (fake, client) = FakeApi::start();
+        let (fake, client) = crate::fake::start();
         let mut settings = Settings::kubernetes("numaresources", "img");
         settings.certificate_mode = mode;
         settings.apiserver_deployment = deployment;

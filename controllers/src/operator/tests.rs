@@ -65,7 +65,7 @@ impl Harness {
     }
 
     pub fn with_settings(groups: Vec<NodeGroup>, settings: Settings) -> Self {
-        let (fake, client) = FakeApi::start();
+        let (fake, client) = crate::fake::start();
         for (name, labels) in [
             ("worker-a", json!({"node-role.kubernetes.io/worker": ""})),
             ("worker-b", json!({"node-role.kubernetes.io/worker": "", "gpu": "true"})),

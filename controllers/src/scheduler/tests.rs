@@ -49,7 +49,7 @@ impl Harness {
     }
 
     fn with_mode(control_plane_nodes: usize, certificate_mode: CertificateMode) -> Self {
-        let (fake, client) = FakeApi::start();
+        let (fake, client) = crate::fake::start();
         let settings = Settings { certificate_mode, ..Settings::kubernetes(NS, "unused") };
         let h = Self { fake, ctx: Arc::new(Context::new(client, settings, None)) };
         for i in 0..control_plane_nodes {

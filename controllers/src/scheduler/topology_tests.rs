@@ -163,7 +163,7 @@ async fn knidebug_follows_the_image_not_the_platform() {
         enabled.iter().map(|f| f["name"].as_str().unwrap().to_owned()).collect()
     };
     // OpenShift with the upstream image: no KNIDebug (it would crash-loop).
-    let (fake, client) = FakeApi::start();
+    let (fake, client) = crate::fake::start();
     let mut settings = Settings::kubernetes(NS, "unused");
     settings.platform = Platform::OpenShift(4, 20);
     let openshift = Harness { fake, ctx: Arc::new(Context::new(client, settings, None)) };

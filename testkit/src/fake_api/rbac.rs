@@ -1,12 +1,13 @@
-//! The fake API server authorizes every request as the real one would authorize the controllers'
-//! ServiceAccount: against the checked-in `manifests/controllers/rbac.yaml` (its ClusterRole
-//! everywhere, each Role in its own namespace). A reconciler that makes a call the manifests do
-//! not allow gets `403 Forbidden` in every scenario test, so the RBAC cannot drift from the code.
+//! The fake API server authorizes every request as the real one would authorize a component's
+//! ServiceAccount: against that component's checked-in RBAC manifests ([`Rbac`]: the
+//! ClusterRoles everywhere, each Role in its own namespace). A reconciler that makes a call the
+//! manifests do not allow gets `403 Forbidden` in every scenario test, so the RBAC cannot drift
+//! from the code.
 //!
 //! Escalation rules (`bind`, holding what a written role grants) and admission plugins
 //! (`<owner>/finalizers`) are not requests of their own; `tests/manifests.rs` checks those.
 
-use std::sync::LazyLock;
+use std::path::Path;
 
 use http::Method;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -53,27 +54,47 @@ pub fn attributes(method: &Method, path: &str, query: &str) -> Option<Attributes
     })
 }
 
-/// The controllers' rules: the ClusterRole's, and each Role's with its namespace.
-struct Rules {
+/// A ServiceAccount's rules, as RBAC manifests grant them: the ClusterRoles' everywhere, each
+/// Role's in its own namespace.
+#[derive(Debug, Default)]
+pub struct Rbac {
+    /// Where the rules were read from, for the 403's message.
+    source: String,
     cluster: Vec<PolicyRule>,
     namespaced: Vec<(String, Vec<PolicyRule>)>,
 }
 
-static RULES: LazyLock<Rules> = LazyLock::new(|| {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/controllers/rbac.yaml");
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    let mut rules = Rules { cluster: Vec::new(), namespaced: Vec::new() };
-    for document in serde_norway::Deserializer::from_str(&text) {
-        let doc = Value::deserialize(document).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let parsed = || -> Vec<PolicyRule> { serde_json::from_value(doc["rules"].clone()).unwrap_or_default() };
-        match (doc["kind"].as_str(), doc["metadata"]["namespace"].as_str()) {
-            (Some("ClusterRole"), _) => rules.cluster.extend(parsed()),
-            (Some("Role"), Some(namespace)) => rules.namespaced.push((namespace.to_owned(), parsed())),
-            _ => {}
+impl Rbac {
+    /// The rules of the ClusterRoles and Roles in the multi-document YAML at `path` (bindings and
+    /// other kinds are skipped: the file is one component's RBAC, all bound to its account).
+    pub fn from_file(path: &Path) -> Self {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let mut rules = Self { source: path.display().to_string(), ..Self::default() };
+        for document in serde_norway::Deserializer::from_str(&text) {
+            let doc = Value::deserialize(document).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let parsed = || -> Vec<PolicyRule> { serde_json::from_value(doc["rules"].clone()).unwrap_or_default() };
+            match (doc["kind"].as_str(), doc["metadata"]["namespace"].as_str()) {
+                (Some("ClusterRole"), _) => rules.cluster.extend(parsed()),
+                (Some("Role"), Some(namespace)) => rules.namespaced.push((namespace.to_owned(), parsed())),
+                _ => {}
+            }
         }
+        rules
     }
-    rules
-});
+
+    /// Where the rules were read from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// True when the rules allow the request.
+    pub fn allows(&self, request: &Attributes) -> bool {
+        self.cluster.iter().any(|rule| rule_allows(rule, request))
+            || request.namespace.as_deref().is_some_and(|namespace| {
+                self.namespaced.iter().any(|(ns, list)| ns == namespace && list.iter().any(|r| rule_allows(r, request)))
+            })
+    }
+}
 
 fn rule_allows(rule: &PolicyRule, request: &Attributes) -> bool {
     let any = |list: &[String], value: &str| list.iter().any(|v| v == value || v == "*");
@@ -85,15 +106,6 @@ fn rule_allows(rule: &PolicyRule, request: &Attributes) -> bool {
             // A rule limited to names never matches a request without one (create, list).
             Some(names) => !request.name.is_empty() && names.contains(&request.name),
         }
-}
-
-/// True when the controllers' RBAC allows the request.
-pub fn allowed(request: &Attributes) -> bool {
-    let rules = &*RULES;
-    rules.cluster.iter().any(|rule| rule_allows(rule, request))
-        || request.namespace.as_deref().is_some_and(|namespace| {
-            rules.namespaced.iter().any(|(ns, list)| ns == namespace && list.iter().any(|r| rule_allows(r, request)))
-        })
 }
 
 #[cfg(test)]
@@ -120,7 +132,9 @@ mod tests {
 
     #[test]
     fn the_manifests_decide() {
-        let allow = |method, path: &str| allowed(&attributes(&method, path, "").unwrap());
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/controllers/rbac.yaml");
+        let rbac = Rbac::from_file(Path::new(path));
+        let allow = |method, path: &str| rbac.allows(&attributes(&method, path, "").unwrap());
         assert!(allow(Method::DELETE, "/apis/apps/v1/namespaces/numaresources/daemonsets/x"));
         assert!(!allow(Method::DELETE, "/apis/apps/v1/namespaces/elsewhere/daemonsets/x"), "a Role is per namespace");
         assert!(!allow(Method::GET, "/api/v1/namespaces/numaresources/secrets/someone-elses"), "limited to names");
