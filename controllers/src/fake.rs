@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
-pub use numaresources_testkit::fake_api::{FakeApi, one_pass, run_controller_until};
 use numaresources_testkit::fake_api::Rbac;
+pub use numaresources_testkit::fake_api::{FakeApi, one_pass, run_controller_until};
 
 /// The controllers' RBAC, read once per test binary.
 static CONTROLLERS_RBAC: LazyLock<Arc<Rbac>> = LazyLock::new(|| {

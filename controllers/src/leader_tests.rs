@@ -9,7 +9,6 @@ use k8s_openapi::jiff::Timestamp;
 
 use numaresources_runtime::leader::{LeaderLease, LeaseTimings};
 
-
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/numaresources/leases/numaresources-controllers";
 
 #[tokio::test]
