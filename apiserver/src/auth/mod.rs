@@ -6,6 +6,7 @@
 
 pub(crate) mod authn;
 mod delegated;
+pub mod issuer_keys;
 pub mod jwt;
 pub(crate) mod node_restriction;
 mod standalone;

@@ -3,7 +3,9 @@
 //! - Leases (`coordination.k8s.io/v1`), the verbs leader election uses (`leases.rs`);
 //! - the exporter pods, listed and watched from an event log (`pods.rs`);
 //! - TokenReview, SubjectAccessReview and the `kube-system/extension-apiserver-authentication`
-//!   ConfigMap, what a server in delegated mode asks (`reviews.rs`).
+//!   ConfigMap, what a server in delegated mode asks (`reviews.rs`);
+//! - the ServiceAccount token issuer's discovery document and public keys, and tokens signed
+//!   with them (`issuer.rs`).
 //!
 //! One [`Router`] over one shared store serves all of it, reached two ways: in process
 //! ([`KubeDouble::client`]: the router is the kube client's service, no socket), or on a loopback
@@ -31,10 +33,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
+mod issuer;
 mod leases;
 mod pods;
 mod reviews;
 
+pub use issuer::ISSUER;
 pub use pods::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, EXPORTER_SELECTOR};
 pub use reviews::{KUBE_AUDIENCE, OUR_AUDIENCE};
 
@@ -56,6 +60,10 @@ struct Store {
     sequence: AtomicUsize,
     token_reviews: AtomicUsize,
     access_reviews: AtomicUsize,
+    /// Every request that reached the double.
+    requests: AtomicUsize,
+    /// The ServiceAccount token issuer's signing key.
+    issuer: issuer::Issuer,
 }
 
 impl Store {
@@ -114,6 +122,8 @@ impl KubeDouble {
             sequence: AtomicUsize::new(0),
             token_reviews: AtomicUsize::new(0),
             access_reviews: AtomicUsize::new(0),
+            requests: AtomicUsize::new(0),
+            issuer: issuer::Issuer::new(),
         };
         Self { store: Arc::new(store), served: None }
     }
@@ -132,6 +142,11 @@ impl KubeDouble {
             let _ = axum::serve(listener, app).await;
         });
         Ok(Self { served: Some(Arc::new(Served { address, task })), ..self })
+    }
+
+    /// How many requests reached the double so far, of any kind.
+    pub fn requests(&self) -> usize {
+        self.store.requests.load(Ordering::SeqCst)
     }
 
     /// Whether the double is served on a port ([`KubeDouble::start`], [`KubeDouble::serve`]).
@@ -216,6 +231,7 @@ fn router(store: Shared) -> Router {
         .merge(leases::router())
         .merge(pods::router())
         .merge(reviews::router())
+        .merge(issuer::router())
         .fallback(not_found_path)
         .layer(axum::middleware::from_fn_with_state(store.clone(), availability))
         .with_state(store)
@@ -226,6 +242,7 @@ async fn availability(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    store.requests.fetch_add(1, Ordering::SeqCst);
     if store.unavailable.load(Ordering::SeqCst) {
         let message = "the server is currently unable to handle the request";
         return status(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", message, None);

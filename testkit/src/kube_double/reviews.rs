@@ -118,6 +118,13 @@ impl KubeDouble {
         self.issue_generated(Issued::exporter(BoundPod { name: pod.to_owned(), uid, node }, owned(audiences)))
     }
 
+    /// Registers `token` as the exporters' ServiceAccount's, bound to the existing pod `pod`, so
+    /// that TokenReview accepts it (the issuer's signed tokens, [`KubeDouble::signed_exporter_token`]).
+    pub(super) fn issue_bound(&self, token: &str, pod: &str, audiences: &[&str]) {
+        let (uid, node) = self.store.pods.uid_and_node(pod).expect("a token is bound to an existing pod");
+        self.issue(token.to_owned(), Issued::exporter(BoundPod { name: pod.to_owned(), uid, node }, owned(audiences)));
+    }
+
     /// A token of `user`, a person in no group, for `audiences`.
     pub fn user_token(&self, user: &str, audiences: &[&str]) -> String {
         self.issue_generated(Issued::person(user, &[], owned(audiences)))
