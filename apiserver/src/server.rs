@@ -12,11 +12,16 @@ use numaresources_runtime::admin::{Checks, Registry};
 use numaresources_runtime::tls::ClientCaVerifier;
 use numaresources_runtime::{KubeClientError, kube_client};
 
+use crate::auth::issuer_keys::IssuerKeysSource;
 use crate::auth::{Auth, Delegated, NodeRestriction};
 use crate::config::{Authentication, Config};
 use crate::exporter_pods::ExporterPods;
 use crate::replication::{Replication, Role, STORE_WARM_CHECK};
 use crate::{AppState, Store};
+
+/// How often the ServiceAccount token issuer's keys are read again besides when a token names
+/// a key they lack (kube-apiserver rotates them rarely, and new keys come in before they sign).
+const ISSUER_KEYS_REFRESH: Duration = Duration::from_secs(600);
 
 /// The readiness check that passes once the authentication ConfigMap has been read.
 pub(crate) const AUTHENTICATION_CONFIG_CHECK: &str = "authentication-config";
@@ -86,8 +91,8 @@ pub struct ApiServer {
     warm_up_client: Option<kube::Client>,
     /// Follows Node deletions, when set.
     nodes_client: Option<kube::Client>,
-    /// Keeps the authentication settings current, when delegated.
-    delegated: Option<(Arc<Delegated>, Duration)>,
+    /// Keeps the authentication settings and the token issuer's keys current, when delegated.
+    delegated: Option<(Arc<Delegated>, Duration, Arc<IssuerKeysSource>)>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -122,8 +127,11 @@ impl ApiServer {
                 // One watch of the exporter pods serves the warm-up and the node restriction.
                 let restriction = NodeRestriction::new(&config.exporters.namespace, &config.exporters.service_account)
                     .with_pods(exporters.clone());
-                let mut delegated =
-                    Delegated::new(clients.authentication, Some(client_cas.clone())).with_node_restriction(restriction);
+                // The exporters' tokens, verified in process against the issuer's keys.
+                let issuer_keys = Arc::new(IssuerKeysSource::new(clients.authentication.clone()));
+                let mut delegated = Delegated::new(clients.authentication, Some(client_cas.clone()))
+                    .with_node_restriction(restriction)
+                    .with_local_tokens(issuer_keys.clone(), exporters.clone());
                 if let Some(client) = clients.authorization {
                     delegated = delegated.with_authorization_client(client);
                 }
@@ -137,7 +145,7 @@ impl ApiServer {
                 state.auth = Auth::Delegated(delegated.clone());
                 state.readiness.set(AUTHENTICATION_CONFIG_CHECK, false);
                 state.readiness.set(STORE_WARM_CHECK, false);
-                (client_cas, Some((delegated, delegation.refresh)))
+                (client_cas, Some((delegated, delegation.refresh, issuer_keys)))
             }
         };
         // Replicas reach a kube-apiserver for the Lease, so standalone ones warm up from the
@@ -228,11 +236,12 @@ impl ApiServer {
             let writable = move || replication.as_ref().is_none_or(|r| r.role() == Role::Leader);
             tasks.spawn(crate::nodes::follow_node_deletions(client, state.store.clone(), writable));
         }
-        if let Some((delegated, refresh)) = self.delegated {
+        if let Some((delegated, refresh, issuer_keys)) = self.delegated {
             let readiness = state.readiness.clone();
             tasks.spawn(async move {
                 delegated.keep_config_current(refresh, |ok| readiness.set(AUTHENTICATION_CONFIG_CHECK, ok)).await;
             });
+            tasks.spawn(async move { issuer_keys.keep_current(ISSUER_KEYS_REFRESH).await });
         }
         shutdown.await;
         tasks.shutdown().await;

@@ -80,6 +80,34 @@ async fn an_exporter_writes_only_its_own_node_whether_the_token_names_it_or_its_
     }
 }
 
+/// A projected token signed by the cluster's issuer is verified in process: the exporter writes
+/// its own node's object, and only that, without a single TokenReview; once its pod is gone the
+/// token writes nothing.
+#[tokio::test]
+async fn a_signed_exporter_token_is_verified_here_without_a_token_review() {
+    let double = KubeDouble::new(true);
+    double.add_pod("rte-a", "worker-a");
+    let server = start(&double, |_| {}).await;
+    until_the_cache_sees(&server, "rte-a", |l| matches!(l, Lookup::Found(_))).await;
+    let auth = bearer(&double.signed_exporter_token("rte-a", &[OUR_AUDIENCE]));
+    let headers = [("authorization", auth.as_str())];
+    let mut connection = server.connect(Protocol::Http1, false).await;
+
+    assert_eq!(create(&mut connection, &headers, "worker-a").await.status, StatusCode::CREATED);
+    assert_eq!(patch(&mut connection, &headers, "worker-a").await.status, StatusCode::OK);
+    assert_refused_by_the_rule(&create(&mut connection, &headers, "worker-b").await, "bound to node \"worker-a\"");
+    assert_eq!(double.token_reviews(), 0, "verified against the issuer's keys");
+
+    double.delete_pod("rte-a");
+    until_the_cache_sees(&server, "rte-a", |l| *l == Lookup::Missing).await;
+    assert_refused_by_the_rule(&patch(&mut connection, &headers, "worker-a").await, "no longer exists");
+    // A token the issuer did not sign (its signature replaced) is refused outright.
+    let forged = format!("{}AAAA", &auth[..auth.len() - 4]);
+    let answer = patch(&mut connection, &[("authorization", forged.as_str())], "worker-a").await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{}", answer.json());
+    assert_eq!(double.token_reviews(), 0);
+}
+
 #[tokio::test]
 async fn a_token_whose_pod_is_gone_or_was_recreated_is_refused() {
     for names_nodes in [false, true] {

@@ -29,7 +29,10 @@ use numaresources_api::nrt::{GROUP, PLURAL};
 use numaresources_runtime::tls::{CaBundle, ClientCaVerifier};
 
 use super::authn::{AuthenticationConfig, RequestHeaderConfig, TokenDigest, UserInfo};
+use super::issuer_keys::IssuerKeysSource;
+use super::jwt::{self, ServiceAccountToken};
 use super::node_restriction::NodeRestriction;
+use crate::exporter_pods::{ExporterPods, Lookup};
 use crate::request_info::Attributes;
 use numaresources_api::nrt::VERSION;
 
@@ -84,6 +87,17 @@ pub struct Delegated {
     decisions: moka::sync::Cache<DecisionKey, bool, KeyHasher>,
     verifier: Option<Arc<ClientCaVerifier>>,
     node_restriction: NodeRestriction,
+    /// Verifies the exporters' tokens in process (None: every token goes to TokenReview).
+    local_tokens: Option<LocalTokens>,
+}
+
+/// What verifying an exporter's token in process needs: the issuer's keys, and the exporter pods
+/// a token must be bound to (a pod this cache does not hold with the token's uid is left to
+/// TokenReview, which asks etcd).
+#[derive(Debug)]
+struct LocalTokens {
+    keys: Arc<IssuerKeysSource>,
+    pods: Arc<ExporterPods>,
 }
 
 impl std::fmt::Debug for Delegated {
@@ -112,7 +126,16 @@ impl Delegated {
                 .build_with_hasher(KeyHasher::new()),
             verifier,
             node_restriction: NodeRestriction::default(),
+            local_tokens: None,
         }
+    }
+
+    /// Verifies tokens of the issuer `keys` reads, bound to a pod `pods` holds, in process:
+    /// no TokenReview for them (see [`jwt`] for what is checked).
+    #[must_use]
+    pub fn with_local_tokens(mut self, keys: Arc<IssuerKeysSource>, pods: Arc<ExporterPods>) -> Self {
+        self.local_tokens = Some(LocalTokens { keys, pods });
+        self
     }
 
     /// Binds exporters as `restriction` says (default: the exporter service account of the
@@ -260,12 +283,36 @@ impl Delegated {
         if let Some(cached) = self.tokens.get(&digest) {
             return Ok(cached);
         }
-        let user = match self.review(token, Some(TOKEN_AUDIENCE)).await? {
-            Some(user) => Some(user),
-            None => self.review(token, None).await?,
+        let user = match self.verify_locally(token).await {
+            Some(judged) => judged,
+            None => match self.review(token, Some(TOKEN_AUDIENCE)).await? {
+                Some(user) => Some(user),
+                None => self.review(token, None).await?,
+            },
         };
         self.tokens.insert(digest, user.clone());
         Ok(user)
+    }
+
+    /// The identity of an exporter's token verified in process (`Some(None)`: refused, as
+    /// TokenReview would refuse it); `None` when TokenReview must judge it (no keys yet, another
+    /// issuer or audience, a pod this server does not follow or has not seen yet).
+    async fn verify_locally(&self, token: &str) -> Option<Option<Arc<UserInfo>>> {
+        let local = self.local_tokens.as_ref()?;
+        let keys = local.keys.keys_holding(&jwt::key_id(token)?).await?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        match jwt::verify(&keys, token, TOKEN_AUDIENCE, now) {
+            Ok(verified) => {
+                let alive = verified.namespace == local.pods.namespace()
+                    && matches!(local.pods.lookup(&verified.pod.name), Lookup::Found(pod) if pod.uid == verified.pod.uid);
+                alive.then(|| Some(Arc::new(service_account_user(&verified))))
+            }
+            Err(refusal) if refusal.is_for_token_review() => None,
+            Err(refusal) => {
+                tracing::debug!(%refusal, "a ServiceAccount token refused without a TokenReview");
+                Some(None)
+            }
+        }
     }
 
     /// One TokenReview of `token` for `audience` (`None`: kube-apiserver's own audiences).
@@ -322,6 +369,25 @@ impl Delegated {
         self.decisions.insert(key, allowed);
         Ok(allowed)
     }
+}
+
+/// The identity kube-apiserver's TokenReview gives a pod-bound ServiceAccount token.
+fn service_account_user(token: &ServiceAccountToken) -> UserInfo {
+    use numaresources_api::direct_write::{EXTRA_NODE_NAME, EXTRA_POD_NAME, EXTRA_POD_UID};
+    let mut extra = BTreeMap::from([
+        (EXTRA_POD_NAME.to_owned(), vec![token.pod.name.clone()]),
+        (EXTRA_POD_UID.to_owned(), vec![token.pod.uid.clone()]),
+    ]);
+    if let Some(node) = &token.node {
+        extra.insert(EXTRA_NODE_NAME.to_owned(), vec![node.name.clone()]);
+    }
+    UserInfo {
+        name: token.user_name(),
+        uid: token.service_account.uid.clone(),
+        groups: vec!["system:serviceaccounts".to_owned(), format!("system:serviceaccounts:{}", token.namespace)],
+        extra,
+    }
+    .authenticated()
 }
 
 /// Says what to do about a failed read of the authentication ConfigMap.

@@ -29,7 +29,7 @@ const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     /// kube-apiserver did not answer, or refused.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {source}{}", forbidden_hint(source))]
     Request {
         /// The path asked for.
         path: &'static str,
@@ -46,6 +46,17 @@ pub enum FetchError {
     /// A document larger than [`MAX_DOCUMENT_BYTES`].
     #[error("{0} is larger than {MAX_DOCUMENT_BYTES} bytes")]
     TooLarge(&'static str),
+}
+
+/// What to do about a 403: the ClusterRole that grants reading the issuer's documents.
+fn forbidden_hint(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => {
+            " (bind the ClusterRole system:service-account-issuer-discovery to this server's ServiceAccount; until then \
+             every token goes to TokenReview)"
+        }
+        _ => "",
+    }
 }
 
 #[derive(Deserialize)]

@@ -182,7 +182,10 @@ fn unsigned_and_malformed_tokens_are_refused_without_a_panic() {
     }
     // Which refusals send the token on to TokenReview, and which end it here.
     assert!(Refusal::UnknownKey("k".into()).is_for_token_review() && Refusal::Issuer("i".into()).is_for_token_review());
+    assert!(Refusal::Audience.is_for_token_review(), "kube-apiserver's own audience is accepted through TokenReview");
     assert!(!Refusal::Signature.is_for_token_review() && !Refusal::Expired.is_for_token_review());
+    assert_eq!(key_id(&good).as_deref(), Some("ec-1"));
+    assert_eq!(key_id("not a token"), None);
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use numaresources_apiserver::auth::issuer_keys::IssuerKeysSource;
 use numaresources_apiserver::auth::{Auth, AuthenticationConfig, Delegated, NodeRestriction, RequestHeaderConfig};
 use numaresources_apiserver::exporter_pods::ExporterPods;
 use numaresources_apiserver::{AppState, Store, router};
@@ -59,7 +60,11 @@ pub async fn start(double: &KubeDouble, configure: impl FnOnce(&mut AppState)) -
     let follow_client = client.clone();
     tokio::spawn(async move { follower.follow(follow_client, EXPORTER_SELECTOR).await });
     let restriction = NodeRestriction::new(EXPORTER_NAMESPACE, EXPORTER_ACCOUNT).with_pods(exporter_pods.clone());
-    let delegated = Delegated::new(client, Some(client_cas)).with_node_restriction(restriction);
+    // Tokens the double's issuer signs are verified here; its other tokens go to TokenReview.
+    let issuer_keys = Arc::new(IssuerKeysSource::new(client.clone()));
+    let delegated = Delegated::new(client, Some(client_cas))
+        .with_node_restriction(restriction)
+        .with_local_tokens(issuer_keys, exporter_pods.clone());
     // What kube-apiserver publishes in extension-apiserver-authentication.
     delegated.set_config(AuthenticationConfig {
         request_header: RequestHeaderConfig {
