@@ -108,6 +108,21 @@ async fn a_signed_exporter_token_is_verified_here_without_a_token_review() {
     assert_eq!(double.token_reviews(), 0);
 }
 
+/// A token the issuer signed for kube-apiserver's own audience (what a pod has mounted by
+/// default) is not ours to judge: TokenReview accepts it, as for every aggregated API server.
+#[tokio::test]
+async fn a_signed_token_for_kube_apiservers_audience_goes_to_token_review() {
+    let double = KubeDouble::new(true);
+    double.add_pod("rte-a", "worker-a");
+    let server = start(&double, |_| {}).await;
+    until_the_cache_sees(&server, "rte-a", |l| matches!(l, Lookup::Found(_))).await;
+    let auth = bearer(&double.signed_exporter_token("rte-a", &[KUBE_AUDIENCE]));
+    let mut connection = server.connect(Protocol::Http1, false).await;
+    let read = connection.send("GET", BASE, &[("authorization", auth.as_str())], Vec::new()).await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.json());
+    assert!(double.token_reviews() >= 1, "judged by TokenReview");
+}
+
 #[tokio::test]
 async fn a_token_whose_pod_is_gone_or_was_recreated_is_refused() {
     for names_nodes in [false, true] {

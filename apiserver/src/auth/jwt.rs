@@ -186,11 +186,18 @@ pub enum Refusal {
 impl Refusal {
     /// Whether TokenReview should judge the token instead: it may be valid in ways this
     /// verifier does not know (another issuer kube-apiserver accepts, a key it rotated in, a
-    /// token bound to no pod). A token that is ours to judge and fails is refused outright.
+    /// token bound to no pod, a token for kube-apiserver's own audience, which this server
+    /// accepts as every aggregated API server does). A token that is ours to judge and fails
+    /// (a bad signature, expired) is refused outright.
     pub fn is_for_token_review(&self) -> bool {
         matches!(
             self,
-            Self::Malformed | Self::Algorithm(_) | Self::Issuer(_) | Self::UnknownKey(_) | Self::NotBoundToAPod
+            Self::Malformed
+                | Self::Algorithm(_)
+                | Self::Issuer(_)
+                | Self::UnknownKey(_)
+                | Self::Audience
+                | Self::NotBoundToAPod
         )
     }
 }
