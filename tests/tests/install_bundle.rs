@@ -350,6 +350,37 @@ fn the_csv_grants_nothing_for_the_controllers_own_pod_webhook() {
     }
 }
 
+/// The rules of the built-in ClusterRoles the install binds `account` to that OLM does not bind
+/// itself, as Kubernetes defines them (`kubectl get clusterrole <name> -o yaml` on 1.33): the CSV
+/// must grant them as rules.
+fn built_in_rules_bound_to(install: &Install, account: &str) -> Vec<PolicyRule> {
+    let issuer_discovery = PolicyRule {
+        non_resource_urls: Some(
+            [
+                "/.well-known/openid-configuration",
+                "/.well-known/openid-configuration/",
+                "/openid/v1/jwks",
+                "/openid/v1/jwks/",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        ),
+        verbs: vec!["get".to_owned()],
+        ..PolicyRule::default()
+    };
+    let bound = |role: &str| {
+        install.cluster_role_bindings.iter().any(|binding| {
+            binding.role_ref.name == role
+                && binding
+                    .subjects
+                    .iter()
+                    .flatten()
+                    .any(|s| s.name == account && s.namespace.as_deref() == Some(NAMESPACE))
+        })
+    };
+    if bound("system:service-account-issuer-discovery") { vec![issuer_discovery] } else { Vec::new() }
+}
+
 #[test]
 fn permissions_are_what_the_kustomize_install_grants() {
     let install = Install::build("default");
@@ -366,6 +397,7 @@ fn permissions_are_what_the_kustomize_install_grants() {
         // the install namespace (OLM grants `permissions` only inside it).
         let mut expected_cluster = rule_set(&without_pod_routing(install.cluster_rules_of(NAMESPACE, &account)));
         expected_cluster.extend(rule_set(&without_olm_bindings(install.rules_in(NAMESPACE, &account, "kube-system"))));
+        expected_cluster.extend(rule_set(&built_in_rules_bound_to(&install, &account)));
         assert_eq!(cluster, expected_cluster, "{account}: clusterPermissions");
         let expected_namespaced = rule_set(&install.rules_in(NAMESPACE, &account, NAMESPACE));
         assert_eq!(namespaced, expected_namespaced, "{account}: permissions");

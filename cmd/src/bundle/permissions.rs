@@ -28,6 +28,24 @@ use super::source::{Manifests, named};
 const BOUND_BY_OLM: &[(&str, &str)] =
     &[("ClusterRole", "system:auth-delegator"), ("Role", "extension-apiserver-authentication-reader")];
 
+/// The rules of the built-in ClusterRoles the manifests bind and OLM does not: a CSV grants
+/// rules, it cannot bind a role, so they are written out as Kubernetes defines them.
+fn built_in_rules(role: &str) -> Option<Vec<Value>> {
+    match role {
+        // The ServiceAccount issuer's discovery document and public keys.
+        "system:service-account-issuer-discovery" => Some(vec![serde_json::json!({
+            "nonResourceURLs": [
+                "/.well-known/openid-configuration",
+                "/.well-known/openid-configuration/",
+                "/openid/v1/jwks",
+                "/openid/v1/jwks/",
+            ],
+            "verbs": ["get"],
+        })]),
+        _ => None,
+    }
+}
+
 /// Rules granted cluster-wide and in the install namespace.
 #[derive(Debug, Default)]
 pub struct Permissions {
@@ -46,7 +64,10 @@ pub fn of(manifests: &Manifests, service_account: &str, owns_api_service: bool) 
         match named(&manifests.cluster_roles, role.as_str().unwrap_or_default()) {
             Some(cluster_role) => granted.cluster.extend(rules(cluster_role)),
             None if bound_by_olm("ClusterRole", role.as_str().unwrap_or_default()) => {}
-            None => bail!("{service_account} is bound to ClusterRole {role}, which the manifests do not ship"),
+            None => match built_in_rules(role.as_str().unwrap_or_default()) {
+                Some(built_in) => granted.cluster.extend(built_in),
+                None => bail!("{service_account} is bound to ClusterRole {role}, which the manifests do not ship"),
+            },
         }
     }
     for binding in manifests.role_bindings.iter().filter(|b| binds(b, service_account)) {

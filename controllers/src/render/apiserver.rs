@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(service.metadata.labels.unwrap()[names::LABEL_MANAGED_BY], names::FIELD_MANAGER);
         assert_eq!(objects.service_account.unwrap().metadata.namespace.as_deref(), Some("numa-system"));
         assert_eq!(objects.cluster_roles.len(), 3, "server + view + edit");
-        assert_eq!(objects.cluster_role_bindings.len(), 2, "auth-delegator + server");
+        assert_eq!(objects.cluster_role_bindings.len(), 3, "auth-delegator + issuer discovery + server");
         for binding in &objects.cluster_role_bindings {
             assert_eq!(binding.subjects.as_ref().unwrap()[0].namespace.as_deref(), Some("numa-system"));
         }
