@@ -28,7 +28,7 @@ use kube::api::{WatchEvent, WatchParams};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_tests::replicas::{
     Answer, Cluster, LEASE_NAME, LEASE_NAMESPACE, NRT_PATH, Replica, ReplicaOptions, nrt, plain_get, read_retrying,
-    request, request_as, write_retrying,
+    request, request_as, wait_ready, write_retrying,
 };
 use numaresources_tests::served::{BOUND, bounded, until};
 use serde_json::json;
@@ -297,9 +297,12 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write_and_refuses_writes_onl
     }
     assert_all_present(&cluster, &[follower, other], &writes).await;
 
-    // The election is over: writes are no longer refused, on either survivor.
+    // The election is over: once a survivor follows the new leader (Ready: in sync with it; the
+    // one the writer did not use may learn of the new Lease holder a retry period later), writes
+    // through it are no longer refused.
     for index in [follower, other] {
         let client = cluster.client(index).await;
+        assert!(wait_ready(&client, PATIENCE).await, "replica {index} never became Ready again\n{}", cluster.logs());
         for i in 0..10 {
             let answer =
                 request(&client, Method::POST, NRT_PATH, Some(&nrt(&format!("after-{index}-{i}"), i))).await.unwrap();
