@@ -80,16 +80,23 @@ async fn an_exporter_writes_only_its_own_node_whether_the_token_names_it_or_its_
     }
 }
 
+/// [`exporter_on_worker_a`] on kube-apiserver 1.30+, once our server's pod cache holds `rte-a`,
+/// with a token the cluster's issuer signed for `audience`.
+async fn signed_exporter_on_worker_a(audience: &str) -> (KubeDouble, TlsServer, String) {
+    let double = KubeDouble::new(true);
+    double.add_pod("rte-a", "worker-a");
+    let server = start(&double, |_| {}).await;
+    until_the_cache_sees(&server, "rte-a", |l| matches!(l, Lookup::Found(_))).await;
+    let auth = bearer(&double.signed_exporter_token("rte-a", &[audience]));
+    (double, server, auth)
+}
+
 /// A projected token signed by the cluster's issuer is verified in process: the exporter writes
 /// its own node's object, and only that, without a single TokenReview; once its pod is gone the
 /// token writes nothing.
 #[tokio::test]
 async fn a_signed_exporter_token_is_verified_here_without_a_token_review() {
-    let double = KubeDouble::new(true);
-    double.add_pod("rte-a", "worker-a");
-    let server = start(&double, |_| {}).await;
-    until_the_cache_sees(&server, "rte-a", |l| matches!(l, Lookup::Found(_))).await;
-    let auth = bearer(&double.signed_exporter_token("rte-a", &[OUR_AUDIENCE]));
+    let (double, server, auth) = signed_exporter_on_worker_a(OUR_AUDIENCE).await;
     let headers = [("authorization", auth.as_str())];
     let mut connection = server.connect(Protocol::Http1, false).await;
 
@@ -112,11 +119,7 @@ async fn a_signed_exporter_token_is_verified_here_without_a_token_review() {
 /// default) is not ours to judge: TokenReview accepts it, as for every aggregated API server.
 #[tokio::test]
 async fn a_signed_token_for_kube_apiservers_audience_goes_to_token_review() {
-    let double = KubeDouble::new(true);
-    double.add_pod("rte-a", "worker-a");
-    let server = start(&double, |_| {}).await;
-    until_the_cache_sees(&server, "rte-a", |l| matches!(l, Lookup::Found(_))).await;
-    let auth = bearer(&double.signed_exporter_token("rte-a", &[KUBE_AUDIENCE]));
+    let (double, server, auth) = signed_exporter_on_worker_a(KUBE_AUDIENCE).await;
     let mut connection = server.connect(Protocol::Http1, false).await;
     let read = connection.send("GET", BASE, &[("authorization", auth.as_str())], Vec::new()).await;
     assert_eq!(read.status, StatusCode::OK, "{}", read.json());
