@@ -136,6 +136,13 @@ impl PublishError {
         matches!(self, Self::Unreachable { .. })
     }
 
+    /// True when the API server answered that it cannot serve the request now (429, or a 502,
+    /// 503 or 504: overloaded, unavailable, an election under way): another verb against it
+    /// would fare no better, while another path to the object might.
+    pub(crate) fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Api { code: 429 | 502 | 503 | 504, .. })
+    }
+
     /// True when the API server answered 404 Not Found.
     pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, Self::Api { code: 404, .. })
@@ -322,7 +329,7 @@ impl KubePublisher {
         }
         match self.patch(&desired).await {
             Ok(()) => Ok(Outcome::Patched),
-            Err(error) if error.is_unreachable() => Err(error),
+            Err(error) if error.is_unreachable() || error.is_unavailable() => Err(error),
             // The object is gone (deleted, or the API server lost its store): create it in
             // this same publish rather than at the next heartbeat.
             Err(error) if error.is_not_found() => {

@@ -542,6 +542,27 @@ async fn a_conflicting_patch_falls_back_to_get_and_put_with_the_fresh_resource_v
     bounded("api server scenario", api).await.unwrap();
 }
 
+/// A server that cannot serve now (an election under way, overloaded) would refuse a get and
+/// an update as well: the refusal is returned, so the publish is retried (or goes another way)
+/// instead of costing the same server two more requests.
+#[tokio::test]
+async fn a_patch_refused_as_unavailable_is_returned_without_get_and_put() {
+    let (publisher, mut server) = mock_publisher(false);
+    let publisher = publisher.patch_first();
+    let api = tokio::spawn(async move {
+        let path = format!("{NRT_PATH}/worker-0");
+        for code in [503, 429, 504] {
+            server.expect("PATCH", &path, code, status(code, "ServiceUnavailable", "no leader right now")).await;
+        }
+        server
+    });
+    for code in [503, 429, 504] {
+        let error = bounded("publish", publisher.publish(desired())).await.unwrap_err();
+        assert!(matches!(error, PublishError::Api { code: c, .. } if c == code), "{error}");
+    }
+    bounded("api server scenario", api).await.unwrap().assert_no_more_requests().await;
+}
+
 #[tokio::test]
 async fn a_forbidden_answer_names_the_rbac_the_agent_needs() {
     let (publisher, mut server) = mock_publisher(false);

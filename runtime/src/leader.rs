@@ -132,6 +132,7 @@ enum Attempt {
 
 type Annotations = Arc<dyn Fn() -> BTreeMap<String, String> + Send + Sync>;
 type Eligibility = Arc<dyn Fn(Option<&Lease>) -> bool + Send + Sync>;
+type Written = Arc<dyn Fn(&BTreeMap<String, String>) + Send + Sync>;
 
 /// One candidate's handle on the Lease.
 #[derive(Clone)]
@@ -141,7 +142,11 @@ pub struct LeaderLease {
     identity: String,
     timings: LeaseTimings,
     annotations: Option<Annotations>,
+    written: Option<Written>,
     eligibility: Option<Eligibility>,
+    /// One write of the Lease at a time from this candidate: writes land, and [`Self::written`]
+    /// hears of them, in the order they were made.
+    writing: Arc<tokio::sync::Mutex<()>>,
     observed: Arc<std::sync::Mutex<Option<Observed>>>,
 }
 
@@ -163,7 +168,9 @@ impl LeaderLease {
             identity: identity.to_owned(),
             timings,
             annotations: None,
+            written: None,
             eligibility: None,
+            writing: Arc::default(),
             observed: Arc::default(),
         }
     }
@@ -201,6 +208,14 @@ impl LeaderLease {
         self
     }
 
+    /// Called after every write of the Lease that kube-apiserver accepted, in the order they
+    /// landed, with the annotations that write set: from then on the Lease says what they say
+    /// (until a later write), which a holder may need to know before it acts on them.
+    pub fn with_written(mut self, written: impl Fn(&BTreeMap<String, String>) + Send + Sync + 'static) -> Self {
+        self.written = Some(Arc::new(written));
+        self
+    }
+
     /// Whether this candidate may take a free or expired Lease, given the Lease as it is.
     pub fn with_eligibility(mut self, eligible: impl Fn(Option<&Lease>) -> bool + Send + Sync + 'static) -> Self {
         self.eligibility = Some(Arc::new(eligible));
@@ -232,6 +247,7 @@ impl LeaderLease {
     }
 
     async fn attempt(&self) -> Result<Attempt, LeaseError> {
+        let _one_write_at_a_time = self.writing.lock().await;
         let now = Timestamp::now();
         let current = self.read().await?;
         let eligible = self.eligibility.as_ref().is_none_or(|eligible| eligible(current.as_ref()));
@@ -246,13 +262,14 @@ impl LeaderLease {
             lease_transitions: Some(transitions),
             ..LeaseSpec::default()
         };
+        let ours = self.annotations.as_ref().map(|annotations| annotations()).unwrap_or_default();
         let metadata = || {
             let mut metadata = current
                 .clone()
                 .map(|l| l.metadata)
                 .unwrap_or_else(|| ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() });
-            if let Some(annotations) = &self.annotations {
-                metadata.annotations.get_or_insert_default().extend(annotations());
+            if self.annotations.is_some() {
+                metadata.annotations.get_or_insert_default().extend(ours.clone());
             }
             metadata
         };
@@ -277,7 +294,12 @@ impl LeaderLease {
             _ => self.api.replace(&self.name, &PostParams::default(), &lease).await,
         };
         match result {
-            Ok(_) => Ok(Attempt::Held),
+            Ok(_) => {
+                if let Some(written) = &self.written {
+                    written(&ours);
+                }
+                Ok(Attempt::Held)
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(Attempt::Conflict),
             Err(e) => Err(self.error("write", e)),
         }
@@ -351,6 +373,7 @@ impl LeaderLease {
     }
 
     async fn pass_to(&self, successor: Option<&str>) -> bool {
+        let _one_write_at_a_time = self.writing.lock().await;
         let current = match self.read().await {
             Ok(Some(lease)) => lease,
             Ok(None) => return false,

@@ -396,6 +396,34 @@ impl Cluster {
         self.double.holder(LEASE_NAMESPACE, LEASE_NAME)
     }
 
+    /// The followers the Lease names as in sync (they hold every acknowledged write; only they
+    /// may take over).
+    pub fn in_sync(&self) -> Vec<String> {
+        let lease = self.double.lease(LEASE_NAMESPACE, LEASE_NAME);
+        let annotations = lease.and_then(|lease| lease.metadata.annotations).unwrap_or_default();
+        let listed = annotations.get(numaresources_apiserver::replication::IN_SYNC_ANNOTATION);
+        listed.map(|list| list.split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
+    }
+
+    /// Waits (polling the double every 20 ms) until the Lease names every running replica but
+    /// the leader as in sync: the cluster is as highly available as it can be. Panics with the
+    /// Lease and the logs after `patience`.
+    pub async fn wait_all_in_sync(&self, patience: Duration) {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let in_sync = self.in_sync();
+            let leader = self.leader();
+            let followers = self.replicas.iter().enumerate().filter(|(i, r)| r.child.is_some() && Some(*i) != leader);
+            if leader.is_some() && followers.clone().all(|(_, r)| in_sync.iter().any(|id| r.is(id))) {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!("the Lease names {in_sync:?} in sync, not every follower\n{}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The index of the replica holding the Lease, if a running one does.
     pub fn leader(&self) -> Option<usize> {
         let holder = self.holder()?;

@@ -39,6 +39,12 @@ pub async fn run(replication: Arc<Replication>, lease: LeaderLease, shutdown: im
             let replication = replication.clone();
             move || replication.lease_annotations()
         })
+        .with_written({
+            let replication = replication.clone();
+            move |annotations| {
+                replication.lease_written(&in_sync_list(annotations.get(IN_SYNC_ANNOTATION).map(String::as_str)));
+            }
+        })
         .with_eligibility({
             let replication = replication.clone();
             move |lease| replication.eligible(lease)
@@ -94,9 +100,12 @@ enum Holder {
 
 /// The followers a Lease names as in sync.
 fn in_sync_of(lease: Option<&Lease>) -> Vec<String> {
-    annotation(lease, IN_SYNC_ANNOTATION)
-        .map(|list| list.split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect())
-        .unwrap_or_default()
+    in_sync_list(annotation(lease, IN_SYNC_ANNOTATION).map(String::as_str))
+}
+
+/// The identities in an in-sync annotation's value.
+fn in_sync_list(annotation: Option<&str>) -> Vec<String> {
+    annotation.unwrap_or_default().split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect()
 }
 
 fn annotation<'a>(lease: Option<&'a Lease>, key: &str) -> Option<&'a String> {

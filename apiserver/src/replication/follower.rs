@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures_util::AsyncBufReadExt;
 use numaresources_api::nrt::NodeResourceTopology;
 use serde::Deserialize;
+use tokio::sync::watch;
 
 use super::peer::{
     Ack, Bookmark, COMMITTED_ANNOTATION, OBJECTS_ANNOTATION, PeerStatus, SNAPSHOT, StreamEvent, WARM_ANNOTATION,
@@ -144,8 +145,11 @@ impl Replication {
         let reader = tokio::time::timeout(PEER_REQUEST_TIMEOUT, client.request_stream(request))
             .await
             .map_err(|_| FollowError::Silent(PEER_REQUEST_TIMEOUT))??;
-        let _acks = AbortOnDrop(tokio::spawn(acknowledge(self.clone(), client.clone(), token)));
-        let result = self.apply_stream(reader, resume.is_none()).await;
+        // What this stream has brought into the store: where it resumes (the leader agreed
+        // this replica's state there), else nothing until the snapshot is in.
+        let (applied, applied_changes) = watch::channel(resume.unwrap_or(0));
+        let _acks = AbortOnDrop(tokio::spawn(acknowledge(self.clone(), client.clone(), token, applied_changes)));
+        let result = self.apply_stream(reader, resume.is_none(), &applied).await;
         self.refresh_readiness();
         result
     }
@@ -209,11 +213,22 @@ impl Replication {
         Some(same_state(&mine, &list.items))
     }
 
-    async fn apply_stream(
+    /// Applies the leader's stream to the store, and says in `applied` up to which revision the
+    /// store holds what the stream carried (never what it held before: that is not the
+    /// leader's to count).
+    pub(super) async fn apply_stream(
         &self,
         reader: impl futures_util::AsyncBufRead + Unpin,
         snapshot: bool,
+        applied: &watch::Sender<u64>,
     ) -> Result<(), FollowError> {
+        let applied_to = |revision: u64| {
+            applied.send_if_modified(|current| {
+                let later = revision > *current;
+                *current = (*current).max(revision);
+                later
+            });
+        };
         let mut lines = reader.lines();
         if snapshot {
             let header = next_event(&mut lines).await?;
@@ -238,6 +253,7 @@ impl Replication {
             self.store.replica().set_visible(Some(revision));
             self.store.replica().reset(items, revision)?;
             self.following.synced.store(true, Ordering::Release);
+            applied_to(revision);
         }
         loop {
             let event = next_event(&mut lines).await?;
@@ -249,6 +265,7 @@ impl Replication {
                 let warm_at = warm.then(|| annotations.get(WARM_REVISION_ANNOTATION).and_then(|r| r.parse().ok()));
                 let committed = annotations.get(COMMITTED_ANNOTATION).and_then(|c| c.parse().ok()).unwrap_or(head);
                 self.store.replica().advance_to(head);
+                applied_to(head);
                 self.store.replica().set_visible(Some(committed));
                 self.heard_from_leader(head, warm_at.map(Option::unwrap_or_default));
                 if !self.following.caught_up.swap(true, Ordering::AcqRel) {
@@ -262,7 +279,7 @@ impl Replication {
                 return Err(FollowError::Ended);
             };
             let object: NodeResourceTopology = serde_json::from_str(event.object.get())?;
-            self.store.replica().apply_replicated(kind, object)?;
+            applied_to(self.store.replica().apply_replicated(kind, object)?);
         }
     }
 }
@@ -319,17 +336,23 @@ where
     agreed.checked_sub(1).map(|last| candidates[last])
 }
 
-/// Tells the leader how far this replica has applied on stream `token`, whenever that changes
-/// (coalesced: one acknowledgement in flight at a time), and takes the leader's committed
-/// revision from the answer.
-async fn acknowledge(replication: Arc<Replication>, client: kube::Client, token: String) {
-    let mut changes = match replication.store.watch(None) {
-        Ok(start) => start.changes,
-        Err(_) => return,
-    };
+/// Tells the leader how far this replica has applied on stream `token` (`applied`), whenever
+/// that changes (coalesced: one acknowledgement in flight at a time), and takes the leader's
+/// committed revision from the answer.
+///
+/// Only what the stream brought counts: the store's own head before a snapshot replaced it
+/// (a later clock of its own, or an earlier leader's uncommitted tail) acknowledged and never
+/// taken back once made every acknowledgement after the snapshot look old, so the leader never
+/// counted this follower in sync and acknowledged writes alone.
+async fn acknowledge(
+    replication: Arc<Replication>,
+    client: kube::Client,
+    token: String,
+    mut applied: watch::Receiver<u64>,
+) {
     let mut acked = 0;
     loop {
-        let revision = replication.store.replica().head_revision();
+        let revision = *applied.borrow_and_update();
         if revision > acked {
             let ack = Ack { identity: replication.identity.clone(), token: token.clone(), revision };
             let request = serde_json::to_vec(&ack).map_err(|e| e.to_string()).and_then(|body| {
@@ -364,7 +387,7 @@ async fn acknowledge(replication: Arc<Replication>, client: kube::Client, token:
                 }
             }
         }
-        if changes.changed().await.is_err() {
+        if applied.changed().await.is_err() {
             return;
         }
     }

@@ -1,12 +1,17 @@
 //! The leader's side: which followers are in sync, and the wait that makes a write's
 //! acknowledgement semi-synchronous.
 //!
-//! Two sets, on purpose: `waiting` is what a write waits for, `published` is what the Lease
-//! says (who may take over). A follower joins `waiting` as soon as it has caught up (stricter
-//! at once, and safe before the Lease says so) and `published` with the next Lease write. It
-//! leaves `published` first, with a Lease write, and only once that write succeeded `waiting`:
-//! no write is ever acknowledged without a follower the Lease still names as a possible
-//! successor.
+//! Three sets, on purpose: `waiting` is what a write waits for, `published` is what the next
+//! Lease write says (who may take over), `recorded` what a Lease write kube-apiserver accepted
+//! said and the Lease still says. A follower joins `waiting` and `published` as soon as it has
+//! caught up, and `recorded` once a Lease write named it. It leaves `published` and `recorded`
+//! first, then the Lease says so, and only once that write succeeded it leaves `waiting`. So
+//! the Lease never names a follower that writes do not wait for.
+//!
+//! A write waits for every follower in `waiting`, and, when there is one, for the Lease to name
+//! one (`recorded` not empty): a Lease that names no follower lets any replica that holds data
+//! take over (the leader was alone), so a write that only the followers hold is safe only
+//! once the Lease names them, and then only they may take over.
 //!
 //! Acknowledgements count only when they come with the token of the follower's live stream: an
 //! acknowledgement meant for an earlier leader, or sent after the stream ended, says nothing
@@ -45,6 +50,7 @@ struct Followers {
     acked: HashMap<String, u64>,
     waiting: BTreeSet<String>,
     published: BTreeSet<String>,
+    recorded: BTreeSet<String>,
 }
 
 impl Followers {
@@ -81,6 +87,8 @@ impl Replication {
         followers.streams.clear();
         followers.waiting = previous.clone();
         followers.published = previous;
+        // Until this replica's own Lease write names them (its acquisition does).
+        followers.recorded.clear();
         self.metrics.in_sync_followers.set(i64::try_from(followers.waiting.len()).unwrap_or(i64::MAX));
         drop(followers);
         self.in_sync.bump();
@@ -105,6 +113,17 @@ impl Replication {
     /// The followers the Lease names as in sync.
     pub(super) fn published_in_sync(&self) -> Vec<String> {
         self.in_sync.lock().published.iter().cloned().collect()
+    }
+
+    /// A Lease write kube-apiserver accepted named `in_sync`: those of them still published are
+    /// what the Lease says now (a follower dropped meanwhile stays out).
+    pub(super) fn lease_written(&self, in_sync: &[String]) {
+        let mut followers = self.in_sync.lock();
+        let published: BTreeSet<String> =
+            in_sync.iter().filter(|id| followers.published.contains(*id)).cloned().collect();
+        followers.recorded = published;
+        drop(followers);
+        self.in_sync.bump();
     }
 
     /// Writes the in-sync list on the Lease (after a follower joined).
@@ -194,23 +213,30 @@ impl Replication {
                     1,
                 ));
             }
-            let missing: Vec<String> = {
+            let (missing, named) = {
                 let followers = self.in_sync.lock();
                 if followers.waiting.is_empty() {
                     self.metrics.acknowledged_alone.inc();
                     return Ok(());
                 }
-                followers
+                let missing: Vec<String> = followers
                     .waiting
                     .iter()
                     .filter(|id| followers.acked.get(*id).copied().unwrap_or(0) < revision)
                     .cloned()
-                    .collect()
+                    .collect();
+                (missing, !followers.recorded.is_empty())
             };
-            if missing.is_empty() {
+            if missing.is_empty() && named {
                 return Ok(());
             }
             if tokio::time::timeout_at(deadline, progress.changed()).await.is_err() {
+                if missing.is_empty() {
+                    // Every follower has it, but the Lease names none of them yet: name them.
+                    self.publish_in_sync().await;
+                    deadline = Instant::now() + ACK_TIMEOUT;
+                    continue;
+                }
                 tracing::debug!(?missing, revision, waited = ?started.elapsed(), role = ?self.role(),
                     "a write still waits for followers");
                 // Dropping every follower would leave the leader acknowledging alone, and a
@@ -239,6 +265,7 @@ impl Replication {
                 identities.iter().filter(|id| followers.waiting.contains(*id)).cloned().collect();
             for identity in &dropping {
                 followers.published.remove(identity);
+                followers.recorded.remove(identity);
             }
             dropping
         };

@@ -25,12 +25,17 @@
 //! - **Semi-synchronous acknowledgement**: the leader answers a write once every in-sync
 //!   follower has it. A follower that does not acknowledge within [`ACK_TIMEOUT`] leaves the
 //!   in-sync set, and the Lease says so before the write is answered: only in-sync followers
-//!   may take the Lease, so a new leader holds every acknowledged write. With no follower in
-//!   sync the leader acknowledges alone (a metric and `/readyz` detail say so).
+//!   may take the Lease, so a new leader holds every acknowledged write. A write the in-sync
+//!   followers hold is answered only once the Lease names one of them (a Lease naming none lets
+//!   any replica holding data take over). Followers acknowledge only what the leader's stream
+//!   brought. With no follower in sync the leader acknowledges alone (a metric and `/readyz`
+//!   detail say so).
 //! - **Writes on a follower** are forwarded to the leader with the caller's identity, which the
 //!   follower authenticated and authorized; the leader trusts forwarded identities only on its
 //!   peer listener, where every client presents a certificate of the peer CA.
 
+#[cfg(test)]
+mod ack_tests;
 mod election;
 mod follower;
 mod forwarding;

@@ -183,7 +183,7 @@ async fn stream(State(state): State<Arc<AppState>>, Query(params): Query<StreamP
 }
 
 /// Appends one stream line.
-fn line(chunk: &mut Vec<u8>, kind: &str, object: &[u8]) {
+pub(super) fn line(chunk: &mut Vec<u8>, kind: &str, object: &[u8]) {
     chunk.extend_from_slice(b"{\"type\":\"");
     chunk.extend_from_slice(kind.as_bytes());
     chunk.extend_from_slice(b"\",\"object\":");
@@ -192,7 +192,7 @@ fn line(chunk: &mut Vec<u8>, kind: &str, object: &[u8]) {
 }
 
 /// A bookmark's object at `revision`.
-fn bookmark_object(revision: u64, annotations: BTreeMap<String, String>) -> Vec<u8> {
+pub(super) fn bookmark_object(revision: u64, annotations: BTreeMap<String, String>) -> Vec<u8> {
     let bookmark = Bookmark { metadata: BookmarkMetadata { resource_version: revision.to_string(), annotations } };
     // A struct of strings always serializes.
     serde_json::to_vec(&bookmark).unwrap_or_default()

@@ -122,8 +122,8 @@ impl Replica<'_> {
     /// resourceVersion), exactly as the leader stored it: followers keep the same objects, the
     /// same resourceVersions and the same watch history as the leader. A change that does not
     /// follow from this store's state (out of order, or about an object it does not hold) is
-    /// refused: the follower must resynchronize.
-    pub fn apply_replicated(&self, kind: EventType, object: NodeResourceTopology) -> Result<(), ReplicaError> {
+    /// refused: the follower must resynchronize. Returns the revision applied.
+    pub fn apply_replicated(&self, kind: EventType, object: NodeResourceTopology) -> Result<u64, ReplicaError> {
         let name = object.metadata.name.clone().unwrap_or_default();
         let revision = object
             .metadata
@@ -157,7 +157,7 @@ impl Replica<'_> {
                 )));
             }
         }
-        Ok(())
+        Ok(revision)
     }
 
     /// Moves the revision forward without a change: a leader's bookmark on a follower, or a new
