@@ -11,7 +11,7 @@ use numaresources_runtime::flags::{TlsServingDefaults, TlsServingFlags, period};
 use numaresources_runtime::tls::CaBundle;
 
 use crate::Limits;
-use crate::auth::{RequestHeaderConfig, Standalone};
+use crate::auth::{CacheLifetimes, RequestHeaderConfig, Standalone};
 
 /// Options of `numaresources apiserver`.
 #[derive(Debug, Clone, clap::Args)]
@@ -89,6 +89,18 @@ pub struct Args {
     /// a watch stalls unnoticed.
     #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHENTICATION_CONFIG_REFRESH", default_value = "5m", value_parser = period)]
     authentication_config_refresh: Duration,
+    /// How long the identity of a bearer token is remembered (TokenReview's answer, or the
+    /// exporter token verified here): kube-apiserver's default for its own webhook token
+    /// authenticator. Never past the token's expiry; a refused token is remembered 10 s at most.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHENTICATION_TOKEN_WEBHOOK_CACHE_TTL", default_value = "2m", value_parser = cache_lifetime)]
+    authentication_token_webhook_cache_ttl: Duration,
+    /// How long a SubjectAccessReview that allowed is remembered: kube-apiserver's default for
+    /// its own webhook authorizer.
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHORIZATION_WEBHOOK_CACHE_AUTHORIZED_TTL", default_value = "5m", value_parser = cache_lifetime)]
+    authorization_webhook_cache_authorized_ttl: Duration,
+    /// How long a SubjectAccessReview that denied is remembered (kube-apiserver's default).
+    #[arg(long, env = "NUMARESOURCES_APISERVER_AUTHORIZATION_WEBHOOK_CACHE_UNAUTHORIZED_TTL", default_value = "30s", value_parser = cache_lifetime)]
+    authorization_webhook_cache_unauthorized_ttl: Duration,
     /// After a start, `/readyz` fails and discovery and reads answer 503 until every node that
     /// runs an exporter has reported its topology, or this long at most (an empty store makes
     /// every node look unconstrained to the scheduler). Longer than the exporters' heartbeat
@@ -227,6 +239,8 @@ pub struct Delegation {
     pub client_ca: Option<CaBundle>,
     /// How often the ConfigMap is re-read besides being watched.
     pub refresh: Duration,
+    /// How long reviews' answers are remembered.
+    pub cache: CacheLifetimes,
 }
 
 /// The exporter pods.
@@ -238,6 +252,11 @@ pub struct Exporters {
     pub selector: String,
     /// Their service account (node-bound writes).
     pub service_account: String,
+}
+
+/// A cache lifetime flag: a Go duration, 0 to remember nothing.
+fn cache_lifetime(text: &str) -> Result<Duration, String> {
+    numaresources_runtime::flags::at_least(text, numaresources_api::GoDuration::from_secs(0))
 }
 
 impl Args {
@@ -269,6 +288,11 @@ impl Args {
                 }),
                 client_ca,
                 refresh: self.authentication_config_refresh,
+                cache: CacheLifetimes {
+                    token: self.authentication_token_webhook_cache_ttl,
+                    authorized: self.authorization_webhook_cache_authorized_ttl,
+                    unauthorized: self.authorization_webhook_cache_unauthorized_ttl,
+                },
             })),
         };
         let (Some(authentication), true) = (authentication, problems.is_empty()) else {
@@ -368,6 +392,28 @@ mod tests {
             panic!("a token file selects standalone mode");
         };
         assert_eq!(standalone.client_cas().len(), 1);
+    }
+
+    #[test]
+    fn reviews_are_remembered_as_long_as_kube_apiserver_remembers_its_webhooks_unless_told() {
+        let lifetimes = |args: &[&str]| match parse(args).config().unwrap().authentication {
+            Authentication::Delegated(delegation) => delegation.cache,
+            Authentication::Standalone(_) => panic!("delegated"),
+        };
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(
+            lifetimes(&[]),
+            CacheLifetimes { token: minutes(2), authorized: minutes(5), unauthorized: Duration::from_secs(30) }
+        );
+        let told = lifetimes(&[
+            "--authentication-token-webhook-cache-ttl=10s",
+            "--authorization-webhook-cache-authorized-ttl=1m",
+            "--authorization-webhook-cache-unauthorized-ttl=0s",
+        ]);
+        assert_eq!(
+            told,
+            CacheLifetimes { token: Duration::from_secs(10), authorized: minutes(1), unauthorized: Duration::ZERO }
+        );
     }
 
     #[test]

@@ -131,7 +131,8 @@ impl ApiServer {
                 let issuer_keys = Arc::new(IssuerKeysSource::new(clients.authentication.clone()));
                 let mut delegated = Delegated::new(clients.authentication, Some(client_cas.clone()))
                     .with_node_restriction(restriction)
-                    .with_local_tokens(issuer_keys.clone(), exporters.clone());
+                    .with_local_tokens(issuer_keys.clone(), exporters.clone())
+                    .with_cache_lifetimes(delegation.cache);
                 if let Some(client) = clients.authorization {
                     delegated = delegated.with_authorization_client(client);
                 }

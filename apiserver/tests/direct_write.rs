@@ -9,13 +9,14 @@ mod support;
 
 use http::StatusCode;
 use numaresources_api::direct_write::{EXTRA_POD_NAME, EXTRA_POD_UID};
+use numaresources_apiserver::auth::CacheLifetimes;
 use numaresources_apiserver::exporter_pods::Lookup;
 use numaresources_testkit::kube_double::{
-    EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, KUBE_AUDIENCE, KubeDouble, OUR_AUDIENCE,
+    AccessAsked, EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, KUBE_AUDIENCE, KubeDouble, OUR_AUDIENCE,
 };
 use serde_json::{Value, json};
 use support::BASE;
-use support::tls::{Answer, Connection, Protocol, TlsServer, start};
+use support::tls::{Answer, Connection, Protocol, TlsServer, start, start_remembering};
 
 fn bearer(token: &str) -> String {
     format!("Bearer {token}")
@@ -215,4 +216,90 @@ async fn the_aggregator_path_keeps_the_rule_for_exporters_and_only_for_them() {
     assert_eq!(answer.status, StatusCode::FORBIDDEN);
     assert!(answer.json()["message"].as_str().unwrap().contains("system:anonymous"), "{}", answer.json());
     assert_eq!(double.token_reviews(), 0, "the front proxy's identities need no review");
+}
+
+/// The exporters' ServiceAccount, as its tokens name it.
+fn exporter_account() -> String {
+    format!("system:serviceaccount:{EXPORTER_NAMESPACE}:{EXPORTER_ACCOUNT}")
+}
+
+/// What a review of the exporters' account alone asks: `verb` on every object, no pod.
+fn account_may(verb: &str) -> AccessAsked {
+    AccessAsked { user: exporter_account(), verb: verb.to_owned(), name: None, extras: false }
+}
+
+/// An exporter's requests on its own node's object are decided here, as kube-apiserver's Node
+/// authorizer decides a kubelet's: one SubjectAccessReview per verb of its ServiceAccount (not
+/// per pod, not per object) confirms RBAC grants the account that verb; a second exporter of the
+/// account asks nothing more; anything else is reviewed as before.
+#[tokio::test]
+async fn an_exporters_own_object_is_authorized_here_after_one_review_per_verb_of_its_account() {
+    let (double, server, auth_a) = signed_exporter_on_worker_a(OUR_AUDIENCE).await;
+    double.add_pod("rte-b", "worker-b");
+    until_the_cache_sees(&server, "rte-b", |l| matches!(l, Lookup::Found(_))).await;
+    let auth_b = bearer(&double.signed_exporter_token("rte-b", &[OUR_AUDIENCE]));
+    let mut connection = server.connect(Protocol::Http1, false).await;
+    for (auth, node) in [(&auth_a, "worker-a"), (&auth_b, "worker-b")] {
+        let headers = [("authorization", auth.as_str())];
+        assert_eq!(create(&mut connection, &headers, node).await.status, StatusCode::CREATED);
+        for _ in 0..5 {
+            assert_eq!(patch(&mut connection, &headers, node).await.status, StatusCode::OK);
+        }
+        let read = connection.send("GET", &format!("{BASE}/{node}"), &headers, Vec::new()).await;
+        assert_eq!(read.status, StatusCode::OK);
+    }
+    let mut asked = double.access_asked();
+    asked.sort_by(|a, b| a.verb.cmp(&b.verb));
+    assert_eq!(asked, [account_may("create"), account_may("get"), account_may("patch")]);
+    assert_eq!(double.token_reviews(), 0);
+
+    // Another node's object: read as anyone reads (a review of its own), never written.
+    let headers = [("authorization", auth_a.as_str())];
+    let read = connection.send("GET", &format!("{BASE}/worker-b"), &headers, Vec::new()).await;
+    assert_eq!(read.status, StatusCode::OK);
+    let own_review =
+        AccessAsked { user: exporter_account(), verb: "get".into(), name: Some("worker-b".into()), extras: true };
+    assert_eq!(double.access_asked().last(), Some(&own_review));
+    let reviews = double.access_reviews();
+    assert_refused_by_the_rule(&patch(&mut connection, &headers, "worker-b").await, "bound to node \"worker-a\"");
+    assert_eq!(double.access_reviews(), reviews, "refused by the node restriction before any review");
+}
+
+/// An account RBAC does not grant the verb leaves each of its exporters' requests to a review
+/// of its own (a grant for some objects only may still allow it), and here that review denies.
+#[tokio::test]
+async fn an_exporter_whose_account_lacks_the_grant_is_reviewed_per_request() {
+    let (double, server, auth) = signed_exporter_on_worker_a(OUR_AUDIENCE).await;
+    double.deny_user(&exporter_account());
+    let mut connection = server.connect(Protocol::Http1, false).await;
+    let answer = create(&mut connection, &[("authorization", auth.as_str())], "worker-a").await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN, "{}", answer.json());
+    let message = answer.json()["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("cannot create resource \"noderesourcetopologies\""), "{message}");
+    let per_request = AccessAsked { extras: true, ..account_may("create") };
+    assert_eq!(double.access_asked(), [account_may("create"), per_request]);
+}
+
+/// Every identity but an exporter on its own object goes through TokenReview and
+/// SubjectAccessReview, their answers remembered as long as the lifetimes say: here a token and
+/// an allowed decision for an hour, a denial not at all.
+#[tokio::test]
+async fn other_identities_are_reviewed_and_remembered_as_long_as_the_lifetimes_say() {
+    let double = KubeDouble::new(true);
+    let hour = std::time::Duration::from_secs(3600);
+    let lifetimes = CacheLifetimes { token: hour, authorized: hour, unauthorized: std::time::Duration::ZERO };
+    let server = start_remembering(&double, lifetimes, |_| {}).await;
+    let admin = bearer(&double.user_token("kubernetes-admin", &[KUBE_AUDIENCE]));
+    let stranger = bearer(&double.user_token("jane", &[KUBE_AUDIENCE]));
+    let mut connection = server.connect(Protocol::Http2, false).await;
+    for _ in 0..3 {
+        let listed = connection.send("GET", BASE, &[("authorization", admin.as_str())], Vec::new()).await;
+        assert_eq!(listed.status, StatusCode::OK);
+        let denied = connection.send("GET", BASE, &[("authorization", stranger.as_str())], Vec::new()).await;
+        assert_eq!(denied.status, StatusCode::FORBIDDEN);
+    }
+    // Each token reviewed once: for our audience, then for kube-apiserver's.
+    assert_eq!(double.token_reviews(), 4);
+    let lists_of = |user: &str| double.access_asked().iter().filter(|asked| asked.user == user).count();
+    assert_eq!((lists_of("kubernetes-admin"), lists_of("jane")), (1, 3));
 }

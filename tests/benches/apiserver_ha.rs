@@ -134,6 +134,8 @@ async fn main() {
     };
     wait_ready(&run, &(0..REPLICAS).collect::<Vec<_>>()).await;
     progress(began, "every replica Ready");
+    run.cluster.wait_all_in_sync(PATIENCE).await;
+    progress(began, "the Lease names every follower in sync");
     seed(&run).await;
     progress(began, &format!("{OBJECTS} objects created"));
     let start = current_version(&run.clients[leader]).await;
@@ -154,6 +156,8 @@ async fn main() {
         return;
     }
 
+    // Only what the followers the Lease names hold survives a kill: say who they were.
+    println!("kill -9 of the leader: the Lease named {} of 2 followers in sync", run.cluster.in_sync().len());
     let killed_at = Instant::now();
     let election_readers = spawn_election_readers(&run, leader, killed_at, &stop);
     run.up[leader].store(false, Ordering::Relaxed);
@@ -205,6 +209,7 @@ async fn main() {
     run.up[leader].store(true, Ordering::Relaxed);
     wait_ready(&run, &[leader]).await;
     progress(began, &format!("replica {leader} back and Ready"));
+    run.cluster.wait_all_in_sync(PATIENCE).await;
     rolling_restart(&mut run).await;
     progress(began, "rolling restart over");
 

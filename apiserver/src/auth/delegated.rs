@@ -7,12 +7,21 @@
 //! `status.audiences`), then, for a token that is not ours, without audiences (kube-apiserver's
 //! own). Which token it was changes nothing after that: the node restriction binds an exporter
 //! by its identity, whatever audience its token had, and every request is authorized by
-//! SubjectAccessReview. Answers are cached for 10 s, negative ones as well as positive (an unknown token, a
-//! denial), as k8s.io/apiserver's delegating authenticator and authorizer do, so a client
+//! SubjectAccessReview.
+//!
+//! Answers are remembered as long as kube-apiserver remembers its own webhooks' ([`CacheLifetimes`]:
+//! a token's identity 2 minutes, never past the token's expiry; an allowed decision 5 minutes,
+//! a denied one 30 s), negative ones too (an unknown token, for 10 s at most), so a client
 //! retrying a bad token does not become a TokenReview storm. A review that fails (kube-apiserver
 //! unreachable, a 5xx) is not an answer and is never cached: the request fails (401 for
 //! authentication, 503 for authorization) and the next request asks again, so the server
 //! recovers as soon as kube-apiserver is back.
+//!
+//! The exporters cost kube-apiserver next to nothing: their tokens are verified here (see
+//! [`super::jwt`]), and an exporter bound to its node through a live pod may get, create, update
+//! and patch its own node's object once one SubjectAccessReview per ServiceAccount and verb
+//! (not per pod, not per object) says RBAC grants its account that verb on every object; the
+//! node restriction does the rest, as kube-apiserver's Node authorizer does for kubelets.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -36,8 +45,65 @@ use crate::exporter_pods::{ExporterPods, Lookup};
 use crate::request_info::Attributes;
 use numaresources_api::nrt::VERSION;
 
-/// How long decisions are remembered.
-const CACHE_TTL: Duration = Duration::from_secs(10);
+/// How long reviews' answers are remembered (`--authentication-token-webhook-cache-ttl`,
+/// `--authorization-webhook-cache-authorized-ttl`, `--authorization-webhook-cache-unauthorized-ttl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLifetimes {
+    /// A token's identity (never past the token's own expiry).
+    pub token: Duration,
+    /// A decision that allowed.
+    pub authorized: Duration,
+    /// A decision that denied.
+    pub unauthorized: Duration,
+}
+
+impl Default for CacheLifetimes {
+    /// kube-apiserver's defaults for its own webhook token authenticator and authorizer.
+    fn default() -> Self {
+        Self {
+            token: Duration::from_secs(120),
+            authorized: Duration::from_secs(300),
+            unauthorized: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The longest a refused token is remembered: enough that a client retrying a bad token is not a
+/// review storm, short enough that a token refused for a passing reason is soon asked about again.
+const REFUSED_TOKEN_TTL: Duration = Duration::from_secs(10);
+
+/// The verbs an exporter uses on its own node's object, decided here (see the module's notes).
+const OWN_OBJECT_VERBS: [&str; 4] = ["get", "create", "update", "patch"];
+
+/// A token's identity (None: refused) and when the token expires, if it says.
+#[derive(Debug, Clone)]
+struct TokenAnswer {
+    user: Option<Arc<UserInfo>>,
+    expires_at: Option<u64>,
+}
+
+/// How long each answer is remembered.
+struct Lifetimes(CacheLifetimes);
+
+impl moka::Expiry<TokenDigest, TokenAnswer> for Lifetimes {
+    fn expire_after_create(&self, _: &TokenDigest, answer: &TokenAnswer, _: std::time::Instant) -> Option<Duration> {
+        if answer.user.is_none() {
+            return Some(self.0.token.min(REFUSED_TOKEN_TTL));
+        }
+        let left = answer.expires_at.map(|expires_at| Duration::from_secs(expires_at.saturating_sub(unix_now())));
+        Some(left.map_or(self.0.token, |left| left.min(self.0.token)))
+    }
+}
+
+impl moka::Expiry<DecisionKey, bool> for Lifetimes {
+    fn expire_after_create(&self, _: &DecisionKey, allowed: &bool, _: std::time::Instant) -> Option<Duration> {
+        Some(if *allowed { self.0.authorized } else { self.0.unauthorized })
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
 /// Where kube-apiserver publishes the authentication settings for extension API servers.
 const AUTH_CONFIGMAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
 
@@ -81,7 +147,7 @@ pub struct Delegated {
     client_ca_override: Option<CaBundle>,
     config: RwLock<Option<Arc<AuthenticationConfig>>>,
     /// Identities by token digest, shared with the requests that present them.
-    tokens: moka::sync::Cache<TokenDigest, Option<Arc<UserInfo>>, KeyHasher>,
+    tokens: moka::sync::Cache<TokenDigest, TokenAnswer, KeyHasher>,
     /// Decisions by identity and request attributes (hashed as they are: no encoding per
     /// request).
     decisions: moka::sync::Cache<DecisionKey, bool, KeyHasher>,
@@ -116,18 +182,20 @@ impl Delegated {
             request_header_override: None,
             client_ca_override: None,
             config: RwLock::new(None),
-            tokens: moka::sync::Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(CACHE_TTL)
-                .build_with_hasher(KeyHasher::new()),
-            decisions: moka::sync::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(CACHE_TTL)
-                .build_with_hasher(KeyHasher::new()),
+            tokens: token_cache(CacheLifetimes::default()),
+            decisions: decision_cache(CacheLifetimes::default()),
             verifier,
             node_restriction: NodeRestriction::default(),
             local_tokens: None,
         }
+    }
+
+    /// Remembers answers as long as `lifetimes` says.
+    #[must_use]
+    pub fn with_cache_lifetimes(mut self, lifetimes: CacheLifetimes) -> Self {
+        self.tokens = token_cache(lifetimes);
+        self.decisions = decision_cache(lifetimes);
+        self
     }
 
     /// Verifies tokens of the issuer `keys` reads, bound to a pod `pods` holds, in process:
@@ -281,36 +349,39 @@ impl Delegated {
     pub(crate) async fn token_review(&self, token: &str) -> Result<Option<Arc<UserInfo>>, DelegationError> {
         let digest = TokenDigest::of(token);
         if let Some(cached) = self.tokens.get(&digest) {
-            return Ok(cached);
+            return Ok(cached.user);
         }
-        let user = match self.verify_locally(token).await {
+        let answer = match self.verify_locally(token).await {
             Some(judged) => judged,
-            None => match self.review(token, Some(TOKEN_AUDIENCE)).await? {
-                Some(user) => Some(user),
-                None => self.review(token, None).await?,
-            },
+            None => {
+                let user = match self.review(token, Some(TOKEN_AUDIENCE)).await? {
+                    Some(user) => Some(user),
+                    None => self.review(token, None).await?,
+                };
+                TokenAnswer { user, expires_at: jwt::expiry_unverified(token) }
+            }
         };
-        self.tokens.insert(digest, user.clone());
-        Ok(user)
+        self.tokens.insert(digest, answer.clone());
+        Ok(answer.user)
     }
 
     /// The identity of an exporter's token verified in process (`Some(None)`: refused, as
     /// TokenReview would refuse it); `None` when TokenReview must judge it (no keys yet, another
     /// issuer or audience, a pod this server does not follow or has not seen yet).
-    async fn verify_locally(&self, token: &str) -> Option<Option<Arc<UserInfo>>> {
+    async fn verify_locally(&self, token: &str) -> Option<TokenAnswer> {
         let local = self.local_tokens.as_ref()?;
         let keys = local.keys.keys_holding(&jwt::key_id(token)?).await?;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        match jwt::verify(&keys, token, TOKEN_AUDIENCE, now) {
+        match jwt::verify(&keys, token, TOKEN_AUDIENCE, unix_now()) {
             Ok(verified) => {
                 let alive = verified.namespace == local.pods.namespace()
                     && matches!(local.pods.lookup(&verified.pod.name), Lookup::Found(pod) if pod.uid == verified.pod.uid);
-                alive.then(|| Some(Arc::new(service_account_user(&verified))))
+                let user = Some(Arc::new(service_account_user(&verified)));
+                alive.then_some(TokenAnswer { user, expires_at: Some(verified.expires_at) })
             }
             Err(refusal) if refusal.is_for_token_review() => None,
             Err(refusal) => {
                 tracing::debug!(%refusal, "a ServiceAccount token refused without a TokenReview");
-                Some(None)
+                Some(TokenAnswer { user: None, expires_at: None })
             }
         }
     }
@@ -371,6 +442,62 @@ impl Delegated {
     }
 }
 
+impl Delegated {
+    /// Whether `user` may do `attributes`; `exporter_node` is the node of an exporter bound to
+    /// it through a pod the exporter-pod cache holds. Such an exporter's requests on its own
+    /// node's object, with a verb its ServiceAccount holds on every object (one review per
+    /// account and verb, remembered as any decision), need no review of their own; anything
+    /// else is reviewed as any identity's request.
+    pub(crate) async fn authorize_bound(
+        &self,
+        user: &Arc<UserInfo>,
+        attributes: &Attributes,
+        exporter_node: Option<&str>,
+    ) -> Result<bool, DelegationError> {
+        if let Some(verb) = exporter_node.and_then(|node| own_object_verb(attributes, node)) {
+            // The account alone: neither the pod (its extras) nor the token (its uid) change
+            // what RBAC grants.
+            let account =
+                Arc::new(UserInfo { name: user.name.clone(), groups: user.groups.clone(), ..UserInfo::default() });
+            if self.authorize(&account, &Attributes::Resource { verb, name: None }).await? {
+                return Ok(true);
+            }
+        }
+        self.authorize(user, attributes).await
+    }
+}
+
+/// The verb of a request on `node`'s own object that the exporter's account may be trusted with
+/// (a create names no object: the node restriction holds its body to the node's name).
+fn own_object_verb(attributes: &Attributes, node: &str) -> Option<&'static str> {
+    match attributes {
+        Attributes::Resource { verb, name: Some(name) } if name == node => {
+            OWN_OBJECT_VERBS.contains(verb).then_some(*verb)
+        }
+        Attributes::Resource { verb: "create", name: None } => Some("create"),
+        _ => None,
+    }
+}
+
+fn token_cache(lifetimes: CacheLifetimes) -> moka::sync::Cache<TokenDigest, TokenAnswer, KeyHasher> {
+    moka::sync::Cache::builder()
+        .max_capacity(TOKEN_CACHE_ENTRIES)
+        .expire_after(Lifetimes(lifetimes))
+        .build_with_hasher(KeyHasher::new())
+}
+
+fn decision_cache(lifetimes: CacheLifetimes) -> moka::sync::Cache<DecisionKey, bool, KeyHasher> {
+    moka::sync::Cache::builder()
+        .max_capacity(DECISION_CACHE_ENTRIES)
+        .expire_after(Lifetimes(lifetimes))
+        .build_with_hasher(KeyHasher::new())
+}
+
+/// The most tokens remembered: a fleet's exporters (each a token, replaced hourly) with room.
+const TOKEN_CACHE_ENTRIES: u64 = 20_000;
+/// The most decisions remembered: every identity's requests but the exporters' own-object ones.
+const DECISION_CACHE_ENTRIES: u64 = 100_000;
+
 /// The identity kube-apiserver's TokenReview gives a pod-bound ServiceAccount token.
 fn service_account_user(token: &ServiceAccountToken) -> UserInfo {
     use numaresources_api::direct_write::{EXTRA_NODE_NAME, EXTRA_POD_NAME, EXTRA_POD_UID};
@@ -427,4 +554,44 @@ pub(crate) fn review_spec(user: &UserInfo, attributes: &Attributes) -> SubjectAc
         }
     }
     spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_remembered_no_longer_than_it_lasts_and_a_refused_one_briefly() {
+        let lifetimes = Lifetimes(CacheLifetimes::default());
+        let digest = TokenDigest::of("a token");
+        let lasts = |user: Option<Arc<UserInfo>>, expires_at| {
+            let answer = TokenAnswer { user, expires_at };
+            moka::Expiry::expire_after_create(&lifetimes, &digest, &answer, std::time::Instant::now()).unwrap()
+        };
+        let someone = || Some(Arc::new(UserInfo::default()));
+        assert_eq!(lasts(someone(), None), Duration::from_secs(120), "an opaque token: the lifetime");
+        assert_eq!(lasts(someone(), Some(unix_now() + 3600)), Duration::from_secs(120));
+        let expiring = lasts(someone(), Some(unix_now() + 30));
+        assert!(expiring <= Duration::from_secs(30), "{expiring:?}");
+        assert_eq!(lasts(someone(), Some(unix_now() - 5)), Duration::ZERO, "expired already");
+        assert_eq!(lasts(None, None), REFUSED_TOKEN_TTL);
+    }
+
+    #[test]
+    fn only_the_own_objects_usual_verbs_are_decided_here() {
+        let resource = |verb, name: Option<&str>| Attributes::Resource { verb, name: name.map(str::to_owned) };
+        for verb in OWN_OBJECT_VERBS {
+            assert_eq!(own_object_verb(&resource(verb, Some("worker-a")), "worker-a"), Some(verb));
+            assert_eq!(own_object_verb(&resource(verb, Some("worker-b")), "worker-a"), None);
+        }
+        assert_eq!(
+            own_object_verb(&resource("create", None), "worker-a"),
+            Some("create"),
+            "its body is held to the node"
+        );
+        for verb in ["delete", "list", "watch", "deletecollection"] {
+            assert_eq!(own_object_verb(&resource(verb, Some("worker-a")), "worker-a"), None, "{verb}");
+        }
+        assert_eq!(own_object_verb(&resource("get", None), "worker-a"), None);
+    }
 }

@@ -23,7 +23,7 @@ use crate::request_info::Attributes;
 pub use crate::request_info::always_allowed;
 pub(crate) use authn::UserInfo;
 pub use authn::{AuthenticationConfig, RequestHeaderConfig};
-pub use delegated::Delegated;
+pub use delegated::{CacheLifetimes, Delegated};
 pub(crate) use node_restriction::Binding;
 pub use node_restriction::NodeRestriction;
 pub use standalone::{Standalone, TokenFileError};
@@ -104,25 +104,31 @@ pub async fn check(state: &AppState, mut request: Request, next: impl AsyncFnOnc
     // The node found through the token's pod, recorded on the identity once authorized so a
     // write forwarded to the leader stays bound to it there.
     let mut placed_through_pod = None;
+    // An exporter's own object, written or read, is decided without a review of its own.
+    let binding = match &attributes {
+        _ if attributes.is_write() => node_binding(&state.auth, &user),
+        Attributes::Resource { verb: "get", name: Some(_) } => node_binding(&state.auth, &user),
+        _ => Binding::Unbound,
+    };
     if attributes.is_write() {
-        match node_binding(&state.auth, &user) {
+        match &binding {
             Binding::Unbound => {}
-            Binding::Node { node, through_pod } => {
+            Binding::Node { node, through_pod, .. } => {
                 match &attributes {
-                    Attributes::Resource { name: Some(name), .. } if *name != node => {
-                        return forbidden_for_node(&node, name).into_response();
+                    Attributes::Resource { name: Some(name), .. } if name != node => {
+                        return forbidden_for_node(node, name).into_response();
                     }
                     Attributes::Resource { verb: "deletecollection", .. } => {
-                        return forbidden_for_node(&node, "*").into_response();
+                        return forbidden_for_node(node, "*").into_response();
                     }
                     _ => {}
                 }
-                if through_pod {
+                if *through_pod {
                     placed_through_pod = Some(node.clone());
                 }
-                request.extensions_mut().insert(NodeScope(node));
+                request.extensions_mut().insert(NodeScope(node.clone()));
             }
-            Binding::Refused(reason) => return forbidden_unplaced(&attributes, &reason).into_response(),
+            Binding::Refused(reason) => return forbidden_unplaced(&attributes, reason).into_response(),
             Binding::Unknown => {
                 return ApiError::unavailable(
                     "the node restriction cannot place this exporter until the exporter pods are listed; retry shortly",
@@ -132,9 +138,13 @@ pub async fn check(state: &AppState, mut request: Request, next: impl AsyncFnOnc
             }
         }
     }
+    let exporter_node = match &binding {
+        Binding::Node { node, live_pod: true, .. } => Some(node.as_str()),
+        _ => None,
+    };
     let allowed = match &state.auth {
         _ if user.groups.iter().any(|g| g == "system:masters") => true,
-        Auth::Delegated(delegated) => match delegated.authorize(&user, &attributes).await {
+        Auth::Delegated(delegated) => match delegated.authorize_bound(&user, &attributes, exporter_node).await {
             Ok(allowed) => allowed,
             Err(error) => {
                 tracing::error!("{error}");
@@ -158,7 +168,7 @@ fn node_binding(auth: &Auth, user: &UserInfo) -> Binding {
     match auth {
         Auth::Delegated(delegated) => delegated.node_restriction().binding(user),
         Auth::Standalone(_) | Auth::Disabled => match user.node_name() {
-            Some(node) => Binding::Node { node: node.to_owned(), through_pod: false },
+            Some(node) => Binding::Node { node: node.to_owned(), through_pod: false, live_pod: false },
             None => Binding::Unbound,
         },
     }

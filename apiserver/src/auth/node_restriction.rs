@@ -58,6 +58,9 @@ pub enum Binding {
         node: String,
         /// Whether the node was found through the pod (the token did not name it).
         through_pod: bool,
+        /// Whether the token's pod is one the exporter-pod cache holds, with the token's uid:
+        /// its own node's object is then the exporter's to write without a review per request.
+        live_pod: bool,
     },
     /// An exporter that may not write at all, and why.
     Refused(String),
@@ -99,7 +102,7 @@ impl NodeRestriction {
         }
         let Some((pod_name, pod_uid)) = bound_pod else {
             return match node_extra {
-                Some(node) => Binding::Node { node: node.to_owned(), through_pod: false },
+                Some(node) => Binding::Node { node: node.to_owned(), through_pod: false, live_pod: false },
                 None => Binding::Refused(
                     "the exporter's token names neither its node nor its pod (present a projected, pod-bound service-account token)"
                         .to_owned(),
@@ -117,8 +120,8 @@ impl NodeRestriction {
                 (Some(node), Some(named)) if node != named => {
                     Binding::Refused(format!("the token names node {named:?} but its pod {} runs on {node:?}", pod()))
                 }
-                (Some(node), _) => Binding::Node { node, through_pod: node_extra.is_none() },
-                (None, Some(named)) => Binding::Node { node: named.to_owned(), through_pod: false },
+                (Some(node), _) => Binding::Node { node, through_pod: node_extra.is_none(), live_pod: true },
+                (None, Some(named)) => Binding::Node { node: named.to_owned(), through_pod: false, live_pod: true },
                 (None, None) => Binding::Refused(format!("the token's pod {} is not scheduled to a node yet", pod())),
             },
             Some(Lookup::Missing) => {
@@ -126,7 +129,7 @@ impl NodeRestriction {
             }
             // kube-apiserver checked the pod when it reviewed the token; the node it named holds.
             Some(Lookup::NotSynced) | None if node_extra.is_some() => {
-                Binding::Node { node: node_extra.unwrap_or_default().to_owned(), through_pod: false }
+                Binding::Node { node: node_extra.unwrap_or_default().to_owned(), through_pod: false, live_pod: false }
             }
             Some(Lookup::NotSynced) => Binding::Unknown,
             None => Binding::Refused(format!(
@@ -172,17 +175,17 @@ mod tests {
         pods
     }
 
-    fn node(node: &str, through_pod: bool) -> Binding {
-        Binding::Node { node: node.to_owned(), through_pod }
+    fn node(node: &str, through_pod: bool, live_pod: bool) -> Binding {
+        Binding::Node { node: node.to_owned(), through_pod, live_pod }
     }
 
     #[test]
     fn the_node_comes_from_the_token_or_from_the_pod() {
         let restriction = NodeRestriction::default().with_pods(pods(&[("rte-a", "u-a", "worker-a")]));
         let with_node = user(EXPORTER, &[(EXTRA_NODE_NAME, "worker-a")]);
-        assert_eq!(restriction.binding(&with_node), node("worker-a", false));
+        assert_eq!(restriction.binding(&with_node), node("worker-a", false, false), "no pod to check");
         let with_pod = user(EXPORTER, &[(EXTRA_POD_NAME, "rte-a"), (EXTRA_POD_UID, "u-a")]);
-        assert_eq!(restriction.binding(&with_pod), node("worker-a", true));
+        assert_eq!(restriction.binding(&with_pod), node("worker-a", true, true));
     }
 
     #[test]
@@ -207,7 +210,7 @@ mod tests {
             "system:serviceaccount:numaresources:go-rte",
             &[(EXTRA_POD_NAME, "rte-x"), (EXTRA_POD_UID, "u-x"), (EXTRA_NODE_NAME, "worker-x")],
         );
-        assert_eq!(restriction.binding(&other_account), node("worker-x", false));
+        assert_eq!(restriction.binding(&other_account), node("worker-x", false, true));
         // The controllers' pod token, on a cluster that names nodes: not bound.
         let controllers = user(
             "system:serviceaccount:numaresources:numaresources-controllers",
@@ -227,7 +230,7 @@ mod tests {
         assert_eq!(restriction.binding(&with_pod), Binding::Unknown);
         let mut with_both = with_pod.clone();
         with_both.extra.insert(EXTRA_NODE_NAME.to_owned(), vec!["worker-a".to_owned()]);
-        assert_eq!(restriction.binding(&with_both), node("worker-a", false));
+        assert_eq!(restriction.binding(&with_both), node("worker-a", false, false), "its pod not seen yet");
         let other_pod = user("system:serviceaccount:numaresources:x", &[(EXTRA_POD_NAME, "p"), (EXTRA_POD_UID, "u")]);
         assert_eq!(restriction.binding(&other_pod), Binding::Unknown, "may be an exporter");
     }

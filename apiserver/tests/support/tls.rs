@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use numaresources_apiserver::auth::issuer_keys::IssuerKeysSource;
-use numaresources_apiserver::auth::{Auth, AuthenticationConfig, Delegated, NodeRestriction, RequestHeaderConfig};
+use numaresources_apiserver::auth::{
+    Auth, AuthenticationConfig, CacheLifetimes, Delegated, NodeRestriction, RequestHeaderConfig,
+};
 use numaresources_apiserver::exporter_pods::ExporterPods;
 use numaresources_apiserver::{AppState, Store, router};
 use numaresources_runtime::serve;
@@ -41,6 +43,15 @@ pub struct TlsServer {
 /// Starts our server in delegated mode against `double`, with the exporter pod watch running.
 /// `configure` may change the state before it is served.
 pub async fn start(double: &KubeDouble, configure: impl FnOnce(&mut AppState)) -> TlsServer {
+    start_remembering(double, CacheLifetimes::default(), configure).await
+}
+
+/// [`start`], remembering reviews' answers as long as `lifetimes` says.
+pub async fn start_remembering(
+    double: &KubeDouble,
+    lifetimes: CacheLifetimes,
+    configure: impl FnOnce(&mut AppState),
+) -> TlsServer {
     let dir = tempfile::tempdir().unwrap();
     let serving_ca = CertificateAuthority::generate("serving-ca", VALIDITY).unwrap();
     let pair = serving_ca.issue_serving(&["localhost".to_owned()], VALIDITY).unwrap();
@@ -64,7 +75,8 @@ pub async fn start(double: &KubeDouble, configure: impl FnOnce(&mut AppState)) -
     let issuer_keys = Arc::new(IssuerKeysSource::new(client.clone()));
     let delegated = Delegated::new(client, Some(client_cas))
         .with_node_restriction(restriction)
-        .with_local_tokens(issuer_keys, exporter_pods.clone());
+        .with_local_tokens(issuer_keys, exporter_pods.clone())
+        .with_cache_lifetimes(lifetimes);
     // What kube-apiserver publishes in extension-apiserver-authentication.
     delegated.set_config(AuthenticationConfig {
         request_header: RequestHeaderConfig {

@@ -40,7 +40,7 @@ mod reviews;
 
 pub use issuer::ISSUER;
 pub use pods::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, EXPORTER_SELECTOR};
-pub use reviews::{KUBE_AUDIENCE, OUR_AUDIENCE};
+pub use reviews::{AccessAsked, KUBE_AUDIENCE, OUR_AUDIENCE};
 
 /// What the double holds, shared by its handles, its router and the clients built on it.
 #[derive(Debug)]
@@ -60,6 +60,11 @@ struct Store {
     sequence: AtomicUsize,
     token_reviews: AtomicUsize,
     access_reviews: AtomicUsize,
+    /// What each SubjectAccessReview asked, in order.
+    access_asked: Mutex<Vec<reviews::AccessAsked>>,
+    /// Users the SubjectAccessReview policy denies although it would allow them (an account
+    /// whose RBAC binding is missing).
+    denied_users: Mutex<std::collections::HashSet<String>>,
     /// Every request that reached the double.
     requests: AtomicUsize,
     /// The ServiceAccount token issuer's signing key.
@@ -122,6 +127,8 @@ impl KubeDouble {
             sequence: AtomicUsize::new(0),
             token_reviews: AtomicUsize::new(0),
             access_reviews: AtomicUsize::new(0),
+            access_asked: Mutex::default(),
+            denied_users: Mutex::default(),
             requests: AtomicUsize::new(0),
             issuer: issuer::Issuer::new(),
         };
@@ -214,6 +221,16 @@ impl KubeDouble {
     /// How many SubjectAccessReviews the double has been asked.
     pub fn access_reviews(&self) -> usize {
         self.store.access_reviews.load(Ordering::SeqCst)
+    }
+
+    /// What each SubjectAccessReview asked, in order.
+    pub fn access_asked(&self) -> Vec<AccessAsked> {
+        lock(&self.store.access_asked).clone()
+    }
+
+    /// Denies every SubjectAccessReview of `user` from now on (its RBAC binding removed).
+    pub fn deny_user(&self, user: &str) {
+        lock(&self.store.denied_users).insert(user.to_owned());
     }
 }
 

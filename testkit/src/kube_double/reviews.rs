@@ -7,7 +7,8 @@
 //!   (kube-apiserver 1.30+; before, the server must place the token through its pod). Unknown
 //!   tokens are `authenticated: false`.
 //! - SubjectAccessReview: allows members of `system:masters`, the user `kubernetes-admin` and
-//!   service accounts, denies the rest (this endpoint's RBAC stand-in).
+//!   service accounts, denies the rest and the users a test denies (this endpoint's RBAC
+//!   stand-in); what each review asked is recorded.
 //! - `kube-system/extension-apiserver-authentication`: read by name, listed (kube-rs' watcher
 //!   lists it with a field selector first) and watched (the watch stays open without events, as
 //!   while nothing changes). Its data is empty: no front proxy and no client CA, so bearer
@@ -204,6 +205,19 @@ fn review_token(store: &Shared, spec: &Value) -> Value {
                     "groups": issued.groups, "extra": extra}})
 }
 
+/// What one SubjectAccessReview asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessAsked {
+    /// `spec.user`.
+    pub user: String,
+    /// The resource verb, or the non-resource one.
+    pub verb: String,
+    /// The object's name (None: every object, or a non-resource request).
+    pub name: Option<String>,
+    /// Whether the review carried the caller's extras (a pod-bound token's pod).
+    pub extras: bool,
+}
+
 async fn subject_access_review(State(store): State<Shared>, body: Bytes) -> Response {
     store.access_reviews.fetch_add(1, Ordering::SeqCst);
     let review: Value = match decode(&body) {
@@ -212,8 +226,20 @@ async fn subject_access_review(State(store): State<Shared>, body: Bytes) -> Resp
     };
     let spec = &review["spec"];
     let user = spec["user"].as_str().unwrap_or_default();
+    let attributes = if spec["resourceAttributes"].is_object() {
+        &spec["resourceAttributes"]
+    } else {
+        &spec["nonResourceAttributes"]
+    };
+    lock(&store.access_asked).push(AccessAsked {
+        user: user.to_owned(),
+        verb: attributes["verb"].as_str().unwrap_or_default().to_owned(),
+        name: attributes["name"].as_str().map(str::to_owned),
+        extras: spec["extra"].as_object().is_some_and(|extra| !extra.is_empty()),
+    });
     let masters = spec["groups"].as_array().into_iter().flatten().any(|group| group == "system:masters");
-    let allowed = masters || user == "kubernetes-admin" || user.starts_with("system:serviceaccount:");
+    let denied = lock(&store.denied_users).contains(user);
+    let allowed = !denied && (masters || user == "kubernetes-admin" || user.starts_with("system:serviceaccount:"));
     let reason = if allowed { "allowed by the double's policy" } else { "denied by the double's policy" };
     Json(json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "metadata": {},
                 "spec": spec, "status": {"allowed": allowed, "reason": reason}}))
