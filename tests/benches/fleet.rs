@@ -32,6 +32,12 @@
 //! with the server), publish latency, watch delivery p50/p99/max, lost and duplicate events,
 //! failed publishes and watch restarts.
 //!
+//! `--delegated` runs the server as in a cluster, against the kube-apiserver double: each agent
+//! presents its exporter pod's projected token (signed by the double's ServiceAccount issuer;
+//! `--reviewed-tokens`: tokens only TokenReview knows), and the TokenReviews and
+//! SubjectAccessReviews the server sends per publish are printed. `--server-arg=FLAG` passes a
+//! flag to the server (the review cache lifetimes, say).
+//!
 //! `cargo bench -p numaresources-tests --bench fleet` runs a small fleet (200 agents, 5 watchers,
 //! well under a minute); `-- --agents 5000 --watchers 100 --duration 120` the large one. The
 //! server binary: `NUMARESOURCES_BIN`, else `target/release/numaresources` (build it with
@@ -60,8 +66,10 @@ use numaresources_rte::publish::{KubePublisher, Publisher};
 use numaresources_runtime::tls::CertificateAuthority;
 use serde::Deserialize;
 
+use numaresources_testkit::kube_double::{EXPORTER_NAMESPACE, KubeDouble, OUR_AUDIENCE, exporter_pod_name};
 use numaresources_testkit::proc_status;
 use numaresources_testkit::tcp;
+use numaresources_tests::replicas::plain_get;
 
 const BASE: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies";
 const FIXTURES: [&str; 3] = ["intel-2numa-24cpu", "amd64-1numa-nvidia", "amd64-offline-cpus"];
@@ -98,6 +106,14 @@ struct Options {
     idle_timeout: Duration,
     /// How often each agent asks whether its object is held (None: never).
     held_every: Option<Duration>,
+    /// Delegated to a kube-apiserver double (TokenReview, SubjectAccessReview, the issuer's
+    /// keys, one exporter pod per agent), each agent with its pod's projected token; else
+    /// standalone with static tokens.
+    delegated: bool,
+    /// Delegated, with tokens only TokenReview knows (not signed by the issuer).
+    reviewed_tokens: bool,
+    /// More flags for the server (`--server-arg=--authorization-webhook-cache-authorized-ttl=10s`).
+    server_args: Vec<String>,
 }
 
 impl Options {
@@ -113,6 +129,9 @@ impl Options {
             keep_idle_connections: false,
             idle_timeout: DIRECT_IDLE_CONNECTION_TIMEOUT,
             held_every: Some(HELD_INTERVAL),
+            delegated: false,
+            reviewed_tokens: false,
+            server_args: Vec::new(),
         };
         let mut args = std::env::args().skip(1);
         let secs = |value: Option<String>| Duration::from_secs_f64(value.unwrap().parse().unwrap());
@@ -128,6 +147,11 @@ impl Options {
                 "--keep-idle-connections" => options.keep_idle_connections = true,
                 "--idle-timeout" => options.idle_timeout = secs(args.next()),
                 "--held-every" => options.held_every = Some(secs(args.next())).filter(|d| !d.is_zero()),
+                "--delegated" => options.delegated = true,
+                "--reviewed-tokens" => (options.delegated, options.reviewed_tokens) = (true, true),
+                flag if flag.starts_with("--server-arg=") => {
+                    options.server_args.push(flag["--server-arg=".len()..].to_owned());
+                }
                 "--bench" => {}
                 other => panic!("unknown argument {other:?}"),
             }
@@ -241,7 +265,8 @@ impl Server {
         )
     }
 
-    fn start(dir: &Path, port: u16, admin_port: u16) -> Self {
+    /// Starts the server; `authentication` are the flags that say how it authenticates.
+    fn start(dir: &Path, port: u16, admin_port: u16, authentication: &[String]) -> Self {
         let binary = Self::binary();
         assert!(
             binary.exists(),
@@ -257,8 +282,7 @@ impl Server {
             .arg(dir.join("serving.key"))
             .arg("--cert-dir")
             .arg(dir.join("cert-dir"))
-            .arg("--token-auth-file")
-            .arg(dir.join("tokens.csv"))
+            .args(authentication)
             // Every simulated node connects from 127.0.0.1; real ones each have their own address.
             .args(["--max-connections-per-client", "100000"])
             .env("MALLOC_ARENA_MAX", "2")
@@ -564,8 +588,10 @@ impl WatcherState {
             fleet.duplicates.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        // The first event of an object is its state when the watch started: it stands for every
+        // change up to it (a watcher that started late missed none of them).
+        *seen = if *next == 0 { sequence + 1 } else { *seen + 1 };
         *next = sequence + 1;
-        *seen += 1;
         if fleet.in_window(sent) {
             fleet.delivery.record(received.saturating_sub(sent));
         }
@@ -633,6 +659,29 @@ fn write_files(dir: &Path, agents: usize) {
     std::fs::write(dir.join("tokens.csv"), csv).unwrap();
 }
 
+/// The kube-apiserver double of delegated mode: one direct-path exporter pod per agent, on the
+/// node its object is named after, and each agent's token file holding its pod's projected token
+/// (signed by the double's issuer, or, with `--reviewed-tokens`, one only TokenReview knows); the
+/// watchers' token is an admin's.
+async fn kube_double(dir: &Path, options: &Options) -> KubeDouble {
+    let double = KubeDouble::start().await.unwrap();
+    let nodes: Vec<String> = (0..options.agents).map(name).collect();
+    double.set_direct_exporter_pods(nodes.clone());
+    for (i, node) in nodes.iter().enumerate() {
+        let token = if options.reviewed_tokens {
+            let token = format!("reviewed-{i:05}-{}", "x".repeat(900));
+            double.issue_exporter_token(&token, node);
+            token
+        } else {
+            double.signed_exporter_token(&exporter_pod_name(node), &[OUR_AUDIENCE])
+        };
+        std::fs::write(dir.join(format!("tokens/{i}")), token).unwrap();
+    }
+    double.issue_admin_token("watcher-token", "watcher");
+    double.write_kubeconfig(&dir.join("kube.kubeconfig"), EXPORTER_NAMESPACE).unwrap();
+    double
+}
+
 async fn watcher_client(dir: &Path, url: &http::Uri) -> kube::Client {
     let mut config = kube::Config::new(url.clone());
     let pem = std::fs::read(dir.join("ca.crt")).unwrap();
@@ -668,9 +717,25 @@ async fn run(options: Options) {
     );
     let dir = tempfile::tempdir().unwrap();
     write_files(dir.path(), options.agents);
+    let double = if options.delegated { Some(kube_double(dir.path(), &options).await) } else { None };
+    let mut authentication =
+        match &double {
+            // The warm-up would hold the watchers' first lists until every agent has published.
+            Some(_) => ["--kubeconfig", "kube.kubeconfig", "--store-warmup", "1s"]
+                .map(|arg| {
+                    if arg.ends_with(".kubeconfig") {
+                        dir.path().join(arg).display().to_string()
+                    } else {
+                        arg.to_owned()
+                    }
+                })
+                .to_vec(),
+            None => vec!["--token-auth-file".to_owned(), dir.path().join("tokens.csv").display().to_string()],
+        };
+    authentication.extend(options.server_args.iter().cloned());
     let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (port, admin_port) = (free_port(), free_port());
-    let server = Server::start(dir.path(), port, admin_port);
+    let server = Server::start(dir.path(), port, admin_port, &authentication);
     let url: http::Uri = format!("https://127.0.0.1:{port}").parse().unwrap();
     let zones = Arc::new(fixture_zones());
 
@@ -697,10 +762,17 @@ async fn run(options: Options) {
 
     let mut watchers = tokio::task::JoinSet::new();
     let mut states = Vec::new();
-    for _ in 0..options.watchers {
-        let state = Arc::new(Mutex::new(WatcherState { objects: vec![(0, 0); options.agents] }));
-        states.push(Arc::clone(&state));
-        watchers.spawn(watcher(Arc::clone(&fleet), watcher_client(dir.path(), &url).await, state));
+    let mut spawn_watchers = async || {
+        for _ in 0..options.watchers {
+            let state = Arc::new(Mutex::new(WatcherState { objects: vec![(0, 0); options.agents] }));
+            states.push(Arc::clone(&state));
+            watchers.spawn(watcher(Arc::clone(&fleet), watcher_client(dir.path(), &url).await, state));
+        }
+    };
+    // Delegated, the store stays cold (reads refused) until the exporters that write here have
+    // reported, as in a cluster: the watchers start once it serves reads.
+    if double.is_none() {
+        spawn_watchers().await;
     }
     let started = Instant::now();
     let end = started + options.settle() + options.duration;
@@ -708,10 +780,19 @@ async fn run(options: Options) {
     for i in 0..options.agents {
         agents.spawn(agent(i, Arc::clone(&fleet), Arc::clone(&zones), end));
     }
+    if double.is_some() {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !plain_get(admin_port, "/readyz").await.is_ok_and(|(status, _)| status == 200) {
+            assert!(Instant::now() < deadline, "the server never became ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        spawn_watchers().await;
+    }
 
     tokio::time::sleep(options.settle()).await;
     let (cpu_before, own_before, busy_before, accepted_before, window_start) =
         (server.cpu(), proc_cpu("/proc/self/stat"), machine_busy(), tcp::tcp_accepted(), Instant::now());
+    let reviews_before = double.as_ref().map(|double| (double.token_reviews(), double.access_reviews()));
     let window_from = now_micros();
     *fleet.window.lock().unwrap() = Some((window_from, u64::MAX));
     let (changes_before, heartbeats_before) =
@@ -728,6 +809,14 @@ async fn run(options: Options) {
     let (cpu, own) = (server.cpu() - cpu_before, proc_cpu("/proc/self/stat") - own_before);
     let busy = machine_busy().saturating_sub(busy_before);
     let accepted = tcp::tcp_accepted().saturating_sub(accepted_before);
+    let reviews = double.as_ref().zip(reviews_before).map(|(double, (tokens, access))| {
+        (
+            double.token_reviews() - tokens,
+            double.access_reviews() - access,
+            double.token_reviews(),
+            double.access_reviews(),
+        )
+    });
     *fleet.window.lock().unwrap() = Some((window_from, now_micros()));
     let changes = fleet.changes.load(Ordering::Relaxed) - changes_before;
     let heartbeats = fleet.heartbeats.load(Ordering::Relaxed) - heartbeats_before;
@@ -779,6 +868,14 @@ async fn run(options: Options) {
         RSS_EVERY,
         rss.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(" ")
     );
+    if let Some((tokens, access, all_tokens, all_access)) = reviews {
+        let writes = (changes + heartbeats).max(1) as f64;
+        println!(
+            "reviews at the kube-apiserver double in the window: {tokens} TokenReviews, {access} SubjectAccessReviews: \
+             {:.5} per publish ({all_tokens} and {all_access} over the whole run, ramp included)",
+            (tokens + access) as f64 / writes
+        );
+    }
     println!("server RSS at the end: RssAnon {anon:.1} MiB (heap, stacks), RssFile {file:.1} MiB (the binary's pages)");
     let half = rss.len() / 2;
     println!(

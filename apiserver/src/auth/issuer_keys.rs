@@ -166,18 +166,28 @@ mod tests {
         assert_eq!(verified.node.unwrap().name, "worker-0");
     }
 
+    /// The issuer rotates its key: a token naming the new key id makes the keys be read again
+    /// (at most once per interval), and verifies then, without a restart.
     #[tokio::test(start_paused = true)]
-    async fn an_unknown_key_id_reads_the_keys_again_at_most_once_per_interval() {
+    async fn a_rotated_key_is_read_on_its_first_token_at_most_once_per_interval() {
         let double = KubeDouble::new(true);
+        double.add_pod("numaresources-rte-a", "worker-0");
         let source = IssuerKeysSource::new(double.client());
         source.refresh().await.unwrap();
         let (reads, token_reviews) = (double.requests(), double.token_reviews());
-        assert!(source.keys_holding("rotated-in").await.is_some(), "the last keys stay");
-        assert_eq!(double.requests(), reads, "a read just happened: no other within the interval");
+        double.rotate_signing_key();
+        let rotated = double.signing_key_id();
+        let token = double.signed_exporter_token("numaresources-rte-a", &[OUR_AUDIENCE]);
+        let keys = source.keys_holding(&rotated).await.unwrap();
+        assert!(!keys.has_key(&rotated), "a read just happened: none other within the interval");
+        assert_eq!(double.requests(), reads);
+
         tokio::time::advance(MIN_REFRESH_INTERVAL).await;
-        source.keys_holding("rotated-in").await;
+        let keys = source.keys_holding(&rotated).await.unwrap();
         assert_eq!(double.requests(), reads + 2, "the discovery document and the key set, once");
-        assert!(source.keys_holding(&double.signing_key_id()).await.is_some());
+        assert!(keys.has_key(&rotated));
+        assert_eq!(verify(&keys, &token, OUR_AUDIENCE, now()).unwrap().pod.name, "numaresources-rte-a");
+        assert!(source.keys_holding(&rotated).await.is_some());
         assert_eq!(double.requests(), reads + 2, "a known key id reads nothing");
         assert_eq!(double.token_reviews(), token_reviews);
     }

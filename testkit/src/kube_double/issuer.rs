@@ -1,8 +1,8 @@
 //! The cluster's ServiceAccount token issuer, as kube-apiserver publishes it for anyone who
 //! verifies its tokens (the `system:service-account-issuer-discovery` ClusterRole grants it):
 //! `/.well-known/openid-configuration` (the issuer and where its keys are) and `/openid/v1/jwks`
-//! (its public keys). The double signs with one P-256 key (ES256) made when it is made, so the
-//! tokens it signs ([`KubeDouble::signed_exporter_token`]) verify against what it publishes, and
+//! (its public keys). The double signs with a P-256 key (ES256) made when it is made (and another
+//! at each [`KubeDouble::rotate_signing_key`]), so the tokens it signs ([`KubeDouble::signed_exporter_token`]) verify against what it publishes, and
 //! TokenReview accepts them too, as kube-apiserver's does.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,42 +25,74 @@ pub const ISSUER: &str = KUBE_AUDIENCE;
 /// How long the tokens the double signs last (the kubelet's projected tokens: an hour).
 const TOKEN_SECONDS: u64 = 3600;
 
-/// The signing key and its id.
+/// The signing keys, the last one signing: a rotation adds a key and keeps the earlier ones
+/// published, as kube-apiserver does while tokens signed with them may still be in use.
 #[derive(Debug)]
 pub(super) struct Issuer {
-    key_id: String,
+    keys: std::sync::Mutex<Vec<SigningKey>>,
+}
+
+#[derive(Debug)]
+struct SigningKey {
+    id: String,
     key: EcdsaKeyPair,
 }
 
-impl Issuer {
-    pub(super) fn new() -> Self {
+impl SigningKey {
+    fn generate() -> Self {
         let random = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &random).expect("a P-256 key");
         let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &random).expect("the key");
         // kube-apiserver's key ids are a digest of the public key; any stable text does here.
-        let key_id = URL_SAFE_NO_PAD.encode(&key.public_key().as_ref()[1..17]);
-        Self { key_id, key }
+        let id = URL_SAFE_NO_PAD.encode(&key.public_key().as_ref()[1..17]);
+        Self { id, key }
+    }
+
+    fn jwk(&self) -> Value {
+        let point = self.key.public_key().as_ref();
+        json!({"use": "sig", "kty": "EC", "kid": self.id, "alg": "ES256", "crv": "P-256",
+               "x": URL_SAFE_NO_PAD.encode(&point[1..33]), "y": URL_SAFE_NO_PAD.encode(&point[33..65])})
+    }
+}
+
+impl Issuer {
+    pub(super) fn new() -> Self {
+        Self { keys: std::sync::Mutex::new(vec![SigningKey::generate()]) }
+    }
+
+    fn keys(&self) -> std::sync::MutexGuard<'_, Vec<SigningKey>> {
+        self.keys.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn jwks(&self) -> Value {
-        let point = self.key.public_key().as_ref();
-        json!({"keys": [{"use": "sig", "kty": "EC", "kid": self.key_id, "alg": "ES256", "crv": "P-256",
-                         "x": URL_SAFE_NO_PAD.encode(&point[1..33]), "y": URL_SAFE_NO_PAD.encode(&point[33..65])}]})
+        json!({"keys": self.keys().iter().map(SigningKey::jwk).collect::<Vec<_>>()})
     }
 
-    /// A compact JWS of `claims`.
+    fn signing_key_id(&self) -> String {
+        self.keys().last().map(|key| key.id.clone()).unwrap_or_default()
+    }
+
+    /// A compact JWS of `claims`, signed with the current key.
     fn sign(&self, claims: &Value) -> String {
+        let keys = self.keys();
+        let current = keys.last().expect("the issuer always has a key");
         let encode = |value: &Value| URL_SAFE_NO_PAD.encode(serde_json::to_vec(value).unwrap_or_default());
-        let signed = format!("{}.{}", encode(&json!({"alg": "ES256", "kid": self.key_id})), encode(claims));
-        let signature = self.key.sign(&SystemRandom::new(), signed.as_bytes()).expect("signing");
+        let signed = format!("{}.{}", encode(&json!({"alg": "ES256", "kid": current.id})), encode(claims));
+        let signature = current.key.sign(&SystemRandom::new(), signed.as_bytes()).expect("signing");
         format!("{signed}.{}", URL_SAFE_NO_PAD.encode(signature.as_ref()))
     }
 }
 
 impl KubeDouble {
-    /// The id of the key the double signs with.
+    /// The id of the key the double signs with now.
     pub fn signing_key_id(&self) -> String {
-        self.store.issuer.key_id.clone()
+        self.store.issuer.signing_key_id()
+    }
+
+    /// Rotates the issuer's signing key: tokens signed from now on name a new key id, which the
+    /// key set publishes beside the earlier keys.
+    pub fn rotate_signing_key(&self) {
+        self.store.issuer.keys().push(SigningKey::generate());
     }
 
     /// A projected token of the exporters' ServiceAccount bound to the existing pod `pod`, for

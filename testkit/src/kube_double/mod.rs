@@ -39,7 +39,7 @@ mod pods;
 mod reviews;
 
 pub use issuer::ISSUER;
-pub use pods::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, EXPORTER_SELECTOR};
+pub use pods::{EXPORTER_ACCOUNT, EXPORTER_NAMESPACE, EXPORTER_SELECTOR, exporter_pod_name};
 pub use reviews::{AccessAsked, KUBE_AUDIENCE, OUR_AUDIENCE};
 
 /// What the double holds, shared by its handles, its router and the clients built on it.

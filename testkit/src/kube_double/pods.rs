@@ -85,7 +85,12 @@ impl Pods {
 
 /// The name and uid of the exporter pod on `node` that [`KubeDouble::set_exporter_pods`] serves.
 pub(super) fn exporter_pod_on(node: &str) -> (String, String) {
-    (format!("numaresources-rte-{node}"), format!("uid-{node}"))
+    (exporter_pod_name(node), format!("uid-{node}"))
+}
+
+/// The name of the exporter pod [`KubeDouble::set_exporter_pods`] runs on `node`.
+pub fn exporter_pod_name(node: &str) -> String {
+    format!("numaresources-rte-{node}")
 }
 
 /// A Running exporter pod; `direct`, it mounts a projected token of our server's audience, as
