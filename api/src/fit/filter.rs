@@ -11,8 +11,10 @@
 //!   NUMA node, the lowest suitable id is the one the kubelet picks, and that node's resources
 //!   are reduced by the container's requests before the next container is checked;
 //! - pod scope: the same check once, with the pod's effective request;
-//! - per request: a resource the Node does not report as allocatable rejects at once; a NUMA
-//!   node listing the resource is suitable when the pod is not Guaranteed and the resource is
+//! - before any of this, kube-scheduler's own node-level fit ([`super::node`]) when the Node is
+//!   known: a resource the Node does not offer, or not enough of (less what its pods request),
+//!   rejects at once, whatever the policy;
+//! - per request: a NUMA node listing the resource is suitable when the pod is not Guaranteed and the resource is
 //!   cpu, memory or hugepages (those are not aligned for it), or when available >= requested;
 //!   a resource no NUMA node lists is ignored when it is host-level (ephemeral-storage, storage
 //!   or an extended resource); the suitable sets of every resource must intersect.
@@ -22,6 +24,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::node::{NodeResources, NodeShortfall};
 use super::pod::{ContainerRequests, PodRequests, Requester, Resources, format_amount};
 use super::topology::{Numa, TopologyManagerConfig, numa_zones};
 use crate::nrt::NodeResourceTopology;
@@ -69,13 +72,8 @@ pub struct Placement {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", rename_all = "camelCase")]
 pub enum Rejection {
-    /// The Node does not report the resource as allocatable at all.
-    NotOnNode {
-        /// Who asked.
-        requester: Requester,
-        /// The resource.
-        resource: String,
-    },
+    /// kube-scheduler's node-level fit refuses the pod, before any NUMA rule.
+    Node(NodeShortfall),
     /// No NUMA node has enough of one resource.
     Insufficient {
         /// Who asked.
@@ -109,9 +107,7 @@ pub enum Rejection {
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NotOnNode { requester, resource } => {
-                write!(f, "{resource} requested by {requester} is not allocatable on the node")
-            }
+            Self::Node(shortfall) => shortfall.fmt(f),
             Self::Insufficient { requester, resource, requested, available } => {
                 let zones: Vec<String> = available
                     .iter()
@@ -165,12 +161,11 @@ pub enum Filtered {
 }
 
 /// Runs the filter for `pod` on a node with topology `nrt` (None: the node has none) and the
-/// Node's allocatable resource names (None: unknown, the check is skipped).
-pub fn filter(
-    pod: &PodRequests,
-    nrt: Option<&NodeResourceTopology>,
-    allocatable: Option<&BTreeSet<String>>,
-) -> Filtered {
+/// Node's resources (None: unknown, the node-level check is skipped).
+pub fn filter(pod: &PodRequests, nrt: Option<&NodeResourceTopology>, node: Option<&NodeResources>) -> Filtered {
+    if let Some(shortfall) = node.and_then(|node| node.shortfall(pod)) {
+        return Filtered::Rejected(Rejection::Node(shortfall));
+    }
     if pod.qos == QosClass::BestEffort && !pod.has_non_native_requests() {
         return Filtered::Unchecked(Unchecked::BestEffortPod);
     }
@@ -181,7 +176,7 @@ pub fn filter(
     }
     let mut zones = numa_zones(nrt);
     let check = |zones: &[Numa], requester: Requester, requests: &Resources| {
-        fitting_numa(zones, &requester, requests, pod.qos, allocatable).map(|numa| Placement { requester, numa })
+        fitting_numa(zones, &requester, requests, pod.qos).map(|numa| Placement { requester, numa })
     };
     if config.pod_scope() {
         return match check(&zones, Requester::Pod, &pod.effective()) {
@@ -208,13 +203,7 @@ pub fn filter(
 }
 
 /// The lowest NUMA id that can hold every request, or why none can.
-fn fitting_numa(
-    zones: &[Numa],
-    requester: &Requester,
-    requests: &Resources,
-    qos: QosClass,
-    allocatable: Option<&BTreeSet<String>>,
-) -> Result<u32, Rejection> {
+fn fitting_numa(zones: &[Numa], requester: &Requester, requests: &Resources, qos: QosClass) -> Result<u32, Rejection> {
     // None: no request constrains the choice yet (the plugin starts from a full bitmask).
     let mut candidates: Option<BTreeSet<u32>> = None;
     let mut fits_on = BTreeMap::new();
@@ -222,9 +211,6 @@ fn fitting_numa(
     for (resource, &requested) in requests {
         if requested == 0 {
             continue;
-        }
-        if allocatable.is_some_and(|names| !names.contains(resource)) {
-            return Err(Rejection::NotOnNode { requester: requester.clone(), resource: resource.clone() });
         }
         let listing: Vec<(u32, i64)> =
             zones.iter().filter_map(|z| z.available.get(resource).map(|a| (z.id, *a))).collect();

@@ -1,5 +1,6 @@
 //! Would this pod fit, and where: the scheduler plugin NodeResourceTopologyMatch's filter and
-//! score as pure functions over a pod, a node's NRT and the Node's allocatable resource names.
+//! score as pure functions over a pod, a node's NRT and the Node's resources (kube-scheduler's own
+//! node-level fit comes first).
 //!
 //! ```text
 //!   pod       what a pod asks for: QoS class, per-container and effective requests, and what
@@ -16,6 +17,7 @@
 //! pods, a reader can only infer; see [`overreserve`]).
 
 mod filter;
+mod node;
 pub mod overreserve;
 mod pod;
 mod score;
@@ -24,11 +26,10 @@ mod topology;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeSet;
-
 use serde::Serialize;
 
 pub use filter::{Filtered, Placement, Rejection, Unchecked, filter};
+pub use node::{NodeResources, NodeShortfall};
 pub use overreserve::{has_exclusive_resources, reserved_view};
 pub use pod::{ContainerRequests, PodProblem, PodRequests, Requester, Resources, format_amount};
 pub use score::{MAX_NODE_SCORE, score};
@@ -52,10 +53,10 @@ pub struct NodeFit {
 pub fn evaluate(
     pod: &PodRequests,
     nrt: Option<&NodeResourceTopology>,
-    allocatable: Option<&BTreeSet<String>>,
+    node: Option<&NodeResources>,
     strategy: &ScoringStrategyParams,
 ) -> NodeFit {
-    let filtered = filter(pod, nrt, allocatable);
+    let filtered = filter(pod, nrt, node);
     let score = match filtered {
         Filtered::Rejected(_) => None,
         _ => Some(score(pod, nrt, strategy)),

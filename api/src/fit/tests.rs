@@ -1,8 +1,6 @@
 //! The filter and score against the cases the plugin's behaviour is defined by, and properties
 //! that must hold for any pod and topology.
 
-use std::collections::BTreeSet;
-
 use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -251,9 +249,53 @@ fn host_level_and_missing_resources() {
     let storage =
         pod(&[], &[("app", resources("1", "1Gi", &[("ephemeral-storage", "10Gi"), ("example.com/nic", "1")]))]);
     assert_eq!(placements(&run(&storage, &node)), [0], "no NUMA lists them: they are node-level");
-    let allocatable: BTreeSet<String> = ["cpu", "memory", "ephemeral-storage"].map(String::from).into();
-    let fit = evaluate(&storage, Some(&node), Some(&allocatable), &default_strategy());
-    assert_eq!(rejection(&fit), r#"example.com/nic requested by container "app" is not allocatable on the node"#);
+    let on_node = node_resources(&[("cpu", "4"), ("memory", "8Gi"), ("ephemeral-storage", "100Gi"), ("pods", "110")]);
+    let fit = evaluate(&storage, Some(&node), Some(&on_node), &default_strategy());
+    assert_eq!(rejection(&fit), "the Node offers no example.com/nic (kube-scheduler refuses it before any NUMA rule)");
+}
+
+fn node_resources(allocatable: &[(&str, &str)]) -> NodeResources {
+    let allocatable = allocatable
+        .iter()
+        .map(|(name, amount)| {
+            ((*name).to_owned(), k8s_openapi::apimachinery::pkg::api::resource::Quantity((*amount).to_owned()))
+        })
+        .collect();
+    NodeResources::new(&allocatable)
+}
+
+fn bound_pod(cpu: &str, memory: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({"metadata": {"name": "running"}, "spec": {"nodeName": "worker-0",
+        "containers": [{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}))
+    .unwrap()
+}
+
+/// A node whose policy the NUMA filter does not check still refuses what its Node cannot hold,
+/// as kube-scheduler's NodeResourcesFit does: the allocatable less the bound pods' requests, and
+/// a pod slot.
+#[test]
+fn the_node_level_fit_refuses_before_any_numa_rule_whatever_the_policy() {
+    let topology = nrt("best-effort", "container", &[(8, 8, 0, -1)]);
+    let app = guaranteed("4", "1Gi");
+    let node = node_resources(&[("cpu", "8"), ("memory", "8Gi"), ("pods", "2")]);
+    let fit = evaluate(&app, Some(&topology), Some(&node), &default_strategy());
+    assert!(matches!(fit.filtered, Filtered::Unchecked(_)), "room on the Node: the policy lets it through");
+
+    let busy = node.clone().with_pods([&bound_pod("6", "1Gi")]);
+    let fit = evaluate(&app, Some(&topology), Some(&busy), &default_strategy());
+    assert_eq!(
+        rejection(&fit),
+        "insufficient cpu on the Node: 2 free of 8 allocatable < 4 requested (kube-scheduler refuses it before any NUMA rule)"
+    );
+    let full = node.with_pods([&bound_pod("1", "1Gi"), &bound_pod("1", "1Gi")]);
+    let fit = evaluate(&app, Some(&topology), Some(&full), &default_strategy());
+    assert!(
+        rejection(&fit).starts_with("insufficient pods on the Node: 0 free of 2 allocatable"),
+        "{}",
+        rejection(&fit)
+    );
+    // Without the Node nothing is known of it: the NUMA rules alone.
+    assert!(matches!(evaluate(&app, Some(&topology), None, &default_strategy()).filtered, Filtered::Unchecked(_)));
 }
 
 #[test]

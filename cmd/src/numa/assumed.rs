@@ -34,8 +34,13 @@ pub const MAX_PODS_BEHIND: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "state")]
 pub enum PodSet {
-    /// The NRT carries no pods fingerprint: nothing can be told (the cache never resyncs it).
-    NoFingerprint,
+    /// The NRT carries no pods fingerprint: the cache never resyncs it, so it holds every pod
+    /// it placed there (taken to be every pod bound there with its name: it cannot be told which
+    /// it placed before it last started).
+    NoFingerprint {
+        /// `namespace/name` of the pods the NUMA-aware scheduler placed (subtracted).
+        assumed: Vec<String>,
+    },
     /// The fingerprint is of the pods bound to the node: nothing is held against it.
     InSync,
     /// The fingerprint is of the bound pods less these, the newest: the cache holds them.
@@ -48,6 +53,28 @@ pub enum PodSet {
     },
     /// No set of the newest pods explains the fingerprint.
     Unexplained,
+}
+
+/// What the cache holds against a node whose NRT has no pods fingerprint: every pod it placed.
+fn held_forever(pods: &[&Pod], scheduler: &str) -> Held {
+    let ours: Vec<&&Pod> = pods.iter().filter(|pod| scheduler_of(pod) == scheduler).collect();
+    Held {
+        pod_set: PodSet::NoFingerprint {
+            assumed: ours
+                .iter()
+                .map(|pod| {
+                    let (namespace, name) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref());
+                    format!("{}/{}", namespace.unwrap_or_default(), name.unwrap_or_default())
+                })
+                .collect(),
+        },
+        requests: ours.iter().map(|pod| PodRequests::from_pod(pod).effective()).collect(),
+    }
+}
+
+/// The scheduler that placed `pod`.
+fn scheduler_of(pod: &Pod) -> &str {
+    pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).unwrap_or("default-scheduler")
 }
 
 /// What the cache holds against one node: the verdict on its pod set and the effective
@@ -102,7 +129,7 @@ pub fn held(nrt: &NodeResourceTopology, pods: &[&Pod], scheduler: &str) -> Held 
     let expected = nrt
         .attribute(ATTR_PODS_FINGERPRINT)
         .or_else(|| nrt.metadata.annotations.as_ref()?.get(ANNOTATION_FINGERPRINT).map(String::as_str));
-    let Some(expected) = expected.filter(|e| !e.is_empty()) else { return nothing(PodSet::NoFingerprint) };
+    let Some(expected) = expected.filter(|e| !e.is_empty()) else { return held_forever(pods, scheduler) };
     // The scheduler's Autodetect: the NRT's method, `all` when it names none.
     let method = nrt.attribute(ATTR_PODS_FINGERPRINT_METHOD).and_then(|m| m.parse().ok()).unwrap_or(Method::All);
     let listed: BTreeSet<String> = nrt.zones.iter().flat_map(|z| &z.resources).map(|r| r.name.to_string()).collect();
@@ -127,8 +154,7 @@ pub fn held(nrt: &NodeResourceTopology, pods: &[&Pod], scheduler: &str) -> Held 
         let (mut assumed, mut foreign, mut requests) = (Vec::new(), Vec::new(), Vec::new());
         for pod in &selected[selected.len() - behind..] {
             let name = format!("{}/{}", pod.namespace(), pod.name());
-            let placed_by =
-                pod.pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).unwrap_or("default-scheduler");
+            let placed_by = scheduler_of(pod.pod);
             if placed_by == scheduler {
                 assumed.push(name);
                 requests.push(PodRequests::from_pod(pod.pod).effective());
@@ -196,7 +222,10 @@ pub(crate) mod tests {
         assert_eq!(held(&nrt_covering(&["gone"], None), &pods, OURS).pod_set, PodSet::Unexplained);
         let mut bare = nrt_covering(&[], None);
         bare.attributes.clear();
-        assert_eq!(held(&bare, &pods, OURS).pod_set, PodSet::NoFingerprint);
+        // No fingerprint: the cache never resyncs the node and holds every pod it placed there.
+        let forever = held(&bare, &pods, OURS);
+        assert_eq!(forever.pod_set, PodSet::NoFingerprint { assumed: vec!["ns/pending".into(), "ns/old".into()] });
+        assert_eq!(forever.requests.iter().map(|r| r["cpu"]).collect::<Vec<_>>(), [4_000, 2_000]);
     }
 
     #[test]

@@ -17,7 +17,9 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use numaresources_api::fit::{Filtered, NodeFit, PodRequests, Requester, Unchecked, evaluate, reserved_view};
+use numaresources_api::fit::{
+    Filtered, NodeFit, NodeResources, PodRequests, Requester, Unchecked, evaluate, reserved_view,
+};
 use numaresources_api::operator::{ScoringStrategyParams, ScoringStrategyType};
 use serde::Serialize;
 
@@ -25,6 +27,8 @@ use super::assumed::{self, PodSet};
 use super::fleet::{self, Report};
 use super::style::{self, Paint};
 
+/// The most nodes named in a tie for the best score.
+const TIES_SHOWN: usize = 5;
 /// The largest pod manifest read (a pod object is limited to about 1.5 MiB by etcd anyway).
 const MAX_MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
 
@@ -90,9 +94,11 @@ pub struct Answer {
     pub pod_problems: Vec<String>,
     /// Whether Node objects could be read (else a request the Node lacks is not caught).
     pub nodes_known: bool,
-    /// Whether the pods bound to nodes could be read (else the over-reserve cache is not
-    /// accounted for).
+    /// Whether the pods bound to nodes could be read (else neither their requests nor the
+    /// over-reserve cache are accounted for).
     pub pods_known: bool,
+    /// Whether the scheduler is taken to run its over-reserve cache (no `--passthrough`).
+    pub over_reserve_cache: bool,
     /// One verdict per node: fits first (best score first), then unchecked, then refused.
     pub nodes: Vec<NodeAnswer>,
 }
@@ -122,9 +128,9 @@ pub struct NodeAnswer {
 pub async fn run(client: &kube::Client, args: FitArgs) -> anyhow::Result<ExitCode> {
     let pod = load_pod(client, &args).await?;
     let (reports, _) = fleet::reports(client, None).await?;
-    let allocatable = fleet::node_allocatable(client).await;
-    let bound = if args.passthrough { None } else { fleet::bound_pods(client).await };
-    let answer = answer(&pod, &reports, allocatable.as_ref(), bound.as_deref(), &args);
+    let nodes = fleet::node_resources(client).await;
+    let bound = fleet::bound_pods(client).await;
+    let answer = answer(&pod, &reports, nodes.as_ref(), bound.as_deref(), &args);
     let mut stdout = std::io::stdout();
     let text = match args.output {
         Some(Output::Json) => serde_json::to_string_pretty(&answer)? + "\n",
@@ -172,11 +178,12 @@ async fn load_pod(client: &kube::Client, args: &FitArgs) -> anyhow::Result<Pod> 
 }
 
 /// Every node's verdict: the nodes with an NRT, and the Nodes without one. `bound` is every pod
-/// bound to a node, when they could be listed (and the over-reserve cache is on).
+/// bound to a node, when they could be listed: kube-scheduler's node-level fit counts them, and
+/// the over-reserve cache (unless `--passthrough`) those the NRT does not cover yet.
 pub fn answer(
     pod: &Pod,
     reports: &[Report],
-    allocatable: Option<&BTreeMap<String, BTreeSet<String>>>,
+    nodes: Option<&BTreeMap<String, NodeResources>>,
     bound: Option<&[Pod]>,
     args: &FitArgs,
 ) -> Answer {
@@ -192,23 +199,28 @@ pub fn answer(
     let by_name: BTreeMap<&str, &Report> =
         reports.iter().filter_map(|r| r.nrt.metadata.name.as_deref().map(|n| (n, r))).collect();
     let mut names: BTreeSet<&str> = by_name.keys().copied().collect();
-    if let Some(nodes) = allocatable {
+    if let Some(nodes) = nodes {
         names.extend(nodes.keys().map(String::as_str));
     }
     let by_node = bound.map(assumed::bound_by_node);
-    let mut nodes: Vec<NodeAnswer> = names
+    let on = |node: &str| by_node.as_ref().map(|by_node| by_node.get(node).map_or(&[][..], Vec::as_slice));
+    let mut verdicts: Vec<NodeAnswer> = names
         .into_iter()
         .map(|node| {
             let report = by_name.get(node);
-            let held = report.zip(by_node.as_ref()).map(|(report, by_node)| {
-                let on_node = by_node.get(node).map_or(&[][..], Vec::as_slice);
-                assumed::held(&report.nrt, on_node, &args.scheduler_name)
-            });
+            let held = report
+                .zip(on(node))
+                .filter(|_| !args.passthrough)
+                .map(|(report, on_node)| assumed::held(&report.nrt, on_node, &args.scheduler_name));
             let seen = report.map(|r| match &held {
                 Some(held) => reserved_view(&r.nrt, &held.requests),
                 None => r.nrt.clone(),
             });
-            let fit = evaluate(&requests, seen.as_ref(), allocatable.and_then(|a| a.get(node)), &strategy);
+            let resources = nodes.and_then(|nodes| nodes.get(node)).map(|resources| match on(node) {
+                Some(on_node) => resources.clone().with_pods(on_node.iter().copied()),
+                None => resources.clone(),
+            });
+            let fit = evaluate(&requests, seen.as_ref(), resources.as_ref(), &strategy);
             let age = report.and_then(|r| r.age).map(|a| a.seconds);
             let stale = age.is_some_and(|a| a > args.stale_after.as_secs());
             let pod_set = held.map(|h| h.pod_set);
@@ -221,16 +233,17 @@ pub fn answer(
         Filtered::Unchecked(_) => (1, -n.fit.score.unwrap_or(0)),
         Filtered::Rejected(_) => (2, 0),
     };
-    nodes.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.node.cmp(&b.node)));
+    verdicts.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.node.cmp(&b.node)));
     let name = pod.metadata.name.clone().or_else(|| pod.metadata.generate_name.clone()).unwrap_or_default();
     let namespace = pod.metadata.namespace.as_deref().or(args.namespace.as_deref()).unwrap_or("default");
     Answer {
         pod: format!("{namespace}/{name}"),
         qos: requests.qos,
         pod_problems: requests.problems.iter().map(ToString::to_string).collect(),
-        nodes_known: allocatable.is_some(),
-        pods_known: bound.is_some() || args.passthrough,
-        nodes,
+        nodes_known: nodes.is_some(),
+        pods_known: bound.is_some(),
+        over_reserve_cache: !args.passthrough,
+        nodes: verdicts,
     }
 }
 
@@ -284,7 +297,12 @@ fn message(fit: &NodeFit, stale_age: Option<u64>, pod_set: Option<&PodSet>) -> S
             "; its NRT's pods fingerprint matches none of the pods bound here less the newest: \
              the scheduler's cache holds an older copy less pods that cannot be told from here",
         ),
-        Some(PodSet::NoFingerprint | PodSet::InSync) | None => {}
+        Some(PodSet::NoFingerprint { assumed }) if !assumed.is_empty() => text.push_str(&format!(
+            "; its NRT has no pods fingerprint, so the scheduler's cache never resyncs it: counting {} against \
+             every NUMA zone, taken to be placed by the scheduler since it last started",
+            assumed.join(", ")
+        )),
+        Some(PodSet::NoFingerprint { .. } | PodSet::InSync) | None => {}
     }
     text
 }
@@ -296,13 +314,20 @@ pub fn render_text(answer: &Answer, paint: Paint) -> String {
         out.push_str(&format!("{}: {problem}\n", paint.yellow("note")));
     }
     if !answer.nodes_known {
-        out.push_str("note: Nodes cannot be listed here: a request a Node does not offer at all is not caught\n");
+        out.push_str(
+            "note: Nodes cannot be listed here: kube-scheduler's node-level fit (what a Node offers, less what its \
+             pods request) is not checked\n",
+        );
     }
     if !answer.pods_known {
-        out.push_str(
-            "note: Pods cannot be listed here: pods placed on a node but not yet in its NRT, which the scheduler's \
-             over-reserve cache counts against every NUMA zone, are not counted\n",
-        );
+        out.push_str("note: Pods cannot be listed here: what the pods on a node request is not taken from its Node");
+        if answer.over_reserve_cache {
+            out.push_str(
+                ", nor are pods placed on a node but not yet in its NRT counted against every NUMA zone, as the \
+                 scheduler's over-reserve cache counts them",
+            );
+        }
+        out.push('\n');
     }
     for node in &answer.nodes {
         let line = format!("{}: {}", node.node, node.message);
@@ -320,14 +345,23 @@ pub fn render_text(answer: &Answer, paint: Paint) -> String {
         .iter()
         .filter(|n| n.stale || matches!(n.fit.filtered, Filtered::Unchecked(Unchecked::NoTopology)))
         .count();
-    let best = answer.nodes.iter().find(|n| matches!(n.fit.filtered, Filtered::Fits { .. }));
     out.push_str(&format!("{fits} of {} nodes fit", answer.nodes.len()));
-    if let Some(best) = best {
-        out.push_str(&format!(
-            ", best {}{}",
-            best.node,
-            best.fit.score.map(|s| format!(" (score {s})")).unwrap_or_default()
-        ));
+    let mut fitting = answer.nodes.iter().filter(|n| matches!(n.fit.filtered, Filtered::Fits { .. }));
+    if let Some(best) = fitting.next() {
+        let score = best.fit.score.map(|s| format!(" (score {s})")).unwrap_or_default();
+        let tied: Vec<&str> = fitting.take_while(|n| n.fit.score == best.fit.score).map(|n| n.node.as_str()).collect();
+        if tied.is_empty() {
+            out.push_str(&format!(", best {}{score}", best.node));
+        } else {
+            let shown: Vec<&str> =
+                std::iter::once(best.node.as_str()).chain(tied.iter().copied()).take(TIES_SHOWN).collect();
+            let more = (tied.len() + 1).saturating_sub(TIES_SHOWN);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            out.push_str(&format!(
+                ", {}{more} tie for best{score}: kube-scheduler's other plugins choose among them",
+                shown.join(", ")
+            ));
+        }
     }
     if blind > 0 {
         out.push_str(&format!("; {blind} let through blindly (no NRT or a stale one)"));
@@ -361,6 +395,41 @@ mod tests {
         .unwrap()
     }
 
+    /// A Node's allocatable, 110 pod slots.
+    fn offering(cpu: &str, memory: &str) -> NodeResources {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let allocatable = [("cpu", cpu), ("memory", memory), ("pods", "110")]
+            .map(|(name, amount)| (name.to_owned(), Quantity(amount.to_owned())));
+        NodeResources::new(&BTreeMap::from(allocatable))
+    }
+
+    /// On a node whose policy the NUMA filter lets through unchecked, kube-scheduler's node-level
+    /// fit still refuses a pod the Node cannot hold with the pods already on it.
+    #[test]
+    fn a_node_the_numa_filter_does_not_check_still_refuses_what_its_node_cannot_hold() {
+        use crate::numa::assumed::tests::pod as bound_pod;
+        let args = Cli::parse_from(["fit", "-f", "pod.yaml"]).fit;
+        let app: Pod = serde_json::from_value(json!({"metadata": {"name": "app", "namespace": "ns"},
+            "spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": "4", "memory": "1Gi"}}}]}}))
+        .unwrap();
+        let mut topology = nrt("restricted-node", 8);
+        topology.attributes = vec![numaresources_api::nrt::AttributeInfo::new("topologyManagerPolicy", "restricted")];
+        topology.metadata.name = Some("worker-0".to_owned());
+        let reports = [Report { nrt: topology, age: Some(Age { seconds: 5, source: AgeSource::Reported }) }];
+        let nodes = BTreeMap::from([("worker-0".to_owned(), offering("8", "16Gi"))]);
+        let busy = [bound_pod("running", "6", Some("2026-11-25T10:00:00Z"), "default-scheduler")];
+        let text = render_text(&answer(&app, &reports, Some(&nodes), Some(&busy), &args), Paint::new(false));
+        assert!(
+            text.contains(
+                "worker-0: does not fit: insufficient cpu on the Node: 2 free of 8 allocatable < 4 requested \
+                 (kube-scheduler refuses it before any NUMA rule)"
+            ),
+            "{text}"
+        );
+        let text = render_text(&answer(&app, &reports, Some(&nodes), Some(&[]), &args), Paint::new(false));
+        assert!(text.contains("worker-0: passes unchecked"), "{text}");
+    }
+
     #[test]
     fn nodes_without_an_nrt_or_with_a_stale_one_are_let_through_blindly() {
         let args = Cli::parse_from(["fit", "-f", "pod.yaml"]).fit;
@@ -370,11 +439,7 @@ mod tests {
         let fresh = Some(Age { seconds: 5, source: AgeSource::Reported });
         let old = Some(Age { seconds: 3_600, source: AgeSource::Reported });
         let reports = [Report { nrt: nrt("fresh", 4), age: fresh }, Report { nrt: nrt("old", 4), age: old }];
-        let nodes = BTreeMap::from([
-            ("fresh".to_owned(), BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])),
-            ("old".to_owned(), BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])),
-            ("bare".to_owned(), BTreeSet::from(["cpu".to_owned(), "memory".to_owned()])),
-        ]);
+        let nodes = BTreeMap::from(["fresh", "old", "bare"].map(|name| (name.to_owned(), offering("4", "8Gi"))));
         let text = render_text(&answer(&pod, &reports, Some(&nodes), Some(&[]), &args), Paint::new(false));
         assert_eq!(
             text,
@@ -382,7 +447,8 @@ mod tests {
              fresh: fits on NUMA 0 (score 68)\n\
              old: fits on NUMA 0 (score 68); its NRT is stale (reported 60m ago): the scheduler decides on old numbers\n\
              bare: passes blindly: no NodeResourceTopology for this node (the kubelet may reject the pod with TopologyAffinityError)\n\
-             2 of 3 nodes fit, best fresh (score 68); 2 let through blindly (no NRT or a stale one)\n"
+             2 of 3 nodes fit, fresh, old tie for best (score 68): kube-scheduler's other plugins choose among them; \
+             2 let through blindly (no NRT or a stale one)\n"
         );
     }
 
@@ -421,10 +487,10 @@ mod tests {
         let passthrough = Cli::parse_from(["fit", "-f", "pod.yaml", "--passthrough"]).fit;
         let text = render_text(&answer(&fitting, &reports, None, None, &passthrough), Paint::new(false));
         assert!(text.contains("worker-0: fits on NUMA 0"), "{text}");
-        assert!(!text.contains("Pods cannot be listed"), "{text}");
+        assert!(text.contains("note: Pods cannot be listed here") && !text.contains("over-reserve"), "{text}");
         let text = render_text(&answer(&fitting, &reports, None, None, &cached), Paint::new(false));
         assert!(text.contains("worker-0: fits on NUMA 0"), "{text}");
-        assert!(text.contains("note: Pods cannot be listed here"), "{text}");
+        assert!(text.contains("note: Pods cannot be listed here") && text.contains("over-reserve"), "{text}");
         let json = serde_json::to_value(answer(&fitting, &reports, None, Some(&[old]), &cached)).unwrap();
         assert_eq!(json["nodes"][0]["podSet"]["state"], "inSync", "{json}");
     }

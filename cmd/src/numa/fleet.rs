@@ -1,13 +1,14 @@
 //! What the plugin reads from the cluster: NRTs with the age of their last report, Nodes when
 //! the caller may list them, and a pod.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
+use numaresources_api::fit::NodeResources;
 use numaresources_api::nrt::NodeResourceTopology;
 use serde::Deserialize;
 
@@ -177,7 +178,7 @@ pub fn parse_human_age(text: &str) -> Option<u64> {
 
 /// Each Node's allocatable resource names, or None when Nodes cannot be listed (a server that
 /// serves no Nodes, such as `local`, or no permission): the check that needs them is skipped.
-pub async fn node_allocatable(client: &kube::Client) -> Option<BTreeMap<String, BTreeSet<String>>> {
+pub async fn node_resources(client: &kube::Client) -> Option<BTreeMap<String, NodeResources>> {
     let nodes: Api<Node> = Api::all(client.clone());
     match nodes.list(&ListParams::default()).await {
         Ok(list) => Some(
@@ -185,8 +186,8 @@ pub async fn node_allocatable(client: &kube::Client) -> Option<BTreeMap<String, 
                 .into_iter()
                 .filter_map(|node| {
                     let name = node.metadata.name?;
-                    let names = node.status.and_then(|s| s.allocatable).unwrap_or_default().into_keys().collect();
-                    Some((name, names))
+                    let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+                    Some((name, NodeResources::new(&allocatable)))
                 })
                 .collect(),
         ),
