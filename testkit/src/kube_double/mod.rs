@@ -274,6 +274,11 @@ struct ListOptions {
     watch: Option<String>,
     resource_version: Option<String>,
     label_selector: Option<String>,
+    /// The most items of a list page (kube-rs' watcher asks 500 at a time).
+    limit: Option<usize>,
+    /// Where the page starts: the last name of the page before.
+    #[serde(rename = "continue")]
+    continue_after: Option<String>,
 }
 
 impl ListOptions {

@@ -250,11 +250,24 @@ async fn list_or_watch(
         return watch(&store, selection, from);
     }
     let log = lock(&store.pods.log);
-    let items: Vec<&Value> = log.by_name.values().filter(|pod| selection.selects(pod)).collect();
+    // Pages by name, as kube-apiserver pages by key; a page reads the pods of the moment (not the
+    // first page's snapshot, which the tests' pod churn never needs).
+    let after = options.continue_after.as_deref().filter(|name| !name.is_empty());
+    let mut selected = log
+        .by_name
+        .iter()
+        .filter(|(name, _)| after.is_none_or(|after| name.as_str() > after))
+        .filter(|(_, pod)| selection.selects(pod));
+    let limit = options.limit.filter(|limit| *limit > 0).unwrap_or(usize::MAX);
+    let page: Vec<(&String, &Value)> = selected.by_ref().take(limit).collect();
+    let more = selected.next().is_some();
     let revision = store.revision.load(std::sync::atomic::Ordering::SeqCst);
-    axum::Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": revision.to_string()},
-                      "items": items}))
-    .into_response()
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if let (true, Some((last, _))) = (more, page.last()) {
+        metadata["continue"] = json!(last);
+    }
+    let items: Vec<&Value> = page.into_iter().map(|(_, pod)| pod).collect();
+    axum::Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": metadata, "items": items})).into_response()
 }
 
 /// The events after `from` (without one, the pods of the moment as ADDED), then live ones.
@@ -285,4 +298,38 @@ fn watch(store: &Shared, selection: Selection, from: Option<u64>) -> Response {
             Ok::<_, Infallible>(Bytes::from(line))
         });
     json_stream(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::Api;
+    use kube::api::ListParams;
+
+    use super::*;
+
+    /// A list in pages, as kube-rs' watcher asks for it: every pod once, in name order.
+    #[tokio::test]
+    async fn a_list_comes_in_pages_of_the_limit_asked() {
+        let double = KubeDouble::new(false);
+        let nodes: Vec<String> = (0..7).map(|i| format!("worker-{i}")).collect();
+        double.set_exporter_pods(nodes.clone());
+        let pods: Api<Pod> = Api::namespaced(double.client(), EXPORTER_NAMESPACE);
+        let (mut names, mut pages, mut from) = (Vec::new(), 0, None::<String>);
+        loop {
+            let mut params = ListParams::default().limit(3);
+            if let Some(token) = from.take() {
+                params = params.continue_token(&token);
+            }
+            let page = pods.list(&params).await.unwrap();
+            pages += 1;
+            names.extend(page.items.into_iter().filter_map(|pod| pod.metadata.name));
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => from = Some(token),
+                _ => break,
+            }
+        }
+        assert_eq!(pages, 3);
+        assert_eq!(names, nodes.iter().map(|node| exporter_pod_name(node)).collect::<Vec<_>>());
+    }
 }
