@@ -257,7 +257,8 @@ fn not_aligned_for(qos: QosClass, resource: &str) -> bool {
 }
 
 /// Resources that may exist only at node level: ephemeral storage and extended resources.
-fn is_host_level(resource: &str) -> bool {
+/// A resource the node has as a whole when no NUMA zone lists it (storage, devices).
+pub(super) fn is_host_level(resource: &str) -> bool {
     resource == "ephemeral-storage" || resource == "storage" || !is_native(resource)
 }
 

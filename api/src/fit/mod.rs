@@ -16,6 +16,7 @@
 //! scheduler reads [`reserved_view`] instead, the NRT less the pods it placed since (which
 //! pods, a reader can only infer; see [`overreserve`]).
 
+pub mod capacity;
 mod filter;
 mod node;
 pub mod overreserve;

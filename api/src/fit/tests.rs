@@ -406,3 +406,50 @@ proptest! {
         }
     }
 }
+
+fn room_for(cpu: &str, memory: &str, extra: &[(&str, &str)]) -> Resources {
+    pod(&[], &[("app", resources(cpu, memory, extra))]).effective()
+}
+
+#[test]
+fn room_is_counted_per_zone_by_its_scarcest_resource_within_the_nodes_limit() {
+    use capacity::room;
+    let node = nrt("single-numa-node", "container", &[(8, 16, 0, -1), (4, 32, 0, -1)]);
+    let four_cpus = room_for("4", "8Gi", &[]);
+    let counted = room(&four_cpus, &node, None);
+    let per_zone: Vec<(Option<u64>, Option<&str>)> =
+        counted.zones.iter().map(|z| (z.pods, z.limited_by.as_deref())).collect();
+    assert_eq!(per_zone, [(Some(2), Some("cpu")), (Some(1), Some("cpu"))]);
+    assert_eq!((counted.pods, counted.aligned), (3, true));
+
+    // The Node, with 6 of its 12 CPUs requested by pods already there, allows one more.
+    let mut on_node = node_resources(&[("cpu", "12"), ("memory", "48Gi"), ("pods", "110")]);
+    on_node = on_node.with_pods([&bound_pod("6", "1Gi")]);
+    let limited = room(&four_cpus, &node, Some(&on_node));
+    assert_eq!((limited.pods, limited.node_limit), (1, Some((1, "cpu".to_owned()))));
+
+    // Hugepages no zone lists (no Static memory manager): no zone can align them.
+    let huge = room(&room_for("1", "1Gi", &[("hugepages-2Mi", "1Gi")]), &node, None);
+    assert_eq!(huge.pods, 0);
+    assert_eq!(huge.zones[0].limited_by.as_deref(), Some("hugepages-2Mi"));
+    // A device one zone lists: only that zone counts.
+    let gpus = nrt("best-effort", "container", &[(8, 16, 0, 0), (8, 16, 0, 3)]);
+    let with_gpu = room(&room_for("2", "1Gi", &[("vendor.com/gpu", "1")]), &gpus, None);
+    assert_eq!(with_gpu.zones.iter().map(|z| z.pods).collect::<Vec<_>>(), [Some(0), Some(3)]);
+    assert!(!with_gpu.aligned, "best-effort: the kubelet does not insist on one zone");
+}
+
+proptest! {
+    /// Room for one more pod on a single-numa-node node exactly when the filter would place it.
+    #[test]
+    fn room_for_one_pod_is_what_the_filter_accepts(
+        zones in prop::collection::vec(arb_zone(), 1..4),
+        cpu in 1..16i64,
+        memory_gi in 1..32i64,
+    ) {
+        let node = nrt("single-numa-node", "container", &zones);
+        let shape = guaranteed(&cpu.to_string(), &format!("{memory_gi}Gi"));
+        let fits = matches!(evaluate(&shape, Some(&node), None, &default_strategy()).filtered, Filtered::Fits { .. });
+        prop_assert_eq!(capacity::room(&shape.effective(), &node, None).pods >= 1, fits);
+    }
+}

@@ -128,8 +128,8 @@ pub struct NodeAnswer {
 pub async fn run(client: &kube::Client, args: FitArgs) -> anyhow::Result<ExitCode> {
     let pod = load_pod(client, &args).await?;
     let (reports, _) = fleet::reports(client, None).await?;
-    let nodes = fleet::node_resources(client).await;
     let bound = fleet::bound_pods(client).await;
+    let nodes = fleet::with_bound_pods(fleet::node_resources(client).await, bound.as_deref());
     let answer = answer(&pod, &reports, nodes.as_ref(), bound.as_deref(), &args);
     let mut stdout = std::io::stdout();
     let text = match args.output {
@@ -177,9 +177,9 @@ async fn load_pod(client: &kube::Client, args: &FitArgs) -> anyhow::Result<Pod> 
     pods.get(name).await.with_context(|| format!("getting pod {namespace}/{name}"))
 }
 
-/// Every node's verdict: the nodes with an NRT, and the Nodes without one. `bound` is every pod
-/// bound to a node, when they could be listed: kube-scheduler's node-level fit counts them, and
-/// the over-reserve cache (unless `--passthrough`) those the NRT does not cover yet.
+/// Every node's verdict: the nodes with an NRT, and the Nodes without one (`nodes`, with the
+/// requests of their pods counted). `bound` is every pod bound to a node, when they could be
+/// listed: the over-reserve cache (unless `--passthrough`) holds those the NRT does not cover yet.
 pub fn answer(
     pod: &Pod,
     reports: &[Report],
@@ -216,11 +216,7 @@ pub fn answer(
                 Some(held) => reserved_view(&r.nrt, &held.requests),
                 None => r.nrt.clone(),
             });
-            let resources = nodes.and_then(|nodes| nodes.get(node)).map(|resources| match on(node) {
-                Some(on_node) => resources.clone().with_pods(on_node.iter().copied()),
-                None => resources.clone(),
-            });
-            let fit = evaluate(&requests, seen.as_ref(), resources.as_ref(), &strategy);
+            let fit = evaluate(&requests, seen.as_ref(), nodes.and_then(|nodes| nodes.get(node)), &strategy);
             let age = report.and_then(|r| r.age).map(|a| a.seconds);
             let stale = age.is_some_and(|a| a > args.stale_after.as_secs());
             let pod_set = held.map(|h| h.pod_set);
@@ -418,7 +414,8 @@ mod tests {
         let reports = [Report { nrt: topology, age: Some(Age { seconds: 5, source: AgeSource::Reported }) }];
         let nodes = BTreeMap::from([("worker-0".to_owned(), offering("8", "16Gi"))]);
         let busy = [bound_pod("running", "6", Some("2026-11-25T10:00:00Z"), "default-scheduler")];
-        let text = render_text(&answer(&app, &reports, Some(&nodes), Some(&busy), &args), Paint::new(false));
+        let counted = fleet::with_bound_pods(Some(nodes.clone()), Some(&busy));
+        let text = render_text(&answer(&app, &reports, counted.as_ref(), Some(&busy), &args), Paint::new(false));
         assert!(
             text.contains(
                 "worker-0: does not fit: insufficient cpu on the Node: 2 free of 8 allocatable < 4 requested \

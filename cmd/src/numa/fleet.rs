@@ -198,6 +198,22 @@ pub async fn node_resources(client: &kube::Client) -> Option<BTreeMap<String, No
     }
 }
 
+/// `nodes` with the requests of the pods bound to each counted against it (as they are, when
+/// the pods are unknown).
+pub fn with_bound_pods(
+    nodes: Option<BTreeMap<String, NodeResources>>,
+    bound: Option<&[Pod]>,
+) -> Option<BTreeMap<String, NodeResources>> {
+    let Some(bound) = bound else { return nodes };
+    let by_node = super::assumed::bound_by_node(bound);
+    let counted = |(name, node): (String, NodeResources)| {
+        let pods = by_node.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+        let node = node.with_pods(pods.iter().copied());
+        (name, node)
+    };
+    nodes.map(|nodes| nodes.into_iter().map(counted).collect())
+}
+
 /// Every pod bound to a node and not terminated, or None when Pods cannot be listed (a server
 /// that serves none, such as `local`, or no permission).
 pub async fn bound_pods(client: &kube::Client) -> Option<Vec<Pod>> {

@@ -6,10 +6,12 @@
 //!   fleet   reading NRTs (with their report age), Nodes and Pods from the cluster
 //!   top     one block per node, one row per NUMA zone; --watch redraws on watch events
 //!   fit     the scheduler plugin's verdict per node (rules in numaresources_api::fit)
+//!   capacity how many more pods of one shape fit, each on one NUMA zone
 //!   style   bars, colour (terminals only, never with NO_COLOR), quantities for people
 //! ```
 
 mod assumed;
+mod capacity;
 mod fit;
 mod fleet;
 mod style;
@@ -64,6 +66,9 @@ enum NumaCommand {
     Top(top::TopArgs),
     /// Would this pod fit, and where: the NUMA-aware scheduler's verdict for every node.
     Fit(fit::FitArgs),
+    /// How many more Guaranteed pods of one shape can be placed now, each on one NUMA zone, per
+    /// node and zone and in total.
+    Capacity(capacity::CapacityArgs),
 }
 
 /// Runs a `numa` command.
@@ -74,6 +79,7 @@ pub fn run(args: NumaArgs) -> anyhow::Result<ExitCode> {
         match args.command {
             NumaCommand::Top(top) => top::run(&client, top).await,
             NumaCommand::Fit(fit) => fit::run(&client, fit).await,
+            NumaCommand::Capacity(capacity) => capacity::run(&client, capacity).await,
         }
     })
 }
