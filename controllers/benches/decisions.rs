@@ -117,4 +117,35 @@ fn main() {
         assert!(pass.issued.iter().all(Option::is_none));
         black_box(pass);
     });
+
+    // Placement: one Pending pod explained against 5,000 two-zone NRTs (each pod at most once a
+    // minute, so 100 Pending pods cost 100 of these a minute).
+    let nrts: Vec<std::sync::Arc<numaresources_api::nrt::NodeResourceTopology>> =
+        (0..5_000).map(|i| std::sync::Arc::new(two_zone_nrt(&format!("worker-{i:05}"), i))).collect();
+    let pending: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "dpdk", "namespace": "cnf"},
+        "spec": {"schedulerName": "topo-aware-scheduler", "containers": [{"name": "app",
+            "resources": {"limits": {"cpu": "16", "memory": "32Gi", "hugepages-1Gi": "8Gi"}}}]}}))
+    .unwrap();
+    bench("placement: explain a Pending pod against 5,000 NRTs", 3, || {
+        let explanation = numaresources_controllers::placement::explain_pod(black_box(&pending), black_box(&nrts));
+        assert!(explanation.message.len() <= 1024);
+        black_box(explanation);
+    });
+}
+
+/// A two-zone NRT whose free CPUs and memory vary with `seed` (none fits 16 CPUs on one zone).
+fn two_zone_nrt(name: &str, seed: usize) -> numaresources_api::nrt::NodeResourceTopology {
+    let zone = |id: usize| {
+        let cpus = (seed * 7 + id * 3) % 15 + 1;
+        let memory = format!("{}Gi", (seed * 5 + id) % 60 + 4);
+        serde_json::json!({"name": format!("node-{id}"), "type": "Node", "resources": [
+            {"name": "cpu", "capacity": "32", "allocatable": "30", "available": cpus.to_string()},
+            {"name": "memory", "capacity": "128Gi", "allocatable": "120Gi", "available": memory},
+            {"name": "hugepages-1Gi", "capacity": "16Gi", "allocatable": "16Gi", "available": "8Gi"}]})
+    };
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name},
+        "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}],
+        "zones": [zone(0), zone(1)]}))
+    .unwrap()
 }

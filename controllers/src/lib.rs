@@ -11,6 +11,8 @@
 //!                                      ConfigMap, RBAC, status
 //!   certificates (--certificate-mode=self-managed) ─► Secrets numaresources-ca, -apiserver-tls,
 //!                                      -webhook-tls; caBundle of the APIService and webhooks
+//!   Pending pods of the NUMA-aware scheduler ─placement─► a NUMAPlacement Event on each, saying
+//!                                      which nodes would take it and why the others do not
 //! ```
 //!
 //! Decisions are pure ([`render`], [`nodegroups`], `conditions`); the reconcilers apply them
@@ -34,6 +36,7 @@ mod mode;
 pub mod names;
 pub mod nodegroups;
 mod operator;
+pub mod placement;
 pub mod render;
 mod run;
 mod scheduler;

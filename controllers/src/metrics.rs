@@ -4,6 +4,7 @@
 
 use std::time::{Instant, SystemTime};
 
+use numaresources_api::fit::explain::ReasonKind;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -44,6 +45,13 @@ pub struct CertificateLabels {
     pub secret: String,
 }
 
+/// Labels of the unschedulable-pods gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// One of [`crate::placement::reason_labels`].
+    pub reason: String,
+}
+
 /// The reconcilers' metrics, shared by every controller.
 #[derive(Clone)]
 pub struct Metrics {
@@ -51,6 +59,7 @@ pub struct Metrics {
     failures: Family<FailureLabels, Counter>,
     duration: Family<ControllerLabels, Histogram>,
     certificate_expiry: Family<CertificateLabels, Gauge>,
+    unschedulable: Family<ReasonLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -67,7 +76,8 @@ impl Default for Metrics {
             Histogram::new(exponential_buckets(0.005, 2.0, 12))
         });
         let certificate_expiry = Family::<CertificateLabels, Gauge>::default();
-        Self { reconciles, failures, duration, certificate_expiry }
+        let unschedulable = Family::<ReasonLabels, Gauge>::default();
+        Self { reconciles, failures, duration, certificate_expiry, unschedulable }
     }
 }
 
@@ -84,6 +94,25 @@ impl Metrics {
              as Unix seconds",
             self.certificate_expiry.clone(),
         );
+        registry.register(
+            "unschedulable_pods",
+            "Pods the NUMA-aware scheduler cannot place, by the most common reason the nodes refuse them",
+            self.unschedulable.clone(),
+        );
+    }
+
+    /// Counts the unschedulable pods by their first reason (None: no node refuses it by the
+    /// NUMA rules); every label of the fixed set is set, to 0 when no pod has it.
+    pub fn set_unschedulable(&self, reasons: impl IntoIterator<Item = Option<ReasonKind>>) {
+        let mut counts: std::collections::HashMap<&'static str, i64> =
+            crate::placement::reason_labels().map(|label| (label, 0)).collect();
+        for reason in reasons {
+            let label = reason.map_or(crate::placement::NO_NUMA_REASON, ReasonKind::label);
+            *counts.entry(label).or_default() += 1;
+        }
+        for (reason, count) in counts {
+            self.unschedulable.get_or_create(&ReasonLabels { reason: reason.to_owned() }).set(count);
+        }
     }
 
     /// Starts timing a pass of `controller`; the pass counts when the guard is dropped.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join4;
+use futures_util::future::{join, join4};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::{Recorder, Reporter};
 use numaresources_api::operator::defaults::Platform;
@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::mode::check_compatible;
 use crate::names::{CONTROLLERS_LEASE, EVENT_REPORTER};
 use crate::render::rte::MetricsMode;
-use crate::{certificates, kubeletconfig, operator, scheduler};
+use crate::{certificates, kubeletconfig, operator, placement, scheduler};
 use numaresources_runtime::leader::{LeaderLease, LeaseTimings};
 
 /// Leader election settings.
@@ -147,7 +147,7 @@ impl Controllers {
                 operator::run(ctx.clone(), stopped.signaled()),
                 scheduler::run(ctx.clone(), stopped.signaled()),
                 kubeletconfig::run(ctx.clone(), stopped.signaled()),
-                certificates::run(ctx, stopped.signaled()),
+                join(certificates::run(ctx.clone(), stopped.signaled()), placement::run(ctx, stopped.signaled())),
             )
             .await;
         });

@@ -17,6 +17,7 @@
 //! pods, a reader can only infer; see [`overreserve`]).
 
 pub mod capacity;
+pub mod explain;
 mod filter;
 mod node;
 pub mod overreserve;

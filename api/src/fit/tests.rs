@@ -453,3 +453,39 @@ proptest! {
         prop_assert_eq!(capacity::room(&shape.effective(), &node, None).pods >= 1, fits);
     }
 }
+
+/// A node's verdict for the explanation tests.
+fn verdict(node: &str, zones: &[ZoneSpec], pod: &PodRequests) -> (String, NodeFit) {
+    (node.to_owned(), evaluate(pod, Some(&nrt("single-numa-node", "container", zones)), None, &default_strategy()))
+}
+
+#[test]
+fn an_explanation_names_the_shortest_reasons_first_and_counts_the_rest_within_the_limit() {
+    use explain::{EVENT_MESSAGE_LIMIT, ReasonKind, explain};
+    let app = guaranteed("4", "8Gi");
+    let mut verdicts = vec![
+        verdict("big-0", &[(8, 16, 0, -1)], &app),
+        verdict("small-cpu", &[(2, 16, 0, -1), (2, 16, 0, -1)], &app),
+        verdict("small-memory", &[(8, 4, 0, -1)], &app),
+    ];
+    let few = explain(&verdicts, EVENT_MESSAGE_LIMIT);
+    assert_eq!(
+        few.message,
+        "1/3 nodes can take it on one NUMA zone (big-0: the NUMA rules would place it there); \
+         small-memory: memory 4Gi available < 8Gi requested by container \"app\" (4Gi on NUMA 0); \
+         small-cpu: cpu 2 available < 4 requested by container \"app\" (2 on NUMA 0, 2 on NUMA 1)"
+    );
+    assert_eq!(few.first_reason, Some(ReasonKind::Cpu));
+
+    // 5,000 refusing nodes: as many as fit in 1 KiB, then the count and kinds of the rest.
+    for i in 0..5_000 {
+        verdicts.push(verdict(&format!("full-{i:04}"), &[(1, 16, 0, -1)], &app));
+    }
+    let many = explain(&verdicts, EVENT_MESSAGE_LIMIT);
+    assert!(many.message.len() <= EVENT_MESSAGE_LIMIT, "{}", many.message.len());
+    assert!(many.message.starts_with("1/5003 nodes can take it"), "{}", many.message);
+    assert!(many.message.contains("more nodes: cpu"), "{}", many.message);
+    assert_eq!(many.first_reason, Some(ReasonKind::Cpu));
+    let tiny = explain(&verdicts, 120);
+    assert!(tiny.message.len() <= 120, "{}", tiny.message);
+}

@@ -1,0 +1,121 @@
+//! Which pods are explained and which explanations go out: a pod is explained again at most once
+//! per interval (its Event could not go out sooner, and explaining a pod against every NRT is
+//! the costly part); an explanation goes out only when it says something new and the interval
+//! has passed since the pod's last, and no more than a token bucket allows cluster-wide.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use numaresources_api::fit::explain::ReasonKind;
+
+/// What becomes of one explanation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Published now.
+    Send,
+    /// The pod's last Event says the same.
+    Same,
+    /// The pod had one less than the interval ago (a later pass sends it).
+    TooSoon,
+    /// The cluster-wide budget is spent (a later pass sends it).
+    RateLimited,
+}
+
+/// The per-pod memory and the cluster-wide bucket.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    per_pod: Duration,
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    refilled: Option<Instant>,
+    /// Each pod's last Event: when, and a hash of what it said.
+    sent: HashMap<String, (Instant, u64)>,
+    /// Each pod's last explanation: when, and its first reason.
+    checked: HashMap<String, (Instant, Option<ReasonKind>)>,
+}
+
+impl Limiter {
+    pub(crate) fn new(per_pod: Duration, rate: f64, burst: f64) -> Self {
+        Self { per_pod, rate, burst, tokens: burst, refilled: None, sent: HashMap::new(), checked: HashMap::new() }
+    }
+
+    /// Whether pod `uid` is to be explained `now`: never explained, or not for an interval.
+    pub(crate) fn due(&self, uid: &str, now: Instant) -> bool {
+        self.checked.get(uid).is_none_or(|(at, _)| now.saturating_duration_since(*at) >= self.per_pod)
+    }
+
+    /// Records that pod `uid` was explained `now`, its first reason `reason`.
+    pub(crate) fn explained(&mut self, uid: &str, now: Instant, reason: Option<ReasonKind>) {
+        self.checked.insert(uid.to_owned(), (now, reason));
+    }
+
+    /// The first reason of every pod explained and not forgotten.
+    pub(crate) fn reasons(&self) -> impl Iterator<Item = Option<ReasonKind>> + '_ {
+        self.checked.values().map(|(_, reason)| *reason)
+    }
+
+    /// Whether pod `uid`'s explanation `message` goes out `now` (and takes a token if so).
+    pub(crate) fn admit(&mut self, uid: &str, message: &str, now: Instant) -> Admission {
+        let said = digest(message);
+        if let Some((at, last)) = self.sent.get(uid) {
+            if *last == said {
+                return Admission::Same;
+            }
+            if now.saturating_duration_since(*at) < self.per_pod {
+                return Admission::TooSoon;
+            }
+        }
+        let elapsed = self.refilled.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst);
+        self.refilled = Some(now);
+        if self.tokens < 1.0 {
+            return Admission::RateLimited;
+        }
+        self.tokens -= 1.0;
+        self.sent.insert(uid.to_owned(), (now, said));
+        Admission::Send
+    }
+
+    /// Forgets the pods not in `live` (bound, deleted, or schedulable again).
+    pub(crate) fn forget_except(&mut self, live: &HashSet<String>) {
+        self.sent.retain(|uid, _| live.contains(uid));
+        self.checked.retain(|uid, _| live.contains(uid));
+    }
+}
+
+fn digest(message: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    message.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The CPU time explanations may take: `share` of one core on average, accrued up to `cap` (so a
+/// burst of newly Pending pods is explained at once, and a steady stream no faster than that).
+#[derive(Debug)]
+pub(crate) struct Budget {
+    share: f64,
+    cap: Duration,
+    left: f64,
+    refilled: Option<Instant>,
+}
+
+impl Budget {
+    pub(crate) fn new(share: f64, cap: Duration) -> Self {
+        Self { share, cap, left: cap.as_secs_f64(), refilled: None }
+    }
+
+    /// Whether another explanation may start `now`.
+    pub(crate) fn allows(&mut self, now: Instant) -> bool {
+        let elapsed = self.refilled.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+        self.left = (self.left + elapsed.as_secs_f64() * self.share).min(self.cap.as_secs_f64());
+        self.refilled = Some(now);
+        self.left > 0.0
+    }
+
+    /// Takes what an explanation took.
+    pub(crate) fn spend(&mut self, took: Duration) {
+        self.left -= took.as_secs_f64();
+    }
+}

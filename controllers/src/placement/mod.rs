@@ -1,0 +1,171 @@
+//! Pending pods explained where people look: a pod the NUMA-aware scheduler cannot place
+//! (`PodScheduled=False`, `Unschedulable`) gets a Warning Event of its own, reason
+//! `NUMAPlacement`, saying from the NRTs and the fit rules `kubectl numa fit` uses
+//! ([`numaresources_api::fit`]) which nodes would take it and why the others do not, so
+//! `kubectl describe pod` answers more than `cannot align container`.
+//!
+//! Bounded: a pod is explained again at most once a minute, and its Event goes out again only
+//! when the explanation changed (an NRT that matters changed, not a scheduler retry); Events are
+//! limited cluster-wide ([`EVENTS_PER_SECOND`], [`EVENT_BURST`]); explaining takes at most
+//! [`EXPLANATION_CPU_SHARE`] of a core on average; a gauge counts the unschedulable pods by
+//! their most common reason, a fixed label set.
+
+mod limiter;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use numaresources_api::fit::explain::{EVENT_MESSAGE_LIMIT, Explanation, ReasonKind, explain};
+use numaresources_api::fit::{PodRequests, evaluate};
+use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_api::operator::{NUMAResourcesScheduler, ScoringStrategyParams};
+
+pub(crate) use limiter::{Admission, Budget, Limiter};
+
+use crate::context::Context;
+
+/// The Event reason.
+pub const REASON: &str = "NUMAPlacement";
+/// A pod's explanation goes out at most this often.
+pub const PER_POD_INTERVAL: Duration = Duration::from_secs(60);
+/// Explanations published per second, cluster-wide, in the long run.
+pub const EVENTS_PER_SECOND: f64 = 5.0;
+/// Explanations that may go out at once after a quiet spell.
+pub const EVENT_BURST: f64 = 50.0;
+/// Changes closer together than this are explained in one pass.
+const PASS_INTERVAL: Duration = Duration::from_secs(2);
+/// A pass runs at least this often, so pods due (or waiting for budget) are not left waiting
+/// for a change.
+const QUIET_PASS_INTERVAL: Duration = Duration::from_secs(10);
+/// The share of one core explanations may take on average: a pod explained against 5,000 NRTs
+/// takes 12–22 ms (BENCHMARKS.md), so 100 Pending pods explained once a minute would take 2–4 %.
+pub const EXPLANATION_CPU_SHARE: f64 = 0.01;
+/// The CPU time explanations may take at once after a quiet spell (about 50 pods at 5,000 nodes).
+pub const EXPLANATION_BURST: Duration = Duration::from_secs(1);
+
+/// Runs until `shutdown`: follows the NRTs and the Pending pods, and explains each pass's
+/// unschedulable pods.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
+    let (nrts, nrt_writer) = reflector::store::<NodeResourceTopology>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let nrt_api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
+    let pod_api: Api<Pod> = Api::all(ctx.client.clone());
+    // Only pods not bound yet: a bound pod has nothing left to explain.
+    let pending = watcher::Config::default().fields("spec.nodeName=,status.phase=Pending");
+    let changes = futures_util::stream::select(
+        reflector::reflector(nrt_writer, watcher::watcher(nrt_api, watcher::Config::default()))
+            .default_backoff()
+            .map(|_| ()),
+        reflector::reflector(pod_writer, watcher::watcher(pod_api, pending)).default_backoff().map(|_| ()),
+    );
+    let passes = async {
+        let mut changes = std::pin::pin!(changes);
+        let mut limiter = Limiter::new(PER_POD_INTERVAL, EVENTS_PER_SECOND, EVENT_BURST);
+        let mut budget = Budget::new(EXPLANATION_CPU_SHARE, EXPLANATION_BURST);
+        loop {
+            match tokio::time::timeout(QUIET_PASS_INTERVAL, changes.next()).await {
+                Ok(None) => break,
+                Ok(Some(())) => tokio::time::sleep(PASS_INTERVAL).await,
+                Err(_) => {}
+            }
+            // Whatever arrived meanwhile is in the stores already: one pass for all of it.
+            while futures_util::FutureExt::now_or_never(changes.next()).flatten().is_some() {}
+            pass(&ctx, &nrts, &pods, &mut limiter, &mut budget).await;
+        }
+    };
+    tokio::select! {
+        () = passes => {}
+        () = shutdown => {}
+    }
+}
+
+/// One pass: every unschedulable pod of the NUMA-aware scheduler that is due explained, the
+/// explanations that say something new published.
+async fn pass(
+    ctx: &Context,
+    nrts: &Store<NodeResourceTopology>,
+    pods: &Store<Pod>,
+    limiter: &mut Limiter,
+    budget: &mut Budget,
+) {
+    let Some(scheduler) = scheduler_name(ctx).await else { return };
+    let pending = pods.state();
+    let unschedulable: Vec<&Arc<Pod>> = pending.iter().filter(|pod| is_unschedulable_for(pod, &scheduler)).collect();
+    limiter.forget_except(&unschedulable.iter().map(|pod| pod.uid().unwrap_or_default()).collect());
+    let nrts = nrts.state();
+    let now = tokio::time::Instant::now().into_std();
+    for pod in unschedulable {
+        let uid = pod.uid().unwrap_or_default();
+        if !limiter.due(&uid, now) {
+            continue;
+        }
+        if !budget.allows(std::time::Instant::now()) {
+            break; // the next passes explain the rest
+        }
+        let started = std::time::Instant::now();
+        let explanation = explain_pod(pod, &nrts);
+        budget.spend(started.elapsed());
+        // Tens of milliseconds of arithmetic at fleet scale: the other controllers' tasks run
+        // between two explanations.
+        tokio::task::yield_now().await;
+        limiter.explained(&uid, now, explanation.first_reason);
+        if limiter.admit(&uid, &explanation.message, now) == Admission::Send {
+            let regarding = pod.object_ref(&());
+            ctx.event(&regarding, EventType::Warning, REASON, "Scheduling", explanation.message).await;
+        }
+    }
+    ctx.metrics.set_unschedulable(limiter.reasons());
+}
+
+/// The NUMA-aware scheduler's name, once a NUMAResourcesScheduler asks for one.
+async fn scheduler_name(ctx: &Context) -> Option<String> {
+    let api: Api<NUMAResourcesScheduler> = Api::all(ctx.client.clone());
+    match api.list(&kube::api::ListParams::default()).await {
+        Ok(list) => list.items.first().map(|scheduler| scheduler.spec.effective_scheduler_name().to_owned()),
+        Err(error) => {
+            tracing::debug!(%error, "reading the NUMAResourcesScheduler");
+            None
+        }
+    }
+}
+
+/// `pod`'s placement against every NRT, by the fit rules `kubectl numa fit` applies.
+pub fn explain_pod(pod: &Pod, nrts: &[Arc<NodeResourceTopology>]) -> Explanation {
+    let requests = PodRequests::from_pod(pod);
+    let strategy = ScoringStrategyParams::default();
+    let verdicts: Vec<(String, numaresources_api::fit::NodeFit)> =
+        nrts.iter().map(|nrt| (nrt.name_any(), evaluate(&requests, Some(nrt), None, &strategy))).collect();
+    explain(&verdicts, EVENT_MESSAGE_LIMIT)
+}
+
+/// A pod `scheduler` tried and could not place: not bound, `PodScheduled=False` `Unschedulable`.
+pub(crate) fn is_unschedulable_for(pod: &Pod, scheduler: &str) -> bool {
+    let spec = pod.spec.as_ref();
+    let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler);
+    let unbound = spec.and_then(|s| s.node_name.as_deref()).is_none_or(str::is_empty);
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let refused = conditions
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
+    ours && unbound && refused && pod.meta().deletion_timestamp.is_none()
+}
+
+/// The gauge's label of a pod with no refusing node (the NUMA rules would place it: another
+/// plugin, or older numbers, refused it).
+pub const NO_NUMA_REASON: &str = "none";
+
+/// Every label value of the unschedulable-pods gauge.
+pub fn reason_labels() -> impl Iterator<Item = &'static str> {
+    ReasonKind::ALL.into_iter().map(ReasonKind::label).chain(std::iter::once(NO_NUMA_REASON))
+}

@@ -1,0 +1,137 @@
+//! Which pods are explained, what their Events say, and how often they go out.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use numaresources_api::fit::explain::ReasonKind;
+use numaresources_api::nrt::NodeResourceTopology;
+use serde_json::json;
+
+use super::*;
+
+const SCHEDULER: &str = "topo-aware-scheduler";
+
+fn pod(name: &str, cpu: &str, scheduler: &str, node: Option<&str>, refused: bool) -> Arc<Pod> {
+    let conditions = if refused {
+        json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/2 nodes are available: 2 cannot align container."}])
+    } else {
+        json!([])
+    };
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+            "spec": {"schedulerName": scheduler, "nodeName": node, "containers": [
+                {"name": "app", "resources": {"limits": {"cpu": cpu, "memory": "1Gi"}}}]},
+            "status": {"phase": "Pending", "conditions": conditions}}))
+        .unwrap(),
+    )
+}
+
+fn nrt(name: &str, cpus: &[i64]) -> Arc<NodeResourceTopology> {
+    let zones: Vec<_> = cpus
+        .iter()
+        .enumerate()
+        .map(|(id, cpus)| json!({"name": format!("node-{id}"), "type": "Node", "resources": [
+            {"name": "cpu", "capacity": cpus.to_string(), "allocatable": cpus.to_string(), "available": cpus.to_string()},
+            {"name": "memory", "capacity": "8Gi", "allocatable": "8Gi", "available": "8Gi"}]}))
+        .collect();
+    Arc::new(
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}], "zones": zones}))
+        .unwrap(),
+    )
+}
+
+#[test]
+fn only_the_numa_schedulers_refused_unbound_pods_are_explained() {
+    assert!(is_unschedulable_for(&pod("a", "4", SCHEDULER, None, true), SCHEDULER));
+    assert!(!is_unschedulable_for(&pod("b", "4", "default-scheduler", None, true), SCHEDULER), "another's");
+    assert!(!is_unschedulable_for(&pod("c", "4", SCHEDULER, Some("worker-0"), true), SCHEDULER), "bound");
+    assert!(!is_unschedulable_for(&pod("d", "4", SCHEDULER, None, false), SCHEDULER), "not tried yet");
+}
+
+#[test]
+fn a_pending_pod_is_explained_from_every_nrt() {
+    let nrts = [nrt("worker-0", &[2, 2]), nrt("worker-1", &[3])];
+    let explanation = explain_pod(&pod("dpdk", "4", SCHEDULER, None, true), &nrts);
+    assert_eq!(
+        explanation.message,
+        "0/2 nodes can take it on one NUMA zone; \
+         worker-1: cpu 3 available < 4 requested by container \"app\" (3 on NUMA 0); \
+         worker-0: cpu 2 available < 4 requested by container \"app\" (2 on NUMA 0, 2 on NUMA 1)"
+    );
+    assert_eq!(explanation.first_reason, Some(ReasonKind::Cpu));
+}
+
+#[test]
+fn a_pod_gets_one_event_per_change_at_most_once_a_minute_within_the_cluster_wide_budget() {
+    let start = Instant::now();
+    let mut limiter = Limiter::new(Duration::from_secs(60), 1.0, 2.0);
+    assert_eq!(limiter.admit("a", "cpu 2 < 4", start), Admission::Send);
+    // The scheduler retries: the same explanation, no new Event, however long after.
+    assert_eq!(limiter.admit("a", "cpu 2 < 4", start + Duration::from_secs(5)), Admission::Same);
+    assert_eq!(limiter.admit("a", "cpu 2 < 4", start + Duration::from_secs(600)), Admission::Same);
+    // An NRT changed what it says: a new Event, once the minute has passed.
+    assert_eq!(limiter.admit("a", "cpu 3 < 4", start + Duration::from_secs(30)), Admission::TooSoon);
+    assert_eq!(limiter.admit("a", "cpu 3 < 4", start + Duration::from_secs(61)), Admission::Send);
+
+    // The cluster-wide bucket: 2 at once, then 1 a second.
+    let mut limiter = Limiter::new(Duration::from_secs(60), 1.0, 2.0);
+    let admitted: Vec<Admission> = ["p1", "p2", "p3"].iter().map(|uid| limiter.admit(uid, "x", start)).collect();
+    assert_eq!(admitted, [Admission::Send, Admission::Send, Admission::RateLimited]);
+    assert_eq!(limiter.admit("p3", "x", start + Duration::from_secs(1)), Admission::Send);
+
+    // A pod gone or placed is forgotten: back again, it is explained at once.
+    limiter.forget_except(&HashSet::from(["p2".to_owned()]));
+    assert_eq!(limiter.admit("p1", "x", start + Duration::from_secs(3)), Admission::Send);
+}
+
+/// Explaining a pod against every NRT is the costly part: a pod is explained again only once its
+/// Event could go out again.
+#[test]
+fn a_pod_is_explained_again_only_after_the_interval() {
+    let start = Instant::now();
+    let mut limiter = Limiter::new(Duration::from_secs(60), 5.0, 50.0);
+    assert!(limiter.due("a", start));
+    limiter.explained("a", start, Some(ReasonKind::Memory));
+    assert!(!limiter.due("a", start + Duration::from_secs(59)));
+    assert!(limiter.due("a", start + Duration::from_secs(60)));
+    assert_eq!(limiter.reasons().collect::<Vec<_>>(), [Some(ReasonKind::Memory)]);
+    limiter.forget_except(&HashSet::new());
+    assert!(limiter.due("a", start + Duration::from_secs(1)), "forgotten: explained at once when back");
+    assert_eq!(limiter.reasons().count(), 0);
+}
+
+#[test]
+fn the_gauge_counts_unschedulable_pods_by_first_reason_over_a_fixed_label_set() {
+    let metrics = crate::metrics::Metrics::default();
+    metrics.set_unschedulable([Some(ReasonKind::Cpu), Some(ReasonKind::Cpu), None]);
+    let text = metrics.encode().unwrap();
+    assert!(text.contains("numaresources_controllers_unschedulable_pods{reason=\"cpu\"} 2"), "{text}");
+    assert!(text.contains("numaresources_controllers_unschedulable_pods{reason=\"none\"} 1"), "{text}");
+    assert!(text.contains("numaresources_controllers_unschedulable_pods{reason=\"split\"} 0"), "{text}");
+    assert_eq!(text.matches("numaresources_controllers_unschedulable_pods{").count(), reason_labels().count());
+}
+
+/// Explaining is held to its share of a core: a pass stops when the budget is spent, and the
+/// budget comes back with time, up to its cap.
+#[test]
+fn explanations_stop_when_their_cpu_budget_is_spent_and_resume_as_it_refills() {
+    let start = Instant::now();
+    let mut budget = Budget::new(0.01, Duration::from_millis(50));
+    assert!(budget.allows(start));
+    budget.spend(Duration::from_millis(40));
+    assert!(budget.allows(start), "10 ms left");
+    budget.spend(Duration::from_millis(30));
+    assert!(!budget.allows(start), "20 ms over");
+    assert!(!budget.allows(start + Duration::from_secs(1)), "1 s at 1 % gives back 10 ms: still 10 ms over");
+    assert!(budget.allows(start + Duration::from_secs(3)));
+    // Never more than the cap, however long the quiet.
+    budget.spend(Duration::from_millis(1));
+    assert!(budget.allows(start + Duration::from_secs(3_600)));
+    budget.spend(Duration::from_millis(60));
+    assert!(!budget.allows(start + Duration::from_secs(3_600)), "the cap is 50 ms");
+}
