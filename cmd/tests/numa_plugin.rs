@@ -262,6 +262,33 @@ fn top_and_fit_say_when_memory_is_not_numa_managed() {
     assert_eq!(line(&answer, "our-node"), "our-node: fits on NUMA 0 (score 87)", "{answer}");
 }
 
+/// Against `local`: what a lone API server cannot tell is skipped, the rest judged, and a node
+/// whose memory is in no zone fails the run.
+#[test]
+fn doctor_checks_what_local_serves_and_skips_the_rest() {
+    let server = start_with(&[]);
+    apply(&server, &nrt("worker-0", "single-numa-node", "container", &[(4, 8), (4, 8)]));
+    let healthy = numa(&server, &["doctor"]);
+    let text = stdout(&healthy);
+    assert!(healthy.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "skip  APIService: cannot get APIService v1alpha2.topology.node.k8s.io: APIServices are not served here"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("ok    NRT freshness:"), "{text}");
+    let mut omitted = nrt("upstream-node", "single-numa-node", "container", &[(4, 8)]);
+    omitted["zones"][0]["resources"].as_array_mut().unwrap().retain(|r| r["name"] == "cpu");
+    apply(&server, &omitted);
+    let failing = numa(&server, &["doctor", "-o", "json"]);
+    assert_eq!(failing.status.code(), Some(1));
+    let checks: Value = serde_json::from_slice(&failing.stdout).unwrap();
+    let memory = checks.as_array().unwrap().iter().find(|c| c["name"] == "memory per NUMA zone").unwrap();
+    assert_eq!(memory["status"], "fail", "{checks}");
+    assert!(memory["fix"].as_str().unwrap().contains("memoryManagerPolicy: Static"), "{checks}");
+}
+
 #[test]
 fn kubectl_runs_the_binary_as_its_numa_plugin() {
     let server = start_with(&[]);

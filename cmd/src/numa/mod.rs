@@ -7,11 +7,13 @@
 //!   top     one block per node, one row per NUMA zone; --watch redraws on watch events
 //!   fit     the scheduler plugin's verdict per node (rules in numaresources_api::fit)
 //!   capacity how many more pods of one shape fit, each on one NUMA zone
+//!   doctor  the chain from the exporters to the scheduler checked in order
 //!   style   bars, colour (terminals only, never with NO_COLOR), quantities for people
 //! ```
 
 mod assumed;
 mod capacity;
+mod doctor;
 mod fit;
 mod fleet;
 mod style;
@@ -69,6 +71,9 @@ enum NumaCommand {
     /// How many more Guaranteed pods of one shape can be placed now, each on one NUMA zone, per
     /// node and zone and in total.
     Capacity(capacity::CapacityArgs),
+    /// Checks the chain from the exporters to the scheduler, one line per check, each problem
+    /// with its fix; exit code 1 when anything failed.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Runs a `numa` command.
@@ -80,6 +85,7 @@ pub fn run(args: NumaArgs) -> anyhow::Result<ExitCode> {
             NumaCommand::Top(top) => top::run(&client, top).await,
             NumaCommand::Fit(fit) => fit::run(&client, fit).await,
             NumaCommand::Capacity(capacity) => capacity::run(&client, capacity).await,
+            NumaCommand::Doctor(doctor) => doctor::run(&client, doctor).await,
         }
     })
 }

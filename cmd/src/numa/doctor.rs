@@ -1,0 +1,519 @@
+//! `kubectl numa doctor`: the chain from the exporters to the scheduler checked in order, one line
+//! per check (`ok`, `warn`, `fail`, or `skip` when a right is missing), each problem with its fix
+//! in one sentence; exit code 1 when anything failed. Only get and list.
+//!
+//! The checks are pure functions of what was read ([`Observed`]), so each is tested on its own.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use numaresources_api::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT};
+use serde::Serialize;
+
+use super::fleet::{self, Report};
+use super::style::{self, Paint};
+
+/// The APIService our API server registers.
+const API_SERVICE: &str = "v1alpha2.topology.node.k8s.io";
+/// An NRT older than this has missed three exporter heartbeats (60 s each).
+pub const STALE_AFTER: Duration = Duration::from_secs(180);
+/// The most nodes named in one line.
+const NAMED: usize = 5;
+
+/// `doctor`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// The namespace the operator's components run in.
+    #[arg(long, default_value = numaresources_api::DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// Output format: one line per check (default) or `json`.
+    #[arg(short = 'o', long, value_enum)]
+    output: Option<super::fit::Output>,
+}
+
+/// A check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Nothing to do.
+    Ok,
+    /// Works, with a consequence worth knowing.
+    Warn,
+    /// Broken: the scheduler places pods blindly or not at all.
+    Fail,
+    /// Not checked (a right is missing, or nothing to check).
+    Skip,
+}
+
+/// One check's line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: &'static str,
+    /// The verdict.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// What to do, in one sentence (not for `ok`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+        Self { name, status: Status::Ok, detail: detail.into(), fix: None }
+    }
+
+    fn problem(name: &'static str, status: Status, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { name, status, detail: detail.into(), fix: Some(fix.into()) }
+    }
+
+    fn skip(name: &'static str, why: impl Into<String>) -> Self {
+        Self { name, status: Status::Skip, detail: why.into(), fix: None }
+    }
+}
+
+/// What could be read, and what could not (the error, for a skip).
+pub type Read<T> = Result<T, String>;
+
+/// Everything the checks look at.
+#[derive(Debug)]
+pub struct Observed {
+    /// The APIService (None: it does not exist).
+    pub api_service: Read<Option<DynamicObject>>,
+    /// The NRTs with their report ages.
+    pub reports: Read<Vec<Report>>,
+    /// The NUMA-aware scheduler's Deployment (None: it does not exist).
+    pub scheduler: Read<Option<Deployment>>,
+}
+
+/// Every check, in the order of the chain.
+pub fn checks(observed: &Observed) -> Vec<Check> {
+    vec![
+        api_service(&observed.api_service),
+        freshness(&observed.reports),
+        alignment(&observed.reports),
+        memory_per_zone(&observed.reports),
+        fingerprints(&observed.reports),
+        scheduler(&observed.scheduler),
+    ]
+}
+
+fn api_service(read: &Read<Option<DynamicObject>>) -> Check {
+    const NAME: &str = "APIService";
+    let service = match read {
+        Err(error) => return Check::skip(NAME, format!("cannot get APIService {API_SERVICE}: {error}")),
+        Ok(None) => {
+            return Check::problem(
+                NAME,
+                Status::Fail,
+                format!(
+                    "APIService {API_SERVICE} does not exist: kube-apiserver serves no NRTs, and the scheduler places pods blindly"
+                ),
+                "install the NRT API server (manifests/default) or create a NUMAResourcesOperator",
+            );
+        }
+        Ok(Some(service)) => service,
+    };
+    let conditions = service.data.pointer("/status/conditions").and_then(|c| c.as_array()).cloned().unwrap_or_default();
+    let available = conditions.iter().find(|c| c["type"] == "Available");
+    match available {
+        Some(condition) if condition["status"] == "True" => Check::ok(NAME, format!("{API_SERVICE} is Available")),
+        Some(condition) => Check::problem(
+            NAME,
+            Status::Fail,
+            format!(
+                "{API_SERVICE} is not Available ({}: {}): NRT reads fail, and the scheduler places pods blindly",
+                condition["reason"].as_str().unwrap_or("no reason"),
+                condition["message"].as_str().unwrap_or("no message")
+            ),
+            "check the numaresources-apiserver pods and their Service (kubectl get pods,endpoints -l app.kubernetes.io/name=numaresources-apiserver -A)",
+        ),
+        None => Check::problem(
+            NAME,
+            Status::Warn,
+            format!("{API_SERVICE} has no Available condition yet"),
+            "wait a few seconds for kube-apiserver's availability check, then run doctor again",
+        ),
+    }
+}
+
+fn freshness(read: &Read<Vec<Report>>) -> Check {
+    const NAME: &str = "NRT freshness";
+    let reports = match read {
+        Err(error) => return Check::skip(NAME, format!("cannot list NRTs: {error}")),
+        Ok(reports) => reports,
+    };
+    if reports.is_empty() {
+        return Check::problem(
+            NAME,
+            Status::Fail,
+            "no NodeResourceTopology at all: the scheduler places every pod blindly",
+            "check that a NUMAResourcesOperator selects nodes and that its exporter pods run (kubectl get numaresourcesoperator -o yaml)",
+        );
+    }
+    let mut stale: Vec<(String, u64)> = reports
+        .iter()
+        .filter_map(|r| {
+            let seconds = r.age?.seconds;
+            (seconds > STALE_AFTER.as_secs()).then(|| (r.nrt.metadata.name.clone().unwrap_or_default(), seconds))
+        })
+        .collect();
+    if stale.is_empty() {
+        return Check::ok(NAME, format!("{} NRTs, none older than three heartbeats", reports.len()));
+    }
+    stale.sort_by_key(|(_, age)| std::cmp::Reverse(*age));
+    let nodes: Vec<String> = stale.iter().map(|(node, age)| format!("{node} ({})", style::age(*age))).collect();
+    Check::problem(
+        NAME,
+        Status::Fail,
+        format!(
+            "{} of {} NRTs are older than three heartbeats: {}; the scheduler decides on old numbers there",
+            stale.len(),
+            reports.len(),
+            named(&nodes)
+        ),
+        "check the exporter pods on those nodes and their logs (kubectl get pods -A -o wide -l app.kubernetes.io/name=numaresources-rte)",
+    )
+}
+
+fn alignment(read: &Read<Vec<Report>>) -> Check {
+    const NAME: &str = "kubelet alignment";
+    let Ok(reports) = read else { return Check::skip(NAME, "no NRTs read") };
+    let unfiltered: Vec<(String, String)> = reports
+        .iter()
+        .filter_map(|r| {
+            let policy = numaresources_api::fit::TopologyManagerConfig::of(&r.nrt).policy;
+            (policy != "single-numa-node").then(|| (r.nrt.metadata.name.clone().unwrap_or_default(), policy))
+        })
+        .collect();
+    if unfiltered.is_empty() {
+        return Check::ok(NAME, "every node's topology manager policy is single-numa-node");
+    }
+    let nodes: Vec<String> = unfiltered.iter().map(|(node, policy)| format!("{node} ({policy})")).collect();
+    Check::problem(
+        NAME,
+        Status::Warn,
+        format!(
+            "{} of {} nodes run a topology manager policy the scheduler does not filter: {}; it lets pods through \
+             there unchecked, and the kubelet may reject them (TopologyAffinityError) or run them unaligned",
+            unfiltered.len(),
+            reports.len(),
+            named(&nodes)
+        ),
+        "set topologyManagerPolicy: single-numa-node in those nodes' kubelet configuration for pods that must be aligned",
+    )
+}
+
+fn memory_per_zone(read: &Read<Vec<Report>>) -> Check {
+    const NAME: &str = "memory per NUMA zone";
+    let Ok(reports) = read else { return Check::skip(NAME, "no NRTs read") };
+    let without: Vec<String> = reports
+        .iter()
+        .filter(|r| {
+            let zones = numaresources_api::fit::numa_zones(&r.nrt);
+            !zones.is_empty() && zones.iter().all(|zone| !zone.available.contains_key("memory"))
+        })
+        .map(|r| r.nrt.metadata.name.clone().unwrap_or_default())
+        .collect();
+    let node_level: Vec<String> = reports
+        .iter()
+        .filter(|r| {
+            r.nrt
+                .zones
+                .iter()
+                .any(|zone| zone.attributes.iter().any(|a| a.name == ATTR_MEMORY_NUMA_MANAGED && a.value == "false"))
+        })
+        .map(|r| r.nrt.metadata.name.clone().unwrap_or_default())
+        .collect();
+    if without.is_empty() && node_level.is_empty() {
+        return Check::ok(NAME, "every node reports memory per NUMA zone");
+    }
+    if without.is_empty() {
+        return Check::problem(
+            NAME,
+            Status::Warn,
+            format!(
+                "{} of {} nodes report their total memory in every zone: {}; their kubelet's memory manager is not \
+                 Static, so pods placed there get aligned CPUs but not aligned memory",
+                node_level.len(),
+                reports.len(),
+                named(&node_level)
+            ),
+            "run those kubelets with memoryManagerPolicy: Static (and reservedMemory) where memory must be aligned",
+        );
+    }
+    Check::problem(
+        NAME,
+        Status::Fail,
+        format!(
+            "{} of {} nodes report no memory per NUMA zone: {}; their kubelet's memory manager is not Static, so \
+             the NUMA-aware scheduler refuses every pod there that requests memory",
+            without.len(),
+            reports.len(),
+            named(&without)
+        ),
+        "run those kubelets with memoryManagerPolicy: Static (and reservedMemory), or keep NUMA-aligned pods off them",
+    )
+}
+
+fn fingerprints(read: &Read<Vec<Report>>) -> Check {
+    const NAME: &str = "pods fingerprint";
+    let Ok(reports) = read else { return Check::skip(NAME, "no NRTs read") };
+    let without: Vec<String> = reports
+        .iter()
+        .filter(|r| r.nrt.attribute(ATTR_PODS_FINGERPRINT).is_none_or(str::is_empty))
+        .map(|r| r.nrt.metadata.name.clone().unwrap_or_default())
+        .collect();
+    if without.is_empty() {
+        return Check::ok(NAME, "every NRT carries a pods fingerprint");
+    }
+    Check::problem(
+        NAME,
+        Status::Warn,
+        format!(
+            "{} of {} NRTs carry no pods fingerprint: {}; the scheduler's cache never resyncs those nodes and \
+             holds every pod it placed there",
+            without.len(),
+            reports.len(),
+            named(&without)
+        ),
+        "enable podsFingerprinting in the NUMAResourcesOperator's node groups",
+    )
+}
+
+fn scheduler(read: &Read<Option<Deployment>>) -> Check {
+    const NAME: &str = "scheduler";
+    let deployment = match read {
+        Err(error) => return Check::skip(NAME, format!("cannot get the scheduler Deployment: {error}")),
+        Ok(None) => {
+            return Check::problem(
+                NAME,
+                Status::Fail,
+                "no NUMA-aware scheduler Deployment: pods routed to it stay Pending",
+                "create a NUMAResourcesScheduler (manifests/samples)",
+            );
+        }
+        Ok(Some(deployment)) => deployment,
+    };
+    let conditions = deployment.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let available = conditions.into_iter().flatten().find(|c| c.type_ == "Available");
+    match available {
+        Some(condition) if condition.status == "True" => Check::ok(NAME, "the NUMA-aware scheduler is Available"),
+        _ => Check::problem(
+            NAME,
+            Status::Fail,
+            "the NUMA-aware scheduler Deployment is not Available: pods routed to it stay Pending",
+            "check its pods and their logs (kubectl -n <namespace> logs deployment/numaresources-scheduler)",
+        ),
+    }
+}
+
+/// The first [`NAMED`] of `nodes`, then how many more.
+fn named(nodes: &[String]) -> String {
+    let mut text = nodes.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+    if nodes.len() > NAMED {
+        text.push_str(&format!(" and {} more", nodes.len() - NAMED));
+    }
+    text
+}
+
+/// Runs `doctor`.
+pub async fn run(client: &kube::Client, args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let observed = observe(client, &args.namespace).await;
+    let checks = checks(&observed);
+    let text = match args.output {
+        Some(super::fit::Output::Json) => serde_json::to_string_pretty(&checks)? + "\n",
+        None => render_text(&checks, Paint::new(style::colour_wanted())),
+    };
+    let mut stdout = std::io::stdout();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    let failed = checks.iter().any(|c| c.status == Status::Fail);
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Reads what the checks need; what cannot be read is kept as its error.
+async fn observe(client: &kube::Client, namespace: &str) -> Observed {
+    // `local` (our API server alone) serves neither APIServices nor Deployments: not a cluster.
+    let groups = client.list_api_groups().await.map(|list| list.groups).unwrap_or_default();
+    let served = |group: &str| groups.is_empty() || groups.iter().any(|g| g.name == group);
+    let api_service = if served("apiregistration.k8s.io") {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"));
+        let services: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        services.get_opt(API_SERVICE).await.map_err(|e| e.to_string())
+    } else {
+        not_here("APIServices")
+    };
+    let scheduler = if served("apps") {
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+        deployments.get_opt(numaresources_controllers::names::SCHEDULER).await.map_err(|e| e.to_string())
+    } else {
+        not_here("Deployments")
+    };
+    Observed {
+        api_service,
+        reports: fleet::reports(client, None).await.map(|(reports, _)| reports).map_err(|e| format!("{e:#}")),
+        scheduler,
+    }
+}
+
+/// What a server that is not kube-apiserver (`local`) does not serve.
+fn not_here<T>(what: &str) -> Read<T> {
+    Err(format!("{what} are not served here (no kube-apiserver: `local`?)"))
+}
+
+/// One line per check, then the fix of each problem.
+pub fn render_text(checks: &[Check], paint: Paint) -> String {
+    let mut out = String::new();
+    for check in checks {
+        let status = match check.status {
+            Status::Ok => paint.green("ok  "),
+            Status::Warn => paint.yellow("warn"),
+            Status::Fail => paint.red("fail"),
+            Status::Skip => "skip".to_owned(),
+        };
+        out.push_str(&format!("{status}  {}: {}\n", check.name, check.detail));
+        if let Some(fix) = &check.fix {
+            out.push_str(&format!("      fix: {fix}\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::numa::fleet::{Age, AgeSource};
+
+    /// A node's report: its policy, whether its zones list memory, its fingerprint, its age.
+    fn report(name: &str, policy: &str, memory: bool, fingerprint: bool, age: u64) -> Report {
+        let mut resources = vec![json!({"name": "cpu", "capacity": "8", "allocatable": "8", "available": "8"})];
+        if memory {
+            resources.push(json!({"name": "memory", "capacity": "8Gi", "allocatable": "8Gi", "available": "8Gi"}));
+        }
+        let mut attributes = vec![json!({"name": "topologyManagerPolicy", "value": policy})];
+        if fingerprint {
+            attributes.push(json!({"name": ATTR_PODS_FINGERPRINT, "value": "pfp0v001deadbeefdeadbeef"}));
+        }
+        let nrt = serde_json::from_value(json!({"metadata": {"name": name}, "attributes": attributes,
+            "zones": [{"name": "node-0", "type": "Node", "resources": resources}]}))
+        .unwrap();
+        Report { nrt, age: Some(Age { seconds: age, source: AgeSource::Reported }) }
+    }
+
+    fn healthy() -> Observed {
+        let api_service: DynamicObject = serde_json::from_value(json!({"apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService", "metadata": {"name": API_SERVICE},
+            "status": {"conditions": [{"type": "Available", "status": "True"}]}}))
+        .unwrap();
+        let scheduler: Deployment = serde_json::from_value(json!({"metadata": {"name": "numaresources-scheduler"},
+            "status": {"conditions": [{"type": "Available", "status": "True"}]}}))
+        .unwrap();
+        Observed {
+            api_service: Ok(Some(api_service)),
+            reports: Ok(vec![report("worker-0", "single-numa-node", true, true, 20)]),
+            scheduler: Ok(Some(scheduler)),
+        }
+    }
+
+    fn status_of(observed: &Observed, name: &str) -> (Status, String) {
+        let check = checks(observed).into_iter().find(|c| c.name == name).unwrap();
+        (check.status, check.detail)
+    }
+
+    #[test]
+    fn a_healthy_chain_is_all_ok() {
+        let checks = checks(&healthy());
+        assert!(checks.iter().all(|c| c.status == Status::Ok), "{checks:#?}");
+        let text = render_text(&checks, Paint::new(false));
+        assert!(text.starts_with("ok    APIService: v1alpha2.topology.node.k8s.io is Available\n"), "{text}");
+    }
+
+    #[test]
+    fn an_unavailable_or_missing_apiservice_fails_and_a_missing_right_skips() {
+        let mut observed = healthy();
+        observed.api_service = Ok(Some(
+            serde_json::from_value(json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": API_SERVICE}, "status": {"conditions": [{"type": "Available",
+                "status": "False", "reason": "MissingEndpoints", "message": "endpoints for service/numaresources-apiserver have no addresses"}]}}))
+            .unwrap(),
+        ));
+        let (status, detail) = status_of(&observed, "APIService");
+        assert_eq!(status, Status::Fail);
+        assert!(detail.contains("MissingEndpoints"), "{detail}");
+        observed.api_service = Ok(None);
+        assert_eq!(status_of(&observed, "APIService").0, Status::Fail);
+        observed.api_service = Err("forbidden".into());
+        assert_eq!(status_of(&observed, "APIService").0, Status::Skip);
+    }
+
+    #[test]
+    fn stale_or_missing_nrts_fail() {
+        let mut observed = healthy();
+        observed.reports = Ok(vec![
+            report("worker-0", "single-numa-node", true, true, 20),
+            report("worker-1", "single-numa-node", true, true, 3_600),
+        ]);
+        let (status, detail) = status_of(&observed, "NRT freshness");
+        assert_eq!(status, Status::Fail);
+        assert!(detail.starts_with("1 of 2 NRTs are older than three heartbeats: worker-1 (60m)"), "{detail}");
+        observed.reports = Ok(Vec::new());
+        assert_eq!(status_of(&observed, "NRT freshness").0, Status::Fail);
+    }
+
+    #[test]
+    fn a_policy_the_scheduler_does_not_filter_warns_with_its_consequence() {
+        let mut observed = healthy();
+        observed.reports = Ok(vec![report("worker-0", "restricted", true, true, 20)]);
+        let (status, detail) = status_of(&observed, "kubelet alignment");
+        assert_eq!(status, Status::Warn);
+        assert!(detail.contains("worker-0 (restricted)") && detail.contains("TopologyAffinityError"), "{detail}");
+    }
+
+    #[test]
+    fn nodes_without_memory_per_zone_fail() {
+        let mut observed = healthy();
+        observed.reports = Ok(vec![report("worker-0", "single-numa-node", false, true, 20)]);
+        let (status, detail) = status_of(&observed, "memory per NUMA zone");
+        assert_eq!(status, Status::Fail);
+        assert!(detail.contains("memory manager is not Static"), "{detail}");
+    }
+
+    #[test]
+    fn memory_reported_as_the_nodes_total_in_every_zone_warns() {
+        let mut observed = healthy();
+        let mut node_level = report("worker-0", "single-numa-node", true, true, 20);
+        node_level.nrt.zones[0].attributes =
+            vec![numaresources_api::nrt::AttributeInfo::new(ATTR_MEMORY_NUMA_MANAGED, "false")];
+        observed.reports = Ok(vec![node_level]);
+        let (status, detail) = status_of(&observed, "memory per NUMA zone");
+        assert_eq!(status, Status::Warn);
+        assert!(detail.contains("aligned CPUs but not aligned memory"), "{detail}");
+    }
+
+    #[test]
+    fn nrts_without_a_fingerprint_warn() {
+        let mut observed = healthy();
+        observed.reports = Ok(vec![report("worker-0", "single-numa-node", true, false, 20)]);
+        assert_eq!(status_of(&observed, "pods fingerprint").0, Status::Warn);
+    }
+
+    #[test]
+    fn a_missing_or_unavailable_scheduler_fails() {
+        let mut observed = healthy();
+        observed.scheduler = Ok(None);
+        assert_eq!(status_of(&observed, "scheduler").0, Status::Fail);
+        observed.scheduler = Ok(Some(
+            serde_json::from_value(json!({"metadata": {"name": "numaresources-scheduler"},
+            "status": {"conditions": [{"type": "Available", "status": "False"}]}}))
+            .unwrap(),
+        ));
+        assert_eq!(status_of(&observed, "scheduler").0, Status::Fail);
+    }
+}
