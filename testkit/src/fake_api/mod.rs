@@ -2,7 +2,8 @@
 //! `tower-test` (controller-rs's `ApiServerVerifier`, grown into a stateful fake so a scenario
 //! asserts on outcomes — what exists, what changed — instead of the exact request order).
 //!
-//! It understands GET (object, list with equality label selectors; a watch is held open, and
+//! It understands GET (object, list with equality label selectors, also across namespaces; a
+//! watch is held open, and
 //! answered with the changes a test makes through [`FakeApi::insert`], [`FakeApi::edit`] and
 //! [`FakeApi::remove`] after its resourceVersion, then closed, as a real server may close a
 //! watch; the controllers' own writes are not echoed, so a scenario goes quiet after them), POST,
@@ -405,12 +406,25 @@ fn content_keys(object: &Value) -> Vec<String> {
 }
 
 /// The watch body of the changes after `since` that `watch` sees (one JSON event a line), if any.
+/// Whether the object at `path` is in `collection`: directly, or, for a collection without a
+/// namespace (`/api/v1/pods`), in that resource's collection of any namespace.
+fn in_collection(collection: &str, path: &str) -> bool {
+    if path.strip_prefix(collection).and_then(|rest| rest.strip_prefix('/')).is_some_and(|name| !name.contains('/')) {
+        return true;
+    }
+    if collection.contains("/namespaces/") {
+        return false;
+    }
+    let Some((base, resource)) = collection.rsplit_once('/') else { return false };
+    let Some(rest) = path.strip_prefix(base).and_then(|rest| rest.strip_prefix("/namespaces/")) else { return false };
+    let parts: Vec<&str> = rest.split('/').collect();
+    parts.len() == 3 && parts[1] == resource
+}
+
 fn watch_events(changes: &[Change], watch: &HeldWatch, since: u64) -> Option<Vec<u8>> {
-    let prefix = format!("{}/", watch.collection);
     let mut body = Vec::new();
     for change in changes.iter().filter(|c| c.version > since) {
-        let in_collection = change.path.strip_prefix(&prefix).is_some_and(|name| !name.contains('/'));
-        if in_collection && matches_selector(&change.object, &watch.selector) {
+        if in_collection(&watch.collection, &change.path) && matches_selector(&change.object, &watch.selector) {
             body.extend(serde_json::to_vec(&json!({"type": change.kind, "object": change.object})).unwrap());
             body.push(b'\n');
         }
@@ -445,11 +459,10 @@ impl State {
         match classify(path) {
             Target::Collection => {
                 let selector = query_param(query, "labelSelector").unwrap_or_default();
-                let prefix = format!("{path}/");
                 let items: Vec<Value> = self
                     .objects
                     .iter()
-                    .filter(|(k, _)| k.strip_prefix(&prefix).is_some_and(|rest| !rest.contains('/')))
+                    .filter(|(k, _)| in_collection(path, k))
                     .map(|(_, v)| v.clone())
                     .filter(|v| matches_selector(v, &selector))
                     .collect();
@@ -644,6 +657,11 @@ mod tests {
         assert!(matches!(classify("/api/v1/nodes"), Target::Collection));
         assert!(matches!(classify("/api/v1/nodes/a"), Target::Object));
         assert!(matches!(classify("/api/v1/namespaces/ns/configmaps"), Target::Collection));
+        assert!(in_collection("/api/v1/pods", "/api/v1/namespaces/ns/pods/a"), "every namespace's");
+        assert!(in_collection("/api/v1/namespaces/ns/pods", "/api/v1/namespaces/ns/pods/a"));
+        assert!(!in_collection("/api/v1/namespaces/other/pods", "/api/v1/namespaces/ns/pods/a"));
+        assert!(!in_collection("/api/v1/pods", "/api/v1/namespaces/ns/configmaps/a"));
+        assert!(!in_collection("/api/v1/pods", "/api/v1/namespaces/ns/pods/a/status"));
         assert!(matches!(classify("/api/v1/namespaces/ns/configmaps/x"), Target::Object));
         assert!(matches!(classify("/apis/apps/v1/namespaces/ns/daemonsets/x"), Target::Object));
         match classify("/apis/g/v1/things/x/status") {
