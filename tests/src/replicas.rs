@@ -91,10 +91,24 @@ fn is_set_by_cargo_for_the_running_crate(name: &str) -> bool {
     PREFIXES.iter().any(|prefix| name.starts_with(prefix)) || NAMES.contains(&name)
 }
 
-/// A free loopback port (bound, then released: good enough on a test machine).
+/// The loopback ports [`free_port`] picks from: below Linux's ephemeral range (32768–60999),
+/// where the kernel puts every outgoing connection's local port and every `:0` bind. A port
+/// released there was seen taken by another test's connection before the replica bound it.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free loopback port (bound, then released), picked at random from [`TEST_PORTS`].
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("binding a port: {e}"));
-    listener.local_addr().map(|address| address.port()).unwrap_or_else(|e| panic!("local address: {e}"))
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seed = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let span = u64::from(TEST_PORTS.end - TEST_PORTS.start);
+    for _ in 0..1_000 {
+        let draw = seed.wrapping_add(NEXT.fetch_add(0x6A09_E667_F3BC_C909, std::sync::atomic::Ordering::Relaxed));
+        let port = TEST_PORTS.start + u16::try_from((draw >> 17) % span).unwrap_or(0);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {TEST_PORTS:?}")
 }
 
 /// The resident memory (VmRSS) in KiB of the process `pid` (`self`: this one).

@@ -6,11 +6,16 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use numaresources_api::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT};
+use numaresources_api::operator::{NUMAResourcesScheduler, PodRoutingMode};
+use numaresources_controllers::names;
 use serde::Serialize;
 
 use super::fleet::{self, Report};
@@ -88,6 +93,15 @@ pub struct Observed {
     pub reports: Read<Vec<Report>>,
     /// The NUMA-aware scheduler's Deployment (None: it does not exist).
     pub scheduler: Read<Option<Deployment>>,
+    /// The NRT API server's Deployment and its replication Lease (None: they do not exist).
+    pub apiserver: Read<(Option<Deployment>, Option<Lease>)>,
+    /// Whether the NUMAResourcesScheduler routes pods, and whether the pod webhook is registered
+    /// (None: no NUMAResourcesScheduler).
+    pub pod_routing: Read<Option<(bool, bool)>>,
+    /// The certificates the controllers keep (Secret name, its `tls.crt`; None: no such Secret).
+    pub certificates: Vec<(&'static str, Read<Option<String>>)>,
+    /// When the checks run.
+    pub now: SystemTime,
 }
 
 /// Every check, in the order of the chain.
@@ -98,8 +112,105 @@ pub fn checks(observed: &Observed) -> Vec<Check> {
         alignment(&observed.reports),
         memory_per_zone(&observed.reports),
         fingerprints(&observed.reports),
+        replicas(&observed.apiserver),
         scheduler(&observed.scheduler),
+        pod_webhook(&observed.pod_routing),
+        certificates(&observed.certificates, observed.now),
     ]
+}
+
+fn replicas(read: &Read<(Option<Deployment>, Option<Lease>)>) -> Check {
+    const NAME: &str = "API server replicas";
+    let (deployment, lease) = match read {
+        Err(error) => return Check::skip(NAME, format!("cannot read the API server Deployment or its Lease: {error}")),
+        Ok((None, _)) => return Check::skip(NAME, "no API server Deployment here (installed another way?)"),
+        Ok((Some(deployment), lease)) => (deployment, lease),
+    };
+    let replicas = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    if replicas <= 1 {
+        return Check::ok(NAME, "one replica (no replication)");
+    }
+    let holder =
+        lease.as_ref().and_then(|l| l.spec.as_ref()).and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty());
+    let Some(holder) = holder else {
+        return Check::problem(
+            NAME,
+            Status::Fail,
+            format!("{replicas} replicas and no leader: writes are refused until one is elected"),
+            "check the API server pods' logs for the election (kubectl logs -l app.kubernetes.io/name=numaresources-apiserver)",
+        );
+    };
+    let annotations = lease.as_ref().and_then(|l| l.metadata.annotations.as_ref());
+    let in_sync = annotations
+        .and_then(|a| a.get(numaresources_apiserver::replication::IN_SYNC_ANNOTATION))
+        .map_or(0, |list| list.split(',').filter(|id| !id.is_empty()).count());
+    let followers = usize::try_from(replicas - 1).unwrap_or(0);
+    if in_sync >= followers {
+        return Check::ok(NAME, format!("leader {holder}, {in_sync} of {followers} followers in sync"));
+    }
+    Check::problem(
+        NAME,
+        Status::Warn,
+        format!(
+            "leader {holder}, {in_sync} of {followers} followers in sync: a leader lost now leaves fewer replicas \
+             holding every acknowledged write{}",
+            if in_sync == 0 { " (none: the leader acknowledges writes alone)" } else { "" }
+        ),
+        "check the followers' readiness and logs; a follower joins once it has caught up with the leader",
+    )
+}
+
+fn pod_webhook(read: &Read<Option<(bool, bool)>>) -> Check {
+    const NAME: &str = "pod routing";
+    match read {
+        Err(error) => Check::skip(NAME, format!("cannot read the NUMAResourcesScheduler or the pod webhook: {error}")),
+        Ok(None) => Check::skip(NAME, "no NUMAResourcesScheduler"),
+        Ok(Some((false, _))) => Check::ok(NAME, "pods name the NUMA-aware scheduler themselves (podRouting off)"),
+        Ok(Some((true, true))) => Check::ok(NAME, "podRouting routes pods and the pod webhook is registered"),
+        Ok(Some((true, false))) => Check::problem(
+            NAME,
+            Status::Fail,
+            "podRouting routes pods but the pod webhook is not registered: pods keep the default scheduler",
+            "check the controllers' logs and the NUMAResourcesScheduler's conditions",
+        ),
+    }
+}
+
+/// A certificate expiring within this is a warning.
+const EXPIRY_WARNING: Duration = Duration::from_secs(7 * 24 * 3600);
+
+fn certificates(read: &[(&'static str, Read<Option<String>>)], now: SystemTime) -> Check {
+    const NAME: &str = "certificates";
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (secret, pem) in read {
+        let Ok(Some(pem)) = pem else { continue };
+        let Some(not_after) = numaresources_runtime::tls::rotation::not_after(pem) else { continue };
+        checked += 1;
+        match not_after.duration_since(now) {
+            Err(_) => problems.push((Status::Fail, format!("{secret} expired"))),
+            Ok(left) if left < EXPIRY_WARNING => {
+                problems.push((Status::Warn, format!("{secret} expires in {}", style::age(left.as_secs()))));
+            }
+            Ok(_) => {}
+        }
+    }
+    if checked == 0 {
+        return Check::skip(
+            NAME,
+            "no certificate the controllers keep could be read (another issuer, or no right to get Secrets)",
+        );
+    }
+    if problems.is_empty() {
+        return Check::ok(NAME, format!("{checked} certificates, none expiring within a week"));
+    }
+    let status = if problems.iter().any(|(s, _)| *s == Status::Fail) { Status::Fail } else { Status::Warn };
+    Check::problem(
+        NAME,
+        status,
+        problems.into_iter().map(|(_, p)| p).collect::<Vec<_>>().join(", "),
+        "the controllers renew their own certificates before expiry: check their logs, or the issuer that manages these Secrets",
+    )
 }
 
 fn api_service(read: &Read<Option<DynamicObject>>) -> Check {
@@ -350,15 +461,59 @@ async fn observe(client: &kube::Client, namespace: &str) -> Observed {
     };
     let scheduler = if served("apps") {
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-        deployments.get_opt(numaresources_controllers::names::SCHEDULER).await.map_err(|e| e.to_string())
+        deployments.get_opt(names::SCHEDULER).await.map_err(|e| e.to_string())
     } else {
         not_here("Deployments")
     };
+    let apiserver = if served("apps") {
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        match deployments.get_opt(names::APISERVER).await {
+            Ok(deployment) => {
+                leases.get_opt(names::APISERVER).await.map(|lease| (deployment, lease)).map_err(|e| e.to_string())
+            }
+            Err(error) => Err(error.to_string()),
+        }
+    } else {
+        not_here("Deployments")
+    };
+    // The operator's own objects are only where its CRDs are.
+    let operator = served("nodetopology.openshift.io");
+    let pod_routing = if operator { pod_routing(client).await } else { not_here("NUMAResourcesSchedulers") };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut certificates = Vec::new();
+    for secret in [names::APISERVER_TLS_SECRET, names::WEBHOOK_TLS_SECRET, names::PEER_SECRET] {
+        let pem = if served("apps") {
+            secrets.get_opt(secret).await.map_err(|e| e.to_string()).map(|found| {
+                let data = found.and_then(|s| s.data)?;
+                data.get("tls.crt").and_then(|b| String::from_utf8(b.0.clone()).ok())
+            })
+        } else {
+            not_here("Secrets")
+        };
+        certificates.push((secret, pem));
+    }
     Observed {
         api_service,
         reports: fleet::reports(client, None).await.map(|(reports, _)| reports).map_err(|e| format!("{e:#}")),
         scheduler,
+        apiserver,
+        pod_routing,
+        certificates,
+        now: SystemTime::now(),
     }
+}
+
+/// Whether the NUMAResourcesScheduler routes pods, and whether the pod webhook is registered.
+async fn pod_routing(client: &kube::Client) -> Read<Option<(bool, bool)>> {
+    let schedulers: Api<NUMAResourcesScheduler> = Api::all(client.clone());
+    let list = schedulers.list(&kube::api::ListParams::default()).await.map_err(|e| e.to_string())?;
+    let Some(scheduler) = list.items.first() else { return Ok(None) };
+    let mode = scheduler.spec.pod_routing.as_ref().and_then(|r| r.mode.clone());
+    let routes = mode.is_some_and(|mode| mode != PodRoutingMode::Disabled);
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let registered = webhooks.get_opt(names::POD_ROUTING_CONFIGURATION).await.map_err(|e| e.to_string())?.is_some();
+    Ok(Some((routes, registered)))
 }
 
 /// What a server that is not kube-apiserver (`local`) does not serve.
@@ -419,7 +574,34 @@ mod tests {
             api_service: Ok(Some(api_service)),
             reports: Ok(vec![report("worker-0", "single-numa-node", true, true, 20)]),
             scheduler: Ok(Some(scheduler)),
+            apiserver: Ok((Some(apiserver(3)), Some(lease(Some("replica-0"), "replica-1,replica-2")))),
+            pod_routing: Ok(Some((true, true))),
+            certificates: vec![(
+                names::APISERVER_TLS_SECRET,
+                Ok(Some(certificate(Duration::from_secs(90 * 24 * 3600)))),
+            )],
+            now: SystemTime::now(),
         }
+    }
+
+    fn apiserver(replicas: i32) -> Deployment {
+        serde_json::from_value(json!({"metadata": {"name": names::APISERVER}, "spec": {"replicas": replicas,
+            "selector": {}, "template": {}}}))
+        .unwrap()
+    }
+
+    fn lease(holder: Option<&str>, in_sync: &str) -> Lease {
+        serde_json::from_value(json!({"metadata": {"name": names::APISERVER,
+            "annotations": {numaresources_apiserver::replication::IN_SYNC_ANNOTATION: in_sync}},
+            "spec": {"holderIdentity": holder}}))
+        .unwrap()
+    }
+
+    fn certificate(validity: Duration) -> String {
+        numaresources_runtime::tls::CertificateAuthority::generate("doctor-test", validity)
+            .unwrap()
+            .cert_pem()
+            .to_owned()
     }
 
     fn status_of(observed: &Observed, name: &str) -> (Status, String) {
@@ -502,6 +684,48 @@ mod tests {
         let mut observed = healthy();
         observed.reports = Ok(vec![report("worker-0", "single-numa-node", true, false, 20)]);
         assert_eq!(status_of(&observed, "pods fingerprint").0, Status::Warn);
+    }
+
+    #[test]
+    fn api_server_replicas_without_a_leader_fail_and_followers_out_of_sync_warn() {
+        let mut observed = healthy();
+        assert_eq!(
+            status_of(&observed, "API server replicas"),
+            (Status::Ok, "leader replica-0, 2 of 2 followers in sync".into())
+        );
+        observed.apiserver = Ok((Some(apiserver(3)), Some(lease(Some("replica-0"), ""))));
+        let (status, detail) = status_of(&observed, "API server replicas");
+        assert_eq!(status, Status::Warn);
+        assert!(detail.contains("the leader acknowledges writes alone"), "{detail}");
+        observed.apiserver = Ok((Some(apiserver(3)), Some(lease(None, ""))));
+        assert_eq!(status_of(&observed, "API server replicas").0, Status::Fail);
+        observed.apiserver = Ok((Some(apiserver(1)), None));
+        assert_eq!(status_of(&observed, "API server replicas").0, Status::Ok);
+    }
+
+    #[test]
+    fn routing_pods_without_the_pod_webhook_fails() {
+        let mut observed = healthy();
+        observed.pod_routing = Ok(Some((true, false)));
+        let (status, detail) = status_of(&observed, "pod routing");
+        assert_eq!(status, Status::Fail);
+        assert!(detail.contains("pods keep the default scheduler"), "{detail}");
+        observed.pod_routing = Ok(Some((false, false)));
+        assert_eq!(status_of(&observed, "pod routing").0, Status::Ok);
+    }
+
+    #[test]
+    fn a_certificate_near_its_expiry_warns_and_an_expired_one_fails() {
+        let mut observed = healthy();
+        observed.certificates =
+            vec![(names::WEBHOOK_TLS_SECRET, Ok(Some(certificate(Duration::from_secs(2 * 24 * 3600)))))];
+        let (status, detail) = status_of(&observed, "certificates");
+        assert_eq!(status, Status::Warn);
+        assert!(detail.starts_with("numaresources-webhook-tls expires in"), "{detail}");
+        observed.now = SystemTime::now() + Duration::from_secs(3 * 24 * 3600);
+        assert_eq!(status_of(&observed, "certificates").0, Status::Fail);
+        observed.certificates = vec![(names::WEBHOOK_TLS_SECRET, Err("forbidden".into()))];
+        assert_eq!(status_of(&observed, "certificates").0, Status::Skip);
     }
 
     #[test]
