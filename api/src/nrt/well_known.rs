@@ -25,6 +25,10 @@ pub const ATTR_MEMORY_NUMA_MANAGED: &str = "memoryNUMAManaged";
 
 /// Annotation: legacy carrier of the pods fingerprint.
 pub const ANNOTATION_FINGERPRINT: &str = "topology.node.k8s.io/fingerprint";
+/// Annotation our API server sets to when the object last changed (RFC 3339, UTC, seconds).
+/// Named in our own API domain; clients cannot set it: a value they send is replaced, and a stale
+/// copy sent back with an otherwise unchanged object is not a change.
+pub const ANNOTATION_LAST_CHANGE: &str = "nodetopology.openshift.io/last-change";
 /// Annotation: what triggered the last update (`periodic` or `reactive`).
 pub const ANNOTATION_RTE_UPDATE: &str = "k8stopoawareschedwg/rte-update";
 

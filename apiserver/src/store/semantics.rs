@@ -8,10 +8,8 @@ use numaresources_api::nrt::NodeResourceTopology;
 
 use super::{StoreError, Stored};
 
-/// The server-set annotation holding when the object last changed (RFC 3339, UTC, seconds).
-/// Named in our own API domain; clients cannot set it: a value they send is replaced, and a stale
-/// copy sent back with an otherwise unchanged object is not a change.
-pub const LAST_CHANGE_ANNOTATION: &str = "nodetopology.openshift.io/last-change";
+/// The server-set annotation holding when the object last changed (see its definition).
+pub use numaresources_api::nrt::well_known::ANNOTATION_LAST_CHANGE as LAST_CHANGE_ANNOTATION;
 
 /// The garbage collector's finalizer for an `Orphan` deletion: it removes the dependents' owner
 /// references, then this finalizer, and the object goes.

@@ -13,7 +13,7 @@ use numaresources_api::nrt::NodeResourceTopology;
 use serde::Deserialize;
 
 /// The annotation our API server sets to the time an object last changed.
-pub const LAST_CHANGE_ANNOTATION: &str = "nodetopology.openshift.io/last-change";
+pub use numaresources_api::nrt::well_known::ANNOTATION_LAST_CHANGE as LAST_CHANGE_ANNOTATION;
 
 /// The Table column our API server fills with the time since the exporter's last report
 /// (changed or not: heartbeats count).

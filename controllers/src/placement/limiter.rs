@@ -34,11 +34,26 @@ pub(crate) struct Limiter {
     sent: HashMap<String, (Instant, u64)>,
     /// Each pod's last explanation: when, and its first reason.
     checked: HashMap<String, (Instant, Option<ReasonKind>)>,
+    /// The explanations sent once (rejected pods).
+    once: HashSet<String>,
 }
+
+/// The most once-sent explanations remembered (past it, the memory starts over: a rejected pod
+/// still there gets its Event once more).
+const ONCE_REMEMBERED: usize = 10_000;
 
 impl Limiter {
     pub(crate) fn new(per_pod: Duration, rate: f64, burst: f64) -> Self {
-        Self { per_pod, rate, burst, tokens: burst, refilled: None, sent: HashMap::new(), checked: HashMap::new() }
+        Self {
+            per_pod,
+            rate,
+            burst,
+            tokens: burst,
+            refilled: None,
+            sent: HashMap::new(),
+            checked: HashMap::new(),
+            once: HashSet::new(),
+        }
     }
 
     /// Whether pod `uid` is to be explained `now`: never explained, or not for an interval.
@@ -76,6 +91,23 @@ impl Limiter {
         self.tokens -= 1.0;
         self.sent.insert(uid.to_owned(), (now, said));
         Admission::Send
+    }
+
+    /// Like [`Self::admit`] for an explanation that is sent once: remembered apart from the
+    /// pods [`Self::forget_except`] keeps (a failed pod stays until it is deleted).
+    pub(crate) fn admit_once(&mut self, key: &str, message: &str, now: Instant) -> Admission {
+        if self.once.contains(key) {
+            return Admission::Same;
+        }
+        let admitted = self.admit(key, message, now);
+        if admitted == Admission::Send {
+            self.sent.remove(key);
+            if self.once.len() >= ONCE_REMEMBERED {
+                self.once.clear();
+            }
+            self.once.insert(key.to_owned());
+        }
+        admitted
     }
 
     /// Forgets the pods not in `live` (bound, deleted, or schedulable again).

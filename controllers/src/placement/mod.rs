@@ -11,6 +11,7 @@
 //! their most common reason, a fixed label set.
 
 mod limiter;
+pub mod rejected;
 #[cfg(test)]
 mod tests;
 
@@ -58,15 +59,21 @@ pub const EXPLANATION_BURST: Duration = Duration::from_secs(1);
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
     let (nrts, nrt_writer) = reflector::store::<NodeResourceTopology>();
     let (pods, pod_writer) = reflector::store::<Pod>();
+    let (failed, failed_writer) = reflector::store::<Pod>();
     let nrt_api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
     let pod_api: Api<Pod> = Api::all(ctx.client.clone());
-    // Only pods not bound yet: a bound pod has nothing left to explain.
+    // Pods not bound yet (a bound pod has nothing left to explain), and pods that failed (the
+    // kubelet's TopologyAffinityError among them).
     let pending = watcher::Config::default().fields("spec.nodeName=,status.phase=Pending");
+    let failures = watcher::Config::default().fields("status.phase=Failed");
     let changes = futures_util::stream::select(
-        reflector::reflector(nrt_writer, watcher::watcher(nrt_api, watcher::Config::default()))
-            .default_backoff()
-            .map(|_| ()),
-        reflector::reflector(pod_writer, watcher::watcher(pod_api, pending)).default_backoff().map(|_| ()),
+        futures_util::stream::select(
+            reflector::reflector(nrt_writer, watcher::watcher(nrt_api, watcher::Config::default()))
+                .default_backoff()
+                .map(|_| ()),
+            reflector::reflector(pod_writer, watcher::watcher(pod_api.clone(), pending)).default_backoff().map(|_| ()),
+        ),
+        reflector::reflector(failed_writer, watcher::watcher(pod_api, failures)).default_backoff().map(|_| ()),
     );
     let passes = async {
         let mut changes = std::pin::pin!(changes);
@@ -81,6 +88,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
             // Whatever arrived meanwhile is in the stores already: one pass for all of it.
             while futures_util::FutureExt::now_or_never(changes.next()).flatten().is_some() {}
             pass(&ctx, &nrts, &pods, &mut limiter, &mut budget).await;
+            explain_rejections(&ctx, &nrts, &failed, &mut limiter).await;
         }
     };
     tokio::select! {
@@ -125,6 +133,30 @@ async fn pass(
         }
     }
     ctx.metrics.set_unschedulable(limiter.reasons());
+}
+
+/// Each pod of the NUMA-aware scheduler its kubelet refused with `TopologyAffinityError` gets
+/// one Event saying why the scheduler let it through.
+async fn explain_rejections(
+    ctx: &Context,
+    nrts: &Store<NodeResourceTopology>,
+    failed: &Store<Pod>,
+    limiter: &mut Limiter,
+) {
+    let Some(scheduler) = scheduler_name(ctx).await else { return };
+    let now = tokio::time::Instant::now().into_std();
+    let unix_now = k8s_openapi::jiff::Timestamp::now().as_second();
+    for pod in failed.state().iter().filter(|pod| rejected::is_topology_rejected_for(pod, &scheduler)) {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let nrt = nrts.get(&reflector::ObjectRef::new(&node));
+        let message = rejected::explain_rejection(pod, nrt.as_deref(), unix_now);
+        // Keyed apart from the pod's placement explanations: a rejected pod is never Pending.
+        let key = format!("rejected/{}", pod.uid().unwrap_or_default());
+        if limiter.admit_once(&key, &message, now) == Admission::Send {
+            let regarding = pod.object_ref(&());
+            ctx.event(&regarding, EventType::Warning, REASON, "Admission", message).await;
+        }
+    }
 }
 
 /// The NUMA-aware scheduler's name, once a NUMAResourcesScheduler asks for one.

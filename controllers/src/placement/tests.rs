@@ -165,3 +165,72 @@ async fn the_running_controller_puts_the_explanation_on_the_pending_pod() {
     let note = events[0]["note"].as_str().unwrap_or_default();
     assert!(note.starts_with("0/1 nodes can take it on one NUMA zone; worker-0: cpu 2 available < 4"), "{note}");
 }
+
+fn rejected(node: &str, cpu: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "dpdk", "namespace": "ns", "uid": "uid-dpdk"},
+        "spec": {"schedulerName": SCHEDULER, "nodeName": node, "containers": [
+            {"name": "app", "resources": {"limits": {"cpu": cpu, "memory": "1Gi"}}}]},
+        "status": {"phase": "Failed", "reason": "TopologyAffinityError",
+                   "message": "Pod was rejected: Resources cannot be allocated with Topology locality"}}))
+    .unwrap()
+}
+
+#[test]
+fn a_topology_affinity_rejection_says_why_the_scheduler_let_the_pod_through() {
+    use super::rejected::{explain_rejection, is_topology_rejected_for};
+    let pod = rejected("worker-0", "4");
+    assert!(is_topology_rejected_for(&pod, SCHEDULER));
+    assert!(!is_topology_rejected_for(&pod, "default-scheduler"));
+    assert!(!is_topology_rejected_for(&rejected_pending(), SCHEDULER), "not failed");
+
+    let now = 1_800_000_000;
+    let none = explain_rejection(&pod, None, now);
+    assert!(
+        none.contains("worker-0 has no NodeResourceTopology, so the NUMA-aware scheduler let the pod through blindly"),
+        "{none}"
+    );
+    assert!(
+        none.starts_with("the kubelet on worker-0 refused the pod (TopologyAffinityError: Pod was rejected"),
+        "{none}"
+    );
+
+    let mut unfiltered = (*nrt("worker-0", &[8])).clone();
+    unfiltered.attributes = vec![numaresources_api::nrt::AttributeInfo::new("topologyManagerPolicy", "restricted")];
+    let text = explain_rejection(&pod, Some(&unfiltered), now);
+    assert!(text.contains("policy is restricted, which the NUMA-aware scheduler does not filter"), "{text}");
+
+    let mut busy = (*nrt("worker-0", &[2, 2])).clone();
+    busy.metadata.annotations = Some(
+        [(numaresources_api::nrt::well_known::ANNOTATION_LAST_CHANGE.to_owned(), "2027-01-15T07:58:30Z".to_owned())]
+            .into(),
+    );
+    let changed_at = "2027-01-15T07:58:30Z".parse::<k8s_openapi::jiff::Timestamp>().unwrap().as_second();
+    let text = explain_rejection(&pod, Some(&busy), changed_at + 90);
+    assert!(text.contains("NRT refuses the pod now (cpu 2 available < 4 requested"), "{text}");
+    assert!(text.contains("it changed 90 s ago, so the scheduler decided on older numbers"), "{text}");
+
+    let roomy = nrt("worker-0", &[8]);
+    let text = explain_rejection(&pod, Some(&roomy), now);
+    assert!(text.contains("NRT says the pod fits on NUMA 0, and the kubelet disagrees"), "{text}");
+}
+
+fn rejected_pending() -> Pod {
+    let mut pod = rejected("worker-0", "4");
+    pod.status.as_mut().unwrap().phase = Some("Pending".into());
+    pod
+}
+
+#[test]
+fn a_rejection_is_told_once() {
+    let start = Instant::now();
+    let mut limiter = Limiter::new(Duration::from_secs(60), 5.0, 50.0);
+    assert_eq!(limiter.admit_once("rejected/a", "why", start), Admission::Send);
+    assert_eq!(limiter.admit_once("rejected/a", "why, reworded", start + Duration::from_secs(3_600)), Admission::Same);
+    limiter.forget_except(&HashSet::new());
+    assert_eq!(
+        limiter.admit_once("rejected/a", "why", start + Duration::from_secs(7_200)),
+        Admission::Same,
+        "not Pending: kept"
+    );
+}
