@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -93,6 +93,8 @@ pub struct Observed {
     pub reports: Read<Vec<Report>>,
     /// The NUMA-aware scheduler's Deployment (None: it does not exist).
     pub scheduler: Read<Option<Deployment>>,
+    /// The exporter DaemonSets.
+    pub exporters: Read<Vec<DaemonSet>>,
     /// The NRT API server's Deployment and its replication Lease (None: they do not exist).
     pub apiserver: Read<(Option<Deployment>, Option<Lease>)>,
     /// Whether the NUMAResourcesScheduler routes pods, and whether the pod webhook is registered
@@ -108,6 +110,7 @@ pub struct Observed {
 pub fn checks(observed: &Observed) -> Vec<Check> {
     vec![
         api_service(&observed.api_service),
+        exporters(&observed.exporters),
         freshness(&observed.reports),
         alignment(&observed.reports),
         memory_per_zone(&observed.reports),
@@ -252,6 +255,44 @@ fn api_service(read: &Read<Option<DynamicObject>>) -> Check {
     }
 }
 
+fn exporters(read: &Read<Vec<DaemonSet>>) -> Check {
+    const NAME: &str = "exporters";
+    let daemon_sets = match read {
+        Err(error) => return Check::skip(NAME, format!("cannot list the exporter DaemonSets: {error}")),
+        Ok(daemon_sets) if daemon_sets.is_empty() => {
+            return Check::skip(
+                NAME,
+                "no exporter DaemonSet here (none rendered yet, or exporters installed another way)",
+            );
+        }
+        Ok(daemon_sets) => daemon_sets,
+    };
+    let short: Vec<String> = daemon_sets
+        .iter()
+        .filter_map(|ds| {
+            let status = ds.status.as_ref()?;
+            (status.number_ready < status.desired_number_scheduled).then(|| {
+                format!(
+                    "{} ({} of {} ready)",
+                    ds.metadata.name.as_deref().unwrap_or_default(),
+                    status.number_ready,
+                    status.desired_number_scheduled
+                )
+            })
+        })
+        .collect();
+    let desired: i32 = daemon_sets.iter().filter_map(|ds| ds.status.as_ref()).map(|s| s.desired_number_scheduled).sum();
+    if short.is_empty() {
+        return Check::ok(NAME, format!("{desired} exporters ready in {} DaemonSets", daemon_sets.len()));
+    }
+    Check::problem(
+        NAME,
+        Status::Fail,
+        format!("exporters not ready: {}; their nodes get no fresh NRT", named(&short)),
+        "check the exporter pods that are not ready (kubectl get pods -A -o wide -l app.kubernetes.io/component=rte)",
+    )
+}
+
 fn freshness(read: &Read<Vec<Report>>) -> Check {
     const NAME: &str = "NRT freshness";
     let reports = match read {
@@ -287,7 +328,7 @@ fn freshness(read: &Read<Vec<Report>>) -> Check {
             reports.len(),
             named(&nodes)
         ),
-        "check the exporter pods on those nodes and their logs (kubectl get pods -A -o wide -l app.kubernetes.io/name=numaresources-rte)",
+        "check the exporter pods on those nodes and their logs (kubectl get pods -A -o wide -l app.kubernetes.io/component=rte)",
     )
 }
 
@@ -465,6 +506,14 @@ async fn observe(client: &kube::Client, namespace: &str) -> Observed {
     } else {
         not_here("Deployments")
     };
+    let exporters = if served("apps") {
+        let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
+        let params =
+            kube::api::ListParams::default().labels(&format!("{}={}", names::LABEL_COMPONENT, names::COMPONENT_RTE));
+        daemon_sets.list(&params).await.map(|list| list.items).map_err(|e| e.to_string())
+    } else {
+        not_here("DaemonSets")
+    };
     let apiserver = if served("apps") {
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
         let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
@@ -495,6 +544,7 @@ async fn observe(client: &kube::Client, namespace: &str) -> Observed {
     }
     Observed {
         api_service,
+        exporters,
         reports: fleet::reports(client, None).await.map(|(reports, _)| reports).map_err(|e| format!("{e:#}")),
         scheduler,
         apiserver,
@@ -574,6 +624,7 @@ mod tests {
             api_service: Ok(Some(api_service)),
             reports: Ok(vec![report("worker-0", "single-numa-node", true, true, 20)]),
             scheduler: Ok(Some(scheduler)),
+            exporters: Ok(vec![exporters("numaresourcesoperator-worker", 3, 3)]),
             apiserver: Ok((Some(apiserver(3)), Some(lease(Some("replica-0"), "replica-1,replica-2")))),
             pod_routing: Ok(Some((true, true))),
             certificates: vec![(
@@ -582,6 +633,23 @@ mod tests {
             )],
             now: SystemTime::now(),
         }
+    }
+
+    fn exporters(name: &str, desired: i32, ready: i32) -> DaemonSet {
+        serde_json::from_value(json!({"metadata": {"name": name}, "status": {"desiredNumberScheduled": desired,
+            "numberReady": ready, "currentNumberScheduled": desired, "numberMisscheduled": 0}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn exporters_not_ready_fail() {
+        let mut observed = healthy();
+        observed.exporters = Ok(vec![exporters("numaresourcesoperator-worker", 3, 1)]);
+        let (status, detail) = status_of(&observed, "exporters");
+        assert_eq!(status, Status::Fail);
+        assert!(detail.starts_with("exporters not ready: numaresourcesoperator-worker (1 of 3 ready)"), "{detail}");
+        observed.exporters = Ok(Vec::new());
+        assert_eq!(status_of(&observed, "exporters").0, Status::Skip);
     }
 
     fn apiserver(replicas: i32) -> Deployment {
