@@ -7,13 +7,10 @@
 use serde::Serialize;
 
 use super::filter::is_host_level;
-use super::node::NodeResources;
+use super::node::{NodeResources, PODS};
 use super::pod::Resources;
 use super::topology::{TopologyManagerConfig, numa_zones};
 use crate::nrt::NodeResourceTopology;
-
-/// The resource name of the Node's pod slots.
-const PODS: &str = "pods";
 
 /// How many such pods one NUMA zone can still hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,13 +49,16 @@ pub struct NodeRoom {
 pub fn room(request: &Resources, nrt: &NodeResourceTopology, node: Option<&NodeResources>) -> NodeRoom {
     let config = TopologyManagerConfig::of(nrt);
     let zones = numa_zones(nrt);
-    let requested: Vec<(&String, i64)> =
-        request.iter().filter(|(_, amount)| **amount > 0).map(|(name, amount)| (name, *amount)).collect();
+    // Each requested resource, and whether any zone lists it.
+    let requested: Vec<(&String, i64, bool)> = request
+        .iter()
+        .filter(|(_, amount)| **amount > 0)
+        .map(|(name, amount)| (name, *amount, zones.iter().any(|z| z.available.contains_key(name))))
+        .collect();
     let zone_rooms: Vec<ZoneRoom> = zones
         .iter()
         .map(|zone| {
-            let limits = requested.iter().filter_map(|(resource, amount)| {
-                let listed_anywhere = zones.iter().any(|z| z.available.contains_key(*resource));
+            let limits = requested.iter().filter_map(|(resource, amount, listed_anywhere)| {
                 match zone.available.get(*resource) {
                     Some(available) => Some(((available / amount).max(0) as u64, (*resource).clone())),
                     // A device or storage no zone lists is the node's, not a zone's.
@@ -85,17 +85,13 @@ pub fn room(request: &Resources, nrt: &NodeResourceTopology, node: Option<&NodeR
 
 /// What the Node allows: per requested resource (and pod slots), what is left over the request.
 fn node_limit(request: &Resources, node: &NodeResources) -> (u64, String) {
-    let left = |resource: &str| {
-        let allocatable = node.allocatable.get(resource).copied().unwrap_or(0);
-        allocatable.saturating_sub(node.requested.get(resource).copied().unwrap_or(0)).max(0)
-    };
     let mut limits: Vec<(u64, String)> = request
         .iter()
         .filter(|(_, amount)| **amount > 0)
-        .map(|(resource, amount)| ((left(resource) / amount) as u64, resource.clone()))
+        .map(|(resource, amount)| ((node.free(resource) / amount) as u64, resource.clone()))
         .collect();
     if node.offers(PODS) {
-        limits.push(((left(PODS) / 1000) as u64, PODS.to_owned()));
+        limits.push(((node.free(PODS) / 1000) as u64, PODS.to_owned()));
     }
     limits.into_iter().min_by_key(|(pods, _)| *pods).unwrap_or((u64::MAX, String::new()))
 }

@@ -14,8 +14,9 @@
 //! - before any of this, kube-scheduler's own node-level fit ([`super::node`]) when the Node is
 //!   known: a resource the Node does not offer, or not enough of (less what its pods request),
 //!   rejects at once, whatever the policy;
-//! - per request: a NUMA node listing the resource is suitable when the pod is not Guaranteed and the resource is
-//!   cpu, memory or hugepages (those are not aligned for it), or when available >= requested;
+//! - per request: a NUMA node listing the resource is suitable when the pod is not Guaranteed
+//!   and the resource is cpu, memory or hugepages (those are not aligned for it), or when
+//!   available >= requested;
 //!   a resource no NUMA node lists is ignored when it is host-level (ephemeral-storage, storage
 //!   or an extended resource); the suitable sets of every resource must intersect.
 
@@ -256,8 +257,8 @@ fn not_aligned_for(qos: QosClass, resource: &str) -> bool {
     qos != QosClass::Guaranteed && (resource == "cpu" || resource == "memory" || is_hugepages(resource))
 }
 
-/// Resources that may exist only at node level: ephemeral storage and extended resources.
-/// A resource the node has as a whole when no NUMA zone lists it (storage, devices).
+/// Resources that may exist only at node level: ephemeral storage and extended resources (a
+/// node has them as a whole when no NUMA zone lists them).
 pub(super) fn is_host_level(resource: &str) -> bool {
     resource == "ephemeral-storage" || resource == "storage" || !is_native(resource)
 }

@@ -13,7 +13,7 @@ use super::pod::{PodRequests, Resources, format_amount};
 use crate::quantity::Quantity;
 
 /// The resource name of the Node's pod slots.
-const PODS: &str = "pods";
+pub(super) const PODS: &str = "pods";
 
 /// One Node's allocatable resources and what the pods bound to it request (thousandths).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,8 +22,6 @@ pub struct NodeResources {
     pub allocatable: Resources,
     /// The sum of the bound pods' effective requests, a pod slot each.
     pub requested: Resources,
-    /// Whether the pods bound to the node were counted (else only the allocatable is compared).
-    pub pods_counted: bool,
 }
 
 /// Why the Node itself cannot take the pod.
@@ -67,7 +65,7 @@ impl NodeResources {
                 Some((name.clone(), millis.max(0)))
             })
             .collect();
-        Self { allocatable, requested: Resources::new(), pods_counted: false }
+        Self { allocatable, requested: Resources::new() }
     }
 
     /// Counts `pods`, bound to the node and not terminated, against it.
@@ -77,7 +75,6 @@ impl NodeResources {
             add(&mut self.requested, &PodRequests::from_pod(pod).effective());
             add(&mut self.requested, &one_pod());
         }
-        self.pods_counted = true;
         self
     }
 
@@ -92,9 +89,15 @@ impl NodeResources {
                 return None;
             }
             let allocatable = self.allocatable.get(&resource).copied().unwrap_or(0);
-            let free = allocatable.saturating_sub(self.requested.get(&resource).copied().unwrap_or(0));
-            (free < requested).then_some(NodeShortfall { resource, requested, free: free.max(0), allocatable })
+            let free = self.free(&resource);
+            (free < requested).then_some(NodeShortfall { resource, requested, free, allocatable })
         })
+    }
+
+    /// What is left of `resource` once the bound pods' requests are taken (never below zero).
+    pub fn free(&self, resource: &str) -> i64 {
+        let allocatable = self.allocatable.get(resource).copied().unwrap_or(0);
+        allocatable.saturating_sub(self.requested.get(resource).copied().unwrap_or(0)).max(0)
     }
 
     /// Whether the Node lists `resource` as allocatable.

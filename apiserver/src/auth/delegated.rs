@@ -365,8 +365,8 @@ impl Delegated {
         Ok(answer.user)
     }
 
-    /// The identity of an exporter's token verified in process (`Some(None)`: refused, as
-    /// TokenReview would refuse it); `None` when TokenReview must judge it (no keys yet, another
+    /// The identity of an exporter's token verified in process (an answer without a user:
+    /// refused, as TokenReview would refuse it); `None` when TokenReview must judge it (no keys yet, another
     /// issuer or audience, a pod this server does not follow or has not seen yet).
     async fn verify_locally(&self, token: &str) -> Option<TokenAnswer> {
         let local = self.local_tokens.as_ref()?;

@@ -119,9 +119,7 @@ impl Replication {
     /// what the Lease says now (a follower dropped meanwhile stays out).
     pub(super) fn lease_written(&self, in_sync: &[String]) {
         let mut followers = self.in_sync.lock();
-        let published: BTreeSet<String> =
-            in_sync.iter().filter(|id| followers.published.contains(*id)).cloned().collect();
-        followers.recorded = published;
+        followers.recorded = in_sync.iter().filter(|id| followers.published.contains(*id)).cloned().collect();
         drop(followers);
         self.in_sync.bump();
     }

@@ -4,7 +4,6 @@
 //! be read the Nodes and the pods bound to them.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -15,7 +14,7 @@ use numaresources_api::quantity::Quantity;
 use serde::Serialize;
 
 use super::fleet;
-use super::style::{self, Paint};
+use super::style::Paint;
 
 /// `capacity`'s flags: the pod's shape (its requests, equal to its limits).
 #[derive(Debug, Args)]
@@ -102,13 +101,7 @@ pub async fn run(client: &kube::Client, args: CapacityArgs) -> anyhow::Result<Ex
     let bound = fleet::bound_pods(client).await;
     let on_nodes = fleet::with_bound_pods(nodes, bound.as_deref());
     let answer = answer(&requests, given, &reports, on_nodes.as_ref());
-    let text = match args.output {
-        Some(super::fit::Output::Json) => serde_json::to_string_pretty(&answer)? + "\n",
-        None => render_text(&answer, Paint::new(style::colour_wanted())),
-    };
-    let mut stdout = std::io::stdout();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
+    super::print_answer(args.output, &answer, render_text)?;
     Ok(if answer.total > 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 

@@ -4,7 +4,6 @@
 //!
 //! The checks are pure functions of what was read ([`Observed`]), so each is tested on its own.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
@@ -319,15 +318,12 @@ fn freshness(read: &Read<Vec<Report>>) -> Check {
     }
     stale.sort_by_key(|(_, age)| std::cmp::Reverse(*age));
     let nodes: Vec<String> = stale.iter().map(|(node, age)| format!("{node} ({})", style::age(*age))).collect();
-    Check::problem(
+    on_nodes(
         NAME,
         Status::Fail,
-        format!(
-            "{} of {} NRTs are older than three heartbeats: {}; the scheduler decides on old numbers there",
-            stale.len(),
-            reports.len(),
-            named(&nodes)
-        ),
+        (&nodes, reports.len()),
+        "NRTs are older than three heartbeats",
+        "the scheduler decides on old numbers there",
         "check the exporter pods on those nodes and their logs (kubectl get pods -A -o wide -l app.kubernetes.io/component=rte)",
     )
 }
@@ -346,16 +342,13 @@ fn alignment(read: &Read<Vec<Report>>) -> Check {
         return Check::ok(NAME, "every node's topology manager policy is single-numa-node");
     }
     let nodes: Vec<String> = unfiltered.iter().map(|(node, policy)| format!("{node} ({policy})")).collect();
-    Check::problem(
+    on_nodes(
         NAME,
         Status::Warn,
-        format!(
-            "{} of {} nodes run a topology manager policy the scheduler does not filter: {}; it lets pods through \
+        (&nodes, reports.len()),
+        "nodes run a topology manager policy the scheduler does not filter",
+        "it lets pods through \
              there unchecked, and the kubelet may reject them (TopologyAffinityError) or run them unaligned",
-            unfiltered.len(),
-            reports.len(),
-            named(&nodes)
-        ),
         "set topologyManagerPolicy: single-numa-node in those nodes' kubelet configuration for pods that must be aligned",
     )
 }
@@ -385,29 +378,23 @@ fn memory_per_zone(read: &Read<Vec<Report>>) -> Check {
         return Check::ok(NAME, "every node reports memory per NUMA zone");
     }
     if without.is_empty() {
-        return Check::problem(
+        return on_nodes(
             NAME,
             Status::Warn,
-            format!(
-                "{} of {} nodes report their total memory in every zone: {}; their kubelet's memory manager is not \
+            (&node_level, reports.len()),
+            "nodes report their total memory in every zone",
+            "their kubelet's memory manager is not \
                  Static, so pods placed there get aligned CPUs but not aligned memory",
-                node_level.len(),
-                reports.len(),
-                named(&node_level)
-            ),
             "run those kubelets with memoryManagerPolicy: Static (and reservedMemory) where memory must be aligned",
         );
     }
-    Check::problem(
+    on_nodes(
         NAME,
         Status::Fail,
-        format!(
-            "{} of {} nodes report no memory per NUMA zone: {}; their kubelet's memory manager is not Static, so \
+        (&without, reports.len()),
+        "nodes report no memory per NUMA zone",
+        "their kubelet's memory manager is not Static, so \
              the NUMA-aware scheduler refuses every pod there that requests memory",
-            without.len(),
-            reports.len(),
-            named(&without)
-        ),
         "run those kubelets with memoryManagerPolicy: Static (and reservedMemory), or keep NUMA-aligned pods off them",
     )
 }
@@ -423,16 +410,13 @@ fn fingerprints(read: &Read<Vec<Report>>) -> Check {
     if without.is_empty() {
         return Check::ok(NAME, "every NRT carries a pods fingerprint");
     }
-    Check::problem(
+    on_nodes(
         NAME,
         Status::Warn,
-        format!(
-            "{} of {} NRTs carry no pods fingerprint: {}; the scheduler's cache never resyncs those nodes and \
+        (&without, reports.len()),
+        "NRTs carry no pods fingerprint",
+        "the scheduler's cache never resyncs those nodes and \
              holds every pod it placed there",
-            without.len(),
-            reports.len(),
-            named(&without)
-        ),
         "enable podsFingerprinting in the NUMAResourcesOperator's node groups",
     )
 }
@@ -464,6 +448,18 @@ fn scheduler(read: &Read<Option<Deployment>>) -> Check {
     }
 }
 
+/// A problem found on some of the nodes: `{count} of {total} {what}: {the first nodes}; {consequence}`.
+fn on_nodes(
+    name: &'static str,
+    status: Status,
+    (nodes, total): (&[String], usize),
+    what: &str,
+    consequence: &str,
+    fix: &str,
+) -> Check {
+    Check::problem(name, status, format!("{} of {total} {what}: {}; {consequence}", nodes.len(), named(nodes)), fix)
+}
+
 /// The first [`NAMED`] of `nodes`, then how many more.
 fn named(nodes: &[String]) -> String {
     let mut text = nodes.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
@@ -477,13 +473,7 @@ fn named(nodes: &[String]) -> String {
 pub async fn run(client: &kube::Client, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let observed = observe(client, &args.namespace).await;
     let checks = checks(&observed);
-    let text = match args.output {
-        Some(super::fit::Output::Json) => serde_json::to_string_pretty(&checks)? + "\n",
-        None => render_text(&checks, Paint::new(style::colour_wanted())),
-    };
-    let mut stdout = std::io::stdout();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
+    super::print_answer(args.output, &checks, |checks, paint| render_text(checks, paint))?;
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
@@ -500,13 +490,15 @@ async fn observe(client: &kube::Client, namespace: &str) -> Observed {
     } else {
         not_here("APIServices")
     };
-    let scheduler = if served("apps") {
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    // Deployments, DaemonSets, Leases and Secrets: only where kube-apiserver serves `apps`.
+    let cluster = served("apps");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let scheduler = if cluster {
         deployments.get_opt(names::SCHEDULER).await.map_err(|e| e.to_string())
     } else {
         not_here("Deployments")
     };
-    let exporters = if served("apps") {
+    let exporters = if cluster {
         let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
         let params =
             kube::api::ListParams::default().labels(&format!("{}={}", names::LABEL_COMPONENT, names::COMPONENT_RTE));
@@ -514,8 +506,7 @@ async fn observe(client: &kube::Client, namespace: &str) -> Observed {
     } else {
         not_here("DaemonSets")
     };
-    let apiserver = if served("apps") {
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let apiserver = if cluster {
         let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
         match deployments.get_opt(names::APISERVER).await {
             Ok(deployment) => {
@@ -532,7 +523,7 @@ async fn observe(client: &kube::Client, namespace: &str) -> Observed {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mut certificates = Vec::new();
     for secret in [names::APISERVER_TLS_SECRET, names::WEBHOOK_TLS_SECRET, names::PEER_SECRET] {
-        let pem = if served("apps") {
+        let pem = if cluster {
             secrets.get_opt(secret).await.map_err(|e| e.to_string()).map(|found| {
                 let data = found.and_then(|s| s.data)?;
                 data.get("tls.crt").and_then(|b| String::from_utf8(b.0.clone()).ok())

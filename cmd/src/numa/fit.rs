@@ -8,7 +8,7 @@
 //! be told from the NRT's pods fingerprint and the pods bound to the node ([`super::assumed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -131,13 +131,7 @@ pub async fn run(client: &kube::Client, args: FitArgs) -> anyhow::Result<ExitCod
     let bound = fleet::bound_pods(client).await;
     let nodes = fleet::with_bound_pods(fleet::node_resources(client).await, bound.as_deref());
     let answer = answer(&pod, &reports, nodes.as_ref(), bound.as_deref(), &args);
-    let mut stdout = std::io::stdout();
-    let text = match args.output {
-        Some(Output::Json) => serde_json::to_string_pretty(&answer)? + "\n",
-        None => render_text(&answer, Paint::new(style::colour_wanted())),
-    };
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
+    super::print_answer(args.output, &answer, render_text)?;
     // Scripts can tell "nowhere to go" from "somewhere".
     let accepted = answer.nodes.iter().any(|n| !matches!(n.fit.filtered, Filtered::Rejected(_)));
     Ok(if accepted { ExitCode::SUCCESS } else { ExitCode::from(1) })

@@ -176,7 +176,7 @@ pub fn parse_human_age(text: &str) -> Option<u64> {
     if number.is_some() { None } else { Some(total) }
 }
 
-/// Each Node's allocatable resource names, or None when Nodes cannot be listed (a server that
+/// Each Node's allocatable resources, or None when Nodes cannot be listed (a server that
 /// serves no Nodes, such as `local`, or no permission): the check that needs them is skipped.
 pub async fn node_resources(client: &kube::Client) -> Option<BTreeMap<String, NodeResources>> {
     let nodes: Api<Node> = Api::all(client.clone());

@@ -90,6 +90,23 @@ pub fn run(args: NumaArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Prints `answer` on standard output: as JSON with `-o json`, else as `text` renders it.
+fn print_answer<T: serde::Serialize>(
+    output: Option<fit::Output>,
+    answer: &T,
+    text: impl FnOnce(&T, style::Paint) -> String,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let printed = match output {
+        Some(fit::Output::Json) => serde_json::to_string_pretty(answer)? + "\n",
+        None => text(answer, style::Paint::new(style::colour_wanted())),
+    };
+    let mut stdout = std::io::stdout();
+    stdout.write_all(printed.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
+}
+
 /// A client for `--kubeconfig`/`--context`, else kubectl's usual places.
 async fn client(cluster: &ClusterArgs) -> anyhow::Result<kube::Client> {
     let options = kube::config::KubeConfigOptions { context: cluster.context.clone(), ..Default::default() };

@@ -60,21 +60,28 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
     let (nrts, nrt_writer) = reflector::store::<NodeResourceTopology>();
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (failed, failed_writer) = reflector::store::<Pod>();
-    let nrt_api: Api<NodeResourceTopology> = Api::all(ctx.client.clone());
+    let (schedulers, scheduler_writer) = reflector::store::<NUMAResourcesScheduler>();
     let pod_api: Api<Pod> = Api::all(ctx.client.clone());
     // Pods not bound yet (a bound pod has nothing left to explain), and pods that failed (the
     // kubelet's TopologyAffinityError among them).
     let pending = watcher::Config::default().fields("spec.nodeName=,status.phase=Pending");
     let failures = watcher::Config::default().fields("status.phase=Failed");
-    let changes = futures_util::stream::select(
-        futures_util::stream::select(
-            reflector::reflector(nrt_writer, watcher::watcher(nrt_api, watcher::Config::default()))
-                .default_backoff()
-                .map(|_| ()),
-            reflector::reflector(pod_writer, watcher::watcher(pod_api.clone(), pending)).default_backoff().map(|_| ()),
-        ),
-        reflector::reflector(failed_writer, watcher::watcher(pod_api, failures)).default_backoff().map(|_| ()),
-    );
+    let everything = watcher::Config::default();
+    let changes = futures_util::stream::select_all([
+        reflector::reflector(nrt_writer, watcher::watcher(Api::all(ctx.client.clone()), everything.clone()))
+            .default_backoff()
+            .map(|_| ())
+            .boxed(),
+        reflector::reflector(pod_writer, watcher::watcher(pod_api.clone(), pending))
+            .default_backoff()
+            .map(|_| ())
+            .boxed(),
+        reflector::reflector(failed_writer, watcher::watcher(pod_api, failures)).default_backoff().map(|_| ()).boxed(),
+        reflector::reflector(scheduler_writer, watcher::watcher(Api::all(ctx.client.clone()), everything))
+            .default_backoff()
+            .map(|_| ())
+            .boxed(),
+    ]);
     let passes = async {
         let mut changes = std::pin::pin!(changes);
         let mut limiter = Limiter::new(PER_POD_INTERVAL, EVENTS_PER_SECOND, EVENT_BURST);
@@ -87,8 +94,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
             }
             // Whatever arrived meanwhile is in the stores already: one pass for all of it.
             while futures_util::FutureExt::now_or_never(changes.next()).flatten().is_some() {}
-            pass(&ctx, &nrts, &pods, &mut limiter, &mut budget).await;
-            explain_rejections(&ctx, &nrts, &failed, &mut limiter).await;
+            // The NUMA-aware scheduler's name, once a NUMAResourcesScheduler asks for one.
+            let Some(scheduler) = schedulers.state().first().map(|s| s.spec.effective_scheduler_name().to_owned())
+            else {
+                continue;
+            };
+            pass(&ctx, &scheduler, &nrts, &pods, &mut limiter, &mut budget).await;
+            explain_rejections(&ctx, &scheduler, &nrts, &failed, &mut limiter).await;
         }
     };
     tokio::select! {
@@ -101,14 +113,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
 /// explanations that say something new published.
 async fn pass(
     ctx: &Context,
+    scheduler: &str,
     nrts: &Store<NodeResourceTopology>,
     pods: &Store<Pod>,
     limiter: &mut Limiter,
     budget: &mut Budget,
 ) {
-    let Some(scheduler) = scheduler_name(ctx).await else { return };
     let pending = pods.state();
-    let unschedulable: Vec<&Arc<Pod>> = pending.iter().filter(|pod| is_unschedulable_for(pod, &scheduler)).collect();
+    let unschedulable: Vec<&Arc<Pod>> = pending.iter().filter(|pod| is_unschedulable_for(pod, scheduler)).collect();
     limiter.forget_except(&unschedulable.iter().map(|pod| pod.uid().unwrap_or_default()).collect());
     let nrts = nrts.state();
     let now = tokio::time::Instant::now().into_std();
@@ -139,14 +151,14 @@ async fn pass(
 /// one Event saying why the scheduler let it through.
 async fn explain_rejections(
     ctx: &Context,
+    scheduler: &str,
     nrts: &Store<NodeResourceTopology>,
     failed: &Store<Pod>,
     limiter: &mut Limiter,
 ) {
-    let Some(scheduler) = scheduler_name(ctx).await else { return };
     let now = tokio::time::Instant::now().into_std();
     let unix_now = k8s_openapi::jiff::Timestamp::now().as_second();
-    for pod in failed.state().iter().filter(|pod| rejected::is_topology_rejected_for(pod, &scheduler)) {
+    for pod in failed.state().iter().filter(|pod| rejected::is_topology_rejected_for(pod, scheduler)) {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
         let nrt = nrts.get(&reflector::ObjectRef::new(&node));
         let message = rejected::explain_rejection(pod, nrt.as_deref(), unix_now);
@@ -155,18 +167,6 @@ async fn explain_rejections(
         if limiter.admit_once(&key, &message, now) == Admission::Send {
             let regarding = pod.object_ref(&());
             ctx.event(&regarding, EventType::Warning, REASON, "Admission", message).await;
-        }
-    }
-}
-
-/// The NUMA-aware scheduler's name, once a NUMAResourcesScheduler asks for one.
-async fn scheduler_name(ctx: &Context) -> Option<String> {
-    let api: Api<NUMAResourcesScheduler> = Api::all(ctx.client.clone());
-    match api.list(&kube::api::ListParams::default()).await {
-        Ok(list) => list.items.first().map(|scheduler| scheduler.spec.effective_scheduler_name().to_owned()),
-        Err(error) => {
-            tracing::debug!(%error, "reading the NUMAResourcesScheduler");
-            None
         }
     }
 }
