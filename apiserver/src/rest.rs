@@ -31,6 +31,10 @@ use crate::validate::{body_syntax, decode, unknown_fields, validate_create, vali
 /// Patch types we apply, and the ones we refuse with a reason.
 const PATCH_TYPES: &[&str] = &["application/merge-patch+json", "application/json-patch+json"];
 
+/// How long a list or watch waits for a resourceVersion newer than this replica shows
+/// (kube-apiserver's watch cache blocks 3 s before answering "Too large resource version").
+pub const TOO_LARGE_RESOURCE_VERSION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// `GET` on the collection: a list, or a watch with `watch=true`.
 pub async fn list_or_watch(
     State(state): State<Arc<AppState>>,
@@ -39,6 +43,11 @@ pub async fn list_or_watch(
 ) -> Result<Response, ApiError> {
     let options = Options::try_from(raw)?;
     let representation = negotiate(accept(&headers))?;
+    // A resourceVersion this replica does not show yet (a write acknowledged through the leader
+    // a moment ago) is waited for, as kube-apiserver's watch cache waits, before "too large".
+    if let Some(ResourceVersion::At(wanted)) = options.resource_version {
+        state.store.wait_visible(wanted, TOO_LARGE_RESOURCE_VERSION_WAIT).await;
+    }
     if options.watch {
         return crate::watch::serve(&state, options, representation);
     }
