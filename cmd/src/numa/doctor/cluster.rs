@@ -1,0 +1,170 @@
+//! The checks of the cluster-wide links: the APIService, the API server replicas, the scheduler,
+//! the pod webhook, the certificates.
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::DynamicObject;
+
+use super::{API_SERVICE, Check, Read, Status};
+use crate::numa::style;
+
+pub(super) fn replicas(read: &Read<(Option<Deployment>, Option<Lease>)>) -> Check {
+    const NAME: &str = "API server replicas";
+    let (deployment, lease) = match read {
+        Err(error) => return Check::skip(NAME, format!("cannot read the API server Deployment or its Lease: {error}")),
+        Ok((None, _)) => return Check::skip(NAME, "no API server Deployment here (installed another way?)"),
+        Ok((Some(deployment), lease)) => (deployment, lease),
+    };
+    let replicas = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    if replicas <= 1 {
+        return Check::ok(NAME, "one replica (no replication)");
+    }
+    let holder =
+        lease.as_ref().and_then(|l| l.spec.as_ref()).and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty());
+    let Some(holder) = holder else {
+        return Check::problem(
+            NAME,
+            Status::Fail,
+            format!("{replicas} replicas and no leader: writes are refused until one is elected"),
+            "check the API server pods' logs for the election (kubectl logs -l app.kubernetes.io/name=numaresources-apiserver)",
+        );
+    };
+    let annotations = lease.as_ref().and_then(|l| l.metadata.annotations.as_ref());
+    let in_sync = annotations
+        .and_then(|a| a.get(numaresources_apiserver::replication::IN_SYNC_ANNOTATION))
+        .map_or(0, |list| list.split(',').filter(|id| !id.is_empty()).count());
+    let followers = usize::try_from(replicas - 1).unwrap_or(0);
+    if in_sync >= followers {
+        return Check::ok(NAME, format!("leader {holder}, {in_sync} of {followers} followers in sync"));
+    }
+    Check::problem(
+        NAME,
+        Status::Warn,
+        format!(
+            "leader {holder}, {in_sync} of {followers} followers in sync: a leader lost now leaves fewer replicas \
+             holding every acknowledged write{}",
+            if in_sync == 0 { " (none: the leader acknowledges writes alone)" } else { "" }
+        ),
+        "check the followers' readiness and logs; a follower joins once it has caught up with the leader",
+    )
+}
+
+pub(super) fn pod_webhook(read: &Read<Option<(bool, bool)>>) -> Check {
+    const NAME: &str = "pod routing";
+    match read {
+        Err(error) => Check::skip(NAME, format!("cannot read the NUMAResourcesScheduler or the pod webhook: {error}")),
+        Ok(None) => Check::skip(NAME, "no NUMAResourcesScheduler"),
+        Ok(Some((false, _))) => Check::ok(NAME, "pods name the NUMA-aware scheduler themselves (podRouting off)"),
+        Ok(Some((true, true))) => Check::ok(NAME, "podRouting routes pods and the pod webhook is registered"),
+        Ok(Some((true, false))) => Check::problem(
+            NAME,
+            Status::Fail,
+            "podRouting routes pods but the pod webhook is not registered: pods keep the default scheduler",
+            "check the controllers' logs and the NUMAResourcesScheduler's conditions",
+        ),
+    }
+}
+
+/// A certificate expiring within this is a warning.
+const EXPIRY_WARNING: Duration = Duration::from_secs(7 * 24 * 3600);
+
+pub(super) fn certificates(read: &[(&'static str, Read<Option<String>>)], now: SystemTime) -> Check {
+    const NAME: &str = "certificates";
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (secret, pem) in read {
+        let Ok(Some(pem)) = pem else { continue };
+        let Some(not_after) = numaresources_runtime::tls::rotation::not_after(pem) else { continue };
+        checked += 1;
+        match not_after.duration_since(now) {
+            Err(_) => problems.push((Status::Fail, format!("{secret} expired"))),
+            Ok(left) if left < EXPIRY_WARNING => {
+                problems.push((Status::Warn, format!("{secret} expires in {}", style::age(left.as_secs()))));
+            }
+            Ok(_) => {}
+        }
+    }
+    if checked == 0 {
+        return Check::skip(
+            NAME,
+            "no certificate the controllers keep could be read (another issuer, or no right to get Secrets)",
+        );
+    }
+    if problems.is_empty() {
+        return Check::ok(NAME, format!("{checked} certificates, none expiring within a week"));
+    }
+    let status = if problems.iter().any(|(s, _)| *s == Status::Fail) { Status::Fail } else { Status::Warn };
+    Check::problem(
+        NAME,
+        status,
+        problems.into_iter().map(|(_, p)| p).collect::<Vec<_>>().join(", "),
+        "the controllers renew their own certificates before expiry: check their logs, or the issuer that manages these Secrets",
+    )
+}
+
+pub(super) fn api_service(read: &Read<Option<DynamicObject>>) -> Check {
+    const NAME: &str = "APIService";
+    let service = match read {
+        Err(error) => return Check::skip(NAME, format!("cannot get APIService {API_SERVICE}: {error}")),
+        Ok(None) => {
+            return Check::problem(
+                NAME,
+                Status::Fail,
+                format!(
+                    "APIService {API_SERVICE} does not exist: kube-apiserver serves no NRTs, and the scheduler places pods blindly"
+                ),
+                "install the NRT API server (manifests/default) or create a NUMAResourcesOperator",
+            );
+        }
+        Ok(Some(service)) => service,
+    };
+    let conditions = service.data.pointer("/status/conditions").and_then(|c| c.as_array()).cloned().unwrap_or_default();
+    let available = conditions.iter().find(|c| c["type"] == "Available");
+    match available {
+        Some(condition) if condition["status"] == "True" => Check::ok(NAME, format!("{API_SERVICE} is Available")),
+        Some(condition) => Check::problem(
+            NAME,
+            Status::Fail,
+            format!(
+                "{API_SERVICE} is not Available ({}: {}): NRT reads fail, and the scheduler places pods blindly",
+                condition["reason"].as_str().unwrap_or("no reason"),
+                condition["message"].as_str().unwrap_or("no message")
+            ),
+            "check the numaresources-apiserver pods and their Service (kubectl get pods,endpoints -l app.kubernetes.io/name=numaresources-apiserver -A)",
+        ),
+        None => Check::problem(
+            NAME,
+            Status::Warn,
+            format!("{API_SERVICE} has no Available condition yet"),
+            "wait a few seconds for kube-apiserver's availability check, then run doctor again",
+        ),
+    }
+}
+
+pub(super) fn scheduler(read: &Read<Option<Deployment>>) -> Check {
+    const NAME: &str = "scheduler";
+    let deployment = match read {
+        Err(error) => return Check::skip(NAME, format!("cannot get the scheduler Deployment: {error}")),
+        Ok(None) => {
+            return Check::problem(
+                NAME,
+                Status::Fail,
+                "no NUMA-aware scheduler Deployment: pods routed to it stay Pending",
+                "create a NUMAResourcesScheduler (manifests/samples)",
+            );
+        }
+        Ok(Some(deployment)) => deployment,
+    };
+    let conditions = deployment.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let available = conditions.into_iter().flatten().find(|c| c.type_ == "Available");
+    match available {
+        Some(condition) if condition.status == "True" => Check::ok(NAME, "the NUMA-aware scheduler is Available"),
+        _ => Check::problem(
+            NAME,
+            Status::Fail,
+            "the NUMA-aware scheduler Deployment is not Available: pods routed to it stay Pending",
+            "check its pods and their logs (kubectl -n <namespace> logs deployment/numaresources-scheduler)",
+        ),
+    }
+}

@@ -1,0 +1,151 @@
+//! `kubectl numa doctor`: the chain from the exporters to the scheduler checked in order, one line
+//! per check (`ok`, `warn`, `fail`, or `skip` when a right is missing), each problem with its fix
+//! in one sentence; exit code 1 when anything failed. Only get and list.
+//!
+//! The checks are pure functions of what was read ([`Observed`]), so each is tested on its own.
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::DynamicObject;
+use serde::Serialize;
+
+use super::fleet::Report;
+use super::style::Paint;
+
+/// The APIService our API server registers.
+const API_SERVICE: &str = "v1alpha2.topology.node.k8s.io";
+/// An NRT older than this has missed three exporter heartbeats (60 s each).
+pub const STALE_AFTER: Duration = Duration::from_secs(180);
+/// The most nodes named in one line.
+const NAMED: usize = 5;
+
+/// `doctor`'s flags.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// The namespace the operator's components run in.
+    #[arg(long, default_value = numaresources_api::DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// Output format: one line per check (default) or `json`.
+    #[arg(short = 'o', long, value_enum)]
+    output: Option<super::fit::Output>,
+}
+
+/// A check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Nothing to do.
+    Ok,
+    /// Works, with a consequence worth knowing.
+    Warn,
+    /// Broken: the scheduler places pods blindly or not at all.
+    Fail,
+    /// Not checked (a right is missing, or nothing to check).
+    Skip,
+}
+
+/// One check's line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: &'static str,
+    /// The verdict.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// What to do, in one sentence (not for `ok`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+        Self { name, status: Status::Ok, detail: detail.into(), fix: None }
+    }
+
+    fn problem(name: &'static str, status: Status, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { name, status, detail: detail.into(), fix: Some(fix.into()) }
+    }
+
+    fn skip(name: &'static str, why: impl Into<String>) -> Self {
+        Self { name, status: Status::Skip, detail: why.into(), fix: None }
+    }
+}
+
+/// What could be read, and what could not (the error, for a skip).
+pub type Read<T> = Result<T, String>;
+
+/// Everything the checks look at.
+#[derive(Debug)]
+pub struct Observed {
+    /// The APIService (None: it does not exist).
+    pub api_service: Read<Option<DynamicObject>>,
+    /// The NRTs with their report ages.
+    pub reports: Read<Vec<Report>>,
+    /// The NUMA-aware scheduler's Deployment (None: it does not exist).
+    pub scheduler: Read<Option<Deployment>>,
+    /// The exporter DaemonSets.
+    pub exporters: Read<Vec<DaemonSet>>,
+    /// The NRT API server's Deployment and its replication Lease (None: they do not exist).
+    pub apiserver: Read<(Option<Deployment>, Option<Lease>)>,
+    /// Whether the NUMAResourcesScheduler routes pods, and whether the pod webhook is registered
+    /// (None: no NUMAResourcesScheduler).
+    pub pod_routing: Read<Option<(bool, bool)>>,
+    /// The certificates the controllers keep (Secret name, its `tls.crt`; None: no such Secret).
+    pub certificates: Vec<(&'static str, Read<Option<String>>)>,
+    /// When the checks run.
+    pub now: SystemTime,
+}
+
+/// Every check, in the order of the chain.
+pub fn checks(observed: &Observed) -> Vec<Check> {
+    use cluster::*;
+    use nodes::*;
+    vec![
+        api_service(&observed.api_service),
+        exporters(&observed.exporters),
+        freshness(&observed.reports),
+        alignment(&observed.reports),
+        memory_per_zone(&observed.reports),
+        fingerprints(&observed.reports),
+        replicas(&observed.apiserver),
+        scheduler(&observed.scheduler),
+        pod_webhook(&observed.pod_routing),
+        certificates(&observed.certificates, observed.now),
+    ]
+}
+/// Runs `doctor`.
+pub async fn run(client: &kube::Client, args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let observed = observe::observe(client, &args.namespace).await;
+    let checks = checks(&observed);
+    super::print_answer(args.output, &checks, |checks, paint| render_text(checks, paint))?;
+    let failed = checks.iter().any(|c| c.status == Status::Fail);
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// One line per check, then the fix of each problem.
+pub fn render_text(checks: &[Check], paint: Paint) -> String {
+    let mut out = String::new();
+    for check in checks {
+        let status = match check.status {
+            Status::Ok => paint.green("ok  "),
+            Status::Warn => paint.yellow("warn"),
+            Status::Fail => paint.red("fail"),
+            Status::Skip => "skip".to_owned(),
+        };
+        out.push_str(&format!("{status}  {}: {}\n", check.name, check.detail));
+        if let Some(fix) = &check.fix {
+            out.push_str(&format!("      fix: {fix}\n"));
+        }
+    }
+    out
+}
+
+mod cluster;
+mod nodes;
+mod observe;
+#[cfg(test)]
+mod tests;
