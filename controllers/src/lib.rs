@@ -21,7 +21,7 @@
 
 mod apply;
 pub mod certificates;
-mod cluster_nodes;
+pub mod cluster_nodes;
 mod conditions;
 mod context;
 #[cfg(test)]
@@ -45,3 +45,9 @@ mod server_version;
 pub use context::Settings;
 pub use mode::{ApiserverDeployment, CertificateMode, check_compatible};
 pub use run::{Config, Controllers, LeaderElection};
+
+/// What a kubelet runs, read through kube-apiserver's node proxy, and what keeps it from
+/// NUMA-aligned placement (`kubectl numa doctor` asks as the kubeletconfig controller does).
+pub mod kubelet {
+    pub use crate::kubeletconfig::{alignment_gaps, configz, describe_alignment};
+}

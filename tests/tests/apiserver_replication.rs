@@ -95,6 +95,13 @@ async fn one_leader_and_a_write_through_a_follower_is_on_every_replica_with_one_
     let annotations = lease.metadata.annotations.clone().unwrap_or_default();
     let peer = format!("https://127.0.0.1:{}", cluster.replicas[leader].peer_port);
     assert_eq!(annotations.get("nodetopology.openshift.io/peer-address"), Some(&peer), "{lease:?}");
+    // The Lease tells each in-sync follower's lag (what `kubectl numa doctor` reports).
+    let lag =
+        annotations.get(numaresources_apiserver::replication::FOLLOWER_LAG_ANNOTATION).cloned().unwrap_or_default();
+    let lagging: Vec<&str> = lag.split(',').filter_map(|entry| entry.split_once('=').map(|(id, _)| id)).collect();
+    for id in cluster.in_sync() {
+        assert!(lagging.contains(&id.as_str()), "{id} in sync but not in the lag annotation {lag:?}");
+    }
 
     // Each replica knows its role; exactly one says it leads.
     for index in 0..3 {

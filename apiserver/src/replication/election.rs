@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{IN_SYNC_ANNOTATION, PEER_ADDRESS_ANNOTATION, Replication, Role};
+use super::{FOLLOWER_LAG_ANNOTATION, IN_SYNC_ANNOTATION, PEER_ADDRESS_ANNOTATION, Replication, Role};
 
 /// How often readiness is re-evaluated (it decays when the leader goes silent).
 const READINESS_REFRESH: Duration = Duration::from_millis(200);
@@ -137,6 +137,7 @@ impl Replication {
             (PEER_ADDRESS_ANNOTATION.to_owned(), self.advertise.clone()),
             (IN_SYNC_ANNOTATION.to_owned(), self.published_in_sync().join(",")),
             (REVISION_ANNOTATION.to_owned(), self.store.replica().head_revision().to_string()),
+            (FOLLOWER_LAG_ANNOTATION.to_owned(), self.follower_lag()),
         ])
     }
 

@@ -115,6 +115,16 @@ impl Replication {
         self.in_sync.lock().published.iter().cloned().collect()
     }
 
+    /// How many revisions each connected follower has not acknowledged yet: `id=N,...`, sorted.
+    pub(super) fn follower_lag(&self) -> String {
+        let head = self.store.replica().head_revision();
+        let followers = self.in_sync.lock();
+        let mut lag: Vec<(&String, u64)> =
+            followers.acked.iter().map(|(id, acked)| (id, head.saturating_sub(*acked))).collect();
+        lag.sort();
+        lag.iter().map(|(id, behind)| format!("{id}={behind}")).collect::<Vec<_>>().join(",")
+    }
+
     /// A Lease write kube-apiserver accepted named `in_sync`: those of them still published are
     /// what the Lease says now (a follower dropped meanwhile stays out).
     pub(super) fn lease_written(&self, in_sync: &[String]) {

@@ -88,6 +88,9 @@ pub const FRESH_AFTER_LEADER_LOSS: Duration = Duration::from_secs(15);
 pub const PEER_ADDRESS_ANNOTATION: &str = "nodetopology.openshift.io/peer-address";
 /// The Lease annotation listing the followers that hold every acknowledged write.
 pub const IN_SYNC_ANNOTATION: &str = "nodetopology.openshift.io/in-sync-replicas";
+/// The Lease annotation with how many revisions each connected follower had not acknowledged
+/// when the leader last wrote the Lease (`id=3,id=0`): replication lag, for `kubectl numa doctor`.
+pub const FOLLOWER_LAG_ANNOTATION: &str = "nodetopology.openshift.io/follower-lag";
 
 /// The readiness check that store warm-up reports (see the binary's warm-up task).
 pub const STORE_WARM_CHECK: &str = "store-warm";

@@ -247,16 +247,9 @@ type KubeletAnswer = (TopologyManager, Vec<String>);
 async fn ask_kubelets(ctx: &Context, nodes: &[String]) -> (BTreeMap<String, KubeletAnswer>, BTreeMap<String, String>) {
     let answers: Vec<(String, Result<KubeletAnswer, String>)> = futures_util::stream::iter(nodes.iter().cloned())
         .map(|node| async move {
-            let path = format!("/api/v1/nodes/{node}/proxy/configz");
-            let answer = match http::Request::get(&path).body(Vec::new()) {
-                Ok(request) => match ctx.client.request::<serde_json::Value>(request).await {
-                    Ok(configz) => {
-                        let config = &configz["kubeletconfig"];
-                        Ok((topology_manager_of(config, true), alignment_gaps(config)))
-                    }
-                    Err(kube::Error::Api(status)) => Err(status.message),
-                    Err(error) => Err(error.to_string()),
-                },
+            let answer = match configz(&ctx.client, &node).await {
+                Ok(config) => Ok((topology_manager_of(&config, true), alignment_gaps(&config))),
+                Err(kube::Error::Api(status)) => Err(status.message),
                 Err(error) => Err(error.to_string()),
             };
             (node, answer)
@@ -277,6 +270,16 @@ async fn ask_kubelets(ctx: &Context, nodes: &[String]) -> (BTreeMap<String, Kube
         }
     }
     (settings, failures)
+}
+
+/// A node's live kubelet configuration (configz's `kubeletconfig`), through kube-apiserver's node
+/// proxy (`nodes/proxy get`).
+pub async fn configz(client: &kube::Client, node: &str) -> Result<serde_json::Value, kube::Error> {
+    let request = http::Request::get(format!("/api/v1/nodes/{node}/proxy/configz"))
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    let mut configz = client.request::<serde_json::Value>(request).await?;
+    Ok(configz["kubeletconfig"].take())
 }
 
 /// The settings of the first KubeletConfig selecting a pool with these labels.

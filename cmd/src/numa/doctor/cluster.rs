@@ -6,7 +6,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::DynamicObject;
 
-use super::{API_SERVICE, Check, Read, Status};
+use numaresources_api::operator::scheduler_image::{self, SchedulerImageKind};
+use serde_json::Value;
+
+use super::{API_SERVICE, Check, Read, SchedulerConfig, Status};
 use crate::numa::style;
 
 pub(super) fn replicas(read: &Read<(Option<Deployment>, Option<Lease>)>) -> Check {
@@ -35,15 +38,19 @@ pub(super) fn replicas(read: &Read<(Option<Deployment>, Option<Lease>)>) -> Chec
         .and_then(|a| a.get(numaresources_apiserver::replication::IN_SYNC_ANNOTATION))
         .map_or(0, |list| list.split(',').filter(|id| !id.is_empty()).count());
     let followers = usize::try_from(replicas - 1).unwrap_or(0);
+    let lag = annotations.and_then(|a| a.get(numaresources_apiserver::replication::FOLLOWER_LAG_ANNOTATION));
+    let lag =
+        lag.filter(|l| !l.is_empty()).map(|l| format!(" (revisions not yet acknowledged: {})", l.replace(',', ", ")));
+    let lag = lag.unwrap_or_default();
     if in_sync >= followers {
-        return Check::ok(NAME, format!("leader {holder}, {in_sync} of {followers} followers in sync"));
+        return Check::ok(NAME, format!("leader {holder}, {in_sync} of {followers} followers in sync{lag}"));
     }
     Check::problem(
         NAME,
         Status::Warn,
         format!(
             "leader {holder}, {in_sync} of {followers} followers in sync: a leader lost now leaves fewer replicas \
-             holding every acknowledged write{}",
+             holding every acknowledged write{}{lag}",
             if in_sync == 0 { " (none: the leader acknowledges writes alone)" } else { "" }
         ),
         "check the followers' readiness and logs; a follower joins once it has caught up with the leader",
@@ -167,4 +174,84 @@ pub(super) fn scheduler(read: &Read<Option<Deployment>>) -> Check {
             "check its pods and their logs (kubectl -n <namespace> logs deployment/numaresources-scheduler)",
         ),
     }
+}
+
+/// The scheduler's image (what it can decode) and its configuration: a profile with the name
+/// pods use, reading NRTs through NodeResourceTopologyMatch.
+pub(super) fn scheduler_configuration(
+    deployment: &Read<Option<Deployment>>,
+    config: &Read<Option<SchedulerConfig>>,
+) -> Check {
+    const NAME: &str = "scheduler configuration";
+    let Ok(Some(deployment)) = deployment else { return Check::skip(NAME, "no scheduler Deployment read") };
+    let config = match config {
+        Err(error) => return Check::skip(NAME, format!("cannot read the scheduler's configuration: {error}")),
+        Ok(None) => return Check::skip(NAME, "no NUMAResourcesScheduler"),
+        Ok(Some(config)) => config,
+    };
+    let image = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default();
+    let Some(yaml) = &config.config else {
+        return Check::problem(
+            NAME,
+            Status::Fail,
+            format!("no ConfigMap {}: the scheduler cannot start", numaresources_controllers::names::SCHEDULER_CONFIG),
+            "check the controllers' logs and the NUMAResourcesScheduler's conditions",
+        );
+    };
+    let name = &config.scheduler_name;
+    let parsed: Option<Value> = serde_norway::from_str(yaml).ok();
+    let profiles = parsed.as_ref().and_then(|c| c["profiles"].as_array().cloned()).unwrap_or_default();
+    let Some(profile) = profiles.iter().find(|p| p["schedulerName"] == name.as_str()) else {
+        return Check::problem(
+            NAME,
+            Status::Fail,
+            format!("no profile of the scheduler's configuration is named {name:?}: pods naming it stay Pending"),
+            "check the controllers' logs: they render the configuration from the NUMAResourcesScheduler",
+        );
+    };
+    // kube-scheduler's rule: a point's own list overrides multiPoint, and `*` disables every
+    // default and multiPoint plugin at that point.
+    let listed = |point: &str, list: &str| {
+        profile["plugins"][point][list].as_array().is_some_and(|plugins| {
+            plugins.iter().any(|p| p["name"] == "NodeResourceTopologyMatch" || (list == "disabled" && p["name"] == "*"))
+        })
+    };
+    let runs =
+        |point: &str| listed(point, "enabled") || (listed("multiPoint", "enabled") && !listed(point, "disabled"));
+    if !runs("filter") || !runs("score") {
+        return Check::problem(
+            NAME,
+            Status::Fail,
+            format!(
+                "profile {name:?} does not run NodeResourceTopologyMatch as a filter and a score: it places pods \
+                 without reading NRTs"
+            ),
+            "check the controllers' logs: they render the configuration from the NUMAResourcesScheduler",
+        );
+    }
+    let known = scheduler_image::identify(&image);
+    if known.kind == SchedulerImageKind::Unknown {
+        return Check::problem(
+            NAME,
+            Status::Warn,
+            format!(
+                "image {image} is not one whose capabilities are known: it gets only the configuration every \
+                 supported image decodes (no KNIDebug, no preemptionMode)"
+            ),
+            "use a scheduler-plugins release v0.33 or v0.34, or the OpenShift build, for the full configuration",
+        );
+    }
+    Check::ok(
+        NAME,
+        format!(
+            "{image} ({}); profile {name:?} reads NRTs through kube-apiserver with NodeResourceTopologyMatch",
+            known.kind
+        ),
+    )
 }

@@ -4,6 +4,7 @@
 //!
 //! The checks are pure functions of what was read ([`Observed`]), so each is tested on its own.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
@@ -89,6 +90,14 @@ pub struct Observed {
     pub scheduler: Read<Option<Deployment>>,
     /// The exporter DaemonSets.
     pub exporters: Read<Vec<DaemonSet>>,
+    /// Each node's exporter pod: `Running`, or what it waits for.
+    pub exporter_pods: Read<BTreeMap<String, String>>,
+    /// The nodes of each node group (None: no NUMAResourcesOperator).
+    pub node_groups: Read<Option<Vec<GroupNodes>>>,
+    /// Each asked node's kubelet configuration (configz), or why it did not answer.
+    pub kubelets: Read<BTreeMap<String, Read<serde_json::Value>>>,
+    /// The scheduler's configuration (None: no NUMAResourcesScheduler).
+    pub scheduler_config: Read<Option<SchedulerConfig>>,
     /// The NRT API server's Deployment and its replication Lease (None: they do not exist).
     pub apiserver: Read<(Option<Deployment>, Option<Lease>)>,
     /// Whether the NUMAResourcesScheduler routes pods, and whether the pod webhook is registered
@@ -100,6 +109,24 @@ pub struct Observed {
     pub now: SystemTime,
 }
 
+/// The nodes of one node group (one exporter DaemonSet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupNodes {
+    /// The pool's name (the DaemonSet's suffix).
+    pub pool: String,
+    /// Its nodes, sorted.
+    pub nodes: Vec<String>,
+}
+
+/// What the NUMA-aware scheduler is configured with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// The scheduler name pods use (the NUMAResourcesScheduler's).
+    pub scheduler_name: String,
+    /// Its KubeSchedulerConfiguration (`config.yaml` of its ConfigMap; None: no ConfigMap).
+    pub config: Option<String>,
+}
+
 /// Every check, in the order of the chain.
 pub fn checks(observed: &Observed) -> Vec<Check> {
     use cluster::*;
@@ -107,12 +134,15 @@ pub fn checks(observed: &Observed) -> Vec<Check> {
     vec![
         api_service(&observed.api_service),
         exporters(&observed.exporters),
+        coverage(observed),
         freshness(&observed.reports),
         alignment(&observed.reports),
+        kubelets(&observed.kubelets, &observed.reports),
         memory_per_zone(&observed.reports),
         fingerprints(&observed.reports),
         replicas(&observed.apiserver),
         scheduler(&observed.scheduler),
+        scheduler_configuration(&observed.scheduler, &observed.scheduler_config),
         pod_webhook(&observed.pod_routing),
         certificates(&observed.certificates, observed.now),
     ]

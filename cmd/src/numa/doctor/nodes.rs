@@ -1,8 +1,13 @@
 //! The checks of each node's link: its exporter, its NRT, what its kubelet can align.
-use k8s_openapi::api::apps::v1::DaemonSet;
-use numaresources_api::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT};
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Check, NAMED, Read, STALE_AFTER, Status};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use numaresources_api::fit::TopologyManagerConfig;
+use numaresources_api::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT};
+use numaresources_controllers::kubelet as kubeletconfig;
+use serde_json::Value;
+
+use super::{Check, NAMED, Observed, Read, STALE_AFTER, Status};
 use crate::numa::fleet::Report;
 use crate::numa::style;
 
@@ -44,6 +49,71 @@ pub(super) fn exporters(read: &Read<Vec<DaemonSet>>) -> Check {
     )
 }
 
+/// Every node of every node group has a Running exporter and an NRT: a node without an NRT is
+/// one the scheduler places pods on as if it had no NUMA constraint.
+pub(super) fn coverage(observed: &Observed) -> Check {
+    const NAME: &str = "nodes covered";
+    let groups = match &observed.node_groups {
+        Err(error) => return Check::skip(NAME, format!("cannot resolve the node groups' nodes: {error}")),
+        Ok(None) => return Check::skip(NAME, "no NUMAResourcesOperator: no node group to cover"),
+        Ok(Some(groups)) => groups,
+    };
+    let nodes: BTreeSet<&String> = groups.iter().flat_map(|g| &g.nodes).collect();
+    if nodes.is_empty() {
+        return Check::problem(
+            NAME,
+            Status::Warn,
+            format!("the {} node groups select no node: no node gets an exporter", groups.len()),
+            "check the node groups' nodeSelector (or machineConfigPoolSelector) against the nodes' labels",
+        );
+    }
+    let reports = match &observed.reports {
+        Err(error) => return Check::skip(NAME, format!("cannot list NRTs: {error}")),
+        Ok(reports) => reports,
+    };
+    let reported: BTreeSet<&str> = reports.iter().filter_map(|r| r.nrt.metadata.name.as_deref()).collect();
+    let mut uncovered = Vec::new();
+    for node in &nodes {
+        let exporter = match &observed.exporter_pods {
+            Ok(states) => match states.get(*node).map(String::as_str) {
+                Some("Running") => None,
+                Some(state) => Some(format!("exporter {state}")),
+                None => Some("no exporter".to_owned()),
+            },
+            // Unknown: the NRT alone is checked.
+            Err(_) => None,
+        };
+        let nrt = (!reported.contains(node.as_str())).then_some("no NRT");
+        let problems: Vec<String> = exporter.into_iter().chain(nrt.map(str::to_owned)).collect();
+        if !problems.is_empty() {
+            uncovered.push(format!("{node} ({})", problems.join(", ")));
+        }
+    }
+    let unread = observed.exporter_pods.as_ref().err().map(|e| format!(" (exporter pods not read: {e})"));
+    if uncovered.is_empty() {
+        return Check::ok(
+            NAME,
+            format!(
+                "{} nodes in {} node groups, each with {}an NRT{}",
+                nodes.len(),
+                groups.len(),
+                if unread.is_none() { "a Running exporter and " } else { "" },
+                unread.unwrap_or_default()
+            ),
+        );
+    }
+    on_nodes(
+        NAME,
+        Status::Fail,
+        (&uncovered, nodes.len()),
+        "nodes of the node groups are not covered",
+        "the scheduler places pods on a node without an NRT as if it had no NUMA constraint, and an NRT without \
+         its exporter stops changing",
+        "check the exporter pods on those nodes (a taint the DaemonSet does not tolerate, or their logs: kubectl \
+         get pods -A -o wide -l app.kubernetes.io/component=rte)",
+    )
+}
+
 pub(super) fn freshness(read: &Read<Vec<Report>>) -> Check {
     const NAME: &str = "NRT freshness";
     let reports = match read {
@@ -81,7 +151,7 @@ pub(super) fn freshness(read: &Read<Vec<Report>>) -> Check {
 }
 
 pub(super) fn alignment(read: &Read<Vec<Report>>) -> Check {
-    const NAME: &str = "kubelet alignment";
+    const NAME: &str = "Topology Manager policies";
     let Ok(reports) = read else { return Check::skip(NAME, "no NRTs read") };
     let unfiltered: Vec<(String, String)> = reports
         .iter()
@@ -103,6 +173,153 @@ pub(super) fn alignment(read: &Read<Vec<Report>>) -> Check {
              there unchecked, and the kubelet may reject them (TopologyAffinityError) or run them unaligned",
         "set topologyManagerPolicy: single-numa-node in those nodes' kubelet configuration for pods that must be aligned",
     )
+}
+
+/// What each kubelet runs (configz), what keeps it from aligned placement, and whether its NRT
+/// tells the scheduler the same policy and scope.
+pub(super) fn kubelets(read: &Read<BTreeMap<String, Read<Value>>>, reports: &Read<Vec<Report>>) -> Check {
+    const NAME: &str = "kubelets";
+    let answers = match read {
+        Err(error) => {
+            return Check::skip(
+                NAME,
+                format!(
+                    "cannot read the kubelets' configuration (get nodes/proxy, /configz): {error}; \
+                     the policies the NRTs report are checked above"
+                ),
+            );
+        }
+        Ok(answers) if answers.is_empty() => return Check::skip(NAME, "no node to ask"),
+        Ok(answers) => answers,
+    };
+    let reported: BTreeMap<&str, TopologyManagerConfig> = match reports {
+        Ok(reports) => reports
+            .iter()
+            .filter_map(|r| Some((r.nrt.metadata.name.as_deref()?, TopologyManagerConfig::of(&r.nrt))))
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    };
+    let mut settings: BTreeMap<String, usize> = BTreeMap::new();
+    let mut gaps = BTreeMap::new();
+    let mut mismatched = Vec::new();
+    let mut silent = Vec::new();
+    for (node, answer) in answers {
+        let config = match answer {
+            Ok(config) => config,
+            Err(reason) => {
+                silent.push(format!("{node} ({reason})"));
+                continue;
+            }
+        };
+        let facts = KubeletFacts::of(config);
+        *settings.entry(facts.to_string()).or_default() += 1;
+        gaps.insert(node.clone(), kubeletconfig::alignment_gaps(config));
+        if let Some(nrt) = reported.get(node.as_str())
+            && (nrt.policy != facts.policy || nrt.scope != facts.scope)
+        {
+            mismatched.push(format!(
+                "{node} (NRT {} scope {}, kubelet {} scope {})",
+                nrt.policy, nrt.scope, facts.policy, facts.scope
+            ));
+        }
+    }
+    let running: Vec<String> = settings.iter().map(|(facts, count)| format!("{count} run {facts}")).collect();
+    if !mismatched.is_empty() {
+        return on_nodes(
+            NAME,
+            Status::Fail,
+            (&mismatched, answers.len()),
+            "NRTs report another Topology Manager policy or scope than their kubelet runs",
+            "the scheduler filters those nodes by the wrong rules",
+            "the exporters learn the kubelets' settings from the controllers (ConfigMap numaresourcesoperator-<pool>): \
+             check the controllers' logs and the NUMAResourcesOperator's KubeletConfigConsistent condition",
+        );
+    }
+    if let Some(alignment) = kubeletconfig::describe_alignment(&gaps) {
+        return Check::problem(
+            NAME,
+            Status::Warn,
+            format!("kubelets that cannot give NUMA-aligned placement: {alignment}"),
+            "set cpuManagerPolicy: static, memoryManagerPolicy: Static and topologyManagerPolicy: \
+             single-numa-node (with reservedSystemCPUs and reservedMemory) on the nodes that run aligned pods",
+        );
+    }
+    if !silent.is_empty() {
+        return on_nodes(
+            NAME,
+            Status::Warn,
+            (&silent, answers.len()),
+            "kubelets did not answer",
+            &format!("the others: {}", running.join("; ")),
+            "check those nodes' kubelets (kubectl get nodes) and kube-apiserver's access to them",
+        );
+    }
+    Check::ok(NAME, running.join("; "))
+}
+
+/// The settings of one kubelet that decide NUMA alignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KubeletFacts {
+    cpu_manager: String,
+    memory_manager: String,
+    policy: String,
+    scope: String,
+    /// `reservedSystemCPUs`, or the CPU of `kubeReserved` and `systemReserved` (the kubelet then
+    /// picks the CPUs itself).
+    reserved: String,
+}
+
+impl KubeletFacts {
+    /// From configz's `kubeletconfig`; a field left out is the kubelet's default.
+    fn of(config: &Value) -> Self {
+        let field = |key: &str, default: &str| {
+            config.get(key).and_then(Value::as_str).filter(|v| !v.is_empty()).unwrap_or(default).to_owned()
+        };
+        let reserved_cpu =
+            |key: &str| config.pointer(&format!("/{key}/cpu")).and_then(Value::as_str).map(str::to_owned);
+        let reserved = match config.get("reservedSystemCPUs").and_then(Value::as_str).filter(|v| !v.is_empty()) {
+            Some(cpus) => format!("CPUs {cpus} reserved"),
+            None => {
+                let amounts: Vec<String> = [("kubeReserved", "kube"), ("systemReserved", "system")]
+                    .into_iter()
+                    .filter_map(|(key, what)| reserved_cpu(key).map(|cpu| format!("{what} {cpu}")))
+                    .collect();
+                if amounts.is_empty() {
+                    "no CPU reserved".to_owned()
+                } else {
+                    format!("{} CPU reserved", amounts.join(" + "))
+                }
+            }
+        };
+        Self {
+            cpu_manager: field("cpuManagerPolicy", "none"),
+            memory_manager: field("memoryManagerPolicy", "None"),
+            policy: field("topologyManagerPolicy", "none"),
+            scope: field("topologyManagerScope", "container"),
+            reserved,
+        }
+    }
+}
+
+impl std::fmt::Display for KubeletFacts {
+    /// `CPU manager static, memory manager Static, Topology Manager single-numa-node per container
+    /// (each container on its own NUMA set), CPUs 0-1 reserved (never given to pinned pods)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scope = if self.scope == "pod" {
+            "per pod (a pod's containers share one NUMA set)"
+        } else {
+            "per container (each container on its own NUMA set)"
+        };
+        write!(
+            f,
+            "CPU manager {}, memory manager {}, Topology Manager {} {scope}, {}",
+            self.cpu_manager, self.memory_manager, self.policy, self.reserved
+        )?;
+        if self.cpu_manager == "static" {
+            f.write_str(" (never given to pinned containers)")?;
+        }
+        Ok(())
+    }
 }
 
 pub(super) fn memory_per_zone(read: &Read<Vec<Report>>) -> Check {

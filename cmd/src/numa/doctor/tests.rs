@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use numaresources_api::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT};
 use numaresources_controllers::names;
 use serde_json::json;
@@ -27,6 +29,7 @@ fn healthy() -> Observed {
         "status": {"conditions": [{"type": "Available", "status": "True"}]}}))
     .unwrap();
     let scheduler: Deployment = serde_json::from_value(json!({"metadata": {"name": "numaresources-scheduler"},
+        "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "scheduler", "image": SCHEDULER_IMAGE}]}}},
         "status": {"conditions": [{"type": "Available", "status": "True"}]}}))
     .unwrap();
     Observed {
@@ -34,11 +37,41 @@ fn healthy() -> Observed {
         reports: Ok(vec![report("worker-0", "single-numa-node", true, true, 20)]),
         scheduler: Ok(Some(scheduler)),
         exporters: Ok(vec![exporters("numaresourcesoperator-worker", 3, 3)]),
+        exporter_pods: Ok(BTreeMap::from([("worker-0".to_owned(), "Running".to_owned())])),
+        node_groups: Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()] }])),
+        kubelets: Ok(BTreeMap::from([("worker-0".to_owned(), Ok(aligned_kubelet()))])),
+        scheduler_config: Ok(Some(SchedulerConfig {
+            scheduler_name: "topo-aware-scheduler".into(),
+            config: Some(rendered_scheduler_config()),
+        })),
         apiserver: Ok((Some(apiserver(3)), Some(lease(Some("replica-0"), "replica-1,replica-2")))),
         pod_routing: Ok(Some((true, true))),
         certificates: vec![(names::APISERVER_TLS_SECRET, Ok(Some(certificate(Duration::from_secs(90 * 24 * 3600)))))],
         now: SystemTime::now(),
     }
+}
+
+const SCHEDULER_IMAGE: &str = "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.34.7";
+
+/// The configuration the controllers render for a default NUMAResourcesScheduler.
+fn rendered_scheduler_config() -> String {
+    use numaresources_api::operator::NUMAResourcesSchedulerSpec;
+    use numaresources_api::operator::defaults::Platform;
+    use numaresources_controllers::render::scheduler::{SchedulerSettings, config_yaml};
+    let spec = NUMAResourcesSchedulerSpec { scheduler_image: SCHEDULER_IMAGE.into(), ..Default::default() };
+    let image = numaresources_api::operator::scheduler_image::identify(SCHEDULER_IMAGE);
+    let settings = SchedulerSettings {
+        namespace: "numaresources".into(),
+        capabilities: image.capabilities,
+        guaranteed_qos: false,
+    };
+    config_yaml(&spec.normalized(Platform::Kubernetes), &settings, 1)
+}
+
+/// configz's `kubeletconfig` of a kubelet that aligns (what a real kubelet answers, trimmed).
+fn aligned_kubelet() -> serde_json::Value {
+    json!({"cpuManagerPolicy": "static", "memoryManagerPolicy": "Static", "topologyManagerPolicy": "single-numa-node",
+        "reservedSystemCPUs": "0-1", "kubeReserved": {"cpu": "500m"}})
 }
 
 fn exporters(name: &str, desired: i32, ready: i32) -> DaemonSet {
@@ -66,7 +99,8 @@ fn apiserver(replicas: i32) -> Deployment {
 
 fn lease(holder: Option<&str>, in_sync: &str) -> Lease {
     serde_json::from_value(json!({"metadata": {"name": names::APISERVER,
-        "annotations": {numaresources_apiserver::replication::IN_SYNC_ANNOTATION: in_sync}},
+        "annotations": {numaresources_apiserver::replication::IN_SYNC_ANNOTATION: in_sync,
+            numaresources_apiserver::replication::FOLLOWER_LAG_ANNOTATION: "replica-1=0,replica-2=3"}},
         "spec": {"holderIdentity": holder}}))
     .unwrap()
 }
@@ -124,7 +158,7 @@ fn stale_or_missing_nrts_fail() {
 fn a_policy_the_scheduler_does_not_filter_warns_with_its_consequence() {
     let mut observed = healthy();
     observed.reports = Ok(vec![report("worker-0", "restricted", true, true, 20)]);
-    let (status, detail) = status_of(&observed, "kubelet alignment");
+    let (status, detail) = status_of(&observed, "Topology Manager policies");
     assert_eq!(status, Status::Warn);
     assert!(detail.contains("worker-0 (restricted)") && detail.contains("TopologyAffinityError"), "{detail}");
 }
@@ -162,7 +196,11 @@ fn api_server_replicas_without_a_leader_fail_and_followers_out_of_sync_warn() {
     let mut observed = healthy();
     assert_eq!(
         status_of(&observed, "API server replicas"),
-        (Status::Ok, "leader replica-0, 2 of 2 followers in sync".into())
+        (
+            Status::Ok,
+            "leader replica-0, 2 of 2 followers in sync (revisions not yet acknowledged: replica-1=0, replica-2=3)"
+                .into()
+        )
     );
     observed.apiserver = Ok((Some(apiserver(3)), Some(lease(Some("replica-0"), ""))));
     let (status, detail) = status_of(&observed, "API server replicas");
@@ -210,4 +248,133 @@ fn a_missing_or_unavailable_scheduler_fails() {
         .unwrap(),
     ));
     assert_eq!(status_of(&observed, "scheduler").0, Status::Fail);
+}
+
+#[test]
+fn nodes_of_a_node_group_without_an_exporter_or_an_nrt_fail() {
+    let mut observed = healthy();
+    let nodes = vec!["worker-0".to_owned(), "worker-1".to_owned(), "worker-2".to_owned()];
+    observed.node_groups = Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes }]));
+    observed.exporter_pods = Ok(BTreeMap::from([
+        ("worker-0".to_owned(), "Running".to_owned()),
+        ("worker-1".to_owned(), "CrashLoopBackOff".to_owned()),
+    ]));
+    let (status, detail) = status_of(&observed, "nodes covered");
+    assert_eq!(status, Status::Fail);
+    assert!(
+        detail.starts_with(
+            "2 of 3 nodes of the node groups are not covered: worker-1 (exporter CrashLoopBackOff, no NRT), \
+             worker-2 (no exporter, no NRT); the scheduler places pods on a node without an NRT as if"
+        ),
+        "{detail}"
+    );
+    // Exporter pods that cannot be read: the NRTs alone are checked, and the line says so.
+    observed.exporter_pods = Err("pods is forbidden".into());
+    let (_, detail) = status_of(&observed, "nodes covered");
+    assert!(detail.starts_with("2 of 3 nodes of the node groups are not covered: worker-1 (no NRT)"), "{detail}");
+    observed.node_groups = Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()] }]));
+    let (status, detail) = status_of(&observed, "nodes covered");
+    assert_eq!(status, Status::Ok);
+    assert!(detail.ends_with("an NRT (exporter pods not read: pods is forbidden)"), "{detail}");
+    observed.node_groups = Ok(None);
+    assert_eq!(status_of(&observed, "nodes covered").0, Status::Skip);
+    observed.node_groups = Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes: Vec::new() }]));
+    assert_eq!(status_of(&observed, "nodes covered").0, Status::Warn);
+}
+
+#[test]
+fn kubelets_are_summarized_and_a_missing_right_skips() {
+    let mut observed = healthy();
+    assert_eq!(
+        status_of(&observed, "kubelets"),
+        (
+            Status::Ok,
+            "1 run CPU manager static, memory manager Static, Topology Manager single-numa-node per container \
+             (each container on its own NUMA set), CPUs 0-1 reserved (never given to pinned containers)"
+                .into()
+        )
+    );
+    observed.kubelets = Err("nodes \"worker-0\" is forbidden: cannot get resource \"nodes/proxy\"".into());
+    let (status, detail) = status_of(&observed, "kubelets");
+    assert_eq!(status, Status::Skip);
+    assert!(detail.contains("the policies the NRTs report are checked above"), "{detail}");
+}
+
+#[test]
+fn kubelets_that_cannot_align_warn_with_the_consequence() {
+    let mut observed = healthy();
+    // A kubeadm kubelet's defaults: no CPU, memory or Topology Manager policy.
+    let defaults = json!({"kubeReserved": {"cpu": "100m"}});
+    observed.reports = Ok(vec![report("worker-0", "none", true, true, 20)]);
+    observed.kubelets = Ok(BTreeMap::from([("worker-0".to_owned(), Ok(defaults))]));
+    let (status, detail) = status_of(&observed, "kubelets");
+    assert_eq!(status, Status::Warn);
+    assert!(detail.contains("worker-0: CPU manager none: no container gets exclusive CPUs"), "{detail}");
+    assert!(detail.contains("Topology Manager policy none: the kubelet admits pods it cannot align"), "{detail}");
+}
+
+#[test]
+fn an_nrt_that_reports_another_policy_than_its_kubelet_runs_fails() {
+    let mut observed = healthy();
+    let mut pod_scope = aligned_kubelet();
+    pod_scope["topologyManagerScope"] = json!("pod");
+    observed.kubelets = Ok(BTreeMap::from([("worker-0".to_owned(), Ok(pod_scope))]));
+    let (status, detail) = status_of(&observed, "kubelets");
+    assert_eq!(status, Status::Fail);
+    assert!(
+        detail.contains(
+            "worker-0 (NRT single-numa-node scope container, kubelet single-numa-node scope pod); \
+             the scheduler filters those nodes by the wrong rules"
+        ),
+        "{detail}"
+    );
+}
+
+#[test]
+fn a_kubelet_that_does_not_answer_warns() {
+    let mut observed = healthy();
+    observed.kubelets = Ok(BTreeMap::from([
+        ("worker-0".to_owned(), Ok(aligned_kubelet())),
+        ("worker-1".to_owned(), Err("no preferred addresses found".into())),
+    ]));
+    let (status, detail) = status_of(&observed, "kubelets");
+    assert_eq!(status, Status::Warn);
+    assert!(detail.starts_with("1 of 2 kubelets did not answer: worker-1 (no preferred addresses found)"), "{detail}");
+}
+
+#[test]
+fn the_scheduler_configuration_needs_the_profile_pods_name_and_the_nrt_plugin() {
+    let mut observed = healthy();
+    let (status, detail) = status_of(&observed, "scheduler configuration");
+    assert_eq!(status, Status::Ok, "{detail}");
+    assert!(detail.contains("(scheduler-plugins v0.34)"), "{detail}");
+
+    let with = |name: &str, config: Option<String>| Ok(Some(SchedulerConfig { scheduler_name: name.into(), config }));
+    observed.scheduler_config = with("numa-scheduler", Some(rendered_scheduler_config()));
+    let (status, detail) = status_of(&observed, "scheduler configuration");
+    assert_eq!(status, Status::Fail);
+    assert!(detail.contains("\"numa-scheduler\": pods naming it stay Pending"), "{detail}");
+
+    // A filter list that drops every default and multiPoint plugin ("*") without naming ours.
+    let mut config: serde_json::Value = serde_norway::from_str(&rendered_scheduler_config()).unwrap();
+    let filters = config["profiles"][0]["plugins"]["filter"]["enabled"].as_array_mut().unwrap();
+    filters.retain(|plugin| plugin["name"] != "NodeResourceTopologyMatch");
+    observed.scheduler_config = with("topo-aware-scheduler", Some(serde_norway::to_string(&config).unwrap()));
+    let (status, detail) = status_of(&observed, "scheduler configuration");
+    assert_eq!(status, Status::Fail, "{detail}");
+    assert!(detail.contains("without reading NRTs"), "{detail}");
+
+    observed.scheduler_config = with("topo-aware-scheduler", None);
+    assert_eq!(status_of(&observed, "scheduler configuration").0, Status::Fail);
+}
+
+#[test]
+fn a_scheduler_image_whose_capabilities_are_not_known_warns() {
+    let mut observed = healthy();
+    let Ok(Some(deployment)) = &mut observed.scheduler else { unreachable!() };
+    let pod = deployment.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    pod.containers[0].image = Some("example.com/my-scheduler:latest".into());
+    let (status, detail) = status_of(&observed, "scheduler configuration");
+    assert_eq!(status, Status::Warn);
+    assert!(detail.starts_with("image example.com/my-scheduler:latest is not one whose capabilities are known"));
 }
