@@ -93,9 +93,13 @@ pub(super) fn certificates(read: &[(&'static str, Read<Option<String>>)], now: S
         }
     }
     if checked == 0 {
+        let refused = read.iter().find_map(|(secret, pem)| pem.as_ref().err().map(|e| format!("{secret}: {e}")));
         return Check::skip(
             NAME,
-            "no certificate the controllers keep could be read (another issuer, or no right to get Secrets)",
+            match refused {
+                Some(refused) => format!("no certificate the controllers keep could be read ({refused})"),
+                None => "none of the Secrets the controllers keep exists (another issuer?)".to_owned(),
+            },
         );
     }
     if problems.is_empty() {

@@ -175,6 +175,8 @@ pub fn render_text(checks: &[Check], paint: Paint) -> String {
 }
 
 mod cluster;
+#[cfg(test)]
+mod fake_cluster;
 mod nodes;
 mod observe;
 #[cfg(test)]

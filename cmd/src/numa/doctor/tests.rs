@@ -54,7 +54,7 @@ fn healthy() -> Observed {
 const SCHEDULER_IMAGE: &str = "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.34.7";
 
 /// The configuration the controllers render for a default NUMAResourcesScheduler.
-fn rendered_scheduler_config() -> String {
+pub(super) fn rendered_scheduler_config() -> String {
     use numaresources_api::operator::NUMAResourcesSchedulerSpec;
     use numaresources_api::operator::defaults::Platform;
     use numaresources_controllers::render::scheduler::{SchedulerSettings, config_yaml};
@@ -69,7 +69,7 @@ fn rendered_scheduler_config() -> String {
 }
 
 /// configz's `kubeletconfig` of a kubelet that aligns (what a real kubelet answers, trimmed).
-fn aligned_kubelet() -> serde_json::Value {
+pub(super) fn aligned_kubelet() -> serde_json::Value {
     json!({"cpuManagerPolicy": "static", "memoryManagerPolicy": "Static", "topologyManagerPolicy": "single-numa-node",
         "reservedSystemCPUs": "0-1", "kubeReserved": {"cpu": "500m"}})
 }
@@ -105,7 +105,7 @@ fn lease(holder: Option<&str>, in_sync: &str) -> Lease {
     .unwrap()
 }
 
-fn certificate(validity: Duration) -> String {
+pub(super) fn certificate(validity: Duration) -> String {
     numaresources_runtime::tls::CertificateAuthority::generate("doctor-test", validity).unwrap().cert_pem().to_owned()
 }
 

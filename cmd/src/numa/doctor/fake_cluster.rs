@@ -1,0 +1,150 @@
+//! `doctor` against the fake API (kube-apiserver's stand-in), authorized by the shipped
+//! `numaresources:doctor` ClusterRole: a healthy cluster reads all ok with only the role's get and
+//! list, and a right taken away skips its check and says so.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use numaresources_api::nrt::well_known::{ANNOTATION_LAST_CHANGE, ATTR_PODS_FINGERPRINT};
+use numaresources_controllers::names;
+use numaresources_testkit::fake_api::{FakeApi, Rbac};
+use serde_json::{Value, json};
+
+use super::*;
+
+const NAMESPACE: &str = "numaresources";
+const DOCTOR_RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/doctor/rbac.yaml");
+
+/// A fake cluster with one node group of one node, every link of the chain healthy.
+pub(super) fn healthy_cluster(rbac: Rbac) -> (FakeApi, kube::Client) {
+    let (fake, client) = FakeApi::start(Arc::new(rbac));
+    let available = json!({"conditions": [{"type": "Available", "status": "True"}]});
+    fake.insert(
+        &format!("/apis/apiregistration.k8s.io/v1/apiservices/{API_SERVICE}"),
+        json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": API_SERVICE},
+               "status": available}),
+    );
+    fake.insert_node("worker-0", json!({"node-role.kubernetes.io/worker": ""}));
+    fake.insert(
+        "/apis/nodetopology.openshift.io/v1/numaresourcesoperators/numaresourcesoperator",
+        json!({"apiVersion": "nodetopology.openshift.io/v1", "kind": "NUMAResourcesOperator",
+               "metadata": {"name": "numaresourcesoperator"}, "spec": {"nodeGroups": [
+                   {"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}]}}),
+    );
+    let image = "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.34.7";
+    fake.insert(
+        "/apis/nodetopology.openshift.io/v1/numaresourcesschedulers/numaresourcesscheduler",
+        json!({"apiVersion": "nodetopology.openshift.io/v1", "kind": "NUMAResourcesScheduler",
+               "metadata": {"name": "numaresourcesscheduler"}, "spec": {"imageSpec": image}}),
+    );
+    let deployment = |name: &str, image: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NAMESPACE},
+               "spec": {"replicas": 1, "selector": {}, "template": {"spec": {"containers": [
+                   {"name": "main", "image": image}]}}},
+               "status": available})
+    };
+    fake.insert(
+        &format!("/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{}", names::SCHEDULER),
+        deployment(names::SCHEDULER, image),
+    );
+    fake.insert(
+        &format!("/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{}", names::APISERVER),
+        deployment(names::APISERVER, "numaresources:1"),
+    );
+    fake.insert(
+        &format!("/api/v1/namespaces/{NAMESPACE}/configmaps/{}", names::SCHEDULER_CONFIG),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": names::SCHEDULER_CONFIG, "namespace": NAMESPACE},
+               "data": {"config.yaml": super::tests::rendered_scheduler_config()}}),
+    );
+    let exporter_labels = json!({names::LABEL_COMPONENT: names::COMPONENT_RTE});
+    fake.insert(
+        &format!("/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/numaresourcesoperator-worker"),
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+               "metadata": {"name": "numaresourcesoperator-worker", "namespace": NAMESPACE, "labels": exporter_labels},
+               "status": {"desiredNumberScheduled": 1, "numberReady": 1, "currentNumberScheduled": 1,
+                          "numberMisscheduled": 0}}),
+    );
+    fake.insert(
+        &format!("/api/v1/namespaces/{NAMESPACE}/pods/exporter-worker-0"),
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "exporter-worker-0", "namespace": NAMESPACE, "labels": exporter_labels},
+               "spec": {"nodeName": "worker-0", "containers": [{"name": "rte"}]},
+               "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    let certificate = super::tests::certificate(Duration::from_secs(90 * 24 * 3600));
+    fake.insert(
+        &format!("/api/v1/namespaces/{NAMESPACE}/secrets/{}", names::APISERVER_TLS_SECRET),
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": names::APISERVER_TLS_SECRET, "namespace": NAMESPACE},
+               "data": {"tls.crt": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, certificate)}}),
+    );
+    fake.insert("/api/v1/nodes/worker-0/proxy/configz", json!({"kubeletconfig": super::tests::aligned_kubelet()}));
+    fake.insert("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0", nrt_object("worker-0"));
+    (fake, client)
+}
+
+/// worker-0's NRT, just reported: single-numa-node, two zones of 4 CPUs and 8 GiB.
+pub(super) fn nrt_object(node: &str) -> Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let zone = |index: u32| {
+        json!({"name": format!("node-{index}"), "type": "Node", "resources": [
+            {"name": "cpu", "capacity": "4", "allocatable": "4", "available": "4"},
+            {"name": "memory", "capacity": "8Gi", "allocatable": "8Gi", "available": "8Gi"}]})
+    };
+    json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+           "metadata": {"name": node, "annotations": {ANNOTATION_LAST_CHANGE: now}},
+           "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                          {"name": "topologyManagerScope", "value": "container"},
+                          {"name": ATTR_PODS_FINGERPRINT, "value": "pfp0v001deadbeefdeadbeef"}],
+           "zones": [zone(0), zone(1)]})
+}
+
+/// The shipped doctor role, less the rules `drop` matches (a rule's resources, joined by `,`).
+fn doctor_role_without(drop: &str) -> Rbac {
+    let text = std::fs::read_to_string(DOCTOR_RBAC).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rbac.yaml");
+    let mut documents: Vec<Value> = Vec::new();
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let mut doc: Value = serde::Deserialize::deserialize(document).unwrap();
+        if let Some(rules) = doc["rules"].as_array_mut() {
+            rules.retain(|rule| {
+                let resources: Vec<&str> =
+                    rule["resources"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+                resources.join(",") != drop
+            });
+        }
+        documents.push(doc);
+    }
+    let yaml: Vec<String> = documents.iter().map(|d| serde_norway::to_string(d).unwrap()).collect();
+    std::fs::write(&path, yaml.join("---\n")).unwrap();
+    Rbac::from_file(&path)
+}
+
+#[tokio::test]
+async fn the_doctor_role_reads_a_healthy_cluster_all_ok() {
+    let (_fake, client) = healthy_cluster(Rbac::from_file(Path::new(DOCTOR_RBAC)));
+    let checks = super::checks(&observe::observe(&client, NAMESPACE).await);
+    let not_ok: Vec<&Check> = checks.iter().filter(|c| c.status != Status::Ok).collect();
+    assert!(not_ok.is_empty(), "{not_ok:#?}");
+}
+
+#[tokio::test]
+async fn a_right_the_doctor_lacks_skips_its_check_and_names_it() {
+    let (_fake, client) = healthy_cluster(doctor_role_without("nodes/proxy"));
+    let checks = super::checks(&observe::observe(&client, NAMESPACE).await);
+    let kubelets = checks.iter().find(|c| c.name == "kubelets").unwrap();
+    assert_eq!(kubelets.status, Status::Skip, "{kubelets:#?}");
+    assert!(kubelets.detail.contains("get nodes/proxy"), "{}", kubelets.detail);
+    assert!(kubelets.detail.contains("forbidden"), "{}", kubelets.detail);
+    // Everything else is still read.
+    let others: Vec<&Check> = checks.iter().filter(|c| c.name != "kubelets" && c.status != Status::Ok).collect();
+    assert!(others.is_empty(), "{others:#?}");
+
+    let (_fake, client) = healthy_cluster(doctor_role_without("secrets"));
+    let checks = super::checks(&observe::observe(&client, NAMESPACE).await);
+    let certificates = checks.iter().find(|c| c.name == "certificates").unwrap();
+    assert_eq!(certificates.status, Status::Skip, "{certificates:#?}");
+    assert!(certificates.detail.contains("forbidden"), "{}", certificates.detail);
+}
