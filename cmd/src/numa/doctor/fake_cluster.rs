@@ -148,3 +148,113 @@ async fn a_right_the_doctor_lacks_skips_its_check_and_names_it() {
     assert_eq!(certificates.status, Status::Skip, "{certificates:#?}");
     assert!(certificates.detail.contains("forbidden"), "{}", certificates.detail);
 }
+
+/// What the node does with the probe pod, as the test plays the scheduler, the kubelet and the
+/// exporter.
+#[derive(Clone, Copy)]
+enum Node {
+    /// Bound to worker-0, Running, one CPU less on NUMA 0 until it is deleted.
+    Aligns,
+    /// Bound to worker-0, refused by its kubelet.
+    Refuses,
+    /// Never bound: the scheduler says why.
+    Unschedulable,
+}
+
+const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0";
+
+/// Plays the node's side until the probe pod is gone (at most 60 s of 20 ms rounds).
+async fn play(fake: FakeApi, node: Node) {
+    let mut seen: Option<String> = None;
+    for _ in 0..3000 {
+        let probe = fake
+            .paths()
+            .into_iter()
+            .find(|p| p.starts_with("/api/v1/namespaces/numaresources-doctor-") && p.contains("/pods/"));
+        match (&probe, &seen) {
+            (Some(path), None) => {
+                seen = Some(path.clone());
+                fake.edit(path, |pod| match node {
+                    Node::Aligns => {
+                        pod["spec"]["nodeName"] = json!("worker-0");
+                        pod["status"] = json!({"phase": "Running"});
+                    }
+                    Node::Refuses => {
+                        pod["spec"]["nodeName"] = json!("worker-0");
+                        pod["status"] = json!({"phase": "Failed", "reason": "TopologyAffinityError",
+                            "message": "Pod was rejected: Resources cannot be allocated with Topology locality"});
+                    }
+                    Node::Unschedulable => {
+                        pod["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                            "status": "False", "reason": "Unschedulable",
+                            "message": "0/1 nodes are available: 1 cannot align container"}]});
+                    }
+                });
+                if matches!(node, Node::Aligns) {
+                    fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("3"));
+                }
+            }
+            (None, Some(_)) => {
+                fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("4"));
+                return;
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn probe_with(node: Node) -> (Vec<Check>, FakeApi) {
+    let (fake, client) = healthy_cluster(Rbac::from_file(Path::new(DOCTOR_RBAC)));
+    let playing = tokio::spawn(play(fake.clone(), node));
+    let groups = vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()] }];
+    let settings = probe::ProbeSettings {
+        scheduler_name: "topo-aware-scheduler".into(),
+        image: None,
+        timeout: Duration::from_secs(3),
+    };
+    let checks = probe::probe(&client, &groups, &settings).await;
+    playing.abort();
+    (checks, fake)
+}
+
+fn probe_namespaces(fake: &FakeApi) -> Vec<String> {
+    fake.paths().into_iter().filter(|p| p.starts_with("/api/v1/namespaces/numaresources-doctor-")).collect()
+}
+
+#[tokio::test]
+async fn a_probe_pod_bound_admitted_shown_and_given_back_is_ok() {
+    let (checks, fake) = probe_with(Node::Aligns).await;
+    assert_eq!(checks.len(), 1, "{checks:#?}");
+    assert_eq!(checks[0].name, "probe worker");
+    assert_eq!(checks[0].status, Status::Ok, "{checks:#?}");
+    assert!(checks[0].detail.starts_with("bound to worker-0 (its NRT said it fits) in "), "{}", checks[0].detail);
+    assert!(checks[0].detail.contains("admitted, shown in its NRT (NUMA 0) after"), "{}", checks[0].detail);
+    assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
+}
+
+#[tokio::test]
+async fn a_probe_pod_the_kubelet_refuses_fails_with_the_kubelets_words() {
+    let (checks, fake) = probe_with(Node::Refuses).await;
+    assert_eq!(checks[0].status, Status::Fail, "{checks:#?}");
+    assert!(
+        checks[0]
+            .detail
+            .starts_with("worker-0's kubelet refused the probe pod: TopologyAffinityError: Pod was rejected"),
+        "{}",
+        checks[0].detail
+    );
+    assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
+}
+
+#[tokio::test]
+async fn a_probe_pod_never_bound_fails_with_the_schedulers_words() {
+    let (checks, fake) = probe_with(Node::Unschedulable).await;
+    assert_eq!(checks[0].status, Status::Fail, "{checks:#?}");
+    assert!(
+        checks[0].detail.ends_with("Unschedulable: 0/1 nodes are available: 1 cannot align container"),
+        "{}",
+        checks[0].detail
+    );
+    assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
+}

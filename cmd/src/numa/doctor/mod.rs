@@ -4,6 +4,7 @@
 //!
 //! The checks are pure functions of what was read ([`Observed`]), so each is tested on its own.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
@@ -32,6 +33,17 @@ pub struct DoctorArgs {
     /// Output format: one line per check (default) or `json`.
     #[arg(short = 'o', long, value_enum)]
     output: Option<super::fit::Output>,
+    /// Then probe each node group: a Guaranteed pod (1 CPU) for the NUMA-aware scheduler must be
+    /// bound where its NRT says it fits, admitted, shown in the NRT and given back once deleted.
+    /// Creates (and deletes) a namespace and one pod per node group.
+    #[arg(long)]
+    probe: bool,
+    /// The probe pod's image (default: the pause image the nodes already hold).
+    #[arg(long, requires = "probe")]
+    probe_image: Option<String>,
+    /// How long each step of a probe may take.
+    #[arg(long, default_value = "2m", value_parser = super::fleet::parse_duration, requires = "probe")]
+    probe_timeout: Duration,
 }
 
 /// A check's verdict.
@@ -52,7 +64,7 @@ pub enum Status {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
     /// What was checked.
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     /// The verdict.
     pub status: Status,
     /// What was found.
@@ -64,15 +76,15 @@ pub struct Check {
 
 impl Check {
     fn ok(name: &'static str, detail: impl Into<String>) -> Self {
-        Self { name, status: Status::Ok, detail: detail.into(), fix: None }
+        Self { name: name.into(), status: Status::Ok, detail: detail.into(), fix: None }
     }
 
     fn problem(name: &'static str, status: Status, detail: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self { name, status, detail: detail.into(), fix: Some(fix.into()) }
+        Self { name: name.into(), status, detail: detail.into(), fix: Some(fix.into()) }
     }
 
     fn skip(name: &'static str, why: impl Into<String>) -> Self {
-        Self { name, status: Status::Skip, detail: why.into(), fix: None }
+        Self { name: name.into(), status: Status::Skip, detail: why.into(), fix: None }
     }
 }
 
@@ -150,10 +162,30 @@ pub fn checks(observed: &Observed) -> Vec<Check> {
 /// Runs `doctor`.
 pub async fn run(client: &kube::Client, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let observed = observe::observe(client, &args.namespace).await;
-    let checks = checks(&observed);
+    let mut checks = checks(&observed);
+    if args.probe {
+        checks.extend(run_probe(client, &observed, &args).await);
+    }
     super::print_answer(args.output, &checks, |checks, paint| render_text(checks, paint))?;
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// `--probe`, once the checks said where the node groups and the scheduler are.
+async fn run_probe(client: &kube::Client, observed: &Observed, args: &DoctorArgs) -> Vec<Check> {
+    let groups = match &observed.node_groups {
+        Ok(Some(groups)) => groups,
+        Ok(None) => return vec![Check::skip("probe", "no NUMAResourcesOperator: no node group to probe")],
+        Err(error) => return vec![Check::skip("probe", format!("the node groups are not known: {error}"))],
+    };
+    let scheduler_name = match &observed.scheduler_config {
+        Ok(Some(config)) => config.scheduler_name.clone(),
+        Ok(None) => return vec![Check::skip("probe", "no NUMAResourcesScheduler: nothing schedules the probe")],
+        Err(error) => return vec![Check::skip("probe", format!("the scheduler name is not known: {error}"))],
+    };
+    let settings =
+        probe::ProbeSettings { scheduler_name, image: args.probe_image.clone(), timeout: args.probe_timeout };
+    probe::probe(client, groups, &settings).await
 }
 
 /// One line per check, then the fix of each problem.
@@ -179,5 +211,6 @@ mod cluster;
 mod fake_cluster;
 mod nodes;
 mod observe;
+mod probe;
 #[cfg(test)]
 mod tests;
