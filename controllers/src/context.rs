@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use numaresources_api::operator::defaults::Platform;
 use numaresources_runtime::admin::{Checks, Flag};
 
@@ -70,8 +70,10 @@ pub struct Context {
     pub client: kube::Client,
     /// Process settings.
     pub settings: Settings,
-    /// Events for people; `None` disables them (tests).
-    pub recorder: Option<Recorder>,
+    /// Who publishes Events for people; `None` disables them (tests).
+    reporter: Option<Reporter>,
+    /// One recorder per note (see [`Context::event`]).
+    recorders: Mutex<HashMap<u64, Recorder>>,
     /// Reconcile metrics.
     pub metrics: crate::metrics::Metrics,
     /// What `/readyz` reports; each controller marks its cache synced here.
@@ -89,18 +91,30 @@ impl std::fmt::Debug for Context {
     }
 }
 
+/// The most notes whose recorders are kept (see [`Context::event`]).
+const RECORDERS_KEPT: usize = 1024;
+
+/// One recorder's key: the reason and the note.
+fn note_key(reason: &str, note: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (reason, note).hash(&mut hasher);
+    hasher.finish()
+}
+
 /// First retry after a failure; doubles per consecutive failure up to [`BACKOFF_MAX`].
 pub const BACKOFF_BASE: Duration = Duration::from_secs(5);
 /// The longest wait between retries.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 impl Context {
-    /// A context; `recorder` is `None` to publish no Events.
-    pub fn new(client: kube::Client, settings: Settings, recorder: Option<Recorder>) -> Self {
+    /// A context; `reporter` is `None` to publish no Events.
+    pub fn new(client: kube::Client, settings: Settings, reporter: Option<Reporter>) -> Self {
         Self {
             client,
             settings,
-            recorder,
+            reporter,
+            recorders: Mutex::new(HashMap::new()),
             metrics: crate::metrics::Metrics::default(),
             readiness: Readiness::default(),
             certificates: tokio::sync::Mutex::new(()),
@@ -123,8 +137,23 @@ impl Context {
     }
 
     /// Publishes an Event about `regarding`; failures are logged, never fatal.
+    ///
+    /// An Events v1 recorder (kube-runtime's, as client-go's) counts an Event with the object,
+    /// reason and action of a recent one as a repeat of it (its `series`), whatever its note, and
+    /// the series keeps the first note: a new explanation would show as "(x2)" of the old words.
+    /// One recorder per note keeps a repeated note a series and a new note a new Event.
     pub async fn event(&self, regarding: &ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
-        let Some(recorder) = &self.recorder else { return };
+        let Some(reporter) = &self.reporter else { return };
+        let recorder = {
+            let mut recorders = self.recorders.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if recorders.len() >= RECORDERS_KEPT {
+                // Each recorder remembers its Events for minutes only; a fresh start costs at
+                // most one Event that could have been a repeat.
+                recorders.clear();
+            }
+            let key = note_key(reason, &note);
+            recorders.entry(key).or_insert_with(|| Recorder::new(self.client.clone(), reporter.clone())).clone()
+        };
         let event =
             Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
         if let Err(error) = recorder.publish(&event, regarding).await {
@@ -259,6 +288,33 @@ pub fn is_not_found(error: &kube::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A repeated note is a series of one Event; a new note on the same object, reason and
+    /// action is an Event of its own, with its own words (kube-runtime's recorder alone would
+    /// count it as a repeat of the first and keep the first note).
+    #[tokio::test]
+    async fn a_new_note_is_a_new_event_and_a_repeated_one_a_series() {
+        let (fake, client) = crate::fake::start();
+        let ctx = crate::fake::recording(&Context::new(client, Settings::kubernetes("numaresources", "image"), None));
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some("dpdk".into()),
+            namespace: Some("ns".into()),
+            uid: Some("uid-dpdk".into()),
+            ..ObjectReference::default()
+        };
+        for note in ["first words", "first words", "new words"] {
+            ctx.event(&regarding, EventType::Warning, "NUMAPlacement", "Scheduling", note.to_owned()).await;
+        }
+        let mut events: Vec<(String, i64)> = fake
+            .events("NUMAPlacement")
+            .iter()
+            .map(|e| (e["note"].as_str().unwrap().to_owned(), e["series"]["count"].as_i64().unwrap_or(1)))
+            .collect();
+        events.sort();
+        assert_eq!(events, [("first words".to_owned(), 2), ("new words".to_owned(), 1)]);
+    }
 
     #[test]
     fn ready_once_the_api_answers_and_a_leader_has_synced_every_controller() {

@@ -20,6 +20,6 @@ pub fn start() -> (FakeApi, kube::Client) {
 
 /// `ctx` publishing Events (into the fake, for [`FakeApi::events`]).
 pub fn recording(ctx: &crate::context::Context) -> Arc<crate::context::Context> {
-    let recorder = kube::runtime::events::Recorder::new(ctx.client.clone(), "numaresources-controllers".into());
-    Arc::new(crate::context::Context::new(ctx.client.clone(), ctx.settings.clone(), Some(recorder)))
+    let reporter = kube::runtime::events::Reporter::from("numaresources-controllers");
+    Arc::new(crate::context::Context::new(ctx.client.clone(), ctx.settings.clone(), Some(reporter)))
 }

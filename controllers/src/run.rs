@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::future::{join, join4};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use numaresources_api::operator::defaults::Platform;
 use numaresources_runtime::InvalidConfig;
 use numaresources_runtime::admin::{Checks, Registry};
@@ -125,7 +125,7 @@ impl Controllers {
 
         let identity = leader.as_ref().map(|l| l.identity.clone());
         let reporter = Reporter { controller: EVENT_REPORTER.to_owned(), instance: identity };
-        let mut ctx = Context::new(client.clone(), settings, Some(Recorder::new(client.clone(), reporter)));
+        let mut ctx = Context::new(client.clone(), settings, Some(reporter));
         ctx.metrics = metrics;
         ctx.readiness = readiness.clone();
         let ctx = Arc::new(ctx);

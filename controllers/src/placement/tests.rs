@@ -166,6 +166,77 @@ async fn the_running_controller_puts_the_explanation_on_the_pending_pod() {
     assert!(note.starts_with("0/1 nodes can take it on one NUMA zone; worker-0: cpu 2 available < 4"), "{note}");
 }
 
+/// The fake API with the NUMAResourcesScheduler, worker-0's NRT (two zones of 3 CPUs) and a
+/// Pending pod asking 4 the scheduler refused.
+fn refused_pod_scene() -> (crate::fake::FakeApi, Arc<crate::context::Context>) {
+    use crate::context::{Context, Settings};
+    let (fake, client) = crate::fake::start();
+    let ctx = crate::fake::recording(&Context::new(client, Settings::kubernetes("numaresources", "image"), None));
+    fake.insert(
+        "/apis/nodetopology.openshift.io/v1/numaresourcesschedulers/numaresourcesscheduler",
+        json!({"apiVersion": "nodetopology.openshift.io/v1", "kind": "NUMAResourcesScheduler",
+               "metadata": {"name": "numaresourcesscheduler"}, "spec": {"imageSpec": "scheduler:1"}}),
+    );
+    let mut worker = serde_json::to_value(&*nrt("worker-0", &[3, 3])).unwrap();
+    worker["apiVersion"] = json!("topology.node.k8s.io/v1alpha2");
+    worker["kind"] = json!("NodeResourceTopology");
+    fake.insert(WORKER_0, worker);
+    let mut pending = serde_json::to_value(&*pod("dpdk", "4", SCHEDULER, None, true)).unwrap();
+    pending["apiVersion"] = json!("v1");
+    pending["kind"] = json!("Pod");
+    fake.insert("/api/v1/namespaces/ns/pods/dpdk", pending);
+    (fake, ctx)
+}
+
+const WORKER_0: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0";
+
+/// Waits (in the test's paused time) until the fake holds `count` NUMAPlacement Events; the
+/// notes, oldest first.
+async fn wait_for_events(fake: &crate::fake::FakeApi, count: usize) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    while fake.events(REASON).len() < count {
+        assert!(tokio::time::Instant::now() < deadline, "{:#?}", fake.events(REASON));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut events = fake.events(REASON);
+    events.sort_by_key(|e| e["metadata"]["resourceVersion"].as_str().unwrap_or_default().parse::<u64>().unwrap_or(0));
+    events.iter().map(|e| e["note"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+/// Runs in paused time: the minute between two explanations of one pod passes without waiting.
+#[tokio::test(start_paused = true)]
+async fn a_changed_nrt_gives_a_new_event_at_most_once_a_minute_and_a_retry_gives_none() {
+    let (fake, ctx) = refused_pod_scene();
+    let (stop, stopped) = numaresources_runtime::shutdown::Shutdown::manual();
+    let running = tokio::spawn(run(ctx.clone(), Box::pin(stopped.signaled())));
+    let notes = wait_for_events(&fake, 1).await;
+    assert!(notes[0].contains("(3 on NUMA 0, 3 on NUMA 1)"), "{notes:?}");
+
+    // The scheduler retries (the pod's status is written again); the NRTs do not change.
+    for _ in 0..3 {
+        fake.edit("/api/v1/namespaces/ns/pods/dpdk", |pod| {
+            pod["status"]["conditions"][0]["lastProbeTime"] = json!(null)
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    assert_eq!(fake.events(REASON).len(), 1, "{:#?}", fake.events(REASON));
+
+    // The NRT changes (a pod took a CPU on NUMA 0): a new Event says so.
+    fake.edit(WORKER_0, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("2"));
+    let notes = wait_for_events(&fake, 2).await;
+    assert!(notes[1].contains("(2 on NUMA 0, 3 on NUMA 1)"), "{notes:?}");
+    let second = tokio::time::Instant::now();
+
+    // It changes again at once: the next Event waits for the pod's minute.
+    fake.edit(WORKER_0, |nrt| nrt["zones"][1]["resources"][0]["available"] = json!("1"));
+    let notes = wait_for_events(&fake, 3).await;
+    assert!(second.elapsed() >= PER_POD_INTERVAL - Duration::from_secs(1), "after {:?}", second.elapsed());
+    assert!(notes[2].contains("(2 on NUMA 0, 1 on NUMA 1)"), "{notes:?}");
+
+    stop.fire();
+    running.await.unwrap();
+}
+
 fn rejected(node: &str, cpu: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": "dpdk", "namespace": "ns", "uid": "uid-dpdk"},
