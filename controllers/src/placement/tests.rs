@@ -140,30 +140,14 @@ fn explanations_stop_when_their_cpu_budget_is_spent_and_resume_as_it_refills() {
 /// the NUMA-aware scheduler refused gets one NUMAPlacement Event on itself, from the NRTs.
 #[tokio::test]
 async fn the_running_controller_puts_the_explanation_on_the_pending_pod() {
-    use crate::context::{Context, Settings};
-    let (fake, client) = crate::fake::start();
-    let ctx = crate::fake::recording(&Context::new(client, Settings::kubernetes("numaresources", "image"), None));
-    fake.insert(
-        "/apis/nodetopology.openshift.io/v1/numaresourcesschedulers/numaresourcesscheduler",
-        json!({"apiVersion": "nodetopology.openshift.io/v1", "kind": "NUMAResourcesScheduler",
-               "metadata": {"name": "numaresourcesscheduler"}, "spec": {"imageSpec": "scheduler:1"}}),
-    );
-    let mut worker = serde_json::to_value(&*nrt("worker-0", &[2, 2])).unwrap();
-    worker["apiVersion"] = json!("topology.node.k8s.io/v1alpha2");
-    worker["kind"] = json!("NodeResourceTopology");
-    fake.insert("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0", worker);
-    let mut pending = serde_json::to_value(&*pod("dpdk", "4", SCHEDULER, None, true)).unwrap();
-    pending["apiVersion"] = json!("v1");
-    pending["kind"] = json!("Pod");
-    fake.insert("/api/v1/namespaces/ns/pods/dpdk", pending);
-
+    let (fake, ctx) = refused_pod_scene();
     crate::fake::run_controller_until(|shutdown| run(ctx.clone(), shutdown), || !fake.events(REASON).is_empty()).await;
     let events = fake.events(REASON);
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0]["type"], "Warning");
     assert_eq!(events[0]["regarding"]["name"], "dpdk");
     let note = events[0]["note"].as_str().unwrap_or_default();
-    assert!(note.starts_with("0/1 nodes can take it on one NUMA zone; worker-0: cpu 2 available < 4"), "{note}");
+    assert!(note.starts_with("0/1 nodes can take it on one NUMA zone; worker-0: cpu 3 available < 4"), "{note}");
 }
 
 /// The fake API with the NUMAResourcesScheduler, worker-0's NRT (two zones of 3 CPUs) and a
