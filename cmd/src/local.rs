@@ -95,8 +95,10 @@ async fn serve(args: LocalArgs) -> anyhow::Result<()> {
     let server = api_server(&format!("{token},admin,local-admin,\"system:masters\"\n"))?;
     server.state().readiness.set(FIRST_PUBLISH, false);
     if args.simulate_nodes > 0 {
-        let published = crate::simulate::publish_fleet(&server.state().store, &args.state_dir, args.simulate_nodes)?;
-        tracing::info!(published, "published synthetic nodes built from the sysfs fixtures");
+        let store = &server.state().store;
+        let names = crate::simulate::publish_fleet(store, &args.state_dir, args.simulate_nodes)?;
+        tracing::info!(published = names.len(), "published synthetic nodes built from the sysfs fixtures");
+        tokio::spawn(crate::simulate::heartbeat(store.clone(), names));
     }
 
     let tls = crate::tls::LocalTls::prepare(&args.state_dir).context("preparing certificates")?;

@@ -3,11 +3,13 @@
 //! published with its own, varied, exclusive allocations.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
 use numaresources_api::nrt::{AttributeInfo, NodeResourceTopology};
 use numaresources_api::quantity::Quantity;
 use numaresources_apiserver::Store;
+use numaresources_apiserver::store::Preconditions;
 use numaresources_rte::sysfs::{self, Machine, capacity_zones};
 
 /// The real machines (jaypipes/ghw test snapshots, Apache-2.0), embedded in the exporter's
@@ -18,17 +20,41 @@ const MACHINES: [(&str, &[u8]); 3] = [
     ("amd64-offline", sysfs::machines::AMD64_OFFLINE_CPUS),
 ];
 
-/// Unpacks the machines under `<state_dir>/fixtures` and publishes `count` nodes built from them.
-pub fn publish_fleet(store: &Store, state_dir: &Path, count: usize) -> anyhow::Result<usize> {
+/// How often a simulated node reports, unchanged, as an exporter's heartbeat does: without it
+/// the fleet would look stale to `kubectl numa top` and `doctor` three minutes after the start.
+pub const SIMULATED_HEARTBEAT: Duration = Duration::from_secs(60);
+
+/// Unpacks the machines under `<state_dir>/fixtures` and publishes `count` nodes built from them;
+/// their names.
+pub fn publish_fleet(store: &Store, state_dir: &Path, count: usize) -> anyhow::Result<Vec<String>> {
     let machines = MACHINES
         .iter()
         .map(|(name, tarball)| unpack(state_dir, name, tarball).map(|machine| (*name, machine)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut names = Vec::with_capacity(count);
     for i in 0..count {
         let (kind, machine) = &machines[i % machines.len()];
-        store.create(synthetic_node(&format!("sim-{kind}-{i:05}"), machine, i), false)?;
+        let name = format!("sim-{kind}-{i:05}");
+        store.create(synthetic_node(&name, machine, i), false)?;
+        names.push(name);
     }
-    Ok(count)
+    Ok(names)
+}
+
+/// Reports each simulated node unchanged every [`SIMULATED_HEARTBEAT`] (the store counts it as a
+/// report, with no new revision), until the node is gone or the task is dropped.
+pub async fn heartbeat(store: std::sync::Arc<Store>, mut names: Vec<String>) {
+    let mut ticks = tokio::time::interval(SIMULATED_HEARTBEAT);
+    ticks.tick().await;
+    while !names.is_empty() {
+        ticks.tick().await;
+        // A node someone deleted stops reporting, as a removed node's exporter would.
+        names.retain(|name| {
+            let unchanged =
+                |current: &NodeResourceTopology| Ok::<_, numaresources_apiserver::store::StoreError>(current.clone());
+            store.modify_within(name, &Preconditions::default(), false, usize::MAX, unchanged).is_ok()
+        });
+    }
 }
 
 fn unpack(state_dir: &Path, name: &str, tarball: &[u8]) -> anyhow::Result<Machine> {
@@ -64,13 +90,32 @@ fn synthetic_node(name: &str, machine: &Machine, seed: usize) -> NodeResourceTop
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
+
+    /// Paused time: the heartbeat's minute passes at once.
+    #[tokio::test(start_paused = true)]
+    async fn simulated_nodes_report_every_heartbeat_without_a_new_revision() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(Store::starting_at(0, 10));
+        let names = publish_fleet(&store, dir.path(), 2).unwrap();
+        let node = store.get(&names[0]).unwrap();
+        let revision = node.revision;
+        node.last_report.store(0, Ordering::Relaxed);
+        let beating = tokio::spawn(heartbeat(store.clone(), names.clone()));
+        tokio::time::sleep(SIMULATED_HEARTBEAT + Duration::from_secs(1)).await;
+        let node = store.get(&names[0]).unwrap();
+        assert!(node.last_report.load(Ordering::Relaxed) > 0, "reported again");
+        assert_eq!(node.revision, revision, "unchanged: no new revision");
+        beating.abort();
+    }
 
     #[test]
     fn a_fleet_is_built_from_every_fixture_with_varied_allocations() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::starting_at(0, 10);
-        assert_eq!(publish_fleet(&store, dir.path(), 6).unwrap(), 6);
+        assert_eq!(publish_fleet(&store, dir.path(), 6).unwrap().len(), 6);
         let snapshot = store.snapshot();
         let names: Vec<&str> = snapshot.items.iter().map(|s| s.name()).collect();
         assert!(names.contains(&"sim-intel-2numa-00000") && names.contains(&"sim-amd64-offline-00005"));
