@@ -19,6 +19,7 @@
 pub mod capacity;
 pub mod explain;
 mod filter;
+pub mod kubelet;
 mod node;
 pub mod overreserve;
 mod pod;

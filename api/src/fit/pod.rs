@@ -20,6 +20,9 @@ pub type Resources = BTreeMap<String, i64>;
 pub enum Requester {
     /// An init container (runs alone, before the app containers).
     InitContainer(String),
+    /// A restartable init container (`restartPolicy: Always`): started before the app
+    /// containers and running beside them.
+    Sidecar(String),
     /// An app container.
     Container(String),
     /// The whole pod (topology manager scope `pod`).
@@ -30,6 +33,7 @@ impl fmt::Display for Requester {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::InitContainer(name) => write!(f, "init container {name:?}"),
+            Self::Sidecar(name) => write!(f, "sidecar container {name:?}"),
             Self::Container(name) => write!(f, "container {name:?}"),
             Self::Pod => f.write_str("the pod"),
         }
@@ -122,7 +126,17 @@ impl PodRequests {
             let requests = effective_container_requests(container, &mut problems);
             ContainerRequests { requester, requests }
         };
-        let init_containers: Vec<_> = init.iter().map(|c| read(c, Requester::InitContainer(c.name.clone()))).collect();
+        let init_containers: Vec<_> = init
+            .iter()
+            .map(|c| {
+                let requester = if crate::qos::is_sidecar(c) {
+                    Requester::Sidecar(c.name.clone())
+                } else {
+                    Requester::InitContainer(c.name.clone())
+                };
+                read(c, requester)
+            })
+            .collect();
         let containers: Vec<_> = app.iter().map(|c| read(c, Requester::Container(c.name.clone()))).collect();
         let overhead =
             spec.and_then(|s| s.overhead.as_ref()).map(|o| amounts(o, "overhead", &mut problems)).unwrap_or_default();
@@ -144,21 +158,33 @@ impl PodRequests {
         Self { qos, init_containers, containers, overhead, problems }
     }
 
-    /// The pod's effective request: per resource, the larger of the app containers' sum and the
-    /// largest init container, plus the overhead.
+    /// The pod's effective request, as kube-scheduler and the kubelet count it: per resource, the
+    /// larger of the app containers' sum plus every sidecar, and the largest init container
+    /// plus the sidecars started before it; then the overhead.
     pub fn effective(&self) -> Resources {
-        let mut total = Resources::new();
+        let mut sidecars = Resources::new();
+        let mut init_peak = Resources::new();
+        for container in &self.init_containers {
+            for (name, amount) in &container.requests {
+                let before = sidecars.get(name).copied().unwrap_or_default();
+                if matches!(container.requester, Requester::Sidecar(_)) {
+                    sidecars.insert(name.clone(), before.saturating_add(*amount));
+                } else {
+                    let peak = init_peak.entry(name.clone()).or_default();
+                    *peak = (*peak).max(before.saturating_add(*amount));
+                }
+            }
+        }
+        let mut total = sidecars;
         for container in &self.containers {
             for (name, amount) in &container.requests {
                 let entry = total.entry(name.clone()).or_default();
                 *entry = entry.saturating_add(*amount);
             }
         }
-        for container in &self.init_containers {
-            for (name, amount) in &container.requests {
-                let entry = total.entry(name.clone()).or_default();
-                *entry = (*entry).max(*amount);
-            }
+        for (name, peak) in init_peak {
+            let entry = total.entry(name).or_default();
+            *entry = (*entry).max(peak);
         }
         for (name, amount) in &self.overhead {
             let entry = total.entry(name.clone()).or_default();

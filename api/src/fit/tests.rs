@@ -358,7 +358,7 @@ proptest! {
                 let requests = match &placement.requester {
                     Requester::Pod => pod.effective(),
                     Requester::Container(name) => pod.containers.iter().find(|c| c.requester == Requester::Container(name.clone())).unwrap().requests.clone(),
-                    Requester::InitContainer(_) => unreachable!(),
+                    Requester::InitContainer(_) | Requester::Sidecar(_) => unreachable!(),
                 };
                 let zone = zones_left.iter_mut().find(|z| z.id == placement.numa).unwrap();
                 for (resource, amount) in &requests {
@@ -488,4 +488,24 @@ fn an_explanation_names_the_shortest_reasons_first_and_counts_the_rest_within_th
     assert_eq!(many.first_reason, Some(ReasonKind::Cpu));
     let tiny = explain(&verdicts, 120);
     assert!(tiny.message.len() <= 120, "{}", tiny.message);
+}
+
+proptest! {
+    /// What the kubelet admits on a single-numa-node node, the plugin's filter lets through too:
+    /// an engine filtering by the kubelet's rules never places a pod the plugin would refuse.
+    #[test]
+    fn a_pod_the_kubelet_admits_on_single_numa_node_is_one_the_plugin_admits(
+        zones in prop::collection::vec(arb_zone(), 1..4),
+        containers in prop::collection::vec(arb_container(), 1..3),
+    ) {
+        let named: Vec<(String, Value)> = containers.into_iter().enumerate().map(|(i, c)| (format!("c{i}"), c)).collect();
+        let refs: Vec<(&str, Value)> = named.iter().map(|(n, c)| (n.as_str(), c.clone())).collect();
+        let pod = pod(&[], &refs);
+        let node = nrt("single-numa-node", "container", &zones);
+        let admission = kubelet::admit(&pod, &node, &kubelet::PolicyOptions::default());
+        if admission.admitted() {
+            let plugin = evaluate(&pod, Some(&node), None, &default_strategy()).filtered;
+            prop_assert!(!matches!(plugin, Filtered::Rejected(_)), "kubelet {admission:?}, plugin {plugin:?}");
+        }
+    }
 }

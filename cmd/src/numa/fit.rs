@@ -249,7 +249,7 @@ fn message(fit: &NodeFit, stale_age: Option<u64>, pod_set: Option<&PodSet>) -> S
                 let each: Vec<String> = placements
                     .iter()
                     .map(|p| match &p.requester {
-                        Requester::Container(name) | Requester::InitContainer(name) => {
+                        Requester::Container(name) | Requester::InitContainer(name) | Requester::Sidecar(name) => {
                             format!("{name} on NUMA {}", p.numa)
                         }
                         Requester::Pod => format!("NUMA {}", p.numa),
