@@ -24,6 +24,7 @@ pub mod direct_write;
 pub mod duration;
 pub mod exporter;
 pub mod field;
+pub mod fingerprint;
 pub mod fit;
 pub mod metadata;
 pub mod nrt;

@@ -5,19 +5,8 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use numaresources_api::fingerprint::NamespacedName;
 use serde::Serialize;
-
-/// A pod's identity as upstream's status file spells it (capitalised keys: the Go struct has no
-/// JSON tags).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct NamespacedName {
-    /// The namespace.
-    #[serde(rename = "Namespace")]
-    pub namespace: String,
-    /// The name.
-    #[serde(rename = "Name")]
-    pub name: String,
-}
 
 /// The status record: `{"fingerprintExpected"?, "fingerprintComputed", "pods", "nodeName"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
