@@ -62,6 +62,11 @@ impl Quantity {
         Self::normalized(i128::from(value), 0, Format::DecimalSI)
     }
 
+    /// Thousandths (what [`Self::ceil_milli_i64`] gives), printed in decimal SI form (`1500m`).
+    pub fn from_milli(value: i64) -> Self {
+        Self::normalized(i128::from(value), -3, Format::DecimalSI)
+    }
+
     /// A whole number printed in binary SI form (`1Gi`); memory quantities from Go often carry it.
     pub fn from_i64_binary(value: i64) -> Self {
         Self::normalized(i128::from(value), 0, Format::BinarySI)

@@ -271,8 +271,40 @@ fn resource_hints(
 
 /// Runs the kubelet's admission of `pod` on the node `nrt` describes.
 pub fn admit(pod: &PodRequests, nrt: &NodeResourceTopology, options: &PolicyOptions) -> Admission {
-    let config = TopologyManagerConfig::of(nrt);
+    admit_on(pod, &TopologyManagerConfig::of(nrt), &mut Machine::of(nrt), options)
+}
+
+/// [`admit`], and the NRT as it reads once the admitted pod holds what the kubelet aligns for it
+/// (its zones' `available` less the pod's aligned CPUs, memory, hugepages and devices): what a
+/// scheduler that placed the pod counts until the node's exporter reports it.
+pub fn reserve(
+    pod: &PodRequests,
+    nrt: &NodeResourceTopology,
+    options: &PolicyOptions,
+) -> (Admission, NodeResourceTopology) {
     let mut machine = Machine::of(nrt);
+    let admission = admit_on(pod, &TopologyManagerConfig::of(nrt), &mut machine, options);
+    let mut after = nrt.clone();
+    if admission.admitted() {
+        for zone in after.zones.iter_mut().filter(|z| z.zone_type == ZONE_TYPE_NODE) {
+            let Some(id) = numa_id_from_zone_name(&zone.name) else { continue };
+            for resource in &mut zone.resources {
+                let left = machine.resources.get(resource.name.as_str()).and_then(|zones| zones.get(&id));
+                if let Some(left) = left {
+                    resource.available = crate::quantity::Quantity::from_milli(left.available);
+                }
+            }
+        }
+    }
+    (admission, after)
+}
+
+fn admit_on(
+    pod: &PodRequests,
+    config: &TopologyManagerConfig,
+    machine: &mut Machine,
+    options: &PolicyOptions,
+) -> Admission {
     if config.policy == "none" {
         return Admission { aligned: Vec::new(), refusal: None };
     }

@@ -242,3 +242,17 @@ fn fractional_cpus_are_not_pinned_so_only_memory_is_aligned() {
     let pod = pod(&[("app", "app", "1500m", &[("memory", "2Gi")])]);
     assert_eq!(verdict(&pod, &node("single-numa-node", "container", zones(), None), &default()), Ok(Some(vec![0])));
 }
+
+#[test]
+fn a_reserved_pod_is_taken_from_the_zones_the_kubelet_aligns_it_on() {
+    let zones = vec![numa(8, 6).with("example.com/gpu", "1", "1"), numa(8, 8).with("example.com/gpu", "1", "1")];
+    let nrt = node("single-numa-node", "container", zones, None);
+    let (admission, after) = reserve(&one("4", &[("example.com/gpu", "1")]), &nrt, &default());
+    assert!(admission.admitted());
+    let available = |zone: usize, name: &str| {
+        let resource = after.zones[zone].resources.iter().find(|r| r.name == name).unwrap();
+        resource.available.to_string()
+    };
+    assert_eq!((available(0, "cpu"), available(0, "example.com/gpu")), ("2".to_owned(), "0".to_owned()));
+    assert_eq!((available(1, "cpu"), available(1, "example.com/gpu")), ("8".to_owned(), "1".to_owned()));
+}
