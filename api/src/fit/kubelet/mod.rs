@@ -322,8 +322,8 @@ fn admit_on(
     // What regular init containers leave for the next containers to reuse (CPUs, memory).
     let mut reusable: BTreeMap<String, BTreeMap<u32, i64>> = BTreeMap::new();
     for (requester, requests) in requesters {
-        let wanted = aligned_requests(&requests, pod.qos, &machine);
-        let lists = resource_hints(&wanted, &machine, &reusable);
+        let wanted = aligned_requests(&requests, pod.qos, machine);
+        let lists = resource_hints(&wanted, machine, &reusable);
         let hint_lists: Vec<ResourceHints> = lists.iter().map(|(_, h)| h.clone()).collect();
         let merged =
             hints::merge(machine.all, &hint_lists, config.policy == "single-numa-node", tiebreak, &machine.distances);
@@ -332,7 +332,7 @@ fn admit_on(
             _ => false,
         };
         if refused {
-            let detail = describe_shortfall(&wanted, &machine, &config.policy);
+            let detail = describe_shortfall(&wanted, machine, &config.policy);
             let refusal = Refusal::TopologyAffinity { requester, policy: config.policy.clone(), detail };
             return Admission { aligned, refusal: Some(refusal) };
         }
