@@ -662,7 +662,7 @@ fn the_pod_webhook_fails_open_in_every_overlay() {
 /// A manifest left out of its directory's kustomization would silently not be installed.
 #[test]
 fn every_kustomization_lists_every_manifest_of_its_directory() {
-    let dirs = ["base", "controllers", "webhook", "apiserver", "crds", "network-policies", "doctor"]
+    let dirs = ["base", "controllers", "webhook", "apiserver", "crds", "network-policies", "doctor", "extender"]
         .into_iter()
         .chain(OVERLAYS);
     for dir in dirs {

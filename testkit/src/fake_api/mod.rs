@@ -7,7 +7,8 @@
 //! answered with the changes a test makes through [`FakeApi::insert`], [`FakeApi::edit`] and
 //! [`FakeApi::remove`] after its resourceVersion, then closed, as a real server may close a
 //! watch; the controllers' own writes are not echoed, so a scenario goes quiet after them), POST,
-//! DELETE (held by finalizers), and PATCH as
+//! a pod's `binding` (sets `spec.nodeName` once, 409 when the pod is bound already, as
+//! kube-apiserver does), DELETE (held by finalizers), and PATCH as
 //! server-side apply (object and `/status`; an identical re-apply changes nothing, as on a real
 //! server), JSON patch and merge patch. Every object write bumps a global resourceVersion; a
 //! spec change bumps `generation`. Failures can be injected per method and path. Every request
@@ -280,6 +281,7 @@ impl FakeApi {
             parts.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
         match parts.method {
             Method::GET => state.get(&path, &query),
+            Method::POST if path.ends_with("/binding") => state.bind(&path, body.unwrap_or(Value::Null)),
             Method::POST => state.create(&path, body.unwrap_or(Value::Null)),
             Method::PUT => state.replace(&path, body.unwrap_or(Value::Null)),
             Method::DELETE => state.delete(&path),
@@ -473,6 +475,24 @@ impl State {
             }
             _ => status(404, "NotFound", &format!("{path} not found")),
         }
+    }
+
+    /// A pod's `binding` subresource: the pod gets the target node, once.
+    fn bind(&mut self, path: &str, binding: Value) -> Response<Body> {
+        let pod_path = path.trim_end_matches("/binding").to_owned();
+        let Some(pod) = self.objects.get(&pod_path) else {
+            return status(404, "NotFound", &format!("{pod_path} not found"));
+        };
+        if let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            return status(409, "Conflict", &format!("pod {name} is already assigned to node {node:?}"));
+        }
+        let mut pod = pod.clone();
+        pod["spec"]["nodeName"] = binding["target"]["name"].clone();
+        pod["metadata"]["resourceVersion"] = json!(self.bump());
+        self.objects.insert(pod_path.clone(), pod.clone());
+        self.record(&pod_path, "MODIFIED", pod);
+        respond(201, &json!({"apiVersion": "v1", "kind": "Status", "status": "Success", "code": 201}))
     }
 
     fn create(&mut self, path: &str, mut body: Value) -> Response<Body> {

@@ -1,0 +1,332 @@
+//! The extender's decisions over what it knows: each node's NRT, the pods bound to each node, and
+//! the pods it bound itself that the node's NRT does not count yet (its holds). No I/O: the
+//! server feeds it watch events and asks it questions.
+//!
+//! A hold is released only when the node's NRT shows the pod: its pods fingerprint equals the
+//! fingerprint of the pods bound to the node (the held pod among them). An NRT without a
+//! fingerprint releases a held pod once it has changed after the pod started running. A pod
+//! deleted or finished is released at once. Nothing is released on a timer.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use numaresources_api::fingerprint::{Fingerprint, FingerprintPod, Method};
+use numaresources_api::fit::kubelet::{self, Admission, PolicyOptions, Refusal};
+use numaresources_api::fit::{PodRequests, has_exclusive_resources};
+use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_api::nrt::well_known::{ATTR_PODS_FINGERPRINT, ATTR_PODS_FINGERPRINT_METHOD};
+use numaresources_api::operator::ScoringStrategyType;
+
+use crate::protocol::{ExtenderFilterResult, HostPriority, MAX_EXTENDER_PRIORITY};
+use crate::score;
+
+/// A pod bound to a node, as the fingerprint and the holds need it.
+#[derive(Debug, Clone)]
+struct BoundPod {
+    namespace: String,
+    name: String,
+    running: bool,
+    pod: Arc<Pod>,
+}
+
+/// A pod the extender bound that the node's NRT may not count yet.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// The pod's UID.
+    pub uid: String,
+    /// `namespace/name`, for logs.
+    pub pod: String,
+    /// What it asks.
+    pub requests: PodRequests,
+    /// The NRT's resourceVersion when the pod was first seen running (NRTs without a
+    /// fingerprint: a later version counts it).
+    running_at_version: Option<String>,
+}
+
+/// What the extender knows.
+#[derive(Debug, Default)]
+pub struct Engine {
+    nrts: HashMap<String, Arc<NodeResourceTopology>>,
+    /// node → uid → pod.
+    bound: HashMap<String, BTreeMap<String, BoundPod>>,
+    /// uid → node, for pods that move or go.
+    node_of: HashMap<String, String>,
+    /// node → the pods it holds there, in binding order.
+    holds: HashMap<String, Vec<Hold>>,
+    options: PolicyOptions,
+    strategy: Option<ScoringStrategyType>,
+}
+
+impl Engine {
+    /// An engine that scores with `strategy` (LeastAllocated when None).
+    pub fn new(options: PolicyOptions, strategy: Option<ScoringStrategyType>) -> Self {
+        Self { options, strategy, ..Self::default() }
+    }
+
+    /// An NRT was created or changed.
+    pub fn nrt_changed(&mut self, nrt: NodeResourceTopology) {
+        let node = nrt.metadata.name.clone().unwrap_or_default();
+        self.nrts.insert(node.clone(), Arc::new(nrt));
+        self.release_covered(&node);
+    }
+
+    /// Every NRT, after a (re)list: what is not listed is gone.
+    pub fn replace_nrts(&mut self, nrts: Vec<NodeResourceTopology>) {
+        self.nrts.clear();
+        for nrt in nrts {
+            self.nrt_changed(nrt);
+        }
+    }
+
+    /// Every bound pod, after a (re)list: what is not listed is gone (and its hold released).
+    pub fn replace_pods(&mut self, pods: Vec<Arc<Pod>>) {
+        let listed: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        let gone: Vec<String> = self.node_of.keys().filter(|uid| !listed.contains(*uid)).cloned().collect();
+        for uid in gone {
+            self.pod_deleted(&uid);
+        }
+        for pod in pods {
+            self.pod_changed(pod);
+        }
+    }
+
+    /// An NRT was deleted: the node is not NUMA-aware any more (its pods pass unchecked).
+    pub fn nrt_deleted(&mut self, node: &str) {
+        self.nrts.remove(node);
+    }
+
+    /// A pod was created or changed. Pods not bound to a node and finished pods are not counted.
+    pub fn pod_changed(&mut self, pod: Arc<Pod>) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let finished = matches!(phase, Some("Succeeded" | "Failed")) || pod.metadata.deletion_timestamp.is_some();
+        self.forget_pod(&uid, !finished);
+        let (Some(node), false) = (node, finished) else { return };
+        let entry = BoundPod {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            running: phase == Some("Running"),
+            pod,
+        };
+        if entry.running {
+            let version = self.nrts.get(&node).and_then(|nrt| nrt.metadata.resource_version.clone());
+            for hold in self.holds.get_mut(&node).into_iter().flatten().filter(|h| h.uid == uid) {
+                hold.running_at_version.get_or_insert(version.clone().unwrap_or_default());
+            }
+        }
+        self.bound.entry(node.clone()).or_default().insert(uid.clone(), entry);
+        self.node_of.insert(uid, node.clone());
+        self.release_covered(&node);
+    }
+
+    /// A pod was deleted.
+    pub fn pod_deleted(&mut self, uid: &str) {
+        self.forget_pod(uid, false);
+    }
+
+    /// Forgets where `uid` was bound; its hold too unless `keep_hold` (the pod is still there).
+    fn forget_pod(&mut self, uid: &str, keep_hold: bool) {
+        if let Some(node) = self.node_of.remove(uid) {
+            if let Some(pods) = self.bound.get_mut(&node) {
+                pods.remove(uid);
+            }
+            if !keep_hold {
+                self.release(&node, uid);
+            }
+        }
+        if !keep_hold {
+            for holds in self.holds.values_mut() {
+                holds.retain(|h| h.uid != uid);
+            }
+        }
+    }
+
+    fn release(&mut self, node: &str, uid: &str) {
+        if let Some(holds) = self.holds.get_mut(node) {
+            holds.retain(|h| h.uid != uid);
+        }
+    }
+
+    /// The extender bound `pod` to `node`: held against it until the NRT shows it.
+    pub fn bound(&mut self, node: &str, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let name = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        let holds = self.holds.entry(node.to_owned()).or_default();
+        holds.retain(|h| h.uid != uid);
+        holds.push(Hold { uid, pod: name, requests: PodRequests::from_pod(pod), running_at_version: None });
+    }
+
+    /// A binding failed: the pod is not on `node` after all.
+    pub fn unbound(&mut self, node: &str, uid: &str) {
+        self.release(node, uid);
+    }
+
+    /// The pods held against `node`.
+    pub fn holds(&self, node: &str) -> &[Hold] {
+        self.holds.get(node).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Releases the holds on `node` its NRT now counts.
+    fn release_covered(&mut self, node: &str) {
+        let Some(nrt) = self.nrts.get(node).cloned() else { return };
+        let Some(holds) = self.holds.get(node).filter(|h| !h.is_empty()) else { return };
+        let bound = self.bound.get(node);
+        let expected = nrt.attribute(ATTR_PODS_FINGERPRINT).filter(|f| !f.is_empty());
+        let covered: BTreeSet<String> = match expected {
+            Some(expected) => {
+                let computed = fingerprint_of(&nrt, bound.map(|b| b.values()).into_iter().flatten());
+                if computed.check(expected).is_err() {
+                    return;
+                }
+                // The NRT counts every pod bound there that we know of: those held are covered.
+                holds.iter().filter(|h| bound.is_some_and(|b| b.contains_key(&h.uid))).map(|h| h.uid.clone()).collect()
+            }
+            None => {
+                let version = nrt.metadata.resource_version.clone().unwrap_or_default();
+                holds
+                    .iter()
+                    .filter(|h| h.running_at_version.as_ref().is_some_and(|at| *at != version))
+                    .map(|h| h.uid.clone())
+                    .collect()
+            }
+        };
+        if let Some(holds) = self.holds.get_mut(node) {
+            holds.retain(|h| !covered.contains(&h.uid));
+        }
+    }
+
+    /// After a restart, once the NRTs and pods are read: holds every pod `scheduler` placed that
+    /// its node's NRT does not count yet. An NRT whose fingerprint matches the node's pods counts
+    /// them all; otherwise the pods bound after the NRT last changed are held.
+    pub fn rebuild_holds(&mut self, scheduler: &str) {
+        let nodes: Vec<String> = self.bound.keys().cloned().collect();
+        for node in nodes {
+            let Some(nrt) = self.nrts.get(&node).cloned() else { continue };
+            let pods: Vec<BoundPod> = self.bound.get(&node).map(|b| b.values().cloned().collect()).unwrap_or_default();
+            if let Some(expected) = nrt.attribute(ATTR_PODS_FINGERPRINT).filter(|f| !f.is_empty())
+                && fingerprint_of(&nrt, pods.iter()).check(expected).is_ok()
+            {
+                continue;
+            }
+            let changed = last_change(&nrt);
+            for pod in pods.iter().filter(|p| {
+                p.pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler)
+                    && !p.running
+                    && created(&p.pod).is_none_or(|at| changed.is_none_or(|changed| at >= changed))
+            }) {
+                self.bound(&node, &pod.pod);
+            }
+        }
+    }
+
+    /// The node's NRT less what the holds take (None: the node has no NRT).
+    pub fn view(&self, node: &str) -> Option<NodeResourceTopology> {
+        let nrt = self.nrts.get(node)?;
+        let mut view = (**nrt).clone();
+        for hold in self.holds(node) {
+            view = kubelet::reserve(&hold.requests, &view, &self.options).1;
+        }
+        Some(view)
+    }
+
+    /// The filter verb: each candidate the kubelet would admit the pod on passes; the others
+    /// fail with the kubelet's reason. A node without an NRT passes (nothing says it aligns).
+    pub fn filter(&self, pod: &Pod, candidates: &[String]) -> ExtenderFilterResult {
+        let requests = PodRequests::from_pod(pod);
+        let mut passing = Vec::new();
+        let mut failed = BTreeMap::new();
+        let mut unresolvable = BTreeMap::new();
+        for node in candidates {
+            let Some(view) = self.view(node) else {
+                passing.push(node.clone());
+                continue;
+            };
+            match kubelet::admit(&requests, &view, &self.options).refusal {
+                None => passing.push(node.clone()),
+                Some(refusal @ Refusal::TooManyNumaNodes { .. }) => {
+                    unresolvable.insert(node.clone(), format!("numa: {refusal}"));
+                }
+                Some(refusal) => {
+                    failed.insert(node.clone(), format!("numa: {refusal}"));
+                }
+            }
+        }
+        ExtenderFilterResult {
+            nodes: None,
+            node_names: Some(passing),
+            failed_nodes: Some(failed),
+            failed_and_unresolvable_nodes: Some(unresolvable),
+            error: String::new(),
+        }
+    }
+
+    /// The prioritize verb: each candidate scored over the NUMA nodes the kubelet would align the
+    /// pod on (0..=10); a node without an NRT, or where the kubelet aligns nothing, scores 0.
+    pub fn prioritize(&self, pod: &Pod, candidates: &[String]) -> Vec<HostPriority> {
+        let requests = PodRequests::from_pod(pod);
+        candidates
+            .iter()
+            .map(|node| {
+                let score = self.view(node).map_or(0, |view| {
+                    let (admission, after): (Admission, _) = kubelet::reserve(&requests, &view, &self.options);
+                    score::of(&admission, &view, &after, self.strategy.as_ref())
+                });
+                HostPriority { host: node.clone(), score: score.clamp(0, MAX_EXTENDER_PRIORITY) }
+            })
+            .collect()
+    }
+}
+
+/// A bound pod as the fingerprint selection sees it, from its spec.
+struct Selected<'a> {
+    pod: &'a BoundPod,
+    exclusive: bool,
+}
+
+impl FingerprintPod for Selected<'_> {
+    fn namespace(&self) -> &str {
+        &self.pod.namespace
+    }
+
+    fn name(&self) -> &str {
+        &self.pod.name
+    }
+
+    fn has_exclusive_resources(&self) -> bool {
+        self.exclusive
+    }
+}
+
+/// The fingerprint of `pods` by the NRT's method (`all` when it names none, as the scheduler's
+/// Autodetect reads it).
+fn fingerprint_of<'a>(nrt: &NodeResourceTopology, pods: impl Iterator<Item = &'a BoundPod>) -> Fingerprint {
+    let method = nrt.attribute(ATTR_PODS_FINGERPRINT_METHOD).and_then(|m| m.parse().ok()).unwrap_or(Method::All);
+    let listed: BTreeSet<String> = nrt.zones.iter().flat_map(|z| &z.resources).map(|r| r.name.to_string()).collect();
+    let selected: Vec<Selected<'_>> = pods
+        .map(|pod| Selected {
+            pod,
+            exclusive: has_exclusive_resources(&pod.pod, PodRequests::from_pod(&pod.pod).qos, &listed),
+        })
+        .collect();
+    Fingerprint::from_pods(method, selected.iter())
+}
+
+/// When the NRT last changed (its server-set annotation), in Unix seconds.
+fn last_change(nrt: &NodeResourceTopology) -> Option<i64> {
+    let text = nrt.metadata.annotations.as_ref()?.get(numaresources_api::nrt::well_known::ANNOTATION_LAST_CHANGE)?;
+    text.parse::<k8s_openapi::jiff::Timestamp>().ok().map(|t| t.as_second())
+}
+
+/// When the pod was created, in Unix seconds.
+fn created(pod: &Pod) -> Option<i64> {
+    pod.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,171 @@
+//! The engine's decisions and holds, over NRTs and pods built here.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+/// A two-zone NRT: `free` CPUs per zone of 8, the policy, and a fingerprint of `pods` (None: no
+/// fingerprint attribute).
+fn nrt(node: &str, free: [i64; 2], policy: &str, pods: Option<&[(&str, &str)]>, version: &str) -> NodeResourceTopology {
+    let zones: Vec<Value> = free
+        .iter()
+        .enumerate()
+        .map(|(id, free)| {
+            json!({"name": format!("node-{id}"), "type": "Node", "resources": [
+                {"name": "cpu", "capacity": "8", "allocatable": "8", "available": free.to_string()}]})
+        })
+        .collect();
+    let mut attributes = vec![json!({"name": "topologyManagerPolicy", "value": policy})];
+    if let Some(pods) = pods {
+        let mut fingerprint = Fingerprint::new();
+        for (namespace, name) in pods {
+            fingerprint.add(namespace, name);
+        }
+        attributes.push(json!({"name": ATTR_PODS_FINGERPRINT, "value": fingerprint.sign()}));
+        attributes.push(json!({"name": ATTR_PODS_FINGERPRINT_METHOD, "value": "all"}));
+    }
+    serde_json::from_value(json!({"metadata": {"name": node, "resourceVersion": version},
+        "zones": zones, "attributes": attributes}))
+    .unwrap()
+}
+
+/// A Guaranteed pod asking `cpu` whole CPUs, bound to `node` when given, Running when `running`.
+fn pod(name: &str, cpu: &str, node: Option<&str>, running: bool) -> Pod {
+    let resources = json!({"cpu": cpu, "memory": "1Gi"});
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+        "spec": {"schedulerName": "topo-aware-scheduler", "nodeName": node,
+                 "containers": [{"name": "app", "resources": {"requests": resources, "limits": resources}}]},
+        "status": {"phase": if running { "Running" } else { "Pending" }}}))
+    .unwrap()
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|n| (*n).to_owned()).collect()
+}
+
+fn engine() -> Engine {
+    Engine::new(PolicyOptions::default(), None)
+}
+
+#[test]
+fn the_filter_passes_nodes_the_kubelet_admits_and_gives_the_others_its_reason() {
+    let mut engine = engine();
+    engine.nrt_changed(nrt("worker-0", [3, 3], "single-numa-node", None, "1"));
+    engine.nrt_changed(nrt("worker-1", [4, 0], "single-numa-node", None, "1"));
+    engine.nrt_changed(nrt("worker-2", [3, 3], "restricted", None, "1"));
+    let result = engine.filter(&pod("app", "4", None, false), &names(&["worker-0", "worker-1", "worker-2", "bare"]));
+    // A node without an NRT says nothing about alignment: it passes.
+    assert_eq!(result.node_names, Some(names(&["worker-1", "bare"])));
+    let failed = result.failed_nodes.unwrap();
+    assert_eq!(
+        failed["worker-0"],
+        "numa: the kubelet (single-numa-node) cannot align container \"app\": no single NUMA node holds all of it \
+         (cpu 4 requested, at most 3 free on one NUMA node)"
+    );
+    assert!(failed["worker-2"].starts_with("numa: the kubelet (restricted) cannot align"), "{failed:?}");
+    // The same arithmetic on two nodes is the same words: kube-scheduler's event counts them.
+    engine.nrt_changed(nrt("worker-3", [3, 3], "single-numa-node", None, "1"));
+    let result = engine.filter(&pod("app", "4", None, false), &names(&["worker-0", "worker-3"]));
+    let failed = result.failed_nodes.unwrap();
+    assert_eq!(failed["worker-0"], failed["worker-3"]);
+}
+
+#[test]
+fn a_bound_pod_is_held_until_the_nodes_fingerprint_counts_it() {
+    let mut engine = engine();
+    engine.nrt_changed(nrt("worker-0", [8, 8], "single-numa-node", Some(&[]), "1"));
+    let first = pod("first", "6", Some("worker-0"), false);
+    engine.bound("worker-0", &first);
+    // Held: NUMA 0 has 2 left, so the next 6-CPU pod goes to NUMA 1, and a third fits nowhere.
+    let view = engine.view("worker-0").unwrap();
+    assert_eq!(view.zones[0].resources[0].available.to_string(), "2");
+    engine.bound("worker-0", &pod("second", "6", Some("worker-0"), false));
+    let third = engine.filter(&pod("third", "6", None, false), &names(&["worker-0"]));
+    assert_eq!(third.node_names, Some(Vec::new()), "{third:?}");
+
+    // The pods show up bound; the exporter has not reported them yet: still held.
+    engine.pod_changed(Arc::new(first.clone()));
+    engine.pod_changed(Arc::new(pod("second", "6", Some("worker-0"), false)));
+    engine.nrt_changed(nrt("worker-0", [8, 8], "single-numa-node", Some(&[]), "2"));
+    assert_eq!(engine.holds("worker-0").len(), 2);
+    // The exporter reports the first only: its fingerprint is not of the node's pods; held.
+    engine.nrt_changed(nrt("worker-0", [2, 8], "single-numa-node", Some(&[("ns", "first")]), "3"));
+    assert_eq!(engine.holds("worker-0").len(), 2);
+    // Both reported: released, and the NRT alone counts them.
+    engine.nrt_changed(nrt("worker-0", [2, 2], "single-numa-node", Some(&[("ns", "first"), ("ns", "second")]), "4"));
+    assert!(engine.holds("worker-0").is_empty());
+    let view = engine.view("worker-0").unwrap();
+    assert_eq!(view.zones[0].resources[0].available.to_string(), "2", "counted once, by the NRT");
+}
+
+#[test]
+fn without_a_fingerprint_a_hold_ends_with_the_first_nrt_change_after_the_pod_runs() {
+    let mut engine = engine();
+    engine.nrt_changed(nrt("worker-0", [8, 8], "single-numa-node", None, "1"));
+    engine.bound("worker-0", &pod("app", "4", Some("worker-0"), false));
+    engine.nrt_changed(nrt("worker-0", [8, 8], "single-numa-node", None, "2"));
+    assert_eq!(engine.holds("worker-0").len(), 1, "not running yet: the NRT cannot count it");
+    engine.pod_changed(Arc::new(pod("app", "4", Some("worker-0"), true)));
+    assert_eq!(engine.holds("worker-0").len(), 1, "running, but this NRT was written before");
+    engine.nrt_changed(nrt("worker-0", [4, 8], "single-numa-node", None, "3"));
+    assert!(engine.holds("worker-0").is_empty());
+}
+
+#[test]
+fn a_deleted_or_finished_pod_is_no_longer_held() {
+    let mut engine = engine();
+    engine.nrt_changed(nrt("worker-0", [8, 8], "single-numa-node", Some(&[]), "1"));
+    let app = pod("app", "4", Some("worker-0"), false);
+    engine.bound("worker-0", &app);
+    engine.pod_changed(Arc::new(app.clone()));
+    engine.pod_deleted("uid-app");
+    assert!(engine.holds("worker-0").is_empty());
+
+    engine.bound("worker-0", &app);
+    let mut failed = app;
+    failed.status.as_mut().unwrap().phase = Some("Failed".into());
+    engine.pod_changed(Arc::new(failed));
+    assert!(engine.holds("worker-0").is_empty());
+}
+
+#[test]
+fn a_failed_binding_drops_its_hold() {
+    let mut engine = engine();
+    engine.nrt_changed(nrt("worker-0", [8, 8], "single-numa-node", None, "1"));
+    engine.bound("worker-0", &pod("app", "4", None, false));
+    engine.unbound("worker-0", "uid-app");
+    assert!(engine.holds("worker-0").is_empty());
+}
+
+#[test]
+fn after_a_restart_the_pods_a_node_does_not_count_yet_are_held_again() {
+    let mut engine = engine();
+    // worker-0's fingerprint counts its pod; worker-1's does not count the one bound there.
+    engine.replace_nrts(vec![
+        nrt("worker-0", [4, 8], "single-numa-node", Some(&[("ns", "counted")]), "1"),
+        nrt("worker-1", [8, 8], "single-numa-node", Some(&[]), "1"),
+    ]);
+    engine.replace_pods(vec![
+        Arc::new(pod("counted", "4", Some("worker-0"), true)),
+        Arc::new(pod("uncounted", "4", Some("worker-1"), false)),
+    ]);
+    engine.rebuild_holds("topo-aware-scheduler");
+    assert!(engine.holds("worker-0").is_empty());
+    assert_eq!(engine.holds("worker-1").iter().map(|h| h.pod.as_str()).collect::<Vec<_>>(), ["ns/uncounted"]);
+}
+
+#[test]
+fn prioritize_prefers_the_node_left_freer_and_a_single_numa_node() {
+    let mut engine = engine();
+    engine.nrt_changed(nrt("roomy", [8, 8], "single-numa-node", None, "1"));
+    engine.nrt_changed(nrt("tight", [4, 4], "single-numa-node", None, "1"));
+    engine.nrt_changed(nrt("spread", [3, 3], "best-effort", None, "1"));
+    let scores = engine.prioritize(&pod("app", "4", None, false), &names(&["roomy", "tight", "spread", "bare"]));
+    let by: BTreeMap<&str, i64> = scores.iter().map(|s| (s.host.as_str(), s.score)).collect();
+    assert!(by["roomy"] > by["tight"], "{by:?}");
+    assert!(by["tight"] > by["spread"], "an aligned node beats one that spreads the pod: {by:?}");
+    assert_eq!(by["spread"], 0);
+    assert_eq!(by["bare"], 0);
+    assert!(scores.iter().all(|s| (0..=MAX_EXTENDER_PRIORITY).contains(&s.score)));
+}
