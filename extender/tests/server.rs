@@ -21,20 +21,6 @@ use tower::ServiceExt;
 const RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/extender/rbac.yaml");
 const SCHEDULER: &str = "topo-aware-scheduler";
 
-fn nrt(node: &str, free: [i64; 2]) -> Value {
-    let zones: Vec<Value> = free
-        .iter()
-        .enumerate()
-        .map(|(id, free)| {
-            json!({"name": format!("node-{id}"), "type": "Node", "resources": [
-                {"name": "cpu", "capacity": "8", "allocatable": "8", "available": free.to_string()}]})
-        })
-        .collect();
-    json!({"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-           "metadata": {"name": node}, "zones": zones,
-           "attributes": [{"name": "topologyManagerPolicy", "value": "single-numa-node"}]})
-}
-
 fn pod(name: &str, cpu: &str) -> Value {
     let resources = json!({"cpu": cpu, "memory": "1Gi"});
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -64,7 +50,10 @@ async fn post(app: &axum::Router, verb: &str, body: &Value) -> Value {
 /// read both.
 async fn started() -> (FakeApi, Arc<Shared>, axum::Router) {
     let (fake, client) = FakeApi::start(Arc::new(Rbac::from_file(Path::new(RBAC))));
-    fake.insert("/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0", nrt("worker-0", [8, 8]));
+    fake.insert(
+        "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0",
+        numaresources_testkit::nrt::with_cpus("worker-0", &[8, 8], "single-numa-node", &[]),
+    );
     fake.insert("/api/v1/namespaces/ns/pods/first", pod("first", "6"));
     let shared = Shared::new(Engine::new(PolicyOptions::default(), None), Some(client.clone()));
     tokio::spawn(numaresources_extender::watch::follow(client, shared.clone(), SCHEDULER.to_owned()));

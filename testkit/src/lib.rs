@@ -10,6 +10,7 @@
 //!   access reviews), in process or on a loopback port, for the API server's tests and benches
 //!   and the workspace's replication tests;
 //! - [`median`]: the timing loop of the std-only benches;
+//! - [`nrt`]: NRTs of CPU zones for the scheduling tests;
 //! - [`proc_status`] and [`tcp`]: a process's memory and the machine's TCP counters, as the
 //!   whole-process benches report them;
 //! - [`tls`]: bounded waits, rustls clients and a Secret mounted the kubelet's way, for the TLS
@@ -21,6 +22,7 @@ pub mod fake_api;
 pub mod https;
 pub mod kube_double;
 pub mod median;
+pub mod nrt;
 pub mod proc_status;
 pub mod tcp;
 pub mod tls;

@@ -1,21 +1,13 @@
 //! The engine's decisions and holds, over NRTs and pods built here.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::*;
 
 /// A two-zone NRT: `free` CPUs per zone of 8, the policy, and a fingerprint of `pods` (None: no
 /// fingerprint attribute).
 fn nrt(node: &str, free: [i64; 2], policy: &str, pods: Option<&[(&str, &str)]>, version: &str) -> NodeResourceTopology {
-    let zones: Vec<Value> = free
-        .iter()
-        .enumerate()
-        .map(|(id, free)| {
-            json!({"name": format!("node-{id}"), "type": "Node", "resources": [
-                {"name": "cpu", "capacity": "8", "allocatable": "8", "available": free.to_string()}]})
-        })
-        .collect();
-    let mut attributes = vec![json!({"name": "topologyManagerPolicy", "value": policy})];
+    let mut attributes = Vec::new();
     if let Some(pods) = pods {
         let mut fingerprint = Fingerprint::new();
         for (namespace, name) in pods {
@@ -24,9 +16,9 @@ fn nrt(node: &str, free: [i64; 2], policy: &str, pods: Option<&[(&str, &str)]>, 
         attributes.push(json!({"name": ATTR_PODS_FINGERPRINT, "value": fingerprint.sign()}));
         attributes.push(json!({"name": ATTR_PODS_FINGERPRINT_METHOD, "value": "all"}));
     }
-    serde_json::from_value(json!({"metadata": {"name": node, "resourceVersion": version},
-        "zones": zones, "attributes": attributes}))
-    .unwrap()
+    let mut nrt = numaresources_testkit::nrt::with_cpus(node, &free, policy, &attributes);
+    nrt["metadata"]["resourceVersion"] = json!(version);
+    serde_json::from_value(nrt).unwrap()
 }
 
 /// A Guaranteed pod asking `cpu` whole CPUs, bound to `node` when given, Running when `running`.
