@@ -23,6 +23,7 @@ pub mod crds;
 pub mod direct_write;
 pub mod duration;
 pub mod exporter;
+pub mod extender;
 pub mod field;
 pub mod fingerprint;
 pub mod fit;

@@ -8,6 +8,7 @@ use crate::apiserver::ApiserverArgs;
 use crate::bundle::BundleArgs;
 use crate::controllers::ControllersArgs;
 use crate::crds::CrdsArgs;
+use crate::extender::ExtenderArgs;
 use crate::local::LocalArgs;
 use crate::numa::NumaArgs;
 use crate::webhook::WebhookArgs;
@@ -64,6 +65,9 @@ enum Command {
     /// Serve the admission webhooks: defaults and validation of NUMAResourcesOperator and
     /// NUMAResourcesScheduler, and routing of pods to the NUMA-aware scheduler.
     Webhook(Box<WebhookArgs>),
+    /// Serve kube-scheduler's extender (filter, prioritize, bind): NUMA placement by the
+    /// kubelet's own Topology Manager rules, for every policy, never stale.
+    SchedulerExtender(Box<ExtenderArgs>),
     /// Run the operator, scheduler and kubeletconfig controllers (leader-elected).
     Controllers(Box<ControllersArgs>),
     /// Where NUMA headroom is left and whether a pod would fit (also `kubectl numa`, with the
@@ -98,6 +102,7 @@ impl Cli {
             Command::Rte(args) => crate::rte::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Local(args) => crate::local::run(args).map(|()| ExitCode::SUCCESS),
             Command::Webhook(args) => crate::webhook::run(*args).map(|()| ExitCode::SUCCESS),
+            Command::SchedulerExtender(args) => crate::extender::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Controllers(args) => crate::controllers::run(*args).map(|()| ExitCode::SUCCESS),
             Command::Numa(args) => crate::numa::run(args),
             Command::Pause => crate::controllers::pause().map(|()| ExitCode::SUCCESS),

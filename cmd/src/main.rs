@@ -10,6 +10,7 @@ mod bundle;
 mod cli;
 mod controllers;
 mod crds;
+mod extender;
 mod generated;
 mod local;
 mod numa;

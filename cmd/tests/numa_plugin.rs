@@ -321,3 +321,80 @@ fn top_watch_redraws_when_an_nrt_changes() {
     top.wait_for(&["2 nodes, 4 NUMA zones"]);
     top.wait_for(&["worker-0  single-numa-node/container"]);
 }
+
+/// POSTs `body` to `path` on `address` (HTTP/1.1, one request per connection); the status and
+/// the body.
+fn http(address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// The scheduler extender run against `local` (real processes: it watches the NRTs through the
+/// same kubeconfig `fit` uses) and `numa fit` agree on every single-numa-node node, for pods
+/// that fit, do not fit, or split their resources across zones; on a node whose kubelet does not
+/// filter (policy none) both let the pod through.
+#[test]
+fn the_scheduler_extender_and_fit_agree_where_the_plugin_filters() {
+    let server = start_with(&[]);
+    apply(&server, &nrt("snn-container", "single-numa-node", "container", &[(4, 8), (8, 2)]));
+    apply(&server, &nrt("snn-pod", "single-numa-node", "pod", &[(4, 8), (4, 8)]));
+    let extender = Process::spawn(
+        Command::new(BINARY)
+            .args(["scheduler-extender", "--port", "0", "--kubeconfig"])
+            .arg(&server.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST"),
+    );
+    let line = extender.wait_for(&["serving the scheduler extender"]);
+    let address = line.split("address=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    support::poll(Duration::from_secs(30), || {
+        let (status, body) = http(&address, "GET", "/readyz", "");
+        (status == 200).then_some(()).ok_or_else(|| format!("not ready: {status} {body}: {:#?}", extender.log()))
+    });
+    let nodes = ["snn-container", "snn-pod", "fixture-node"];
+    let pods = [
+        pod(&[], &[container("app", "6", "1Gi")]),
+        pod(&[], &[container("app", "6", "4Gi")]),
+        pod(&[], &[container("a", "3", "1Gi"), container("b", "3", "1Gi")]),
+        pod(&[container("setup", "8", "1Gi")], &[container("app", "2", "1Gi")]),
+        pod(&[], &[container("app", "64", "1Gi")]),
+    ];
+    for pod in &pods {
+        let out = numa_with_stdin(&server, &["fit", "-f", "-", "-o", "json"], Some(pod));
+        let fit: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let fit_passes: Vec<&str> = fit["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["verdict"] != "rejected")
+            .map(|n| n["node"].as_str().unwrap())
+            .filter(|n| nodes.contains(n))
+            .collect();
+        let mut as_sent: Value = serde_json::from_str(pod).unwrap();
+        // What kube-scheduler sends: the stored pod, requests defaulted from the limits.
+        for container in as_sent["spec"]["containers"].as_array_mut().unwrap() {
+            container["resources"]["requests"] = container["resources"]["limits"].clone();
+        }
+        let request = json!({"Pod": as_sent, "Nodes": null, "NodeNames": nodes});
+        let (status, body) = http(&address, "POST", "/filter", &request.to_string());
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        let mut extender_passes: Vec<&str> =
+            answer["NodeNames"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+        let mut fit_passes = fit_passes;
+        fit_passes.sort_unstable();
+        extender_passes.sort_unstable();
+        assert_eq!(extender_passes, fit_passes, "pod {pod}: the extender said {body}");
+    }
+}

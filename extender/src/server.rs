@@ -45,10 +45,11 @@ impl Shared {
 
 /// The routes.
 pub fn router(shared: Arc<Shared>) -> Router {
+    use numaresources_api::extender::{BIND_VERB, FILTER_VERB, PRIORITIZE_VERB};
     Router::new()
-        .route("/filter", post(filter))
-        .route("/prioritize", post(prioritize))
-        .route("/bind", post(bind))
+        .route(&format!("/{FILTER_VERB}"), post(filter))
+        .route(&format!("/{PRIORITIZE_VERB}"), post(prioritize))
+        .route(&format!("/{BIND_VERB}"), post(bind))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

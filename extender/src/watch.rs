@@ -20,7 +20,17 @@ pub async fn follow(client: kube::Client, shared: Arc<Shared>, scheduler: String
     let (nrts_listed, mut nrts_seen) = watch::channel(false);
     let (pods_listed, mut pods_seen) = watch::channel(false);
     let nrts = follow_nrts(Api::all(client.clone()), shared.clone(), nrts_listed);
-    let pods = follow_pods(Api::all(client), shared.clone(), pods_listed);
+    let pods = async {
+        let api: Api<Pod> = Api::all(client);
+        if pods_served(&api).await {
+            follow_pods(api, shared.clone(), pods_listed).await;
+        } else {
+            // `numaresources local`: an NRT API alone. Nothing is bound, nothing is held.
+            tracing::warn!("pods are not served here: no pod is counted, and binding is refused");
+            pods_listed.send_replace(true);
+            std::future::pending::<()>().await;
+        }
+    };
     let synced = async {
         let _ = nrts_seen.wait_for(|listed| *listed).await;
         let _ = pods_seen.wait_for(|listed| *listed).await;
@@ -50,6 +60,14 @@ async fn follow_nrts(api: Api<NodeResourceTopology>, shared: Arc<Shared>, listed
             Err(error) => tracing::warn!(%error, "watching NRTs"),
         }
     }
+}
+
+/// Whether the server serves pods (kube-apiserver does; our API server alone does not).
+async fn pods_served(api: &Api<Pod>) -> bool {
+    !matches!(
+        api.list(&kube::api::ListParams::default().limit(1)).await,
+        Err(kube::Error::Api(status)) if status.code == 404
+    )
 }
 
 async fn follow_pods(api: Api<Pod>, shared: Arc<Shared>, listed: watch::Sender<bool>) {
