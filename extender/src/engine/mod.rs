@@ -7,6 +7,7 @@
 //! fingerprint releases a held pod once it has changed after the pod started running. A pod
 //! deleted or finished is released at once. Nothing is released on a timer.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -225,14 +226,19 @@ impl Engine {
         }
     }
 
-    /// The node's NRT less what the holds take (None: the node has no NRT).
-    pub fn view(&self, node: &str) -> Option<NodeResourceTopology> {
+    /// The node's NRT less what the holds take (None: the node has no NRT); borrowed when
+    /// nothing is held there.
+    pub fn view(&self, node: &str) -> Option<Cow<'_, NodeResourceTopology>> {
         let nrt = self.nrts.get(node)?;
+        let holds = self.holds(node);
+        if holds.is_empty() {
+            return Some(Cow::Borrowed(&**nrt));
+        }
         let mut view = (**nrt).clone();
-        for hold in self.holds(node) {
+        for hold in holds {
             view = kubelet::reserve(&hold.requests, &view, &self.options).1;
         }
-        Some(view)
+        Some(Cow::Owned(view))
     }
 
     /// The filter verb: each candidate the kubelet would admit the pod on passes; the others

@@ -1,0 +1,93 @@
+//! What one pod costs the extender: filter over 5,000 nodes, then prioritize over those that
+//! pass, as kube-scheduler calls them (node-cache capable), single-threaded.
+//!
+//! `cargo bench -p numaresources-extender --bench extender` prints p50, p99 and the largest of
+//! 200 pods per case. Figures go to BENCHMARKS.md; nothing here asserts a time.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)] // a benchmark prints its figures
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use numaresources_api::fit::kubelet::PolicyOptions;
+use numaresources_api::nrt::NodeResourceTopology;
+use numaresources_extender::engine::Engine;
+use serde_json::json;
+
+const NODES: usize = 5_000;
+const PODS: usize = 200;
+
+/// A 2-NUMA worker with 32 CPUs and 64 GiB per zone, some of it taken, a device on zone 1, and
+/// a policy: most single-numa-node, some restricted and best-effort.
+fn nrt(i: usize) -> NodeResourceTopology {
+    let policy = match i % 10 {
+        0 => "restricted",
+        1 => "best-effort",
+        _ => "single-numa-node",
+    };
+    let zone = |id: usize| {
+        let cpus = 32 - ((i * 7 + id * 13) % 28) as i64;
+        let memory = (64 - ((i * 5 + id * 3) % 48) as i64) << 30;
+        let mut resources = vec![
+            json!({"name": "cpu", "capacity": "32", "allocatable": "30", "available": cpus.to_string()}),
+            json!({"name": "memory", "capacity": (64_i64 << 30).to_string(), "allocatable": (62_i64 << 30).to_string(),
+                   "available": memory.to_string()}),
+            json!({"name": "hugepages-1Gi", "capacity": "16Gi", "allocatable": "16Gi", "available": "8Gi"}),
+        ];
+        if id == 1 {
+            resources.push(json!({"name": "example.com/nic", "capacity": "8", "allocatable": "8", "available": ((i % 9) as i64).to_string()}));
+        }
+        json!({"name": format!("node-{id}"), "type": "Node", "resources": resources,
+               "costs": [{"name": "node-0", "value": if id == 0 { 10 } else { 21 }}, {"name": "node-1", "value": if id == 1 { 10 } else { 21 }}]})
+    };
+    serde_json::from_value(json!({"metadata": {"name": format!("worker-{i:05}"), "resourceVersion": "1"},
+        "attributes": [{"name": "topologyManagerPolicy", "value": policy}, {"name": "topologyManagerScope", "value": "container"}],
+        "zones": [zone(0), zone(1)]}))
+    .unwrap()
+}
+
+/// Pod `i`: Guaranteed, 2 to 16 CPUs, memory, and every third a NIC.
+fn pod(i: usize) -> Pod {
+    let cpu = 2 + (i % 8) * 2;
+    let mut limits = json!({"cpu": cpu.to_string(), "memory": format!("{}Gi", 1 + i % 16)});
+    if i % 3 == 0 {
+        limits["example.com/nic"] = json!("1");
+    }
+    serde_json::from_value(json!({"metadata": {"name": format!("pod-{i}"), "namespace": "bench", "uid": format!("uid-{i}")},
+        "spec": {"containers": [{"name": "app", "resources": {"requests": limits, "limits": limits}}]}}))
+    .unwrap()
+}
+
+fn report(case: &str, mut times: Vec<Duration>) {
+    times.sort_unstable();
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    println!("{case:<58} p50 {:>9.2?}  p99 {:>9.2?}  max {:>9.2?}", at(0.5), at(0.99), times[times.len() - 1]);
+}
+
+fn run(case: &str, engine: &Engine, names: &[String]) {
+    let mut times = Vec::with_capacity(PODS);
+    for i in 0..PODS {
+        let pod = pod(i);
+        let started = Instant::now();
+        let filtered = engine.filter(&pod, names);
+        let passing = filtered.node_names.unwrap_or_default();
+        black_box(engine.prioritize(&pod, &passing));
+        times.push(started.elapsed());
+    }
+    report(case, times);
+}
+
+fn main() {
+    let names: Vec<String> = (0..NODES).map(|i| format!("worker-{i:05}")).collect();
+    let mut engine = Engine::new(PolicyOptions::default(), None);
+    engine.replace_nrts((0..NODES).map(nrt).collect());
+    run("filter + prioritize, 5,000 nodes, no holds", &engine, &names);
+    // 1,000 pods bound and not yet reported: one held on each of 1,000 nodes.
+    for i in 0..1_000 {
+        let mut held = pod(i);
+        held.metadata.uid = Some(format!("held-{i}"));
+        engine.bound(&names[i * 5], &held);
+    }
+    run("filter + prioritize, 5,000 nodes, 1,000 holds", &engine, &names);
+}
