@@ -1,44 +1,36 @@
 //! A node's score for a pod, over the NUMA nodes the kubelet would align it on, by the
 //! NUMAResourcesScheduler's scoring strategy, on the extender's 0..=10 scale.
 
-use std::collections::BTreeSet;
-
-use numaresources_api::fit::kubelet::Admission;
-use numaresources_api::nrt::NodeResourceTopology;
-use numaresources_api::nrt::well_known::{ZONE_TYPE_NODE, numa_id_from_zone_name};
+use numaresources_api::fit::Resources;
+use numaresources_api::fit::kubelet::{Admission, Node};
 use numaresources_api::operator::ScoringStrategyType;
 
 use crate::protocol::MAX_EXTENDER_PRIORITY;
 
-/// The score of a node whose NRT was `before` and, with the pod placed, `after`. A placement
+/// The score of a node that is `node` before the pod whose effective request is `requested`
+/// comes (what it takes of each resource on the NUMA nodes it is aligned on). A placement
 /// as narrow as the request allows scores 1..=10 by the strategy (scaled to the NUMA nodes it
 /// uses); a wider one (a `best-effort` kubelet spreading the pod), nothing aligned (policy
 /// `none`, or a pod the managers leave alone) scores 0: any aligned node is better.
-pub fn of(
-    admission: &Admission,
-    before: &NodeResourceTopology,
-    after: &NodeResourceTopology,
-    strategy: Option<&ScoringStrategyType>,
-) -> i64 {
+pub fn of(admission: &Admission, node: &Node, requested: &Resources, strategy: Option<&ScoringStrategyType>) -> i64 {
     if !admission.admitted() {
         return 0;
     }
-    let numa: BTreeSet<u32> = admission.aligned.iter().flat_map(|a| a.numa.iter().flatten().copied()).collect();
+    let mut numa: Vec<u32> = admission.aligned.iter().flat_map(|a| a.numa.iter().flatten().copied()).collect();
+    numa.sort_unstable();
+    numa.dedup();
     if numa.is_empty() || admission.aligned.iter().any(|a| !a.preferred) {
         return 0;
     }
     // Per resource the pod takes there: the share of the set's allocatable still free after it.
-    let mut free_shares = Vec::new();
-    let allocatable = totals(before, &numa, |r| r.allocatable.ceil_milli_i64());
-    let free_before = totals(before, &numa, |r| r.available.ceil_milli_i64());
-    let free_after = totals(after, &numa, |r| r.available.ceil_milli_i64());
-    for (name, total) in &allocatable {
-        let before = free_before.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
-        let after = free_after.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
-        if *total > 0 && after < before {
-            free_shares.push(after as f64 / *total as f64);
-        }
-    }
+    let free_shares: Vec<f64> = node
+        .totals(&numa)
+        .into_iter()
+        .filter_map(|(resource, total, free)| {
+            let taken = requested.get(resource).copied().filter(|taken| *taken > 0 && total > 0)?;
+            Some(free.saturating_sub(taken).max(0) as f64 / total as f64)
+        })
+        .collect();
     if free_shares.is_empty() {
         return 1;
     }
@@ -55,26 +47,4 @@ pub fn of(
     };
     // Fewer NUMA nodes is better whatever the strategy: a pod over two scores half as much.
     1 + (score / numa.len() as f64).round() as i64
-}
-
-/// Per resource, the sum of `field` over the zones in `numa`.
-fn totals(
-    nrt: &NodeResourceTopology,
-    numa: &BTreeSet<u32>,
-    field: impl Fn(&numaresources_api::nrt::ResourceInfo) -> Option<i64>,
-) -> Vec<(String, i64)> {
-    let mut totals: Vec<(String, i64)> = Vec::new();
-    for zone in nrt.zones.iter().filter(|z| z.zone_type == ZONE_TYPE_NODE) {
-        if !numa_id_from_zone_name(&zone.name).is_some_and(|id| numa.contains(&id)) {
-            continue;
-        }
-        for resource in &zone.resources {
-            let amount = field(resource).unwrap_or(0);
-            match totals.iter_mut().find(|(name, _)| *name == resource.name.as_str()) {
-                Some((_, total)) => *total = total.saturating_add(amount),
-                None => totals.push((resource.name.to_string(), amount)),
-            }
-        }
-    }
-    totals
 }

@@ -15,7 +15,7 @@ use crate::quantity::Quantity;
 pub type Resources = BTreeMap<String, i64>;
 
 /// Which part of the pod a request belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "kind", content = "name", rename_all = "camelCase")]
 pub enum Requester {
     /// An init container (runs alone, before the app containers).

@@ -55,8 +55,15 @@ pub struct Engine {
     node_of: HashMap<String, String>,
     /// node → the pods it holds there, in binding order.
     holds: HashMap<String, Vec<Hold>>,
+    /// node → its NRT less its holds, read for the kubelet's rules: what the verbs ask, kept
+    /// up to date on every NRT and hold change rather than rebuilt per request.
+    views: HashMap<String, Arc<kubelet::Node>>,
     options: PolicyOptions,
     strategy: Option<ScoringStrategyType>,
+    /// The last filter's admissions, by node, for the prioritize call kube-scheduler makes right
+    /// after it for the same pod (a score read off a view that changed meanwhile is a
+    /// preference, not a decision).
+    last_filter: std::sync::Mutex<Option<(String, HashMap<String, Admission>)>>,
 }
 
 impl Engine {
@@ -70,11 +77,13 @@ impl Engine {
         let node = nrt.metadata.name.clone().unwrap_or_default();
         self.nrts.insert(node.clone(), Arc::new(nrt));
         self.release_covered(&node);
+        self.refresh(&node);
     }
 
     /// Every NRT, after a (re)list: what is not listed is gone.
     pub fn replace_nrts(&mut self, nrts: Vec<NodeResourceTopology>) {
         self.nrts.clear();
+        self.views.clear();
         for nrt in nrts {
             self.nrt_changed(nrt);
         }
@@ -95,6 +104,7 @@ impl Engine {
     /// An NRT was deleted: the node is not NUMA-aware any more (its pods pass unchecked).
     pub fn nrt_deleted(&mut self, node: &str) {
         self.nrts.remove(node);
+        self.views.remove(node);
     }
 
     /// A pod was created or changed. Pods not bound to a node and finished pods are not counted.
@@ -138,16 +148,35 @@ impl Engine {
             }
         }
         if !keep_hold {
-            for holds in self.holds.values_mut() {
-                holds.retain(|h| h.uid != uid);
+            let held: Vec<String> =
+                self.holds.iter().filter(|(_, h)| h.iter().any(|h| h.uid == uid)).map(|(n, _)| n.clone()).collect();
+            for node in held {
+                self.release(&node, uid);
             }
         }
     }
 
     fn release(&mut self, node: &str, uid: &str) {
         if let Some(holds) = self.holds.get_mut(node) {
+            let before = holds.len();
             holds.retain(|h| h.uid != uid);
+            if holds.len() != before {
+                self.refresh(node);
+            }
         }
+    }
+
+    /// Recomputes `node`'s view: its NRT, then each hold reserved in binding order.
+    fn refresh(&mut self, node: &str) {
+        let Some(nrt) = self.nrts.get(node) else {
+            self.views.remove(node);
+            return;
+        };
+        let mut view = kubelet::Node::of(nrt);
+        for hold in self.holds.get(node).into_iter().flatten() {
+            view = view.reserve(&hold.requests, &self.options).1;
+        }
+        self.views.insert(node.to_owned(), Arc::new(view));
     }
 
     /// The extender bound `pod` to `node`: held against it until the NRT shows it.
@@ -161,6 +190,7 @@ impl Engine {
         let holds = self.holds.entry(node.to_owned()).or_default();
         holds.retain(|h| h.uid != uid);
         holds.push(Hold { uid, pod: name, requests: PodRequests::from_pod(pod), running_at_version: None });
+        self.refresh(node);
     }
 
     /// A binding failed: the pod is not on `node` after all.
@@ -199,6 +229,9 @@ impl Engine {
         };
         if let Some(holds) = self.holds.get_mut(node) {
             holds.retain(|h| !covered.contains(&h.uid));
+        }
+        if !covered.is_empty() {
+            self.refresh(node);
         }
     }
 
@@ -248,21 +281,30 @@ impl Engine {
         let mut passing = Vec::new();
         let mut failed = BTreeMap::new();
         let mut unresolvable = BTreeMap::new();
+        // Nodes in the same state refuse in the same words: each text is written once.
+        let mut said: HashMap<Refusal, String> = HashMap::new();
+        let mut admitted = HashMap::with_capacity(candidates.len());
         for node in candidates {
-            let Some(view) = self.view(node) else {
+            let Some(view) = self.views.get(node) else {
                 passing.push(node.clone());
                 continue;
             };
-            match kubelet::admit(&requests, &view, &self.options).refusal {
-                None => passing.push(node.clone()),
-                Some(refusal @ Refusal::TooManyNumaNodes { .. }) => {
-                    unresolvable.insert(node.clone(), format!("numa: {refusal}"));
-                }
-                Some(refusal) => {
-                    failed.insert(node.clone(), format!("numa: {refusal}"));
-                }
+            let admission = view.admit(&requests, &self.options);
+            let Some(refusal) = admission.refusal else {
+                passing.push(node.clone());
+                admitted.insert(node.clone(), admission);
+                continue;
+            };
+            let unresolvable_here = matches!(refusal, Refusal::TooManyNumaNodes { .. });
+            let text = said.entry(refusal).or_insert_with_key(|refusal| format!("numa: {refusal}")).clone();
+            if unresolvable_here {
+                unresolvable.insert(node.clone(), text);
+            } else {
+                failed.insert(node.clone(), text);
             }
         }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        *self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((uid, admitted));
         ExtenderFilterResult {
             nodes: None,
             node_names: Some(passing),
@@ -276,16 +318,34 @@ impl Engine {
     /// pod on (0..=10); a node without an NRT, or where the kubelet aligns nothing, scores 0.
     pub fn prioritize(&self, pod: &Pod, candidates: &[String]) -> Vec<HostPriority> {
         let requests = PodRequests::from_pod(pod);
-        candidates
+        let effective = requests.effective();
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let memo = self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let filtered = memo.filter(|(of, _)| of == uid && !uid.is_empty()).map(|(_, admitted)| admitted);
+        let scores = candidates
             .iter()
             .map(|node| {
-                let score = self.view(node).map_or(0, |view| {
-                    let (admission, after): (Admission, _) = kubelet::reserve(&requests, &view, &self.options);
-                    score::of(&admission, &view, &after, self.strategy.as_ref())
+                let score = self.views.get(node).map_or(0, |view| {
+                    let remembered = filtered.as_ref().and_then(|admitted| admitted.get(node));
+                    let computed;
+                    let admission = match remembered {
+                        Some(admission) => admission,
+                        None => {
+                            computed = view.admit(&requests, &self.options);
+                            &computed
+                        }
+                    };
+                    score::of(admission, view, &effective, self.strategy.as_ref())
                 });
                 HostPriority { host: node.clone(), score: score.clamp(0, MAX_EXTENDER_PRIORITY) }
             })
-            .collect()
+            .collect();
+        if let Some(admitted) = filtered {
+            // Kept for a prioritize that comes again for this pod.
+            *self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((uid.to_owned(), admitted));
+        }
+        scores
     }
 }
 

@@ -24,7 +24,14 @@ impl Mask {
 
     /// Its NUMA ids, lowest first.
     pub fn ids(self) -> impl Iterator<Item = u32> {
-        (0..64).filter(move |id| self.contains(*id))
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            (bits != 0).then(|| {
+                let id = bits.trailing_zeros();
+                bits &= bits - 1;
+                id
+            })
+        })
     }
 
     /// Every non-empty subset of `ids`, fewest nodes first, then numerically (the kubelet's
@@ -60,26 +67,26 @@ pub struct Hint {
 /// resource), or the hints (empty: nothing can hold it).
 pub type ResourceHints = Option<Vec<Hint>>;
 
-/// The hints for a request of `amount` given each NUMA node's `sized` amount (capacity for CPUs
-/// and devices, allocatable for memory: what sets the narrowest possible width) and `free`
-/// amount. `must_hold` is a set every hint must contain (CPUs an init container leaves for
-/// reuse). The reusable amount counts as free.
+/// The hints for a request of `amount` over `masks` (every NUMA set, fewest nodes first), given
+/// each NUMA node's `sized` amount (capacity for CPUs and devices, allocatable for memory: what
+/// sets the narrowest possible width) and `free` amount. Every hint must contain the NUMA nodes
+/// where `reusable` holds something (CPUs an init container leaves for reuse), and the reusable
+/// amount counts as free.
 pub fn hints(
-    ids: &[u32],
+    masks: &[Mask],
     amount: i64,
-    sized: &BTreeMap<u32, i64>,
-    free: &BTreeMap<u32, i64>,
+    sized: impl Fn(u32) -> i64,
+    free: impl Fn(u32) -> i64,
     reusable: &BTreeMap<u32, i64>,
 ) -> Vec<Hint> {
-    let masks = Mask::every_subset(ids);
-    let sum = |of: &BTreeMap<u32, i64>, mask: Mask| mask.ids().map(|id| of.get(&id).copied().unwrap_or(0)).sum::<i64>();
-    let narrowest = masks.iter().filter(|mask| sum(sized, **mask) >= amount).map(|mask| mask.count()).min();
+    let sum = |of: &dyn Fn(u32) -> i64, mask: Mask| mask.ids().map(of).sum::<i64>();
+    let narrowest = masks.iter().find(|mask| sum(&sized, **mask) >= amount).map(|mask| mask.count());
     let reused: i64 = reusable.values().sum();
     masks
-        .into_iter()
+        .iter()
         .filter(|mask| reusable.iter().all(|(id, amount)| *amount == 0 || mask.contains(*id)))
-        .filter(|mask| reused + sum(free, *mask) >= amount)
-        .map(|mask| Hint { mask, preferred: Some(mask.count()) == narrowest })
+        .filter(|mask| reused + sum(&free, **mask) >= amount)
+        .map(|mask| Hint { mask: *mask, preferred: Some(mask.count()) == narrowest })
         .collect()
 }
 
@@ -146,15 +153,15 @@ pub fn merge(
     tiebreak: Tiebreak,
     distances: &Distances,
 ) -> Merged {
-    let lists: Vec<Vec<Hint>> = lists
+    let lists: Vec<std::borrow::Cow<'_, [Hint]>> = lists
         .iter()
         .flatten()
         .map(|hints| {
-            let mut hints = hints.clone();
             if single_numa_node {
-                hints.retain(|h| h.preferred && h.mask.count() == 1);
+                std::borrow::Cow::Owned(hints.iter().filter(|h| h.preferred && h.mask.count() == 1).copied().collect())
+            } else {
+                std::borrow::Cow::Borrowed(hints.as_slice())
             }
-            hints
         })
         .collect();
     if lists.is_empty() {
@@ -179,7 +186,7 @@ pub fn merge(
 
 /// The set the Topology Manager settles on when no preferred merge exists: the AND of one hint
 /// per resource, aiming at the widest of the resources' narrowest hints.
-fn non_preferred(all: Mask, lists: &[Vec<Hint>], tiebreak: Tiebreak, distances: &Distances) -> Mask {
+fn non_preferred(all: Mask, lists: &[std::borrow::Cow<'_, [Hint]>], tiebreak: Tiebreak, distances: &Distances) -> Mask {
     let permutations = lists.iter().try_fold(1usize, |n, list| n.checked_mul(list.len()));
     if permutations.is_none_or(|n| n == 0 || n > MAX_PERMUTATIONS) {
         return all;

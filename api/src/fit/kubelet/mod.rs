@@ -37,6 +37,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -77,8 +78,20 @@ pub struct Aligned {
     pub preferred: bool,
 }
 
+/// One aligned resource of a refused request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Shortfall {
+    /// The resource.
+    pub resource: String,
+    /// What the requester asks (thousandths).
+    pub requested: i64,
+    /// The most one NUMA node has free (thousandths).
+    pub most_free: i64,
+}
+
 /// Why the kubelet would refuse the pod.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "refusal", rename_all = "camelCase")]
 pub enum Refusal {
     /// `TopologyAffinityError`: no NUMA set the policy accepts holds what `requester` asks.
@@ -87,8 +100,8 @@ pub enum Refusal {
         requester: Requester,
         /// The policy.
         policy: String,
-        /// The resources it asks of one set, and what the best set offers (for the message).
-        detail: String,
+        /// Per aligned resource: what it asks, and the most one NUMA node has free.
+        shortfall: Vec<Shortfall>,
     },
     /// The kubelet does not run its Topology Manager on this many NUMA nodes.
     TooManyNumaNodes {
@@ -102,8 +115,24 @@ pub enum Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::TopologyAffinity { requester, policy, detail } => {
-                write!(f, "the kubelet ({policy}) cannot align {requester}: {detail}")
+            Self::TopologyAffinity { requester, policy, shortfall } => {
+                let rule = if policy == "single-numa-node" {
+                    "no single NUMA node holds all of it"
+                } else {
+                    "no NUMA set as narrow as the request allows holds all of it"
+                };
+                let parts: Vec<String> = shortfall
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{} {} requested, at most {} free on one NUMA node",
+                            s.resource,
+                            super::format_amount(&s.resource, s.requested),
+                            super::format_amount(&s.resource, s.most_free)
+                        )
+                    })
+                    .collect();
+                write!(f, "the kubelet ({policy}) cannot align {requester}: {rule} ({})", parts.join(", "))
             }
             Self::TooManyNumaNodes { nodes, limit } => write!(
                 f,
@@ -132,19 +161,81 @@ impl Admission {
 }
 
 /// One NUMA node's amounts, per resource.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Amounts {
     capacity: i64,
     allocatable: i64,
     available: i64,
 }
 
+/// One resource's amounts per NUMA id: a handful of entries, kept in a vector (cheaper to read
+/// and to copy than a tree, on every node of every filter).
+#[derive(Debug, Clone, Default)]
+struct Zones(Vec<(u32, Amounts)>);
+
+impl Zones {
+    fn get(&self, id: &u32) -> Option<&Amounts> {
+        self.0.iter().find(|(at, _)| at == id).map(|(_, a)| a)
+    }
+
+    fn get_mut(&mut self, id: &u32) -> Option<&mut Amounts> {
+        self.0.iter_mut().find(|(at, _)| at == id).map(|(_, a)| a)
+    }
+
+    fn insert(&mut self, id: u32, amounts: Amounts) {
+        match self.get_mut(&id) {
+            Some(at) => *at = amounts,
+            None => self.0.push((id, amounts)),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u32, &Amounts)> {
+        self.0.iter().map(|(id, a)| (id, a))
+    }
+}
+
+/// Each resource's [`Zones`], by name.
+#[derive(Debug, Clone, Default)]
+struct ByResource(Vec<(Arc<str>, Zones)>);
+
+impl ByResource {
+    fn get(&self, name: &str) -> Option<&Zones> {
+        self.0.iter().find(|(at, _)| &**at == name).map(|(_, z)| z)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Zones> {
+        self.0.iter_mut().find(|(at, _)| &**at == name).map(|(_, z)| z)
+    }
+
+    fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    fn slot(&mut self, name: &str) -> &mut Zones {
+        let index = match self.0.iter().position(|(at, _)| &**at == name) {
+            Some(index) => index,
+            None => {
+                self.0.push((Arc::from(name), Zones::default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[index].1
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &Zones)> {
+        self.0.iter().map(|(name, zones)| (&**name, zones))
+    }
+}
+
 /// The node as its kubelet sees it.
+#[derive(Debug, Clone)]
 struct Machine {
     ids: Vec<u32>,
     all: Mask,
+    /// Every NUMA set, fewest nodes first (what the hint providers walk).
+    masks: Arc<[Mask]>,
     /// resource → NUMA id → amounts (thousandths).
-    resources: BTreeMap<String, BTreeMap<u32, Amounts>>,
+    resources: ByResource,
     distances: Distances,
     memory_managed: bool,
 }
@@ -154,7 +245,8 @@ impl Machine {
         let mut machine = Self {
             ids: Vec::new(),
             all: Mask(0),
-            resources: BTreeMap::new(),
+            masks: Arc::from(Vec::new()),
+            resources: ByResource::default(),
             distances: Distances::new(),
             memory_managed: true,
         };
@@ -169,7 +261,7 @@ impl Machine {
                     allocatable: milli(&resource.allocatable),
                     available: milli(&resource.available),
                 };
-                machine.resources.entry(resource.name.to_string()).or_default().insert(id, amounts);
+                machine.resources.slot(&resource.name).insert(id, amounts);
             }
             for cost in &zone.costs {
                 if let Some(other) = numa_id_from_zone_name(&cost.name) {
@@ -181,17 +273,11 @@ impl Machine {
             }
         }
         machine.ids.sort_unstable();
+        machine.masks = Arc::from(Mask::every_subset(&machine.ids));
         if !machine.resources.contains_key("memory") {
             machine.memory_managed = false;
         }
         machine
-    }
-
-    fn per_numa(&self, resource: &str, field: impl Fn(&Amounts) -> i64) -> BTreeMap<u32, i64> {
-        self.resources
-            .get(resource)
-            .map(|zones| zones.iter().map(|(id, a)| (*id, field(a))).collect())
-            .unwrap_or_default()
     }
 
     /// Takes `amount` of `resource` from the set's nodes, lowest id first; what it took where.
@@ -223,7 +309,7 @@ impl Machine {
 
 /// What the managers align of a request: whole CPUs (Guaranteed), memory and hugepages
 /// (Guaranteed, Static memory manager), devices the NRT places on NUMA nodes (any QoS).
-fn aligned_requests(requests: &Resources, qos: QosClass, machine: &Machine) -> Resources {
+fn aligned_requests<'a>(requests: &'a Resources, qos: QosClass, machine: &Machine) -> Wanted<'a> {
     requests
         .iter()
         .filter(|(name, amount)| match name.as_str() {
@@ -232,46 +318,95 @@ fn aligned_requests(requests: &Resources, qos: QosClass, machine: &Machine) -> R
             name if is_hugepages(name) => qos == QosClass::Guaranteed && machine.memory_managed,
             name => !is_native(name) && machine.resources.contains_key(name),
         })
-        .map(|(name, amount)| (name.clone(), *amount))
+        .map(|(name, amount)| (name.as_str(), *amount))
         .collect()
 }
+
+/// The aligned part of one requester's requests, by resource name (sorted, as the requests are).
+type Wanted<'a> = Vec<(&'a str, i64)>;
 
 /// Each aligned resource's hints. Memory and hugepages are one manager's: a set is a hint for all
 /// of them when it holds all of them.
 fn resource_hints(
-    wanted: &Resources,
+    wanted: &Wanted<'_>,
     machine: &Machine,
     reusable: &BTreeMap<String, BTreeMap<u32, i64>>,
-) -> Vec<(String, ResourceHints)> {
+) -> Vec<ResourceHints> {
     let none = BTreeMap::new();
-    let mut lists = Vec::new();
+    let empty = Zones::default();
+    let mut lists = Vec::with_capacity(wanted.len());
     let mut memory: Option<Vec<Hint>> = None;
+    let mut memory_resources = 0;
     for (resource, amount) in wanted {
-        let sized_by_allocatable = resource == "memory" || is_hugepages(resource);
-        let sized = machine.per_numa(resource, |a| if sized_by_allocatable { a.allocatable } else { a.capacity });
-        let free = machine.per_numa(resource, |a| a.available);
-        let reused = reusable.get(resource).unwrap_or(&none);
-        let found = hints::hints(&machine.ids, *amount, &sized, &free, reused);
+        let sized_by_allocatable = *resource == "memory" || is_hugepages(resource);
+        let zones = machine.resources.get(resource).unwrap_or(&empty);
+        let amounts = |id: u32| zones.get(&id).copied().unwrap_or_default();
+        let sized = |id: u32| if sized_by_allocatable { amounts(id).allocatable } else { amounts(id).capacity };
+        let reused = reusable.get(*resource).unwrap_or(&none);
+        let found = hints::hints(&machine.masks, *amount, sized, |id| amounts(id).available, reused);
         if sized_by_allocatable {
+            memory_resources += 1;
             memory = Some(match memory {
                 None => found,
                 Some(before) => before.into_iter().filter(|h| found.iter().any(|f| f.mask == h.mask)).collect(),
             });
         } else {
-            lists.push((resource.clone(), Some(found)));
+            lists.push(Some(found));
         }
     }
     if let Some(memory) = memory {
-        for resource in wanted.keys().filter(|r| *r == "memory" || is_hugepages(r)) {
-            lists.push((resource.clone(), Some(memory.clone())));
+        for _ in 0..memory_resources {
+            lists.push(Some(memory.clone()));
         }
     }
     lists
 }
 
+/// A node as its kubelet decides: read once from its NRT, asked many times.
+#[derive(Debug, Clone)]
+pub struct Node {
+    config: TopologyManagerConfig,
+    machine: Machine,
+}
+
+impl Node {
+    /// The node `nrt` describes.
+    pub fn of(nrt: &NodeResourceTopology) -> Self {
+        Self { config: TopologyManagerConfig::of(nrt), machine: Machine::of(nrt) }
+    }
+
+    /// The kubelet's admission of `pod` here.
+    pub fn admit(&self, pod: &PodRequests, options: &PolicyOptions) -> Admission {
+        admit_on(pod, &self.config, &mut std::borrow::Cow::Borrowed(&self.machine), options, false)
+    }
+
+    /// [`Self::admit`], and the node once the admitted pod holds what the kubelet aligns for it.
+    pub fn reserve(&self, pod: &PodRequests, options: &PolicyOptions) -> (Admission, Node) {
+        let mut machine = std::borrow::Cow::Borrowed(&self.machine);
+        let admission = admit_on(pod, &self.config, &mut machine, options, true);
+        let machine = if admission.admitted() { machine.into_owned() } else { self.machine.clone() };
+        (admission, Node { config: self.config.clone(), machine })
+    }
+
+    /// Per resource, the allocatable and available amounts (thousandths) summed over the NUMA
+    /// nodes `numa`.
+    pub fn totals(&self, numa: &[u32]) -> Vec<(&str, i64, i64)> {
+        self.machine
+            .resources
+            .iter()
+            .map(|(name, zones)| {
+                let in_set = zones.iter().filter(|(id, _)| numa.contains(id)).map(|(_, a)| a);
+                let (allocatable, available) = in_set
+                    .fold((0i64, 0i64), |(t, f), a| (t.saturating_add(a.allocatable), f.saturating_add(a.available)));
+                (name, allocatable, available)
+            })
+            .collect()
+    }
+}
+
 /// Runs the kubelet's admission of `pod` on the node `nrt` describes.
 pub fn admit(pod: &PodRequests, nrt: &NodeResourceTopology, options: &PolicyOptions) -> Admission {
-    admit_on(pod, &TopologyManagerConfig::of(nrt), &mut Machine::of(nrt), options)
+    Node::of(nrt).admit(pod, options)
 }
 
 /// [`admit`], and the NRT as it reads once the admitted pod holds what the kubelet aligns for it
@@ -282,14 +417,13 @@ pub fn reserve(
     nrt: &NodeResourceTopology,
     options: &PolicyOptions,
 ) -> (Admission, NodeResourceTopology) {
-    let mut machine = Machine::of(nrt);
-    let admission = admit_on(pod, &TopologyManagerConfig::of(nrt), &mut machine, options);
+    let (admission, node) = Node::of(nrt).reserve(pod, options);
     let mut after = nrt.clone();
     if admission.admitted() {
         for zone in after.zones.iter_mut().filter(|z| z.zone_type == ZONE_TYPE_NODE) {
             let Some(id) = numa_id_from_zone_name(&zone.name) else { continue };
             for resource in &mut zone.resources {
-                let left = machine.resources.get(resource.name.as_str()).and_then(|zones| zones.get(&id));
+                let left = node.machine.resources.get(resource.name.as_str()).and_then(|zones| zones.get(&id));
                 if let Some(left) = left {
                     resource.available = crate::quantity::Quantity::from_milli(left.available);
                 }
@@ -299,11 +433,14 @@ pub fn reserve(
     (admission, after)
 }
 
+/// The admission itself. `machine` is written only where a later requester (or the caller, when
+/// `keep_last`) needs what an earlier one took: a one-container pod is judged without a copy.
 fn admit_on(
     pod: &PodRequests,
     config: &TopologyManagerConfig,
-    machine: &mut Machine,
+    machine: &mut std::borrow::Cow<'_, Machine>,
     options: &PolicyOptions,
+    keep_last: bool,
 ) -> Admission {
     if config.policy == "none" {
         return Admission { aligned: Vec::new(), refusal: None };
@@ -313,44 +450,50 @@ fn admit_on(
         return Admission { aligned: Vec::new(), refusal: Some(refusal) };
     }
     let tiebreak = if options.prefer_closest_numa_nodes { Tiebreak::Closest } else { Tiebreak::Narrowest };
-    let requesters: Vec<(Requester, Resources)> = if config.pod_scope() {
-        vec![(Requester::Pod, pod_scope_requests(pod))]
+    let pod_requests;
+    let requesters: Vec<(&Requester, &Resources)> = if config.pod_scope() {
+        pod_requests = pod_scope_requests(pod);
+        vec![(&Requester::Pod, &pod_requests)]
     } else {
-        pod.init_containers.iter().chain(&pod.containers).map(|c| (c.requester.clone(), c.requests.clone())).collect()
+        pod.init_containers.iter().chain(&pod.containers).map(|c| (&c.requester, &c.requests)).collect()
     };
-    let mut aligned = Vec::new();
-    // What regular init containers leave for the next containers to reuse (CPUs, memory).
+    let count = requesters.len();
+    let mut aligned = Vec::with_capacity(count);
+    // What regular init containers leave for the next containers to reuse (CPUs).
     let mut reusable: BTreeMap<String, BTreeMap<u32, i64>> = BTreeMap::new();
-    for (requester, requests) in requesters {
-        let wanted = aligned_requests(&requests, pod.qos, machine);
+    for (index, (requester, requests)) in requesters.into_iter().enumerate() {
+        let wanted = aligned_requests(requests, pod.qos, machine);
         let lists = resource_hints(&wanted, machine, &reusable);
-        let hint_lists: Vec<ResourceHints> = lists.iter().map(|(_, h)| h.clone()).collect();
         let merged =
-            hints::merge(machine.all, &hint_lists, config.policy == "single-numa-node", tiebreak, &machine.distances);
+            hints::merge(machine.all, &lists, config.policy == "single-numa-node", tiebreak, &machine.distances);
         let refused = match config.policy.as_str() {
             "restricted" | "single-numa-node" => !merged.preferred,
             _ => false,
         };
         if refused {
-            let detail = describe_shortfall(&wanted, machine, &config.policy);
-            let refusal = Refusal::TopologyAffinity { requester, policy: config.policy.clone(), detail };
+            let shortfall = shortfall(&wanted, machine);
+            let refusal =
+                Refusal::TopologyAffinity { requester: requester.clone(), policy: config.policy.clone(), shortfall };
             return Admission { aligned, refusal: Some(refusal) };
+        }
+        let numa = (!wanted.is_empty()).then(|| merged.mask.map(|m| m.ids().collect())).flatten();
+        aligned.push(Aligned { requester: requester.clone(), numa, preferred: merged.preferred });
+        if index + 1 == count && !keep_last {
+            break;
         }
         let mask = merged.mask.unwrap_or(machine.all);
         let init = matches!(requester, Requester::InitContainer(_));
         for (resource, amount) in &wanted {
-            let reused = reusable.get_mut(resource).map(|zones| take_reused(zones, *amount)).unwrap_or(0);
-            let taken = machine.take(resource, mask, amount - reused);
-            if init && resource == "cpu" {
+            let reused = reusable.get_mut(*resource).map(|zones| take_reused(zones, *amount)).unwrap_or(0);
+            let taken = machine.to_mut().take(resource, mask, amount - reused);
+            if init && *resource == "cpu" {
                 // The next containers reuse these CPUs, and must be aligned where they are.
-                reusable.insert(resource.clone(), taken);
+                reusable.insert((*resource).to_owned(), taken);
             } else if init {
                 // Memory and devices an init container held are free again once it ends.
-                machine.give_back(resource, &taken);
+                machine.to_mut().give_back(resource, &taken);
             }
         }
-        let numa = (!wanted.is_empty()).then(|| merged.mask.map(|m| m.ids().collect())).flatten();
-        aligned.push(Aligned { requester, numa, preferred: merged.preferred });
     }
     Admission { aligned, refusal: None }
 }
@@ -380,25 +523,14 @@ fn pod_scope_requests(pod: &PodRequests) -> Resources {
     whole_cpus.effective()
 }
 
-/// One line on what no acceptable set offers: per resource, the request and the most any one
-/// NUMA node has free.
-fn describe_shortfall(wanted: &Resources, machine: &Machine, policy: &str) -> String {
-    let parts: Vec<String> = wanted
+/// Per aligned resource, the request and the most any one NUMA node has free.
+fn shortfall(wanted: &Wanted<'_>, machine: &Machine) -> Vec<Shortfall> {
+    wanted
         .iter()
         .map(|(resource, amount)| {
-            let free = machine.per_numa(resource, |a| a.available);
-            let most = free.values().copied().max().unwrap_or(0);
-            format!(
-                "{resource} {} requested, at most {} free on one NUMA node",
-                super::format_amount(resource, *amount),
-                super::format_amount(resource, most)
-            )
+            let zones = machine.resources.get(resource);
+            let most_free = zones.into_iter().flat_map(|z| z.iter()).map(|(_, a)| a.available).max().unwrap_or(0);
+            Shortfall { resource: (*resource).to_owned(), requested: *amount, most_free }
         })
-        .collect();
-    let rule = if policy == "single-numa-node" {
-        "no single NUMA node holds all of it"
-    } else {
-        "no NUMA set as narrow as the request allows holds all of it"
-    };
-    format!("{rule} ({})", parts.join(", "))
+        .collect()
 }
