@@ -92,6 +92,7 @@ fn main() {
         namespace: "numaresources".into(),
         capabilities: numaresources_api::operator::scheduler_image::identify(&spec.scheduler_image).capabilities,
         guaranteed_qos: false,
+        extender_image: "numaresources:test".into(),
     };
     bench("scheduler: KubeSchedulerConfiguration, its hash, the Deployment", 200, || {
         let yaml = scheduler::config_yaml(&spec, &scheduler_settings, 2);

@@ -10,7 +10,8 @@
 use super::{
     CacheResyncDebugMode, CacheResyncDetectionMode, InfoRefreshMode, InfoRefreshPauseMode, LogLevel,
     NUMAResourcesOperatorSpec, NUMAResourcesSchedulerSpec, NodeGroup, NodeGroupConfig, PodRouting, PodRoutingMode,
-    PodsFingerprintingMode, SchedulerInformerMode, ScoringStrategyParams, ScoringStrategyType, UnmanagedMemoryMode,
+    PodsFingerprintingMode, SchedulerEngine, SchedulerInformerMode, ScoringStrategyParams, ScoringStrategyType,
+    UnmanagedMemoryMode,
 };
 use crate::duration::GoDuration;
 
@@ -116,6 +117,11 @@ impl NUMAResourcesSchedulerSpec {
             pod_routing: Some(pod_routing),
             ..self.clone()
         }
+    }
+
+    /// The engine in force (`Plugin` when unset).
+    pub fn engine(&self) -> SchedulerEngine {
+        self.engine.clone().unwrap_or(SchedulerEngine::Plugin)
     }
 
     /// The pod routing mode in force (`Disabled` when unset).
@@ -263,8 +269,11 @@ mod tests {
             replicas: Some(3),
             preemption_mode: Some(super::super::PreemptionMode::Enabled),
             pod_routing: Some(PodRouting { mode: Some(PodRoutingMode::All), namespace_selector: None }),
+            engine: Some(SchedulerEngine::Extender),
         };
         assert_eq!(given.normalized(Platform::OpenShift(4, 20)), given);
+        assert_eq!(given.engine(), SchedulerEngine::Extender);
+        assert_eq!(NUMAResourcesSchedulerSpec::default().engine(), SchedulerEngine::Plugin);
         assert_eq!(given.effective_scheduler_name(), "numa");
         assert_eq!(NUMAResourcesSchedulerSpec::default().effective_scheduler_name(), "topo-aware-scheduler");
     }

@@ -67,6 +67,22 @@ pub struct NUMAResourcesSchedulerSpec {
     /// Which pods the admission webhook sends to this scheduler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_routing: Option<PodRouting>,
+    /// What places the pods: "Plugin" (scheduler-plugins' NodeResourceTopologyMatch in the
+    /// imageSpec image; the default) or "Extender" (the stock kube-scheduler in imageSpec, of the
+    /// cluster's version, with the numaresources scheduler extender beside it, deciding by the
+    /// kubelet's own Topology Manager rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<SchedulerEngine>,
+}
+
+string_enum! {
+    /// What places the pods routed to the NUMA-aware scheduler.
+    pub enum SchedulerEngine {
+        /// scheduler-plugins' NodeResourceTopologyMatch. The default.
+        Plugin = "Plugin",
+        /// The stock kube-scheduler with the numaresources scheduler extender.
+        Extender = "Extender",
+    }
 }
 
 string_enum! {

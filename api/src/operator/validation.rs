@@ -68,6 +68,7 @@ pub fn validate_scheduler(nrs: &NUMAResourcesScheduler) -> FieldErrors {
     errors.extend(known_enum(spec.child("schedulerInformer"), s.scheduler_informer.as_ref()));
     errors.extend(known_enum(spec.child("cacheResyncDetection"), s.cache_resync_detection.as_ref()));
     errors.extend(known_enum(spec.child("preemptionMode"), s.preemption_mode.as_ref()));
+    errors.extend(known_enum(spec.child("engine"), s.engine.as_ref()));
     if let Some(strategy) = &s.scoring_strategy {
         errors.extend(scoring_strategy(strategy, &spec.child("scoringStrategy")));
     }

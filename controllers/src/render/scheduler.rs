@@ -9,6 +9,10 @@
 //! kube-scheduler decodes its configuration strictly: an argument or plugin the image does not
 //! know makes it exit. So `preemptionMode` and the `KNIDebug` filter are rendered only for an
 //! image that has them ([`SchedulerCapabilities`], by image reference).
+//!
+//! With `engine: Extender` the image is the stock kube-scheduler: its profile keeps the default
+//! plugins, an `extenders` stanza calls the numaresources scheduler extender, which runs beside it
+//! in the pod (our image, `scheduler-extender`, on loopback) and decides by the kubelet's rules.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
@@ -16,7 +20,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use numaresources_api::operator::scheduler_image::SchedulerCapabilities;
 use numaresources_api::operator::{
     CacheResyncDebugMode, CacheResyncDetectionMode, LogLevel, NUMAResourcesSchedulerSpec, PreemptionMode,
-    SchedulerInformerMode, ScoringStrategyType,
+    SchedulerEngine, SchedulerInformerMode, ScoringStrategyType,
 };
 use numaresources_api::{GoDuration, StringEnum, nrt};
 use serde_json::{Value, json};
@@ -56,6 +60,8 @@ pub struct SchedulerSettings {
     pub capabilities: SchedulerCapabilities,
     /// Requests equal to limits (the `scheduler-qos-request: guaranteed` annotation).
     pub guaranteed_qos: bool,
+    /// Our image, which the extender engine runs beside kube-scheduler.
+    pub extender_image: String,
 }
 
 /// How many replicas to run (upstream's replica autodetection): an explicit count, 0 included (scaled to
@@ -122,6 +128,15 @@ pub fn config_yaml(spec: &NUMAResourcesSchedulerSpec, settings: &SchedulerSettin
         .filter(|name| settings.capabilities.kni_debug || **name != "KNIDebug")
         .map(|name| json!({"name": name}))
         .collect();
+    let leader_election = json!({
+        "leaderElect": replicas > 1,
+        "resourceLock": "leases",
+        "resourceName": SCHEDULER_LEADER_LEASE,
+        "resourceNamespace": settings.namespace,
+    });
+    if spec.engine() == SchedulerEngine::Extender {
+        return extender_config_yaml(spec, leader_election);
+    }
     let config = json!({
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -144,6 +159,54 @@ pub fn config_yaml(spec: &NUMAResourcesSchedulerSpec, settings: &SchedulerSettin
         }],
     });
     serde_norway::to_string(&config).unwrap_or_default()
+}
+
+/// How long kube-scheduler waits for the extender (it is on loopback; a filter over thousands of
+/// nodes takes milliseconds).
+const EXTENDER_TIMEOUT: &str = "5s";
+
+/// The extender engine's configuration: the default plugins, and the extender on loopback for
+/// filter, prioritize and bind (it must see every pod of the profile: no `managedResources`),
+/// not ignorable (a pod is retried rather than placed without it).
+fn extender_config_yaml(spec: &NUMAResourcesSchedulerSpec, leader_election: Value) -> String {
+    use numaresources_api::extender::{BIND_VERB, DEFAULT_PORT, FILTER_VERB, PRIORITIZE_VERB};
+    let config = json!({
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": leader_election,
+        "profiles": [{"schedulerName": spec.effective_scheduler_name()}],
+        "extenders": [{
+            "urlPrefix": format!("http://127.0.0.1:{DEFAULT_PORT}"),
+            "filterVerb": FILTER_VERB,
+            "prioritizeVerb": PRIORITIZE_VERB,
+            "bindVerb": BIND_VERB,
+            "weight": 1,
+            "nodeCacheCapable": true,
+            "httpTimeout": EXTENDER_TIMEOUT,
+            "ignorable": false,
+        }],
+    });
+    serde_norway::to_string(&config).unwrap_or_default()
+}
+
+/// The extender beside kube-scheduler: our image, on loopback, scoring by the spec's strategy.
+fn extender_container(spec: &NUMAResourcesSchedulerSpec, settings: &SchedulerSettings) -> Value {
+    let strategy =
+        spec.scoring_strategy.as_ref().and_then(|s| s.type_.clone()).unwrap_or(ScoringStrategyType::LeastAllocated);
+    json!({
+        "name": "numa-extender",
+        "image": settings.extender_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["scheduler-extender", "--scheduler-name", spec.effective_scheduler_name(),
+                 "--scoring-strategy", strategy.as_str()],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    })
 }
 
 /// The profile's scheduler name in a rendered (or applied) configuration.
@@ -187,6 +250,32 @@ pub fn deployment(
         env.push(json!({"name": "PFP_STATUS_DUMP", "value": "/run/pfpstatus"}));
     }
     let probe = |initial: i32| json!({"httpGet": {"path": "/healthz", "port": 10259, "scheme": "HTTPS"}, "initialDelaySeconds": initial, "periodSeconds": 10});
+    let extender = spec.engine() == SchedulerEngine::Extender;
+    // scheduler-plugins' image keeps the binary in /bin; the stock image has it on its PATH.
+    let binary = if extender { "kube-scheduler" } else { "/bin/kube-scheduler" };
+    let mut containers = vec![json!({
+        "name": "kube-scheduler",
+        "image": spec.scheduler_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [binary, "--config=/etc/kubernetes/config.yaml", format!("-v={verbosity}")],
+        "env": env,
+        "resources": resources,
+        "livenessProbe": probe(15),
+        "readinessProbe": probe(0),
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "etckubernetes", "mountPath": "/etc/kubernetes", "readOnly": true},
+            {"name": "run-pfpstatus", "mountPath": "/run/pfpstatus"},
+        ],
+    })];
+    if extender {
+        containers.push(extender_container(spec, settings));
+    }
     typed(
         "scheduler Deployment",
         json!({
@@ -219,26 +308,7 @@ pub fn deployment(
                             {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
                             {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
                         ],
-                        "containers": [{
-                            "name": "kube-scheduler",
-                            "image": spec.scheduler_image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": ["/bin/kube-scheduler", "--config=/etc/kubernetes/config.yaml", format!("-v={verbosity}")],
-                            "env": env,
-                            "resources": resources,
-                            "livenessProbe": probe(15),
-                            "readinessProbe": probe(0),
-                            "securityContext": {
-                                "allowPrivilegeEscalation": false,
-                                "readOnlyRootFilesystem": true,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "terminationMessagePolicy": "FallbackToLogsOnError",
-                            "volumeMounts": [
-                                {"name": "etckubernetes", "mountPath": "/etc/kubernetes", "readOnly": true},
-                                {"name": "run-pfpstatus", "mountPath": "/run/pfpstatus"},
-                            ],
-                        }],
+                        "containers": containers,
                         "volumes": [
                             {"name": "etckubernetes", "configMap": {"name": SCHEDULER_CONFIG}},
                             {"name": "run-pfpstatus", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},

@@ -13,6 +13,7 @@ fn settings() -> SchedulerSettings {
         namespace: "numaresources".into(),
         capabilities: SchedulerCapabilities { kni_debug: false, preemption_mode: true },
         guaranteed_qos: false,
+        extender_image: "numaresources:test".into(),
     }
 }
 
@@ -248,4 +249,54 @@ fn rbac_is_least_privilege() {
     assert_eq!(service_account("numaresources").unwrap().metadata.name.as_deref(), Some("numaresources-scheduler"));
     let cm = config_map(&settings(), "x".into()).unwrap();
     assert_eq!(cm.metadata.name.as_deref(), Some("numaresources-scheduler-config"));
+}
+
+#[test]
+fn the_extender_engine_runs_the_stock_scheduler_calling_our_extender_beside_it() {
+    use numaresources_api::operator::SchedulerEngine;
+    let spec = NUMAResourcesSchedulerSpec {
+        scheduler_image: "registry.k8s.io/kube-scheduler:v1.33.0".into(),
+        engine: Some(SchedulerEngine::Extender),
+        scoring_strategy: Some(ScoringStrategyParams {
+            type_: Some(ScoringStrategyType::MostAllocated),
+            resources: vec![],
+        }),
+        ..NUMAResourcesSchedulerSpec::default()
+    }
+    .normalized(Platform::Kubernetes);
+    let config: Value = serde_norway::from_str(&config_yaml(&spec, &settings(), 3)).unwrap();
+    // The default plugins (no NodeResourceTopologyMatch, which the stock image does not have).
+    assert_eq!(config["profiles"], json!([{"schedulerName": "topo-aware-scheduler"}]));
+    assert_eq!(config["leaderElection"]["leaderElect"], true);
+    assert_eq!(
+        config["extenders"],
+        json!([{"urlPrefix": "http://127.0.0.1:8888", "filterVerb": "filter", "prioritizeVerb": "prioritize",
+                "bindVerb": "bind", "weight": 1, "nodeCacheCapable": true, "httpTimeout": "5s", "ignorable": false}])
+    );
+
+    let deployment = deployment(&spec, &settings(), 3, "hash", "epoch").unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let scheduler = &pod.containers[0];
+    assert_eq!(scheduler.image.as_deref(), Some("registry.k8s.io/kube-scheduler:v1.33.0"));
+    assert_eq!(scheduler.command.as_ref().unwrap()[0], "kube-scheduler", "the stock image has it on its PATH");
+    let extender = &pod.containers[1];
+    assert_eq!(extender.name, "numa-extender");
+    assert_eq!(extender.image.as_deref(), Some("numaresources:test"));
+    assert_eq!(
+        extender.args.as_deref().unwrap(),
+        ["scheduler-extender", "--scheduler-name", "topo-aware-scheduler", "--scoring-strategy", "MostAllocated"]
+    );
+
+    // The plugin engine is unchanged: one container, scheduler-plugins' binary path.
+    let plugin = deployment_of(&spec_with_engine(None));
+    assert_eq!(plugin.containers.len(), 1);
+    assert_eq!(plugin.containers[0].command.as_ref().unwrap()[0], "/bin/kube-scheduler");
+}
+
+fn spec_with_engine(engine: Option<numaresources_api::operator::SchedulerEngine>) -> NUMAResourcesSchedulerSpec {
+    NUMAResourcesSchedulerSpec { engine, ..spec() }.normalized(Platform::Kubernetes)
+}
+
+fn deployment_of(spec: &NUMAResourcesSchedulerSpec) -> k8s_openapi::api::core::v1::PodSpec {
+    deployment(spec, &settings(), 1, "hash", "epoch").unwrap().spec.unwrap().template.spec.unwrap()
 }

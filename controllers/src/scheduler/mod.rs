@@ -36,7 +36,7 @@ use numaresources_api::operator::scheduler_image::identify;
 use numaresources_api::operator::validation::validate_scheduler;
 use numaresources_api::operator::{
     NUMAResourcesScheduler, NUMAResourcesSchedulerStatus, NamespacedName, PreemptionMode, SCHEDULER_SINGLETON_NAME,
-    SchedulerInformerMode,
+    SchedulerEngine, SchedulerInformerMode,
 };
 use serde_json::json;
 
@@ -167,14 +167,17 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     let namespace = &ctx.settings.namespace;
     // Only what the image can decode is rendered; the rest is said in status.
     let image = identify(&spec.scheduler_image);
-    let observed = Observed {
-        image_warnings: image.warnings(&spec.scheduler_image, spec.preemption_mode == Some(PreemptionMode::Enabled)),
-        coverage: topology::observe(ctx).await?,
+    // The extender engine runs the stock kube-scheduler: none of the plugin's settings apply.
+    let image_warnings = match spec.engine() {
+        SchedulerEngine::Extender => Vec::new(),
+        _ => image.warnings(&spec.scheduler_image, spec.preemption_mode == Some(PreemptionMode::Enabled)),
     };
+    let observed = Observed { image_warnings, coverage: topology::observe(ctx).await? };
     let settings = SchedulerSettings {
         namespace: namespace.clone(),
         capabilities: image.capabilities,
         guaranteed_qos: nrs.annotations().get(ANNOTATION_SCHEDULER_QOS).is_some_and(|v| v == "guaranteed"),
+        extender_image: ctx.settings.image.clone(),
     };
     let applier = Applier::new(ctx.client.clone(), nrs.controller_owner_ref(&()));
     applier.namespaced(render::service_account(namespace)?).await?;

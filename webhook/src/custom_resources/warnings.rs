@@ -9,7 +9,7 @@ use numaresources_api::GoDuration;
 use numaresources_api::operator::scheduler_image;
 use numaresources_api::operator::{
     InfoRefreshPauseMode, NUMAResourcesOperator, NUMAResourcesScheduler, PodRoutingMode, PodsFingerprintingMode,
-    PreemptionMode,
+    PreemptionMode, SchedulerEngine,
 };
 use numaresources_api::selector;
 
@@ -85,7 +85,11 @@ pub(super) fn scheduler(nrs: &NUMAResourcesScheduler) -> Vec<String> {
         _ => {}
     }
     // kube-scheduler exits on a setting its image does not know, so the controllers leave
-    // those out: say so now.
+    // those out: say so now. The extender engine runs the stock kube-scheduler, to which none of
+    // the plugin's settings apply.
+    if spec.engine() == SchedulerEngine::Extender {
+        return warnings;
+    }
     let preemption = spec.preemption_mode == Some(PreemptionMode::Enabled);
     warnings.extend(scheduler_image::identify(&spec.scheduler_image).warnings(&spec.scheduler_image, preemption));
     warnings
@@ -246,5 +250,18 @@ mod tests {
         for (name, spec, want) in rows {
             assert_warns(name, &scheduler_warnings(spec), want);
         }
+    }
+
+    #[test]
+    fn the_extender_engine_gets_no_plugin_image_warning() {
+        use numaresources_api::operator::SchedulerEngine;
+        let stock = |engine| NUMAResourcesSchedulerSpec {
+            scheduler_image: "registry.k8s.io/kube-scheduler:v1.33.0".into(),
+            engine,
+            ..Default::default()
+        };
+        assert!(scheduler_warnings(stock(Some(SchedulerEngine::Extender))).is_empty());
+        let plugin = scheduler_warnings(stock(None));
+        assert!(plugin.iter().any(|w| w.contains("has unknown capabilities")), "{plugin:?}");
     }
 }

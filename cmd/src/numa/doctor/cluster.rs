@@ -180,6 +180,16 @@ pub(super) fn scheduler(read: &Read<Option<Deployment>>) -> Check {
     }
 }
 
+/// The `urlPrefix` of the extender stanza that calls our extender's filter, if any.
+fn our_extender(config: Option<&Value>) -> Option<String> {
+    let extenders = config?["extenders"].as_array()?;
+    extenders.iter().find_map(|e| {
+        (e["filterVerb"] == numaresources_api::extender::FILTER_VERB && e["nodeCacheCapable"] == true)
+            .then(|| e["urlPrefix"].as_str().map(str::to_owned))
+            .flatten()
+    })
+}
+
 /// The scheduler's image (what it can decode) and its configuration: a profile with the name
 /// pods use, reading NRTs through NodeResourceTopologyMatch.
 pub(super) fn scheduler_configuration(
@@ -219,6 +229,30 @@ pub(super) fn scheduler_configuration(
             "check the controllers' logs: they render the configuration from the NUMAResourcesScheduler",
         );
     };
+    if let Some(extender) = our_extender(parsed.as_ref()) {
+        let containers =
+            deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(|s| s.containers.as_slice());
+        let runs_it = containers
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.args.as_ref().and_then(|a| a.first()).is_some_and(|a| a == "scheduler-extender"));
+        if !runs_it {
+            return Check::problem(
+                NAME,
+                Status::Fail,
+                format!(
+                    "kube-scheduler calls the extender at {extender}, but no container of its pod runs it: every pod fails to schedule"
+                ),
+                "check the controllers' logs: they render the extender beside kube-scheduler for engine Extender",
+            );
+        }
+        return Check::ok(
+            NAME,
+            format!(
+                "{image}; profile {name:?} is filtered, scored and bound by the numaresources extender ({extender})"
+            ),
+        );
+    }
     // kube-scheduler's rule: a point's own list overrides multiPoint, and `*` disables every
     // default and multiPoint plugin at that point.
     let listed = |point: &str, list: &str| {

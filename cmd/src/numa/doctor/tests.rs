@@ -64,6 +64,7 @@ pub(super) fn rendered_scheduler_config() -> String {
         namespace: "numaresources".into(),
         capabilities: image.capabilities,
         guaranteed_qos: false,
+        extender_image: "numaresources:test".into(),
     };
     config_yaml(&spec.normalized(Platform::Kubernetes), &settings, 1)
 }
@@ -377,4 +378,42 @@ fn a_scheduler_image_whose_capabilities_are_not_known_warns() {
     let (status, detail) = status_of(&observed, "scheduler configuration");
     assert_eq!(status, Status::Warn);
     assert!(detail.starts_with("image example.com/my-scheduler:latest is not one whose capabilities are known"));
+}
+
+#[test]
+fn the_extender_engine_needs_the_extender_beside_kube_scheduler() {
+    use numaresources_api::operator::defaults::Platform;
+    use numaresources_api::operator::{NUMAResourcesSchedulerSpec, SchedulerEngine};
+    use numaresources_controllers::render::scheduler::{SchedulerSettings, config_yaml, deployment};
+    let spec = NUMAResourcesSchedulerSpec {
+        scheduler_image: "registry.k8s.io/kube-scheduler:v1.33.0".into(),
+        engine: Some(SchedulerEngine::Extender),
+        ..Default::default()
+    }
+    .normalized(Platform::Kubernetes);
+    let settings = SchedulerSettings {
+        namespace: "numaresources".into(),
+        capabilities: Default::default(),
+        guaranteed_qos: false,
+        extender_image: "numaresources:test".into(),
+    };
+    let mut observed = healthy();
+    let mut rendered = deployment(&spec, &settings, 1, "hash", "epoch").unwrap();
+    rendered.status =
+        Some(serde_json::from_value(json!({"conditions": [{"type": "Available", "status": "True"}]})).unwrap());
+    observed.scheduler = Ok(Some(rendered.clone()));
+    observed.scheduler_config = Ok(Some(SchedulerConfig {
+        scheduler_name: "topo-aware-scheduler".into(),
+        config: Some(config_yaml(&spec, &settings, 1)),
+    }));
+    let (status, detail) = status_of(&observed, "scheduler configuration");
+    assert_eq!(status, Status::Ok, "{detail}");
+    assert!(
+        detail.contains("filtered, scored and bound by the numaresources extender (http://127.0.0.1:8888)"),
+        "{detail}"
+    );
+    // The extender container gone: kube-scheduler calls nothing.
+    rendered.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers.truncate(1);
+    observed.scheduler = Ok(Some(rendered));
+    assert_eq!(status_of(&observed, "scheduler configuration").0, Status::Fail);
 }
