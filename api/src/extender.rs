@@ -4,6 +4,9 @@
 
 /// The port the extender listens on beside kube-scheduler (loopback by default).
 pub const DEFAULT_PORT: u16 = 8888;
+/// The port of the extender's `/healthz` and `/readyz` (all addresses: the kubelet probes it
+/// over the pod's IP, while the verbs stay on loopback).
+pub const HEALTH_PORT: u16 = 8889;
 /// `filterVerb`.
 pub const FILTER_VERB: &str = "filter";
 /// `prioritizeVerb`.

@@ -8,7 +8,7 @@ use anyhow::Context;
 use numaresources_api::fit::kubelet::{DEFAULT_MAX_ALLOWABLE_NUMA_NODES, PolicyOptions};
 use numaresources_api::operator::ScoringStrategyType;
 use numaresources_extender::engine::Engine;
-use numaresources_extender::server::{Shared, router};
+use numaresources_extender::server::{Shared, health_router, router};
 use numaresources_runtime::kube_client;
 use numaresources_runtime::shutdown::Shutdown;
 
@@ -21,6 +21,12 @@ pub struct ExtenderArgs {
     /// Port to listen on (plain HTTP; 0 picks a free one and logs it).
     #[arg(long, env = "NUMARESOURCES_EXTENDER_PORT", default_value_t = numaresources_api::extender::DEFAULT_PORT)]
     port: u16,
+    /// Address of `/healthz` and `/readyz` (the kubelet probes them over the pod's IP).
+    #[arg(long, env = "NUMARESOURCES_EXTENDER_HEALTH_BIND_ADDRESS", default_value = "0.0.0.0")]
+    health_bind_address: IpAddr,
+    /// Port of `/healthz` and `/readyz` (0 picks a free one and logs it).
+    #[arg(long, env = "NUMARESOURCES_EXTENDER_HEALTH_PORT", default_value_t = numaresources_api::extender::HEALTH_PORT)]
+    health_port: u16,
     /// A kubeconfig for talking to kube-apiserver (default: in-cluster configuration, then
     /// `$KUBECONFIG`/`~/.kube/config`).
     #[arg(long, env = "NUMARESOURCES_EXTENDER_KUBECONFIG")]
@@ -61,10 +67,17 @@ async fn serve(args: ExtenderArgs) -> anyhow::Result<()> {
     let shared = Shared::new(Engine::new(options, Some(strategy)), Some(client.clone()));
     let shutdown = Shutdown::on_signals();
     let following = tokio::spawn(numaresources_extender::watch::follow(client, shared.clone(), args.scheduler_name));
+    let health_address = SocketAddr::new(args.health_bind_address, args.health_port);
+    let health = tokio::net::TcpListener::bind(health_address)
+        .await
+        .with_context(|| format!("listening on {health_address}"))?;
+    tracing::info!(address = %health.local_addr()?, "serving /healthz and /readyz");
+    let probes = tokio::spawn(axum::serve(health, health_router(shared.clone())).into_future());
     let address = SocketAddr::new(args.bind_address, args.port);
     let listener = tokio::net::TcpListener::bind(address).await.with_context(|| format!("listening on {address}"))?;
     tracing::info!(address = %listener.local_addr()?, "serving the scheduler extender");
     let served = axum::serve(listener, router(shared)).with_graceful_shutdown(shutdown.signaled()).await;
     following.abort();
+    probes.abort();
     served.context("serving")
 }

@@ -352,14 +352,17 @@ fn the_scheduler_extender_and_fit_agree_where_the_plugin_filters() {
     apply(&server, &nrt("snn-pod", "single-numa-node", "pod", &[(4, 8), (4, 8)]));
     let extender = Process::spawn(
         Command::new(BINARY)
-            .args(["scheduler-extender", "--port", "0", "--kubeconfig"])
+            .args(["scheduler-extender", "--port", "0", "--health-port", "0", "--kubeconfig"])
             .arg(&server.kubeconfig)
             .env_remove("KUBERNETES_SERVICE_HOST"),
     );
-    let line = extender.wait_for(&["serving the scheduler extender"]);
-    let address = line.split("address=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    let address_in =
+        |line: String| line.split("address=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    let address = address_in(extender.wait_for(&["serving the scheduler extender"]));
+    // Readiness on its own port (the kubelet's), once the NRTs are read.
+    let health = address_in(extender.wait_for(&["serving /healthz and /readyz"]));
     support::poll(Duration::from_secs(30), || {
-        let (status, body) = http(&address, "GET", "/readyz", "");
+        let (status, body) = http(&health, "GET", "/readyz", "");
         (status == 200).then_some(()).ok_or_else(|| format!("not ready: {status} {body}: {:#?}", extender.log()))
     });
     let nodes = ["snn-container", "snn-pod", "fixture-node"];

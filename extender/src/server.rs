@@ -56,6 +56,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
+/// `/healthz` and `/readyz` alone, for the port the kubelet probes (the verbs are not there).
+pub fn health_router(shared: Arc<Shared>) -> Router {
+    Router::new().route("/healthz", get(|| async { "ok" })).route("/readyz", get(ready)).with_state(shared)
+}
+
 /// What the filter answers before the first list: an error, so kube-scheduler retries the pod
 /// rather than placing it without the NRTs.
 const NOT_SYNCED: &str = "the NUMA extender has not read the NRTs and pods yet";

@@ -126,7 +126,13 @@ fn what_the_controllers_deploy_is_denied_until_their_policy_allows_it() {
     let mut policies = install.network_policies.clone();
     policies.push(network_policy::scheduler(NAMESPACE).unwrap());
     policies.push(network_policy::exporters(NAMESPACE).unwrap());
-    assert_exactly_its_traffic("scheduler", &policies, &scheduler_labels, &[(SCHEDULER_PORT, "https".into())]);
+    let extender_health = (numaresources_api::extender::HEALTH_PORT, "extender-health".into());
+    assert_exactly_its_traffic(
+        "scheduler",
+        &policies,
+        &scheduler_labels,
+        &[(SCHEDULER_PORT, "https".into()), extender_health],
+    );
     assert_exactly_its_traffic("exporters", &policies, &exporter_labels, &[(RTE_METRICS_PORT, "metrics".into())]);
 }
 

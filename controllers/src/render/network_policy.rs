@@ -77,7 +77,9 @@ fn component_policy(
 
 /// The secondary scheduler's policy.
 pub fn scheduler(namespace: &str) -> Result<NetworkPolicy, RenderError> {
-    component_policy("scheduler NetworkPolicy", namespace, SCHEDULER, COMPONENT_SCHEDULER, &[SCHEDULER_PORT])
+    // The extender engine's probes; its verbs are on loopback, out of any policy's reach.
+    let ports = [SCHEDULER_PORT, numaresources_api::extender::HEALTH_PORT];
+    component_policy("scheduler NetworkPolicy", namespace, SCHEDULER, COMPONENT_SCHEDULER, &ports)
 }
 
 /// The exporters' policy (every node group's DaemonSet).

@@ -51,8 +51,12 @@ fn the_scheduler_serves_its_secure_port_and_calls_only_kube_apiserver() {
     let labels = names::labels(SCHEDULER, COMPONENT_SCHEDULER);
     let h = |t: &Traffic| admits(&policies, NS, &labels, t);
     assert!(h(&tcp(Direction::Ingress, ip(NODE), SCHEDULER_PORT)), "probes and scrapes");
+    let health = numaresources_api::extender::HEALTH_PORT;
+    assert!(h(&tcp(Direction::Ingress, ip(NODE), health)), "the extender engine's probes");
+    let verbs = numaresources_api::extender::DEFAULT_PORT;
+    assert!(!h(&tcp(Direction::Ingress, ip(NODE), verbs)), "the extender's verbs are kube-scheduler's alone");
     reaches_kube_apiserver(h);
-    never(h, &[SCHEDULER_PORT]);
+    never(h, &[SCHEDULER_PORT, health]);
 }
 
 #[test]

@@ -189,8 +189,10 @@ fn extender_config_yaml(spec: &NUMAResourcesSchedulerSpec, leader_election: Valu
     serde_norway::to_string(&config).unwrap_or_default()
 }
 
-/// The extender beside kube-scheduler: our image, on loopback, scoring by the spec's strategy.
+/// The extender beside kube-scheduler: our image, on loopback, scoring by the spec's strategy;
+/// its probes on their own port.
 fn extender_container(spec: &NUMAResourcesSchedulerSpec, settings: &SchedulerSettings) -> Value {
+    use numaresources_api::extender::HEALTH_PORT;
     let strategy =
         spec.scoring_strategy.as_ref().and_then(|s| s.type_.clone()).unwrap_or(ScoringStrategyType::LeastAllocated);
     json!({
@@ -200,6 +202,10 @@ fn extender_container(spec: &NUMAResourcesSchedulerSpec, settings: &SchedulerSet
         "args": ["scheduler-extender", "--scheduler-name", spec.effective_scheduler_name(),
                  "--scoring-strategy", strategy.as_str()],
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "ports": [{"name": "extender-health", "containerPort": HEALTH_PORT, "protocol": "TCP"}],
+        // Ready once it has read the NRTs and pods: before that its filter answers an error.
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": HEALTH_PORT}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": HEALTH_PORT}, "initialDelaySeconds": 15, "periodSeconds": 10},
         "securityContext": {
             "allowPrivilegeEscalation": false,
             "readOnlyRootFilesystem": true,

@@ -4,6 +4,7 @@
 use numaresources_api::operator::defaults::Platform;
 use numaresources_api::operator::{LogLevel, ResourceSpecParams, ScoringStrategyParams};
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use numaresources_api::operator::scheduler_image::SchedulerCapabilities;
 
 use super::*;
@@ -281,6 +282,8 @@ fn the_extender_engine_runs_the_stock_scheduler_calling_our_extender_beside_it()
     assert_eq!(scheduler.command.as_ref().unwrap()[0], "kube-scheduler", "the stock image has it on its PATH");
     let extender = &pod.containers[1];
     assert_eq!(extender.name, "numa-extender");
+    let ready = extender.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    assert_eq!((ready.path.as_deref(), &ready.port), (Some("/readyz"), &IntOrString::Int(8889)));
     assert_eq!(extender.image.as_deref(), Some("numaresources:test"));
     assert_eq!(
         extender.args.as_deref().unwrap(),
