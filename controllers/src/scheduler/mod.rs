@@ -243,7 +243,13 @@ async fn cache_epoch(nrs: &NUMAResourcesScheduler, ctx: &Context, coverage: &top
     // Whole seconds: the annotation stays short and compares the same after a round trip.
     let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH);
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    // The extender watches NRTs and uses one created later at once: it neither waits for them
+    // nor needs a restart to see them.
+    let extender = nrs.spec.engine() == SchedulerEngine::Extender;
     let Some(existing) = get_opt(&deployments, SCHEDULER).await? else {
+        if extender {
+            return Ok(Epoch::Keep(now, None));
+        }
         // Waiting since the Progressing condition took this reason (kept across passes).
         let previous = nrs.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
         let waiting_since = cond::find(previous, cond::PROGRESSING)
@@ -263,6 +269,9 @@ async fn cache_epoch(nrs: &NUMAResourcesScheduler, ctx: &Context, coverage: &top
         .and_then(|text| text.parse::<Timestamp>().ok());
     // A Deployment from before the annotation: its pods are no older than the Deployment.
     let epoch = template_epoch.or_else(|| existing.metadata.creation_timestamp.as_ref().map(|t| t.0)).unwrap_or(now);
+    if extender {
+        return Ok(Epoch::Keep(epoch, None));
+    }
     Ok(match topology::restart(coverage, epoch, now) {
         Restart::No => Epoch::Keep(epoch, None),
         Restart::Later(left) => Epoch::Keep(epoch, Some(left)),

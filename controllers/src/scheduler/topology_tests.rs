@@ -195,3 +195,20 @@ async fn the_scheduler_gets_its_network_policy_with_the_deployment() {
     assert_eq!(applied.spec, crate::render::network_policy::scheduler(NS).unwrap().spec);
     assert_eq!(applied.metadata.owner_references.unwrap()[0].kind, "NUMAResourcesScheduler");
 }
+
+/// The extender engine watches NRTs itself: its first rollout does not wait for them, and an NRT
+/// created later restarts nothing.
+#[tokio::test]
+async fn the_extender_engine_neither_waits_for_nrts_nor_restarts_for_new_ones() {
+    let h = Harness::new(1);
+    h.fake.edit(NRS, |nrs| nrs["spec"]["engine"] = json!("Extender"));
+    with_worker_group(&h);
+    add_worker(&h, "worker-b");
+    publish_nrt(&h, "worker", "2026-01-01T00:00:00Z");
+    h.reconcile().await.unwrap();
+    assert!(h.fake.get(DEPLOYMENT).is_some(), "rolled out although worker-b has no NRT yet");
+    let first = epoch(&h);
+    publish_nrt(&h, "worker-b", "2099-01-01T00:00:00Z");
+    h.reconcile().await.unwrap();
+    assert_eq!(epoch(&h), first, "no restart for an NRT created after the pods started");
+}
