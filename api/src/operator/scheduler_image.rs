@@ -108,6 +108,20 @@ pub fn identify(image: &str) -> SchedulerImage {
     SchedulerImage { kind: SchedulerImageKind::Unknown, capabilities: SchedulerCapabilities::CONSERVATIVE }
 }
 
+/// The stock kube-scheduler's repository (the extender engine's image).
+pub const KUBE_SCHEDULER_REPOSITORY: &str = "registry.k8s.io/kube-scheduler";
+
+/// The Kubernetes minor version (`1.33` → 33) of a stock kube-scheduler image reference
+/// (`registry.k8s.io/kube-scheduler:v1.33.0`); None for any other image or tag.
+pub fn kube_scheduler_minor(image: &str) -> Option<u32> {
+    let (repository, tag) = repository_and_tag(image.trim());
+    if repository != KUBE_SCHEDULER_REPOSITORY {
+        return None;
+    }
+    let mut parts = tag?.strip_prefix("v1.")?.split('.');
+    parts.next()?.parse().ok()
+}
+
 impl SchedulerImage {
     /// Why a configured choice is not rendered for this image, or why the image gets only the
     /// conservative set: each a sentence for a warning, an Event or a condition.
@@ -128,6 +142,14 @@ impl SchedulerImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stock_kube_scheduler_images_minor_version_is_read_from_its_tag() {
+        assert_eq!(kube_scheduler_minor("registry.k8s.io/kube-scheduler:v1.33.0"), Some(33));
+        assert_eq!(kube_scheduler_minor("registry.k8s.io/kube-scheduler:v1.31.4@sha256:00"), Some(31));
+        assert_eq!(kube_scheduler_minor("registry.k8s.io/kube-scheduler@sha256:00"), None);
+        assert_eq!(kube_scheduler_minor("example.com/kube-scheduler:v1.33.0"), None);
+    }
 
     #[test]
     fn released_images_are_identified_by_repository_and_tag() {

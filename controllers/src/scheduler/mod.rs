@@ -169,7 +169,7 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     let image = identify(&spec.scheduler_image);
     // The extender engine runs the stock kube-scheduler: none of the plugin's settings apply.
     let image_warnings = match spec.engine() {
-        SchedulerEngine::Extender => Vec::new(),
+        SchedulerEngine::Extender => extender_image_warnings(&spec.scheduler_image, ctx.settings.kubernetes_version),
         _ => image.warnings(&spec.scheduler_image, spec.preemption_mode == Some(PreemptionMode::Enabled)),
     };
     let observed = Observed { image_warnings, coverage: topology::observe(ctx).await? };
@@ -413,6 +413,20 @@ fn observed_conditions(observed: &Observed) -> [Extra; 2] {
 }
 
 /// A Warning Event when what the image leaves out changes (not on every pass).
+/// The extender engine's image is the stock kube-scheduler of the cluster's version: another
+/// minor is said (kube-scheduler supports the kube-apiserver of its own minor and the one before,
+/// and its default plugins follow its version).
+fn extender_image_warnings(image: &str, cluster: Option<crate::server_version::KubeVersion>) -> Vec<String> {
+    let minor = numaresources_api::operator::scheduler_image::kube_scheduler_minor(image);
+    match (minor, cluster) {
+        (Some(minor), Some(cluster)) if cluster.major == 1 && minor != cluster.minor => vec![format!(
+            "spec.imageSpec {image:?} is kube-scheduler v1.{minor} while the cluster runs {cluster}: use the \
+             cluster's version (registry.k8s.io/kube-scheduler:{cluster}.x)"
+        )],
+        _ => Vec::new(),
+    }
+}
+
 async fn announce_image_warnings(
     nrs: &NUMAResourcesScheduler,
     ctx: &Context,

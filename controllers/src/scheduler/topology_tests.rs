@@ -212,3 +212,15 @@ async fn the_extender_engine_neither_waits_for_nrts_nor_restarts_for_new_ones() 
     h.reconcile().await.unwrap();
     assert_eq!(epoch(&h), first, "no restart for an NRT created after the pods started");
 }
+
+#[test]
+fn an_extender_image_of_another_minor_than_the_cluster_is_said() {
+    use crate::server_version::KubeVersion;
+    let cluster = Some(KubeVersion { major: 1, minor: 33 });
+    assert!(extender_image_warnings("registry.k8s.io/kube-scheduler:v1.33.2", cluster).is_empty());
+    let other = extender_image_warnings("registry.k8s.io/kube-scheduler:v1.31.0", cluster);
+    assert_eq!(other.len(), 1);
+    assert!(other[0].contains("is kube-scheduler v1.31 while the cluster runs v1.33"), "{other:?}");
+    assert!(extender_image_warnings("registry.k8s.io/kube-scheduler:v1.31.0", None).is_empty(), "version unknown");
+    assert!(extender_image_warnings("example.com/my-scheduler:1", cluster).is_empty(), "not the stock image");
+}
