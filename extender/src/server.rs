@@ -50,10 +50,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route(&format!("/{FILTER_VERB}"), post(filter))
         .route(&format!("/{PRIORITIZE_VERB}"), post(prioritize))
         .route(&format!("/{BIND_VERB}"), post(bind))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(shared)
+        .with_state(shared.clone())
+        .merge(health_router(shared))
 }
 
 /// `/healthz` and `/readyz` alone, for the port the kubelet probes (the verbs are not there).

@@ -7,7 +7,6 @@
 //! fingerprint releases a held pod once it has changed after the pod started running. A pod
 //! deleted or finished is released at once. Nothing is released on a timer.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -259,19 +258,10 @@ impl Engine {
         }
     }
 
-    /// The node's NRT less what the holds take (None: the node has no NRT); borrowed when
-    /// nothing is held there.
-    pub fn view(&self, node: &str) -> Option<Cow<'_, NodeResourceTopology>> {
-        let nrt = self.nrts.get(node)?;
-        let holds = self.holds(node);
-        if holds.is_empty() {
-            return Some(Cow::Borrowed(&**nrt));
-        }
-        let mut view = (**nrt).clone();
-        for hold in holds {
-            view = kubelet::reserve(&hold.requests, &view, &self.options).1;
-        }
-        Some(Cow::Owned(view))
+    /// The node's NRT less what the holds take, as an NRT (None: the node has no NRT): the view
+    /// the verbs decide on, written back.
+    pub fn view(&self, node: &str) -> Option<NodeResourceTopology> {
+        Some(self.views.get(node)?.written_into(self.nrts.get(node)?))
     }
 
     /// The filter verb: each candidate the kubelet would admit the pod on passes; the others

@@ -388,6 +388,22 @@ impl Node {
         (admission, Node { config: self.config.clone(), machine })
     }
 
+    /// `nrt` with its NUMA zones' `available` as this node has them (what [`Self::reserve`]
+    /// left), for readers of NRTs.
+    pub fn written_into(&self, nrt: &NodeResourceTopology) -> NodeResourceTopology {
+        let mut written = nrt.clone();
+        for zone in written.zones.iter_mut().filter(|z| z.zone_type == ZONE_TYPE_NODE) {
+            let Some(id) = numa_id_from_zone_name(&zone.name) else { continue };
+            for resource in &mut zone.resources {
+                let left = self.machine.resources.get(resource.name.as_str()).and_then(|zones| zones.get(&id));
+                if let Some(left) = left {
+                    resource.available = crate::quantity::Quantity::from_milli(left.available);
+                }
+            }
+        }
+        written
+    }
+
     /// Per resource, the allocatable and available amounts (thousandths) summed over the NUMA
     /// nodes `numa`.
     pub fn totals(&self, numa: &[u32]) -> Vec<(&str, i64, i64)> {
@@ -418,19 +434,7 @@ pub fn reserve(
     options: &PolicyOptions,
 ) -> (Admission, NodeResourceTopology) {
     let (admission, node) = Node::of(nrt).reserve(pod, options);
-    let mut after = nrt.clone();
-    if admission.admitted() {
-        for zone in after.zones.iter_mut().filter(|z| z.zone_type == ZONE_TYPE_NODE) {
-            let Some(id) = numa_id_from_zone_name(&zone.name) else { continue };
-            for resource in &mut zone.resources {
-                let left = node.machine.resources.get(resource.name.as_str()).and_then(|zones| zones.get(&id));
-                if let Some(left) = left {
-                    resource.available = crate::quantity::Quantity::from_milli(left.available);
-                }
-            }
-        }
-    }
-    (admission, after)
+    (admission, node.written_into(nrt))
 }
 
 /// The admission itself. `machine` is written only where a later requester (or the caller, when

@@ -180,6 +180,10 @@ pub(super) fn scheduler(read: &Read<Option<Deployment>>) -> Check {
     }
 }
 
+/// The fix of a scheduler configuration that is not what the controllers render.
+const RENDERED_BY_CONTROLLERS: &str =
+    "check the controllers' logs: they render the configuration from the NUMAResourcesScheduler";
+
 /// The `urlPrefix` of the extender stanza that calls our extender's filter, if any.
 fn our_extender(config: Option<&Value>) -> Option<String> {
     let extenders = config?["extenders"].as_array()?;
@@ -226,7 +230,7 @@ pub(super) fn scheduler_configuration(
             NAME,
             Status::Fail,
             format!("no profile of the scheduler's configuration is named {name:?}: pods naming it stay Pending"),
-            "check the controllers' logs: they render the configuration from the NUMAResourcesScheduler",
+            RENDERED_BY_CONTROLLERS,
         );
     };
     if let Some(extender) = our_extender(parsed.as_ref()) {
@@ -270,7 +274,7 @@ pub(super) fn scheduler_configuration(
                 "profile {name:?} does not run NodeResourceTopologyMatch as a filter and a score: it places pods \
                  without reading NRTs"
             ),
-            "check the controllers' logs: they render the configuration from the NUMAResourcesScheduler",
+            RENDERED_BY_CONTROLLERS,
         );
     }
     let known = scheduler_image::identify(&image);
