@@ -52,13 +52,15 @@ pub struct NameOnly {
 }
 
 impl ExtenderArgs {
-    /// The candidate node names, from whichever form the scheduler sent.
-    pub fn candidate_names(&self) -> Vec<String> {
-        if let Some(names) = &self.node_names {
-            return names.clone();
-        }
-        let items = self.nodes.as_ref().map(|list| list.items.as_slice()).unwrap_or_default();
-        items.iter().filter_map(|node| node.metadata.name.clone()).collect()
+    /// The pod, and the candidate node names from whichever form the scheduler sent.
+    pub fn into_pod_and_candidates(self) -> (Option<Pod>, Vec<String>) {
+        let names = match (self.node_names, self.nodes) {
+            (Some(names), _) => names,
+            (None, nodes) => {
+                nodes.unwrap_or_default().items.into_iter().filter_map(|node| node.metadata.name).collect()
+            }
+        };
+        (self.pod, names)
     }
 }
 

@@ -68,24 +68,23 @@ async fn filter(State(shared): State<Arc<Shared>>, Json(args): Json<ExtenderArgs
     if !shared.synced.load(Ordering::Acquire) {
         return Json(ExtenderFilterResult { error: NOT_SYNCED.to_owned(), ..ExtenderFilterResult::default() });
     }
-    let Some(pod) = &args.pod else {
+    let (Some(pod), candidates) = args.into_pod_and_candidates() else {
         return Json(ExtenderFilterResult {
             error: "no Pod in the request".to_owned(),
             ..ExtenderFilterResult::default()
         });
     };
-    let candidates = args.candidate_names();
-    let result = shared.engine.read().await.filter(pod, &candidates);
+    let result = shared.engine.read().await.filter(&pod, candidates);
     tracing::debug!(pod = ?pod.metadata.name, passing = ?result.node_names.as_ref().map(Vec::len), "filter");
     Json(result)
 }
 
 async fn prioritize(State(shared): State<Arc<Shared>>, Json(args): Json<ExtenderArgs>) -> Json<Vec<HostPriority>> {
-    let Some(pod) = &args.pod else { return Json(Vec::new()) };
+    let (Some(pod), candidates) = args.into_pod_and_candidates() else { return Json(Vec::new()) };
     if !shared.synced.load(Ordering::Acquire) {
         return Json(Vec::new());
     }
-    Json(shared.engine.read().await.prioritize(pod, &args.candidate_names()))
+    Json(shared.engine.read().await.prioritize(&pod, candidates))
 }
 
 async fn bind(State(shared): State<Arc<Shared>>, Json(args): Json<ExtenderBindingArgs>) -> Json<ExtenderBindingResult> {

@@ -243,14 +243,25 @@ fn request_text<'a>(resources: Option<&'a ResourceRequirements>, name: &str) -> 
 
 /// The amount written back in the resource's usual form: `6`, `500m`, `2Gi`.
 pub fn format_amount(resource: &str, millis: i64) -> String {
-    if millis % 1000 != 0 {
-        return format!("{millis}m");
+    Amount(resource, millis).to_string()
+}
+
+/// An amount of a resource (thousandths), displayed as [`format_amount`] writes it, without an
+/// intermediate string.
+#[derive(Debug, Clone, Copy)]
+pub struct Amount<'a>(pub &'a str, pub i64);
+
+impl fmt::Display for Amount<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self(resource, millis) = *self;
+        if millis % 1000 != 0 {
+            return write!(f, "{millis}m");
+        }
+        let whole = millis / 1000;
+        if resource == "cpu" || !is_native(resource) {
+            write!(f, "{}", Quantity::from_i64(whole))
+        } else {
+            write!(f, "{}", Quantity::from_i64_binary(whole))
+        }
     }
-    let whole = millis / 1000;
-    let quantity = if resource == "cpu" || !is_native(resource) {
-        Quantity::from_i64(whole)
-    } else {
-        Quantity::from_i64_binary(whole)
-    };
-    quantity.to_string()
 }

@@ -12,6 +12,8 @@
 //! - The node's score is the lowest non-zero NUMA score (a zero NUMA cannot take the pod).
 //! - Pod scope scores the effective request; container scope averages every container's score
 //!   (init containers included), truncating.
+//! - `LeastNUMANodes` scores nodes of every policy by the fewest NUMA nodes that hold each
+//!   requester ([`least_numa_nodes`]).
 
 use super::pod::{PodRequests, Resources};
 use super::topology::{Numa, TopologyManagerConfig, numa_zones};
@@ -30,6 +32,9 @@ pub fn score(pod: &PodRequests, nrt: Option<&NodeResourceTopology>, strategy: &S
     }
     let Some(nrt) = nrt else { return 0 };
     let config = TopologyManagerConfig::of(nrt);
+    if strategy.type_ == Some(ScoringStrategyType::LeastNUMANodes) {
+        return least_numa_nodes(pod, nrt, &config);
+    }
     if !config.filters() {
         return 0;
     }
@@ -109,4 +114,123 @@ fn balanced(pairs: &[(&str, i64, i64)]) -> i64 {
     let mean = fractions.iter().sum::<f64>() / n;
     let variance = fractions.iter().map(|f| (f - mean).powi(2)).sum::<f64>() / (n - 1.0);
     ((1.0 - variance) * MAX_NODE_SCORE as f64) as i64
+}
+
+/// The NUMA ids the plugin scores against: 100 / 8 points per NUMA node a requester needs.
+const HIGHEST_NUMA_ID: i64 = 8;
+
+/// The most NUMA zones whose sets `LeastNUMANodes` walks (every set of every width: 65,535 at
+/// 16); an NRT with more scores 0 rather than take unbounded time.
+pub const LEAST_NUMA_NODES_MAX_ZONES: usize = 16;
+
+/// The distance the plugin assumes where the NRT gives none (ACPI SLIT's "unknown").
+const UNKNOWN_DISTANCE: i64 = 255;
+
+/// `LeastNUMANodes`: per requester in the kubelet's order (pod scope: the effective request),
+/// the fewest NUMA nodes whose available amounts together hold what it asks (each resource
+/// listed on every one of them), the closest such set first; what it takes is taken from them
+/// for the next. `100 - widest * 12`, plus 6 when every set is among the closest of its width;
+/// 100 when nothing is asked of a NUMA resource, 0 when a requester fits no set.
+pub fn least_numa_nodes(pod: &PodRequests, nrt: &NodeResourceTopology, config: &TopologyManagerConfig) -> i64 {
+    let mut zones = numa_zones(nrt);
+    if zones.len() > LEAST_NUMA_NODES_MAX_ZONES {
+        return 0;
+    }
+    let distance = |a: u32, b: u32| {
+        let zone = nrt.zones.iter().find(|z| crate::nrt::well_known::numa_id_from_zone_name(&z.name) == Some(a));
+        let name = format!("node-{b}");
+        zone.and_then(|z| z.costs.iter().find(|c| c.name == name)).map_or(UNKNOWN_DISTANCE, |c| c.value)
+    };
+    let requesters: Vec<Resources> = if config.pod_scope() {
+        vec![pod.effective()]
+    } else {
+        pod.init_containers.iter().chain(&pod.containers).map(|c| c.requests.clone()).collect()
+    };
+    let (mut widest, mut all_closest) = (0_usize, true);
+    for requests in requesters {
+        let numa: Vec<(&String, i64)> = requests
+            .iter()
+            .filter(|(name, amount)| **amount > 0 && zones.iter().any(|z| z.available.contains_key(*name)))
+            .map(|(name, amount)| (name, *amount))
+            .collect();
+        if numa.is_empty() {
+            continue;
+        }
+        let Some((set, closest)) = fewest_nodes(&zones, &requests, pod.qos, &distance) else { return 0 };
+        widest = widest.max(set.len());
+        all_closest &= closest;
+        for (name, mut amount) in numa {
+            for index in &set {
+                let left = zones[*index].available.entry(name.clone()).or_default();
+                let here = (*left).min(amount);
+                *left -= here;
+                amount -= here;
+            }
+        }
+    }
+    if widest == 0 {
+        return MAX_NODE_SCORE;
+    }
+    let per_node = MAX_NODE_SCORE / HIGHEST_NUMA_ID;
+    let score = MAX_NODE_SCORE - widest as i64 * per_node;
+    if all_closest { score + per_node / 2 } else { score }
+}
+
+/// The fewest zones (by index) that hold `requests`, the closest such set of that width, and
+/// whether it is among the closest sets of that width at all.
+fn fewest_nodes(
+    zones: &[Numa],
+    requests: &Resources,
+    qos: QosClass,
+    distance: &dyn Fn(u32, u32) -> i64,
+) -> Option<(Vec<usize>, bool)> {
+    let average = |set: &[usize]| {
+        let total: i64 = set
+            .iter()
+            .flat_map(|a| set.iter().map(move |b| (a, b)))
+            .map(|(a, b)| distance(zones[*a].id, zones[*b].id))
+            .sum();
+        total as f64 / (set.len() * set.len()) as f64
+    };
+    let holds = |set: &[usize]| {
+        requests.iter().filter(|(_, amount)| **amount > 0).all(|(name, amount)| {
+            if !set.iter().all(|i| zones[*i].available.contains_key(name)) {
+                return false;
+            }
+            // The plugin lets a Burstable pod's cpu and memory through.
+            if qos != QosClass::Guaranteed && (name == "cpu" || name == "memory") {
+                return true;
+            }
+            set.iter().map(|i| zones[*i].available.get(name).copied().unwrap_or(0)).sum::<i64>() >= *amount
+        })
+    };
+    for width in 1..=zones.len() {
+        let sets = combinations(zones.len(), width);
+        let least = sets.iter().map(|set| average(set)).fold(f64::MAX, f64::min);
+        let mut best: Option<(Vec<usize>, f64)> = None;
+        for set in sets.into_iter().filter(|set| holds(set)) {
+            let at = average(&set);
+            if best.as_ref().is_none_or(|(_, best)| at < *best) {
+                best = Some((set, at));
+            }
+        }
+        if let Some((set, at)) = best {
+            return Some((set, at <= least));
+        }
+    }
+    None
+}
+
+/// Every `k`-subset of `0..n`, in lexicographic order.
+fn combinations(n: usize, k: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut set: Vec<usize> = (0..k).collect();
+    loop {
+        out.push(set.clone());
+        let Some(i) = (0..k).rev().find(|i| set[*i] != i + n - k) else { return out };
+        set[i] += 1;
+        for j in i + 1..k {
+            set[j] = set[j - 1] + 1;
+        }
+    }
 }

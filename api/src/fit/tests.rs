@@ -325,6 +325,36 @@ fn scoring_strategies() {
     assert_eq!(with(ScoringStrategyType::BalancedAllocation, vec![]), 96);
 }
 
+#[test]
+fn least_numa_nodes_scores_the_fewest_and_closest_nodes_a_requester_needs() {
+    use crate::nrt::CostInfo;
+    // Three NUMA nodes of 8 CPUs; 0-1 are close (12), 2 is far (30) from both.
+    let mut node = nrt("restricted", "container", &[(8, 16, 0, -1), (8, 16, 0, -1), (8, 16, 0, -1)]);
+    let far = |a: usize, b: usize| {
+        if a == b {
+            10
+        } else if a + b == 1 {
+            12
+        } else {
+            30
+        }
+    };
+    for (a, zone) in node.zones.iter_mut().enumerate() {
+        zone.costs = (0..3).map(|b| CostInfo { name: format!("node-{b}").into(), value: far(a, b) }).collect();
+    }
+    let least = ScoringStrategyParams { type_: Some(ScoringStrategyType::LeastNUMANodes), resources: vec![] };
+    // One node: 100 - 12, plus 6 (one node is always among the closest).
+    assert_eq!(score(&guaranteed("4", "4Gi"), Some(&node), &least), 94);
+    // Two nodes, the close pair: 100 - 24 + 6.
+    assert_eq!(score(&guaranteed("12", "4Gi"), Some(&node), &least), 82);
+    // Two nodes, but the close pair has no room left: a far pair, no bonus.
+    node.zones[0].resources[0].available = Quantity::from_i64(0);
+    assert_eq!(score(&guaranteed("12", "4Gi"), Some(&node), &least), 76);
+    // Nowhere: 0. A Burstable pod: 100 everywhere, as with every strategy.
+    assert_eq!(score(&guaranteed("30", "4Gi"), Some(&node), &least), 0);
+    assert_eq!(score(&pod(&[], &[("app", json!({"cpu": "1"}))]), Some(&node), &least), MAX_NODE_SCORE);
+}
+
 fn arb_zone() -> impl Strategy<Value = ZoneSpec> {
     (0..16_i64, 0..16_i64, 0..4_i64, -1..3_i64)
 }

@@ -124,6 +124,9 @@ string_enum! {
         BalancedAllocation = "BalancedAllocation",
         /// Favours the nodes with the most available resource. The default.
         LeastAllocated = "LeastAllocated",
+        /// Favours the nodes that can hold the pod on the fewest NUMA nodes, and among those the
+        /// closest ones.
+        LeastNUMANodes = "LeastNUMANodes",
     }
 }
 

@@ -73,6 +73,9 @@ pub enum Strategy {
     MostAllocated,
     /// Favour zones whose resources stay balanced.
     BalancedAllocation,
+    /// Favour nodes that hold the pod on the fewest (and closest) NUMA zones.
+    #[value(name = "LeastNUMANodes")]
+    LeastNumaNodes,
 }
 
 /// Output formats.
@@ -187,6 +190,7 @@ pub fn answer(
             Strategy::LeastAllocated => ScoringStrategyType::LeastAllocated,
             Strategy::MostAllocated => ScoringStrategyType::MostAllocated,
             Strategy::BalancedAllocation => ScoringStrategyType::BalancedAllocation,
+            Strategy::LeastNumaNodes => ScoringStrategyType::LeastNUMANodes,
         }),
         resources: Vec::new(),
     };

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use numaresources_api::fingerprint::{Fingerprint, FingerprintPod, Method};
-use numaresources_api::fit::kubelet::{self, Admission, PolicyOptions, Refusal};
+use numaresources_api::fit::kubelet::{self, Ask, Placement, PolicyOptions, Refusal};
 use numaresources_api::fit::{PodRequests, has_exclusive_resources};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_api::nrt::well_known::{ATTR_PODS_FINGERPRINT, ATTR_PODS_FINGERPRINT_METHOD};
@@ -20,6 +20,9 @@ use numaresources_api::operator::ScoringStrategyType;
 
 use crate::protocol::{ExtenderFilterResult, HostPriority, MAX_EXTENDER_PRIORITY};
 use crate::score;
+
+/// A filter's placements: the pod's UID, and each node it passed (with a view) in order.
+type FilterMemo = (String, Vec<(Arc<str>, Placement)>);
 
 /// A pod bound to a node, as the fingerprint and the holds need it.
 #[derive(Debug, Clone)]
@@ -55,14 +58,15 @@ pub struct Engine {
     /// node → the pods it holds there, in binding order.
     holds: HashMap<String, Vec<Hold>>,
     /// node → its NRT less its holds, read for the kubelet's rules: what the verbs ask, kept
-    /// up to date on every NRT and hold change rather than rebuilt per request.
-    views: HashMap<String, Arc<kubelet::Node>>,
+    /// up to date on every NRT and hold change rather than rebuilt per request. Looked up once
+    /// per candidate per verb: a fast hasher, and names shared with the filter's memo.
+    views: foldhash::HashMap<Arc<str>, Arc<kubelet::Node>>,
     options: PolicyOptions,
     strategy: Option<ScoringStrategyType>,
-    /// The last filter's admissions, by node, for the prioritize call kube-scheduler makes right
-    /// after it for the same pod (a score read off a view that changed meanwhile is a
-    /// preference, not a decision).
-    last_filter: std::sync::Mutex<Option<(String, HashMap<String, Admission>)>>,
+    /// The last filter's placements of the pod (its UID), in the order of the nodes it passed,
+    /// for the prioritize call kube-scheduler makes right after it with those nodes (a score
+    /// read off a view that changed meanwhile is a preference, not a decision).
+    last_filter: std::sync::Mutex<Option<FilterMemo>>,
 }
 
 impl Engine {
@@ -175,7 +179,7 @@ impl Engine {
         for hold in self.holds.get(node).into_iter().flatten() {
             view = view.reserve(&hold.requests, &self.options).1;
         }
-        self.views.insert(node.to_owned(), Arc::new(view));
+        self.views.insert(Arc::from(node), Arc::new(view));
     }
 
     /// The extender bound `pod` to `node`: held against it until the NRT shows it.
@@ -266,35 +270,38 @@ impl Engine {
 
     /// The filter verb: each candidate the kubelet would admit the pod on passes; the others
     /// fail with the kubelet's reason. A node without an NRT passes (nothing says it aligns).
-    pub fn filter(&self, pod: &Pod, candidates: &[String]) -> ExtenderFilterResult {
+    pub fn filter(&self, pod: &Pod, candidates: Vec<String>) -> ExtenderFilterResult {
         let requests = PodRequests::from_pod(pod);
-        let mut passing = Vec::new();
+        let ask = Ask::of(&requests);
+        let mut passing = Vec::with_capacity(candidates.len());
         let mut failed = BTreeMap::new();
         let mut unresolvable = BTreeMap::new();
         // Nodes in the same state refuse in the same words: each text is written once.
-        let mut said: HashMap<Refusal, String> = HashMap::new();
-        let mut admitted = HashMap::with_capacity(candidates.len());
+        let mut said: foldhash::HashMap<Refusal, String> = foldhash::HashMap::default();
+        let mut placed = Vec::with_capacity(candidates.len());
         for node in candidates {
-            let Some(view) = self.views.get(node) else {
-                passing.push(node.clone());
+            let Some((name, view)) = self.views.get_key_value(node.as_str()) else {
+                passing.push(node);
                 continue;
             };
-            let admission = view.admit(&requests, &self.options);
-            let Some(refusal) = admission.refusal else {
-                passing.push(node.clone());
-                admitted.insert(node.clone(), admission);
-                continue;
+            let refusal = match view.place(&ask, &self.options) {
+                Ok(placement) => {
+                    placed.push((name.clone(), placement));
+                    passing.push(node);
+                    continue;
+                }
+                Err(refusal) => refusal,
             };
             let unresolvable_here = matches!(refusal, Refusal::TooManyNumaNodes { .. });
             let text = said.entry(refusal).or_insert_with_key(|refusal| format!("numa: {refusal}")).clone();
             if unresolvable_here {
-                unresolvable.insert(node.clone(), text);
+                unresolvable.insert(node, text);
             } else {
-                failed.insert(node.clone(), text);
+                failed.insert(node, text);
             }
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        *self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((uid, admitted));
+        *self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((uid, placed));
         ExtenderFilterResult {
             nodes: None,
             node_names: Some(passing),
@@ -306,36 +313,58 @@ impl Engine {
 
     /// The prioritize verb: each candidate scored over the NUMA nodes the kubelet would align the
     /// pod on (0..=10); a node without an NRT, or where the kubelet aligns nothing, scores 0.
-    pub fn prioritize(&self, pod: &Pod, candidates: &[String]) -> Vec<HostPriority> {
+    pub fn prioritize(&self, pod: &Pod, candidates: Vec<String>) -> Vec<HostPriority> {
         let requests = PodRequests::from_pod(pod);
+        let ask = Ask::of(&requests);
         let effective = requests.effective();
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let memo = self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        let filtered = memo.filter(|(of, _)| of == uid && !uid.is_empty()).map(|(_, admitted)| admitted);
+        let remembered =
+            memo.as_ref().filter(|(of, _)| of == uid && !uid.is_empty()).map(|(_, placed)| placed.as_slice());
+        let mut remembered = Remembered::new(remembered.unwrap_or_default());
         let scores = candidates
-            .iter()
+            .into_iter()
             .map(|node| {
-                let score = self.views.get(node).map_or(0, |view| {
-                    let remembered = filtered.as_ref().and_then(|admitted| admitted.get(node));
-                    let computed;
-                    let admission = match remembered {
-                        Some(admission) => admission,
-                        None => {
-                            computed = view.admit(&requests, &self.options);
-                            &computed
-                        }
-                    };
-                    score::of(admission, view, &effective, self.strategy.as_ref())
+                let score = self.views.get(node.as_str()).map_or(0, |view| {
+                    match remembered.find(&node).map(Ok).unwrap_or_else(|| view.place(&ask, &self.options)) {
+                        Ok(placement) => score::of(&placement, view, &effective, self.strategy.as_ref()),
+                        Err(_) => 0,
+                    }
                 });
-                HostPriority { host: node.clone(), score: score.clamp(0, MAX_EXTENDER_PRIORITY) }
+                HostPriority { host: node, score: score.clamp(0, MAX_EXTENDER_PRIORITY) }
             })
             .collect();
-        if let Some(admitted) = filtered {
+        if let Some(memo) = memo.filter(|(of, _)| of == uid) {
             // Kept for a prioritize that comes again for this pod.
-            *self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                Some((uid.to_owned(), admitted));
+            *self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(memo);
         }
         scores
+    }
+}
+
+/// The filter's placements, found for prioritize's candidates: those are the nodes the filter
+/// passed, in its order, less any that another filter dropped, so one walk finds them all; a
+/// candidate out of order turns the rest into a map (never a walk per candidate).
+struct Remembered<'a> {
+    in_order: std::slice::Iter<'a, (Arc<str>, Placement)>,
+    by_name: Option<foldhash::HashMap<&'a str, Placement>>,
+}
+
+impl<'a> Remembered<'a> {
+    fn new(placed: &'a [(Arc<str>, Placement)]) -> Self {
+        Self { in_order: placed.iter(), by_name: None }
+    }
+
+    fn find(&mut self, node: &str) -> Option<Placement> {
+        if let Some(by_name) = &self.by_name {
+            return by_name.get(node).copied();
+        }
+        if let Some(at) = self.in_order.clone().position(|(name, _)| &**name == node) {
+            return self.in_order.nth(at).map(|(_, placement)| *placement);
+        }
+        let by_name = self.in_order.as_slice().iter().map(|(name, placement)| (&**name, *placement)).collect();
+        self.by_name = Some(by_name);
+        None
     }
 }
 

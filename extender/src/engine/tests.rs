@@ -46,7 +46,7 @@ fn the_filter_passes_nodes_the_kubelet_admits_and_gives_the_others_its_reason() 
     engine.nrt_changed(nrt("worker-0", [3, 3], "single-numa-node", None, "1"));
     engine.nrt_changed(nrt("worker-1", [4, 0], "single-numa-node", None, "1"));
     engine.nrt_changed(nrt("worker-2", [3, 3], "restricted", None, "1"));
-    let result = engine.filter(&pod("app", "4", None, false), &names(&["worker-0", "worker-1", "worker-2", "bare"]));
+    let result = engine.filter(&pod("app", "4", None, false), names(&["worker-0", "worker-1", "worker-2", "bare"]));
     // A node without an NRT says nothing about alignment: it passes.
     assert_eq!(result.node_names, Some(names(&["worker-1", "bare"])));
     let failed = result.failed_nodes.unwrap();
@@ -58,7 +58,7 @@ fn the_filter_passes_nodes_the_kubelet_admits_and_gives_the_others_its_reason() 
     assert!(failed["worker-2"].starts_with("numa: the kubelet (restricted) cannot align"), "{failed:?}");
     // The same arithmetic on two nodes is the same words: kube-scheduler's event counts them.
     engine.nrt_changed(nrt("worker-3", [3, 3], "single-numa-node", None, "1"));
-    let result = engine.filter(&pod("app", "4", None, false), &names(&["worker-0", "worker-3"]));
+    let result = engine.filter(&pod("app", "4", None, false), names(&["worker-0", "worker-3"]));
     let failed = result.failed_nodes.unwrap();
     assert_eq!(failed["worker-0"], failed["worker-3"]);
 }
@@ -73,7 +73,7 @@ fn a_bound_pod_is_held_until_the_nodes_fingerprint_counts_it() {
     let view = engine.view("worker-0").unwrap();
     assert_eq!(view.zones[0].resources[0].available.to_string(), "2");
     engine.bound("worker-0", &pod("second", "6", Some("worker-0"), false));
-    let third = engine.filter(&pod("third", "6", None, false), &names(&["worker-0"]));
+    let third = engine.filter(&pod("third", "6", None, false), names(&["worker-0"]));
     assert_eq!(third.node_names, Some(Vec::new()), "{third:?}");
 
     // The pods show up bound; the exporter has not reported them yet: still held.
@@ -153,11 +153,24 @@ fn prioritize_prefers_the_node_left_freer_and_a_single_numa_node() {
     engine.nrt_changed(nrt("roomy", [8, 8], "single-numa-node", None, "1"));
     engine.nrt_changed(nrt("tight", [4, 4], "single-numa-node", None, "1"));
     engine.nrt_changed(nrt("spread", [3, 3], "best-effort", None, "1"));
-    let scores = engine.prioritize(&pod("app", "4", None, false), &names(&["roomy", "tight", "spread", "bare"]));
+    let scores = engine.prioritize(&pod("app", "4", None, false), names(&["roomy", "tight", "spread", "bare"]));
     let by: BTreeMap<&str, i64> = scores.iter().map(|s| (s.host.as_str(), s.score)).collect();
     assert!(by["roomy"] > by["tight"], "{by:?}");
     assert!(by["tight"] > by["spread"], "an aligned node beats one that spreads the pod: {by:?}");
     assert_eq!(by["spread"], 0);
     assert_eq!(by["bare"], 0);
     assert!(scores.iter().all(|s| (0..=MAX_EXTENDER_PRIORITY).contains(&s.score)));
+}
+
+#[test]
+fn least_numa_nodes_scores_by_the_numa_nodes_the_pod_takes() {
+    use numaresources_api::operator::ScoringStrategyType;
+    let mut engine = Engine::new(PolicyOptions::default(), Some(ScoringStrategyType::LeastNUMANodes));
+    engine.nrt_changed(nrt("worker", [8, 8], "restricted", None, "1"));
+    let score = |cpu: &str| engine.prioritize(&pod("app", cpu, None, false), names(&["worker"]))[0].score;
+    // 6 CPUs on one NUMA node: the most.
+    assert_eq!(score("6"), MAX_EXTENDER_PRIORITY);
+    // 12 CPUs need both: two less, and one less again as the NRT gives no distances (so the
+    // pair cannot be said to be the closest).
+    assert_eq!(score("12"), MAX_EXTENDER_PRIORITY - 3);
 }

@@ -103,7 +103,7 @@ pub enum Tiebreak {
 pub type Distances = BTreeMap<(u32, u32), i64>;
 
 /// Whether `candidate` beats `current` among sets of the same preference.
-fn fitter(candidate: Mask, current: Mask, tiebreak: Tiebreak, distances: &Distances) -> bool {
+pub(super) fn fitter(candidate: Mask, current: Mask, tiebreak: Tiebreak, distances: &Distances) -> bool {
     if candidate.count() != current.count() {
         return candidate.count() < current.count();
     }
@@ -120,7 +120,7 @@ fn fitter(candidate: Mask, current: Mask, tiebreak: Tiebreak, distances: &Distan
 
 /// The mean distance over every ordered pair of the set's nodes (pairs of a node with itself
 /// included), as the kubelet computes it; None when a distance is unknown.
-fn average_distance(mask: Mask, distances: &Distances) -> Option<f64> {
+pub(super) fn average_distance(mask: Mask, distances: &Distances) -> Option<f64> {
     let ids: Vec<u32> = mask.ids().collect();
     let mut total = 0i64;
     for i in &ids {

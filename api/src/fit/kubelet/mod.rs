@@ -32,6 +32,7 @@
 //! NUMA id order within the chosen set.
 
 mod hints;
+mod quick;
 #[cfg(test)]
 mod tests;
 
@@ -43,7 +44,7 @@ use serde::Serialize;
 
 pub use hints::{Distances, Hint, MAX_PERMUTATIONS, Mask, Merged, ResourceHints, Tiebreak};
 
-use super::pod::{PodRequests, Requester, Resources};
+use super::pod::{Amount, PodRequests, Requester, Resources};
 use super::topology::TopologyManagerConfig;
 use crate::nrt::NodeResourceTopology;
 use crate::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ZONE_TYPE_NODE, numa_id_from_zone_name};
@@ -121,18 +122,17 @@ impl fmt::Display for Refusal {
                 } else {
                     "no NUMA set as narrow as the request allows holds all of it"
                 };
-                let parts: Vec<String> = shortfall
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "{} {} requested, at most {} free on one NUMA node",
-                            s.resource,
-                            super::format_amount(&s.resource, s.requested),
-                            super::format_amount(&s.resource, s.most_free)
-                        )
-                    })
-                    .collect();
-                write!(f, "the kubelet ({policy}) cannot align {requester}: {rule} ({})", parts.join(", "))
+                write!(f, "the kubelet ({policy}) cannot align {requester}: {rule} (")?;
+                for (index, s) in shortfall.iter().enumerate() {
+                    let (requested, most_free) = (Amount(&s.resource, s.requested), Amount(&s.resource, s.most_free));
+                    let separator = if index == 0 { "" } else { ", " };
+                    write!(
+                        f,
+                        "{separator}{} {requested} requested, at most {most_free} free on one NUMA node",
+                        s.resource
+                    )?;
+                }
+                f.write_str(")")
             }
             Self::TooManyNumaNodes { nodes, limit } => write!(
                 f,
@@ -157,6 +157,63 @@ impl Admission {
     /// Whether the kubelet admits the pod.
     pub fn admitted(&self) -> bool {
         self.refusal.is_none()
+    }
+}
+
+/// A pod's requests as the Topology Manager takes them, worked out once and asked of many nodes.
+#[derive(Debug, Clone)]
+pub struct Ask<'a> {
+    pod: &'a PodRequests,
+    /// The pod scope's one request.
+    pod_scope: Resources,
+}
+
+/// The requester of the pod scope.
+const WHOLE_POD: &Requester = &Requester::Pod;
+
+impl<'a> Ask<'a> {
+    /// `pod`'s requests, for every scope.
+    pub fn of(pod: &'a PodRequests) -> Self {
+        Self { pod, pod_scope: pod_scope_requests(pod) }
+    }
+
+    /// Who the kubelet aligns, in turn, and what each asks.
+    fn requesters(&self, pod_scope: bool) -> impl Iterator<Item = (&Requester, &Resources)> + '_ {
+        let whole = pod_scope.then_some((WHOLE_POD, &self.pod_scope));
+        let containers = self.pod.init_containers.iter().chain(&self.pod.containers).filter(move |_| !pod_scope);
+        whole.into_iter().chain(containers.map(|c| (&c.requester, &c.requests)))
+    }
+}
+
+/// Where an admitted pod is aligned, in brief: what a score needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The NUMA nodes any requester is aligned on (empty: nothing aligned).
+    pub numa: Mask,
+    /// Whether every requester got a set as narrow as its request allows.
+    pub preferred: bool,
+    /// The most NUMA nodes one requester is aligned on.
+    pub widest: u32,
+    /// Whether every requester's set is among the closest sets of its width (least average
+    /// distance between its nodes).
+    pub closest: bool,
+}
+
+impl Placement {
+    /// A pod the managers align nothing of.
+    pub const NOTHING_ALIGNED: Self = Self { numa: Mask(0), preferred: true, widest: 0, closest: true };
+
+    fn of(admission: &Admission, machine: &Machine) -> Self {
+        let mut placement = Self::NOTHING_ALIGNED;
+        for aligned in &admission.aligned {
+            placement.preferred &= aligned.preferred;
+            let Some(ids) = &aligned.numa else { continue };
+            let mask = Mask(ids.iter().fold(0, |mask, id| mask | Mask::of(*id).0));
+            placement.numa.0 |= mask.0;
+            placement.widest = placement.widest.max(mask.count());
+            placement.closest &= machine.closest(mask);
+        }
+        placement
     }
 }
 
@@ -221,10 +278,6 @@ impl ByResource {
         };
         &mut self.0[index].1
     }
-
-    fn iter(&self) -> impl Iterator<Item = (&str, &Zones)> {
-        self.0.iter().map(|(name, zones)| (&**name, zones))
-    }
 }
 
 /// The node as its kubelet sees it.
@@ -237,6 +290,9 @@ struct Machine {
     /// resource → NUMA id → amounts (thousandths).
     resources: ByResource,
     distances: Distances,
+    /// By width (number of NUMA nodes): the least average distance of a set that wide (None:
+    /// a distance is unknown), for telling whether a placement is among the closest.
+    least_distance: Vec<Option<f64>>,
     memory_managed: bool,
 }
 
@@ -248,6 +304,7 @@ impl Machine {
             masks: Arc::from(Vec::new()),
             resources: ByResource::default(),
             distances: Distances::new(),
+            least_distance: Vec::new(),
             memory_managed: true,
         };
         for zone in nrt.zones.iter().filter(|z| z.zone_type == ZONE_TYPE_NODE) {
@@ -274,6 +331,12 @@ impl Machine {
         }
         machine.ids.sort_unstable();
         machine.masks = Arc::from(Mask::every_subset(&machine.ids));
+        machine.least_distance = vec![None; machine.ids.len().min(16) + 1];
+        for mask in machine.masks.iter() {
+            let Some(distance) = hints::average_distance(*mask, &machine.distances) else { continue };
+            let least = &mut machine.least_distance[mask.count() as usize];
+            *least = Some(least.map_or(distance, |least| least.min(distance)));
+        }
         if !machine.resources.contains_key("memory") {
             machine.memory_managed = false;
         }
@@ -296,6 +359,22 @@ impl Machine {
         taken
     }
 
+    /// `resource`'s amounts by NUMA id (zero where the zone does not list it).
+    fn zones(&self, resource: &str) -> impl Fn(u32) -> Amounts + '_ {
+        let zones = self.resources.get(resource);
+        move |id| zones.and_then(|zones| zones.get(&id)).copied().unwrap_or_default()
+    }
+
+    /// Whether `mask` is among the closest sets of its width (one node always is); a set whose
+    /// distances the NRT does not give is not.
+    fn closest(&self, mask: Mask) -> bool {
+        if mask.count() <= 1 {
+            return true;
+        }
+        let least = self.least_distance.get(mask.count() as usize).copied().flatten();
+        matches!((hints::average_distance(mask, &self.distances), least), (Some(at), Some(least)) if at <= least)
+    }
+
     /// Gives back what [`Self::take`] took.
     fn give_back(&mut self, resource: &str, taken: &BTreeMap<u32, i64>) {
         let Some(zones) = self.resources.get_mut(resource) else { return };
@@ -310,51 +389,58 @@ impl Machine {
 /// What the managers align of a request: whole CPUs (Guaranteed), memory and hugepages
 /// (Guaranteed, Static memory manager), devices the NRT places on NUMA nodes (any QoS).
 fn aligned_requests<'a>(requests: &'a Resources, qos: QosClass, machine: &Machine) -> Wanted<'a> {
+    aligned(requests, qos, machine).collect()
+}
+
+/// [`aligned_requests`], one by one.
+fn aligned<'a>(requests: &'a Resources, qos: QosClass, machine: &Machine) -> impl Iterator<Item = (&'a str, i64)> {
     requests
         .iter()
-        .filter(|(name, amount)| match name.as_str() {
+        .filter(move |(name, amount)| match name.as_str() {
             "cpu" => qos == QosClass::Guaranteed && *amount % 1000 == 0 && machine.resources.contains_key("cpu"),
             "memory" => qos == QosClass::Guaranteed && machine.memory_managed,
             name if is_hugepages(name) => qos == QosClass::Guaranteed && machine.memory_managed,
             name => !is_native(name) && machine.resources.contains_key(name),
         })
         .map(|(name, amount)| (name.as_str(), *amount))
-        .collect()
 }
 
 /// The aligned part of one requester's requests, by resource name (sorted, as the requests are).
 type Wanted<'a> = Vec<(&'a str, i64)>;
 
 /// Each aligned resource's hints. Memory and hugepages are one manager's: a set is a hint for all
-/// of them when it holds all of them.
+/// of them when it holds all of them, and it is preferred when it is as narrow as the narrowest
+/// set whose allocatable holds all of them together (the memory manager's minimum affinity size).
 fn resource_hints(
     wanted: &Wanted<'_>,
     machine: &Machine,
     reusable: &BTreeMap<String, BTreeMap<u32, i64>>,
 ) -> Vec<ResourceHints> {
     let none = BTreeMap::new();
-    let empty = Zones::default();
     let mut lists = Vec::with_capacity(wanted.len());
     let mut memory: Option<Vec<Hint>> = None;
     let mut memory_resources = 0;
     for (resource, amount) in wanted {
-        let sized_by_allocatable = *resource == "memory" || is_hugepages(resource);
-        let zones = machine.resources.get(resource).unwrap_or(&empty);
-        let amounts = |id: u32| zones.get(&id).copied().unwrap_or_default();
-        let sized = |id: u32| if sized_by_allocatable { amounts(id).allocatable } else { amounts(id).capacity };
         let reused = reusable.get(*resource).unwrap_or(&none);
-        let found = hints::hints(&machine.masks, *amount, sized, |id| amounts(id).available, reused);
-        if sized_by_allocatable {
+        let at = machine.zones(resource);
+        let free = |id: u32| at(id).available;
+        if is_memory_managed(resource) {
             memory_resources += 1;
+            let found = hints::hints(&machine.masks, *amount, |id| at(id).allocatable, free, reused);
             memory = Some(match memory {
                 None => found,
                 Some(before) => before.into_iter().filter(|h| found.iter().any(|f| f.mask == h.mask)).collect(),
             });
         } else {
-            lists.push(Some(found));
+            let sized = |id: u32| at(id).capacity;
+            lists.push(Some(hints::hints(&machine.masks, *amount, sized, free, reused)));
         }
     }
-    if let Some(memory) = memory {
+    if let Some(mut memory) = memory {
+        let width = memory_width(wanted, machine);
+        for hint in &mut memory {
+            hint.preferred = Some(hint.mask.count()) == width;
+        }
         for _ in 0..memory_resources {
             lists.push(Some(memory.clone()));
         }
@@ -362,30 +448,84 @@ fn resource_hints(
     lists
 }
 
+/// Whether the memory manager aligns `resource` (memory and hugepages, sized by allocatable).
+fn is_memory_managed(resource: &str) -> bool {
+    resource == "memory" || is_hugepages(resource)
+}
+
+/// The width of the narrowest NUMA set whose allocatable holds every memory resource `wanted`
+/// asks, together.
+fn memory_width(wanted: &Wanted<'_>, machine: &Machine) -> Option<u32> {
+    let holds = |mask: Mask| {
+        wanted.iter().filter(|(resource, _)| is_memory_managed(resource)).all(|(resource, amount)| {
+            let at = machine.zones(resource);
+            mask.ids().map(|id| at(id).allocatable).sum::<i64>() >= *amount
+        })
+    };
+    machine.masks.iter().find(|mask| holds(**mask)).map(|mask| mask.count())
+}
+
 /// A node as its kubelet decides: read once from its NRT, asked many times.
 #[derive(Debug, Clone)]
 pub struct Node {
     config: TopologyManagerConfig,
+    /// The policy, read once (the quick path asks it for every pod).
+    policy: Policy,
     machine: Machine,
+}
+
+/// A Topology Manager policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Policy {
+    None,
+    BestEffort,
+    Restricted,
+    SingleNumaNode,
+}
+
+impl Policy {
+    fn of(config: &TopologyManagerConfig) -> Self {
+        match config.policy.as_str() {
+            "best-effort" => Self::BestEffort,
+            "restricted" => Self::Restricted,
+            "single-numa-node" => Self::SingleNumaNode,
+            _ => Self::None,
+        }
+    }
 }
 
 impl Node {
     /// The node `nrt` describes.
     pub fn of(nrt: &NodeResourceTopology) -> Self {
-        Self { config: TopologyManagerConfig::of(nrt), machine: Machine::of(nrt) }
+        let config = TopologyManagerConfig::of(nrt);
+        Self { policy: Policy::of(&config), config, machine: Machine::of(nrt) }
     }
 
     /// The kubelet's admission of `pod` here.
     pub fn admit(&self, pod: &PodRequests, options: &PolicyOptions) -> Admission {
-        admit_on(pod, &self.config, &mut std::borrow::Cow::Borrowed(&self.machine), options, false)
+        admit_on(&Ask::of(pod), &self.config, &mut std::borrow::Cow::Borrowed(&self.machine), options, false)
+    }
+
+    /// Whether the kubelet admits the pod here, and where in brief: what a filter and a score
+    /// need, without [`Self::admit`]'s per-requester detail (nor, for a pod aligned as one
+    /// requester, its cost).
+    pub fn place(&self, ask: &Ask<'_>, options: &PolicyOptions) -> Result<Placement, Refusal> {
+        if let Some(placed) = quick::place(self, ask, options) {
+            return placed;
+        }
+        let admission = admit_on(ask, &self.config, &mut std::borrow::Cow::Borrowed(&self.machine), options, false);
+        match admission.refusal {
+            Some(refusal) => Err(refusal),
+            None => Ok(Placement::of(&admission, &self.machine)),
+        }
     }
 
     /// [`Self::admit`], and the node once the admitted pod holds what the kubelet aligns for it.
     pub fn reserve(&self, pod: &PodRequests, options: &PolicyOptions) -> (Admission, Node) {
         let mut machine = std::borrow::Cow::Borrowed(&self.machine);
-        let admission = admit_on(pod, &self.config, &mut machine, options, true);
+        let admission = admit_on(&Ask::of(pod), &self.config, &mut machine, options, true);
         let machine = if admission.admitted() { machine.into_owned() } else { self.machine.clone() };
-        (admission, Node { config: self.config.clone(), machine })
+        (admission, Node { config: self.config.clone(), policy: self.policy, machine })
     }
 
     /// `nrt` with its NUMA zones' `available` as this node has them (what [`Self::reserve`]
@@ -404,19 +544,16 @@ impl Node {
         written
     }
 
-    /// Per resource, the allocatable and available amounts (thousandths) summed over the NUMA
-    /// nodes `numa`.
-    pub fn totals(&self, numa: &[u32]) -> Vec<(&str, i64, i64)> {
-        self.machine
-            .resources
-            .iter()
-            .map(|(name, zones)| {
-                let in_set = zones.iter().filter(|(id, _)| numa.contains(id)).map(|(_, a)| a);
-                let (allocatable, available) = in_set
-                    .fold((0i64, 0i64), |(t, f), a| (t.saturating_add(a.allocatable), f.saturating_add(a.available)));
-                (name, allocatable, available)
-            })
-            .collect()
+    /// For each resource of `requested` the node lists: what is requested, and the allocatable
+    /// and available amounts summed over the NUMA nodes `numa` (thousandths).
+    pub fn in_set<'a>(&'a self, numa: Mask, requested: &'a Resources) -> impl Iterator<Item = (i64, i64, i64)> + 'a {
+        requested.iter().filter_map(move |(name, amount)| {
+            let zones = self.machine.resources.get(name)?;
+            let in_set = zones.iter().filter(|(id, _)| numa.contains(**id)).map(|(_, a)| a);
+            let (allocatable, available) =
+                in_set.fold((0i64, 0i64), |(t, f), a| (t.saturating_add(a.allocatable), f.saturating_add(a.available)));
+            Some((*amount, allocatable, available))
+        })
     }
 }
 
@@ -440,7 +577,7 @@ pub fn reserve(
 /// The admission itself. `machine` is written only where a later requester (or the caller, when
 /// `keep_last`) needs what an earlier one took: a one-container pod is judged without a copy.
 fn admit_on(
-    pod: &PodRequests,
+    ask: &Ask<'_>,
     config: &TopologyManagerConfig,
     machine: &mut std::borrow::Cow<'_, Machine>,
     options: &PolicyOptions,
@@ -454,19 +591,12 @@ fn admit_on(
         return Admission { aligned: Vec::new(), refusal: Some(refusal) };
     }
     let tiebreak = if options.prefer_closest_numa_nodes { Tiebreak::Closest } else { Tiebreak::Narrowest };
-    let pod_requests;
-    let requesters: Vec<(&Requester, &Resources)> = if config.pod_scope() {
-        pod_requests = pod_scope_requests(pod);
-        vec![(&Requester::Pod, &pod_requests)]
-    } else {
-        pod.init_containers.iter().chain(&pod.containers).map(|c| (&c.requester, &c.requests)).collect()
-    };
-    let count = requesters.len();
+    let count = ask.requesters(config.pod_scope()).count();
     let mut aligned = Vec::with_capacity(count);
     // What regular init containers leave for the next containers to reuse (CPUs).
     let mut reusable: BTreeMap<String, BTreeMap<u32, i64>> = BTreeMap::new();
-    for (index, (requester, requests)) in requesters.into_iter().enumerate() {
-        let wanted = aligned_requests(requests, pod.qos, machine);
+    for (index, (requester, requests)) in ask.requesters(config.pod_scope()).enumerate() {
+        let wanted = aligned_requests(requests, ask.pod.qos, machine);
         let lists = resource_hints(&wanted, machine, &reusable);
         let merged =
             hints::merge(machine.all, &lists, config.policy == "single-numa-node", tiebreak, &machine.distances);

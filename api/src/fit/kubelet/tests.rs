@@ -256,3 +256,104 @@ fn a_reserved_pod_is_taken_from_the_zones_the_kubelet_aligns_it_on() {
     assert_eq!((available(0, "cpu"), available(0, "example.com/gpu")), ("2".to_owned(), "0".to_owned()));
     assert_eq!((available(1, "cpu"), available(1, "example.com/gpu")), ("8".to_owned(), "1".to_owned()));
 }
+
+#[test]
+fn memory_and_hugepages_are_preferred_at_the_width_that_holds_them_together() {
+    // Hugepages fit one node; memory needs both: the memory manager's narrowest set for the two
+    // together is both nodes, and that set is a preferred hint (restricted admits it).
+    let zones = || {
+        vec![
+            numa(8, 8).with("memory", "8Gi", "8Gi").with("hugepages-1Gi", "4Gi", "4Gi"),
+            numa(8, 8).with("memory", "8Gi", "8Gi").with("hugepages-1Gi", "4Gi", "4Gi"),
+        ]
+    };
+    let pod = pod(&[("app", "app", "10", &[("memory", "12Gi"), ("hugepages-1Gi", "2Gi")])]);
+    assert_eq!(verdict(&pod, &node("restricted", "container", zones(), None), &default()), Ok(Some(vec![0, 1])));
+    assert!(verdict(&pod, &node("single-numa-node", "container", zones(), None), &default()).is_err());
+}
+
+/// A random NUMA node's resources: `(cpu capacity, cpu free, memory GiB allocatable, free,
+/// hugepages GiB allocatable, free, NICs, free NICs)`, free never above allocatable.
+fn arb_numa() -> impl proptest::strategy::Strategy<Value = [i64; 8]> {
+    use proptest::prelude::*;
+    (1..16i64, 1..16i64, 1..8i64, 0..4i64, 0..3i64)
+        .prop_flat_map(|(cpus, memory, hugepages, nics, _)| {
+            (Just(cpus), 0..=cpus, Just(memory), 0..=memory, Just(hugepages), 0..=hugepages, Just(nics), 0..=nics)
+        })
+        .prop_map(|(a, b, c, d, e, f, g, h)| [a, b, c, d, e, f, g, h])
+}
+
+/// A container's name, CPUs and other requests, owned (the proptest's pods).
+type ContainerOwned = (String, String, Vec<(&'static str, String)>);
+
+fn arb_nrt(zones: &[[i64; 8]], policy: &str, scope: &str, distances: &[i64]) -> NodeResourceTopology {
+    let zones: Vec<Value> = zones
+        .iter()
+        .enumerate()
+        .map(|(id, [cpus, free_cpus, memory, free_memory, hugepages, free_hugepages, nics, free_nics])| {
+            let resource = |name: &str, capacity: String, free: String| {
+                json!({"name": name, "capacity": capacity, "allocatable": capacity, "available": free})
+            };
+            let mut resources = vec![
+                resource("cpu", cpus.to_string(), free_cpus.to_string()),
+                resource("memory", format!("{memory}Gi"), format!("{free_memory}Gi")),
+                resource("hugepages-1Gi", format!("{hugepages}Gi"), format!("{free_hugepages}Gi")),
+            ];
+            if *nics > 0 {
+                resources.push(resource("example.com/nic", nics.to_string(), free_nics.to_string()));
+            }
+            let costs: Vec<Value> = (0..zones.len())
+                .map(|j| {
+                    let value = if j == id { 10 } else { distances[(id + j) % distances.len()] };
+                    json!({"name": format!("node-{j}"), "value": value})
+                })
+                .collect();
+            json!({"name": format!("node-{id}"), "type": "Node", "resources": resources, "costs": costs})
+        })
+        .collect();
+    serde_json::from_value(json!({"metadata": {"name": "worker"}, "zones": zones, "attributes": [
+        {"name": "topologyManagerPolicy", "value": policy}, {"name": "topologyManagerScope", "value": scope}]}))
+    .unwrap()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
+    /// The quick answer for a pod aligned as one requester is the general admission's, on every
+    /// policy, scope and option; pods of several containers go the general way and agree too.
+    #[test]
+    fn a_placement_is_the_general_admissions_answer(
+        zones in proptest::collection::vec(arb_numa(), 1..5),
+        policy in proptest::sample::select(vec!["none", "best-effort", "restricted", "single-numa-node"]),
+        scope in proptest::sample::select(vec!["container", "pod"]),
+        distances in proptest::collection::vec(11..40i64, 1..4),
+        closest in proptest::bool::ANY,
+        containers in proptest::collection::vec((1..24i64, 0..16i64, 0..6i64, 0..4i64, proptest::bool::ANY), 1..3),
+    ) {
+        let nrt = arb_nrt(&zones, policy, scope, &distances);
+        let specs: Vec<ContainerOwned> = containers
+            .iter()
+            .enumerate()
+            .map(|(i, (cpu, memory, hugepages, nics, fractional))| {
+                let cpu = if *fractional { format!("{cpu}500m") } else { cpu.to_string() };
+                let mut extra = vec![("memory", format!("{}Gi", memory + 1))];
+                if *hugepages > 0 { extra.push(("hugepages-1Gi", format!("{hugepages}Gi"))); }
+                if *nics > 0 { extra.push(("example.com/nic", nics.to_string())); }
+                (format!("c{i}"), cpu, extra)
+            })
+            .collect();
+        let borrowed: Vec<Vec<(&str, &str)>> =
+            specs.iter().map(|(_, _, extra)| extra.iter().map(|(n, a)| (*n, a.as_str())).collect()).collect();
+        let list: Vec<ContainerSpec<'_>> =
+            specs.iter().zip(&borrowed).map(|((name, cpu, _), extra)| ("app", name.as_str(), cpu.as_str(), extra.as_slice())).collect();
+        let pod = pod(&list);
+        let options = PolicyOptions { prefer_closest_numa_nodes: closest, ..default() };
+        let node = Node::of(&nrt);
+        let ask = Ask::of(&pod);
+        let general = admit_on(&ask, &node.config, &mut std::borrow::Cow::Borrowed(&node.machine), &options, false);
+        let expected = match general.refusal.clone() {
+            Some(refusal) => Err(refusal),
+            None => Ok(Placement::of(&general, &node.machine)),
+        };
+        proptest::prop_assert_eq!(node.place(&ask, &options), expected, "{:?}", general);
+    }
+}
