@@ -98,8 +98,8 @@ async fn bind(State(shared): State<Arc<Shared>>, Json(args): Json<ExtenderBindin
     Json(ExtenderBindingResult { error })
 }
 
-/// Holds the pod against the node first (a filter for the next pod must count it), then creates
-/// the Binding; a failed binding drops the hold.
+/// Holds the pod against the node first (a filter for the next pod must count it) if it still
+/// fits there, then creates the Binding; a failed binding drops the hold.
 async fn bind_pod(shared: &Shared, args: &ExtenderBindingArgs) -> Result<(), String> {
     let client = shared.client.clone().ok_or("this extender does not bind")?;
     let pods: Api<Pod> = Api::namespaced(client, &args.pod_namespace);
@@ -113,7 +113,14 @@ async fn bind_pod(shared: &Shared, args: &ExtenderBindingArgs) -> Result<(), Str
         Some(node) => return Err(format!("pod {}/{} is bound to {node} already", args.pod_namespace, args.pod_name)),
         None => {}
     }
-    shared.engine.write().await.bound(&args.node, &pod);
+    // A pod bound since this one's filter may have taken the room: then kube-scheduler is
+    // told, and puts the pod back in its queue to be filtered again.
+    shared
+        .engine
+        .write()
+        .await
+        .hold_if_it_fits(&args.node, &pod)
+        .map_err(|refusal| format!("numa: {refusal}, since a pod bound after this one was filtered took the room"))?;
     let binding = serde_json::json!({
         "apiVersion": "v1", "kind": "Binding",
         "metadata": {"name": args.pod_name, "namespace": args.pod_namespace, "uid": args.pod_uid},

@@ -119,6 +119,31 @@ async fn filter_bind_and_the_next_filter_counts_the_pod_it_bound() {
 }
 
 #[tokio::test]
+async fn a_pod_filtered_before_another_took_the_room_is_refused_at_bind_and_left_unbound() {
+    let (fake, shared, app) = started().await;
+    fake.insert("/api/v1/namespaces/ns/pods/second", pod("second", "6"));
+    fake.insert("/api/v1/namespaces/ns/pods/third", pod("third", "6"));
+    // kube-scheduler's next scheduling cycle runs beside the previous pod's binding: three
+    // 6-CPU pods are filtered (and pass) before any is bound, with room for two (one per NUMA
+    // node).
+    for name in ["first", "second", "third"] {
+        let answer = post(&app, "filter", &json!({"Pod": pod(name, "6"), "NodeNames": ["worker-0"]})).await;
+        assert_eq!(answer["NodeNames"], json!(["worker-0"]), "{name}");
+    }
+    let bind =
+        |name: &str| json!({"PodName": name, "PodNamespace": "ns", "PodUID": uid_of(&fake, name), "Node": "worker-0"});
+    assert_eq!(post(&app, "bind", &bind("first")).await, json!({"Error": ""}));
+    assert_eq!(post(&app, "bind", &bind("second")).await, json!({"Error": ""}));
+    let refused = post(&app, "bind", &bind("third")).await;
+    let error = refused["Error"].as_str().unwrap();
+    assert!(error.starts_with("numa: the kubelet (single-numa-node) cannot align container \"app\""), "{error}");
+    assert!(error.contains("took the room"), "{error}");
+    assert!(fake.get("/api/v1/namespaces/ns/pods/third").unwrap()["spec"]["nodeName"].is_null(), "no Binding");
+    let holds = shared.engine.read().await.holds("worker-0").iter().map(|h| h.pod.clone()).collect::<Vec<_>>();
+    assert_eq!(holds, ["ns/first", "ns/second"]);
+}
+
+#[tokio::test]
 async fn a_wrong_uid_is_not_bound() {
     let (fake, _shared, app) = started().await;
     let bind = json!({"PodName": "first", "PodNamespace": "ns", "PodUID": "uid-old", "Node": "worker-0"});

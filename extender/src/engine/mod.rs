@@ -196,6 +196,19 @@ impl Engine {
         self.refresh(node);
     }
 
+    /// The bind verb's decision, made with the holds as they are now: kube-scheduler binds
+    /// asynchronously, so the filter that passed `node` for this pod may have run before
+    /// another pod's bind took the room. If the pod still fits it is held there at once (the
+    /// next bind counts it); if not, the kubelet's reason, and the pod is not held.
+    pub fn hold_if_it_fits(&mut self, node: &str, pod: &Pod) -> Result<(), Refusal> {
+        if let Some(view) = self.views.get(node) {
+            let requests = PodRequests::from_pod(pod);
+            view.place(&Ask::of(&requests), &self.options)?;
+        }
+        self.bound(node, pod);
+        Ok(())
+    }
+
     /// A binding failed: the pod is not on `node` after all.
     pub fn unbound(&mut self, node: &str, uid: &str) {
         self.release(node, uid);
