@@ -58,6 +58,9 @@ pub const KUBELET_NUMA_ALIGNED: &str = "KubeletNUMAAligned";
 pub const SCHEDULER_IMAGE_COMPATIBLE: &str = "SchedulerImageCompatible";
 /// Extra NRS condition: whether the plugin runs its own pod informer.
 pub const DEDICATED_INFORMER_ACTIVE: &str = "DedicatedInformerActive";
+/// Extra NRS condition: the engine is the stock kube-scheduler with our extender (True) or
+/// scheduler-plugins' NodeResourceTopologyMatch (False); the message names the image.
+pub const EXTENDER_ENGINE_ACTIVE: &str = "ExtenderEngineActive";
 
 /// Which of the one-hot base conditions is true, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -39,6 +39,9 @@ pub struct Settings {
     pub apiserver_deployment: ApiserverDeployment,
     /// kube-apiserver's version as read at start (`None`: unknown, nothing is refused).
     pub kubernetes_version: Option<crate::server_version::KubeVersion>,
+    /// The stock kube-scheduler image of that release, the extender engine's default (`None`:
+    /// the version is unknown, and the NUMAResourcesScheduler must name its image).
+    pub stock_scheduler_image: Option<String>,
 }
 
 impl Settings {
@@ -55,6 +58,7 @@ impl Settings {
             certificate_mode: CertificateMode::SelfManaged,
             apiserver_deployment: ApiserverDeployment::Operator,
             kubernetes_version: None,
+            stock_scheduler_image: None,
         }
     }
 

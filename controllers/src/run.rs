@@ -106,7 +106,11 @@ impl Controllers {
         settings.platform = discovered.platform;
         settings.machine_config_pools = discovered.machine_config_pools;
         settings.kubelet_configs = discovered.kubelet_configs;
-        settings.kubernetes_version = crate::server_version::detect(&client).await;
+        let version = crate::server_version::read(&client).await;
+        settings.kubernetes_version = version.as_ref().and_then(crate::server_version::version_of);
+        settings.stock_scheduler_image = version.and_then(|info| {
+            numaresources_api::operator::scheduler_image::stock_kube_scheduler_image(&info.git_version)
+        });
         if settings.is_openshift() {
             // On OpenShift the exporters serve metrics over TLS with a certificate the service-ca
             // operator issues (an annotation on their metrics Service); the TLS profile's values are
@@ -116,6 +120,7 @@ impl Controllers {
         tracing::info!(
             platform = ?settings.platform,
             kubernetes = ?settings.kubernetes_version,
+            stock_scheduler_image = ?settings.stock_scheduler_image,
             namespace = %settings.namespace,
             image = %settings.image,
             certificate_mode = %settings.certificate_mode,

@@ -60,19 +60,21 @@ pub fn unsupported(version: KubeVersion) -> Option<String> {
 /// Reads the server's version; `None` (and a warning) when it cannot be read, in which case
 /// nothing is refused: an apply then says what is wrong.
 pub async fn detect(client: &kube::Client) -> Option<KubeVersion> {
-    match client.apiserver_version().await {
-        Ok(info) => {
-            let version = KubeVersion::from_info(&info);
-            if version.is_none() {
-                tracing::warn!(?info, "cannot tell the Kubernetes version from /version");
-            }
-            version
-        }
-        Err(error) => {
-            tracing::warn!(%error, "cannot read /version");
-            None
-        }
+    version_of(&read(client).await?)
+}
+
+/// What `/version` answers; `None` (and a warning) when it cannot be read.
+pub async fn read(client: &kube::Client) -> Option<Info> {
+    client.apiserver_version().await.inspect_err(|error| tracing::warn!(%error, "cannot read /version")).ok()
+}
+
+/// The version in `/version`'s answer; `None` (and a warning) when it does not say.
+pub fn version_of(info: &Info) -> Option<KubeVersion> {
+    let version = KubeVersion::from_info(info);
+    if version.is_none() {
+        tracing::warn!(?info, "cannot tell the Kubernetes version from /version");
     }
+    version
 }
 
 /// What a pass reports when the cluster is too old: the message of a `Degraded` condition, or

@@ -31,9 +31,10 @@ pub const DEFAULT_SCHEDULER_NAME: &str = "topo-aware-scheduler";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NUMAResourcesSchedulerSpec {
-    /// Scheduler container image.
+    /// Scheduler container image. Required with the Plugin engine; with the Extender engine,
+    /// empty means the stock kube-scheduler of the cluster's own release
+    /// (registry.k8s.io/kube-scheduler:<kube-apiserver's version>).
     #[serde(default, rename = "imageSpec")]
-    #[schemars(required)]
     pub scheduler_image: String,
     /// Scheduler name to be used in pod templates (`spec.schedulerName`).
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -122,6 +122,17 @@ pub fn kube_scheduler_minor(image: &str) -> Option<u32> {
     parts.next()?.parse().ok()
 }
 
+/// The stock kube-scheduler image of the Kubernetes release kube-apiserver reports
+/// (`/version`'s `gitVersion`: `v1.33.2`, `v1.33.2+k3s1`, `v1.33.2-eks-4096722`): the release
+/// `registry.k8s.io` publishes, without a provider's suffix. None when it is not `vX.Y.Z`.
+pub fn stock_kube_scheduler_image(git_version: &str) -> Option<String> {
+    let release = git_version.trim().split(['+', '-']).next()?;
+    let numbers = release.strip_prefix('v')?.split('.').collect::<Vec<_>>();
+    let well_formed =
+        numbers.len() == 3 && numbers.iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    well_formed.then(|| format!("{KUBE_SCHEDULER_REPOSITORY}:{release}"))
+}
+
 impl SchedulerImage {
     /// Why a configured choice is not rendered for this image, or why the image gets only the
     /// conservative set: each a sentence for a warning, an Event or a condition.
@@ -149,6 +160,18 @@ mod tests {
         assert_eq!(kube_scheduler_minor("registry.k8s.io/kube-scheduler:v1.31.4@sha256:00"), Some(31));
         assert_eq!(kube_scheduler_minor("registry.k8s.io/kube-scheduler@sha256:00"), None);
         assert_eq!(kube_scheduler_minor("example.com/kube-scheduler:v1.33.0"), None);
+    }
+
+    #[test]
+    fn the_stock_image_is_the_release_without_a_providers_suffix() {
+        let image = |v: &str| stock_kube_scheduler_image(v);
+        assert_eq!(image("v1.33.2").as_deref(), Some("registry.k8s.io/kube-scheduler:v1.33.2"));
+        assert_eq!(image("v1.31.4+k3s1").as_deref(), Some("registry.k8s.io/kube-scheduler:v1.31.4"));
+        assert_eq!(image("v1.30.1-eks-4096722").as_deref(), Some("registry.k8s.io/kube-scheduler:v1.30.1"));
+        assert_eq!(image("v1.32.0-gke.1200").as_deref(), Some("registry.k8s.io/kube-scheduler:v1.32.0"));
+        for odd in ["", "v1.33", "1.33.2", "v1.33.x", "v1..2"] {
+            assert_eq!(image(odd), None, "{odd}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{
     NUMAResourcesOperator, NUMAResourcesScheduler, NodeGroup, NodeGroupConfig, OPERATOR_SINGLETON_NAME, PodRouting,
-    SCHEDULER_SINGLETON_NAME, ScoringStrategyParams,
+    SCHEDULER_SINGLETON_NAME, SchedulerEngine, ScoringStrategyParams,
 };
 use crate::duration::GoDuration;
 use crate::field::{FieldError, FieldErrors, FieldPath};
@@ -53,7 +53,8 @@ pub fn validate_scheduler(nrs: &NUMAResourcesScheduler) -> FieldErrors {
     errors.extend(singleton_name(&nrs.metadata, SCHEDULER_SINGLETON_NAME));
     let spec = FieldPath::new("spec");
     let s = &nrs.spec;
-    if s.scheduler_image.trim().is_empty() {
+    // The extender engine's default image is the cluster's own kube-scheduler.
+    if s.scheduler_image.trim().is_empty() && s.engine() != SchedulerEngine::Extender {
         errors.push(FieldError::required(spec.child("imageSpec"), "the scheduler image is required"));
     }
     if !s.scheduler_name.is_empty()

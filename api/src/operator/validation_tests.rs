@@ -74,6 +74,9 @@ fn assert_single(errors: &FieldErrors, path: &str, kind: ErrorKind, row: &str) {
 fn valid_objects_pass() {
     assert!(operator_errors(valid_operator()).is_empty(), "{}", operator_errors(valid_operator()));
     assert!(scheduler_errors(valid_scheduler()).is_empty(), "{}", scheduler_errors(valid_scheduler()));
+    // The extender engine's image defaults to the cluster's own kube-scheduler.
+    let extender = with(with(valid_scheduler(), "/spec/imageSpec", json!("")), "/spec/engine", json!("Extender"));
+    assert!(scheduler_errors(extender).is_empty());
 }
 
 #[test]

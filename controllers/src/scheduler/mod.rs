@@ -155,7 +155,17 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
         write_status(nrs, ctx, &State::degraded(reason, errors.to_string()), None, None).await?;
         return Ok(Action::await_change());
     }
-    let spec = nrs.spec.normalized(ctx.settings.platform);
+    let mut spec = nrs.spec.normalized(ctx.settings.platform);
+    if spec.engine() == SchedulerEngine::Extender && spec.scheduler_image.trim().is_empty() {
+        match stock_scheduler_image(ctx).await {
+            Some(image) => spec.scheduler_image = image,
+            None => {
+                let state = State::degraded(cond::REASON_SCHEDULER_IMAGE, NO_STOCK_IMAGE);
+                write_status(nrs, ctx, &state, None, None).await?;
+                return Ok(Action::requeue(server_version::RECHECK));
+            }
+        }
+    }
     let eligible = eligible_nodes(ctx).await?;
     let replicas = match render::replicas(spec.replicas, eligible) {
         Ok(replicas) => replicas,
@@ -217,6 +227,20 @@ async fn apply(nrs: &NUMAResourcesScheduler, ctx: &Context) -> Result<Action> {
     };
     write_status(nrs, ctx, &state, Some(&running), Some(&observed)).await?;
     Ok(action)
+}
+
+/// Why an extender engine without an image is not deployed.
+const NO_STOCK_IMAGE: &str = "spec.imageSpec is empty and kube-apiserver's /version gives no release (vX.Y.Z) to pick \
+     the stock kube-scheduler of: set spec.imageSpec to registry.k8s.io/kube-scheduler at the cluster's version";
+
+/// The extender engine's default image: the stock kube-scheduler of the cluster's release, as
+/// read at start or, if it could not be read then, now.
+async fn stock_scheduler_image(ctx: &Context) -> Option<String> {
+    if let Some(image) = &ctx.settings.stock_scheduler_image {
+        return Some(image.clone());
+    }
+    let info = server_version::read(&ctx.client).await?;
+    numaresources_api::operator::scheduler_image::stock_kube_scheduler_image(&info.git_version)
 }
 
 /// What a pass saw besides the spec, for status.
@@ -332,17 +356,7 @@ async fn write_status(
 ) -> Result<()> {
     let previous = nrs.status.clone().unwrap_or_default();
     let namespace = &ctx.settings.namespace;
-    let mut extras: Vec<Extra> = running
-        .map(|r| {
-            let dedicated = r.spec.scheduler_informer == Some(SchedulerInformerMode::Dedicated);
-            vec![Extra {
-                type_: cond::DEDICATED_INFORMER_ACTIVE,
-                status: if dedicated { "True" } else { "False" },
-                reason: cond::REASON_AS_EXPECTED.into(),
-                message: String::new(),
-            }]
-        })
-        .unwrap_or_default();
+    let mut extras: Vec<Extra> = running.map(|r| engine_conditions(&r.spec).into()).unwrap_or_default();
     if let Some(observed) = observed {
         extras.extend(observed_conditions(observed));
         announce_image_warnings(nrs, ctx, &previous.conditions, &observed.image_warnings).await;
@@ -375,9 +389,46 @@ async fn write_status(
     api.patch_status(&nrs.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
         .map_err(|e| Error::kube(format!("update the status of NUMAResourcesScheduler {}", nrs.name_any()), e))?;
-    let note = || format!("scheduler {} is available", status.scheduler_name);
+    let note = || format!("scheduler {} is available (engine {})", status.scheduler_name, nrs.spec.engine());
     cond::announce(ctx, &nrs.object_ref(&()), &previous.conditions, state, note).await;
     Ok(())
+}
+
+/// The conditions that say which engine decides: `ExtenderEngineActive` (True: the stock
+/// kube-scheduler with our extender; False: scheduler-plugins' NodeResourceTopologyMatch), each
+/// naming the image, and `DedicatedInformerActive` (the plugin's informer; the extender watches
+/// NRTs itself).
+fn engine_conditions(spec: &numaresources_api::operator::NUMAResourcesSchedulerSpec) -> [Extra; 2] {
+    let image = &spec.scheduler_image;
+    if spec.engine() == SchedulerEngine::Extender {
+        let message =
+            format!("the stock kube-scheduler {image} asks the numaresources extender beside it for every pod");
+        [
+            Extra { type_: cond::EXTENDER_ENGINE_ACTIVE, status: "True", reason: "Extender".into(), message },
+            Extra {
+                type_: cond::DEDICATED_INFORMER_ACTIVE,
+                status: "False",
+                reason: "Extender".into(),
+                message: "the extender watches NodeResourceTopologies itself".into(),
+            },
+        ]
+    } else {
+        let dedicated = spec.scheduler_informer == Some(SchedulerInformerMode::Dedicated);
+        [
+            Extra {
+                type_: cond::EXTENDER_ENGINE_ACTIVE,
+                status: "False",
+                reason: "Plugin".into(),
+                message: format!("scheduler-plugins' NodeResourceTopologyMatch in {image} decides"),
+            },
+            Extra {
+                type_: cond::DEDICATED_INFORMER_ACTIVE,
+                status: if dedicated { "True" } else { "False" },
+                reason: cond::REASON_AS_EXPECTED.into(),
+                message: String::new(),
+            },
+        ]
+    }
 }
 
 /// The conditions that report what a pass saw: every eligible node visible, the image's fit.

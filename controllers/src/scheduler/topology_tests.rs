@@ -224,3 +224,54 @@ fn an_extender_image_of_another_minor_than_the_cluster_is_said() {
     assert!(extender_image_warnings("registry.k8s.io/kube-scheduler:v1.31.0", None).is_empty(), "version unknown");
     assert!(extender_image_warnings("example.com/my-scheduler:1", cluster).is_empty(), "not the stock image");
 }
+
+/// The extender engine without an image runs the stock kube-scheduler of the cluster's release,
+/// and its conditions say which engine decides, with which image.
+#[tokio::test]
+async fn the_extender_engine_defaults_to_the_clusters_kube_scheduler_and_its_conditions_name_it() {
+    let h = Harness::new(1);
+    let settings = Settings {
+        stock_scheduler_image: Some("registry.k8s.io/kube-scheduler:v1.33.2".into()),
+        ..h.ctx.settings.clone()
+    };
+    let h = Harness { ctx: Arc::new(Context::new(h.ctx.client.clone(), settings, None)), ..h };
+    h.fake.edit(NRS, |nrs| {
+        nrs["spec"]["engine"] = json!("Extender");
+        nrs["spec"]["imageSpec"] = json!("");
+    });
+    h.reconcile().await.unwrap();
+    h.fake.roll_out();
+    h.reconcile().await.unwrap();
+    let pod = h.deployment().spec.unwrap().template.spec.unwrap();
+    let images: Vec<String> = pod.containers.iter().filter_map(|c| c.image.clone()).collect();
+    assert!(images.contains(&"registry.k8s.io/kube-scheduler:v1.33.2".to_owned()), "{images:?}");
+    assert_eq!(h.condition(cond::AVAILABLE).0, "True");
+    let (status, reason, message) = h.condition(cond::EXTENDER_ENGINE_ACTIVE);
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Extender"));
+    assert!(message.contains("registry.k8s.io/kube-scheduler:v1.33.2"), "{message}");
+    assert_eq!(h.condition(cond::DEDICATED_INFORMER_ACTIVE).0, "False", "the plugin's informer is not running");
+}
+
+/// Without a readable release there is no image to default to: Degraded, saying what to set.
+#[tokio::test]
+async fn the_extender_engine_without_an_image_or_a_readable_version_is_degraded_naming_the_field() {
+    let h = Harness::new(1);
+    h.fake.edit(NRS, |nrs| {
+        nrs["spec"]["engine"] = json!("Extender");
+        nrs["spec"]["imageSpec"] = json!("");
+    });
+    h.reconcile().await.unwrap();
+    let (status, reason, message) = h.condition(cond::DEGRADED);
+    assert_eq!((status.as_str(), reason.as_str()), ("True", cond::REASON_SCHEDULER_IMAGE));
+    assert!(message.contains("set spec.imageSpec"), "{message}");
+    assert!(h.fake.get(DEPLOYMENT).is_none());
+}
+
+#[tokio::test]
+async fn the_plugin_engine_says_so_naming_its_image() {
+    let h = Harness::new(1);
+    h.reconcile().await.unwrap();
+    let (status, reason, message) = h.condition(cond::EXTENDER_ENGINE_ACTIVE);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Plugin"));
+    assert!(message.contains(IMAGE), "{message}");
+}
