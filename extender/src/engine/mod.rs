@@ -10,10 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use compact_str::CompactString;
+
 use k8s_openapi::api::core::v1::Pod;
 use numaresources_api::fingerprint::{Fingerprint, FingerprintPod, Method};
 use numaresources_api::fit::kubelet::{self, Ask, Placement, PolicyOptions, Refusal};
-use numaresources_api::fit::{PodRequests, has_exclusive_resources};
+use numaresources_api::fit::{PodRequests, Resources, has_exclusive_resources};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_api::nrt::well_known::{ATTR_PODS_FINGERPRINT, ATTR_PODS_FINGERPRINT_METHOD};
 use numaresources_api::operator::ScoringStrategyType;
@@ -21,8 +23,8 @@ use numaresources_api::operator::ScoringStrategyType;
 use crate::protocol::{ExtenderFilterResult, HostPriority, MAX_EXTENDER_PRIORITY};
 use crate::score;
 
-/// A filter's placements: the pod's UID, and each node it passed (with a view) in order.
-type FilterMemo = (String, Vec<(Arc<str>, Placement)>);
+/// A filter's scores: the pod's UID, and each node it passed (with a view) in order.
+type FilterMemo = (String, Vec<(CompactString, i64)>);
 
 /// A pod bound to a node, as the fingerprint and the holds need it.
 #[derive(Debug, Clone)]
@@ -59,13 +61,16 @@ pub struct Engine {
     holds: HashMap<String, Vec<Hold>>,
     /// node → its NRT less its holds, read for the kubelet's rules: what the verbs ask, kept
     /// up to date on every NRT and hold change rather than rebuilt per request. Looked up once
-    /// per candidate per verb: a fast hasher, and names shared with the filter's memo.
-    views: foldhash::HashMap<Arc<str>, Arc<kubelet::Node>>,
+    /// per candidate per verb, mostly from memory no cache holds: a fast hasher, and the name
+    /// (inline up to 24 bytes) and the view in the table's own slot, so a lookup reads one
+    /// place rather than chasing a pointer to the name and another to the view.
+    views: foldhash::HashMap<CompactString, kubelet::Node>,
     options: PolicyOptions,
     strategy: Option<ScoringStrategyType>,
-    /// The last filter's placements of the pod (its UID), in the order of the nodes it passed,
-    /// for the prioritize call kube-scheduler makes right after it with those nodes (a score
-    /// read off a view that changed meanwhile is a preference, not a decision).
+    /// The last filter's scores of the pod (its UID), in the order of the nodes it passed, for
+    /// the prioritize call kube-scheduler makes right after it with those nodes: each node is
+    /// scored while the filter has it in the cache, and prioritize reads none (a score read off
+    /// a view that changed meanwhile is a preference, not a decision).
     last_filter: std::sync::Mutex<Option<FilterMemo>>,
 }
 
@@ -179,7 +184,7 @@ impl Engine {
         for hold in self.holds.get(node).into_iter().flatten() {
             view = view.reserve(&hold.requests, &self.options).1;
         }
-        self.views.insert(Arc::from(node), Arc::new(view));
+        self.views.insert(CompactString::from(node), view);
     }
 
     /// The extender bound `pod` to `node`: held against it until the NRT shows it.
@@ -286,6 +291,7 @@ impl Engine {
     pub fn filter(&self, pod: &Pod, candidates: Vec<String>) -> ExtenderFilterResult {
         let requests = PodRequests::from_pod(pod);
         let ask = Ask::of(&requests);
+        let effective = requests.effective();
         let mut passing = Vec::with_capacity(candidates.len());
         let mut failed = BTreeMap::new();
         let mut unresolvable = BTreeMap::new();
@@ -299,7 +305,7 @@ impl Engine {
             };
             let refusal = match view.place(&ask, &self.options) {
                 Ok(placement) => {
-                    placed.push((name.clone(), placement));
+                    placed.push((name.clone(), self.score(&placement, view, &effective)));
                     passing.push(node);
                     continue;
                 }
@@ -338,13 +344,12 @@ impl Engine {
         let scores = candidates
             .into_iter()
             .map(|node| {
-                let score = self.views.get(node.as_str()).map_or(0, |view| {
-                    match remembered.find(&node).map(Ok).unwrap_or_else(|| view.place(&ask, &self.options)) {
-                        Ok(placement) => score::of(&placement, view, &effective, self.strategy.as_ref()),
-                        Err(_) => 0,
-                    }
+                let score = remembered.find(&node).unwrap_or_else(|| {
+                    let view = self.views.get(node.as_str());
+                    let placed = view.map(|view| (view, view.place(&ask, &self.options)));
+                    placed.map_or(0, |(view, placed)| placed.map_or(0, |p| self.score(&p, view, &effective)))
                 });
-                HostPriority { host: node, score: score.clamp(0, MAX_EXTENDER_PRIORITY) }
+                HostPriority { host: node, score }
             })
             .collect();
         if let Some(memo) = memo.filter(|(of, _)| of == uid) {
@@ -353,29 +358,34 @@ impl Engine {
         }
         scores
     }
+
+    /// A placement's score on the extender's scale.
+    fn score(&self, placement: &Placement, view: &kubelet::Node, effective: &Resources) -> i64 {
+        score::of(placement, view, effective, self.strategy.as_ref()).clamp(0, MAX_EXTENDER_PRIORITY)
+    }
 }
 
-/// The filter's placements, found for prioritize's candidates: those are the nodes the filter
+/// The filter's scores, found for prioritize's candidates: those are the nodes the filter
 /// passed, in its order, less any that another filter dropped, so one walk finds them all; a
 /// candidate out of order turns the rest into a map (never a walk per candidate).
 struct Remembered<'a> {
-    in_order: std::slice::Iter<'a, (Arc<str>, Placement)>,
-    by_name: Option<foldhash::HashMap<&'a str, Placement>>,
+    in_order: std::slice::Iter<'a, (CompactString, i64)>,
+    by_name: Option<foldhash::HashMap<&'a str, i64>>,
 }
 
 impl<'a> Remembered<'a> {
-    fn new(placed: &'a [(Arc<str>, Placement)]) -> Self {
-        Self { in_order: placed.iter(), by_name: None }
+    fn new(scored: &'a [(CompactString, i64)]) -> Self {
+        Self { in_order: scored.iter(), by_name: None }
     }
 
-    fn find(&mut self, node: &str) -> Option<Placement> {
+    fn find(&mut self, node: &str) -> Option<i64> {
         if let Some(by_name) = &self.by_name {
             return by_name.get(node).copied();
         }
-        if let Some(at) = self.in_order.clone().position(|(name, _)| &**name == node) {
-            return self.in_order.nth(at).map(|(_, placement)| *placement);
+        if let Some(at) = self.in_order.clone().position(|(name, _)| name == node) {
+            return self.in_order.nth(at).map(|(_, score)| *score);
         }
-        let by_name = self.in_order.as_slice().iter().map(|(name, placement)| (&**name, *placement)).collect();
+        let by_name = self.in_order.as_slice().iter().map(|(name, score)| (name.as_str(), *score)).collect();
         self.by_name = Some(by_name);
         None
     }

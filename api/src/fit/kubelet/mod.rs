@@ -40,7 +40,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use compact_str::CompactString;
 use serde::Serialize;
+use smallvec::SmallVec;
 
 pub use hints::{Distances, Hint, MAX_PERMUTATIONS, Mask, Merged, ResourceHints, Tiebreak};
 
@@ -225,58 +227,99 @@ struct Amounts {
     available: i64,
 }
 
-/// One resource's amounts per NUMA id: a handful of entries, kept in a vector (cheaper to read
-/// and to copy than a tree, on every node of every filter).
-#[derive(Debug, Clone, Default)]
-struct Zones(Vec<(u32, Amounts)>);
+/// One resource's amounts on one NUMA node.
+#[derive(Debug, Clone)]
+struct Row {
+    /// [`tag`] of the name: rows of other resources are passed over without reading it.
+    tag: u64,
+    /// In a resource's first row, how many rows it has (the others hold 0).
+    run: usize,
+    resource: CompactString,
+    id: u32,
+    amounts: Amounts,
+}
 
-impl Zones {
-    fn get(&self, id: &u32) -> Option<&Amounts> {
-        self.0.iter().find(|(at, _)| at == id).map(|(_, a)| a)
+/// A resource name's length and its first and last bytes in one word: names that differ in
+/// one of those (all the usual ones: `cpu`, `memory`, `hugepages-1Gi`, `hugepages-2Mi`, a
+/// device) differ here; equal tags are then compared in full.
+fn tag(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let word = |part: &[u8]| {
+        let mut word = [0u8; 8];
+        word[..part.len()].copy_from_slice(part);
+        u64::from_le_bytes(word)
+    };
+    let head = word(&bytes[..bytes.len().min(8)]);
+    let tail = word(&bytes[bytes.len().saturating_sub(8)..]);
+    head ^ tail.rotate_left(29) ^ (bytes.len() as u64).rotate_right(8)
+}
+
+/// One resource's amounts per NUMA id: its run of [`ByResource`]'s rows.
+#[derive(Debug, Clone, Copy)]
+struct Zones<'a>(&'a [Row]);
+
+impl<'a> Zones<'a> {
+    fn get(&self, id: &u32) -> Option<&'a Amounts> {
+        self.0.iter().find(|row| row.id == *id).map(|row| &row.amounts)
     }
 
-    fn get_mut(&mut self, id: &u32) -> Option<&mut Amounts> {
-        self.0.iter_mut().find(|(at, _)| at == id).map(|(_, a)| a)
-    }
-
-    fn insert(&mut self, id: u32, amounts: Amounts) {
-        match self.get_mut(&id) {
-            Some(at) => *at = amounts,
-            None => self.0.push((id, amounts)),
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&u32, &Amounts)> {
-        self.0.iter().map(|(id, a)| (id, a))
+    fn iter(&self) -> impl Iterator<Item = (&'a u32, &'a Amounts)> + use<'a> {
+        self.0.iter().map(|row| (&row.id, &row.amounts))
     }
 }
 
-/// Each resource's [`Zones`], by name.
+/// Every resource's amounts per NUMA node in one table, each resource's rows together. A
+/// filter reads it for every candidate, mostly from memory no cache holds: kept inside the node
+/// itself for up to [`INLINE_ROWS`] rows, with the names inline (a `CompactString` keeps up to
+/// 24 bytes in place), it is a few cache lines read in order beside the rest of the node, not a
+/// pointer to chase per table, resource and name.
 #[derive(Debug, Clone, Default)]
-struct ByResource(Vec<(Arc<str>, Zones)>);
+struct ByResource(SmallVec<[Row; INLINE_ROWS]>);
+
+/// Rows kept inside the node: four resources on two NUMA nodes, the usual worker.
+const INLINE_ROWS: usize = 8;
 
 impl ByResource {
-    fn get(&self, name: &str) -> Option<&Zones> {
-        self.0.iter().find(|(at, _)| &**at == name).map(|(_, z)| z)
+    /// Where `name`'s rows are: each resource's first row is visited, and its name read only
+    /// when the tags agree.
+    fn run(&self, name: &str) -> Option<std::ops::Range<usize>> {
+        let tag = tag(name);
+        let mut at = 0;
+        while let Some(first) = self.0.get(at) {
+            if first.tag == tag && first.resource == name {
+                return Some(at..at + first.run);
+            }
+            at += first.run.max(1);
+        }
+        None
     }
 
-    fn get_mut(&mut self, name: &str) -> Option<&mut Zones> {
-        self.0.iter_mut().find(|(at, _)| &**at == name).map(|(_, z)| z)
+    fn get(&self, name: &str) -> Option<Zones<'_>> {
+        self.run(name).map(|run| Zones(&self.0[run]))
+    }
+
+    fn amounts_mut(&mut self, name: &str, id: u32) -> Option<&mut Amounts> {
+        let run = self.run(name)?;
+        self.0[run].iter_mut().find(|row| row.id == id).map(|row| &mut row.amounts)
     }
 
     fn contains_key(&self, name: &str) -> bool {
-        self.get(name).is_some()
+        self.run(name).is_some()
     }
 
-    fn slot(&mut self, name: &str) -> &mut Zones {
-        let index = match self.0.iter().position(|(at, _)| &**at == name) {
-            Some(index) => index,
-            None => {
-                self.0.push((Arc::from(name), Zones::default()));
-                self.0.len() - 1
-            }
+    fn insert(&mut self, name: &str, id: u32, amounts: Amounts) {
+        let row = Row { tag: tag(name), run: 1, resource: CompactString::from(name), id, amounts };
+        let Some(run) = self.run(name) else {
+            self.0.push(row);
+            return;
         };
-        &mut self.0[index].1
+        match self.0[run.clone()].iter_mut().find(|row| row.id == id) {
+            Some(existing) => existing.amounts = amounts,
+            None => {
+                self.0.insert(run.end, Row { run: 0, ..row });
+                self.0[run.start].run += 1;
+            }
+        }
     }
 }
 
@@ -318,7 +361,7 @@ impl Machine {
                     allocatable: milli(&resource.allocatable),
                     available: milli(&resource.available),
                 };
-                machine.resources.slot(&resource.name).insert(id, amounts);
+                machine.resources.insert(&resource.name, id, amounts);
             }
             for cost in &zone.costs {
                 if let Some(other) = numa_id_from_zone_name(&cost.name) {
@@ -330,7 +373,7 @@ impl Machine {
             }
         }
         machine.ids.sort_unstable();
-        machine.masks = Arc::from(Mask::every_subset(&machine.ids));
+        machine.masks = shared_masks(&machine.ids, machine.all);
         machine.least_distance = vec![None; machine.ids.len().min(16) + 1];
         for mask in machine.masks.iter() {
             let Some(distance) = hints::average_distance(*mask, &machine.distances) else { continue };
@@ -346,9 +389,8 @@ impl Machine {
     /// Takes `amount` of `resource` from the set's nodes, lowest id first; what it took where.
     fn take(&mut self, resource: &str, mask: Mask, mut amount: i64) -> BTreeMap<u32, i64> {
         let mut taken = BTreeMap::new();
-        let Some(zones) = self.resources.get_mut(resource) else { return taken };
         for id in mask.ids() {
-            let Some(zone) = zones.get_mut(&id) else { continue };
+            let Some(zone) = self.resources.amounts_mut(resource, id) else { continue };
             let here = zone.available.min(amount).max(0);
             zone.available -= here;
             amount -= here;
@@ -377,13 +419,31 @@ impl Machine {
 
     /// Gives back what [`Self::take`] took.
     fn give_back(&mut self, resource: &str, taken: &BTreeMap<u32, i64>) {
-        let Some(zones) = self.resources.get_mut(resource) else { return };
         for (id, amount) in taken {
-            if let Some(zone) = zones.get_mut(id) {
+            if let Some(zone) = self.resources.amounts_mut(resource, *id) {
                 zone.available = zone.available.saturating_add(*amount);
             }
         }
     }
+}
+
+/// The most distinct NUMA layouts whose sets [`shared_masks`] keeps (a cluster has a handful).
+pub const SHARED_MASK_LAYOUTS: usize = 64;
+
+/// Every NUMA set of a machine whose nodes are `ids` (`all`), one copy for every machine with
+/// the same nodes: a filter reads it for each candidate, and one copy stays in the cache. The
+/// first [`SHARED_MASK_LAYOUTS`] layouts are kept; a machine of another gets its own.
+fn shared_masks(ids: &[u32], all: Mask) -> Arc<[Mask]> {
+    static SHARED: std::sync::OnceLock<std::sync::Mutex<BTreeMap<u64, Arc<[Mask]>>>> = std::sync::OnceLock::new();
+    let mut shared = SHARED.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(masks) = shared.get(&all.0) {
+        return masks.clone();
+    }
+    let masks: Arc<[Mask]> = Arc::from(Mask::every_subset(ids));
+    if shared.len() < SHARED_MASK_LAYOUTS {
+        shared.insert(all.0, masks.clone());
+    }
+    masks
 }
 
 /// What the managers align of a request: whole CPUs (Guaranteed), memory and hugepages
@@ -394,15 +454,28 @@ fn aligned_requests<'a>(requests: &'a Resources, qos: QosClass, machine: &Machin
 
 /// [`aligned_requests`], one by one.
 fn aligned<'a>(requests: &'a Resources, qos: QosClass, machine: &Machine) -> impl Iterator<Item = (&'a str, i64)> {
-    requests
-        .iter()
-        .filter(move |(name, amount)| match name.as_str() {
-            "cpu" => qos == QosClass::Guaranteed && *amount % 1000 == 0 && machine.resources.contains_key("cpu"),
-            "memory" => qos == QosClass::Guaranteed && machine.memory_managed,
-            name if is_hugepages(name) => qos == QosClass::Guaranteed && machine.memory_managed,
-            name => !is_native(name) && machine.resources.contains_key(name),
-        })
-        .map(|(name, amount)| (name.as_str(), *amount))
+    aligned_zones(requests, qos, machine).map(|(name, amount, _)| (name, amount))
+}
+
+/// [`aligned`], each with the node's amounts of it (None: memory the node does not list).
+fn aligned_zones<'a, 'm>(
+    requests: &'a Resources,
+    qos: QosClass,
+    machine: &'m Machine,
+) -> impl Iterator<Item = (&'a str, i64, Option<Zones<'m>>)> {
+    requests.iter().filter_map(move |(name, amount)| {
+        let guaranteed = qos == QosClass::Guaranteed;
+        let zones = match name.as_str() {
+            "cpu" if guaranteed && *amount % 1000 == 0 => Some(machine.resources.get("cpu")?),
+            "memory" => (guaranteed && machine.memory_managed).then(|| machine.resources.get(name))?,
+            name if is_hugepages(name) => {
+                (guaranteed && machine.memory_managed).then(|| machine.resources.get(name))?
+            }
+            name if !is_native(name) => Some(machine.resources.get(name)?),
+            _ => return None,
+        };
+        Some((name.as_str(), *amount, zones))
+    })
 }
 
 /// The aligned part of one requester's requests, by resource name (sorted, as the requests are).
@@ -469,8 +542,9 @@ fn memory_width(wanted: &Wanted<'_>, machine: &Machine) -> Option<u32> {
 #[derive(Debug, Clone)]
 pub struct Node {
     config: TopologyManagerConfig,
-    /// The policy, read once (the quick path asks it for every pod).
+    /// The policy and scope, read once (the quick path asks them for every pod).
     policy: Policy,
+    pod_scope: bool,
     machine: Machine,
 }
 
@@ -498,7 +572,7 @@ impl Node {
     /// The node `nrt` describes.
     pub fn of(nrt: &NodeResourceTopology) -> Self {
         let config = TopologyManagerConfig::of(nrt);
-        Self { policy: Policy::of(&config), config, machine: Machine::of(nrt) }
+        Self { policy: Policy::of(&config), pod_scope: config.pod_scope(), config, machine: Machine::of(nrt) }
     }
 
     /// The kubelet's admission of `pod` here.
@@ -525,7 +599,7 @@ impl Node {
         let mut machine = std::borrow::Cow::Borrowed(&self.machine);
         let admission = admit_on(&Ask::of(pod), &self.config, &mut machine, options, true);
         let machine = if admission.admitted() { machine.into_owned() } else { self.machine.clone() };
-        (admission, Node { config: self.config.clone(), policy: self.policy, machine })
+        (admission, Node { config: self.config.clone(), policy: self.policy, pod_scope: self.pod_scope, machine })
     }
 
     /// `nrt` with its NUMA zones' `available` as this node has them (what [`Self::reserve`]

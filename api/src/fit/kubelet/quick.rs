@@ -9,13 +9,13 @@
 
 use super::hints::{Mask, Tiebreak, fitter};
 use super::{
-    Amounts, Ask, Machine, Node, Placement, Policy, PolicyOptions, Refusal, Zones, aligned, aligned_requests,
+    Amounts, Ask, Machine, Node, Placement, Policy, PolicyOptions, Refusal, Zones, aligned_requests, aligned_zones,
     is_memory_managed, shortfall,
 };
 
 /// One aligned resource of the request, its zones looked up once.
 struct Asked<'a> {
-    zones: Option<&'a Zones>,
+    zones: Option<Zones<'a>>,
     amount: i64,
     /// Sized by allocatable, with the other memory-manager resources (else by capacity, alone).
     memory: bool,
@@ -40,13 +40,13 @@ pub(super) fn place(node: &Node, ask: &Ask<'_>, options: &PolicyOptions) -> Opti
     if machine.ids.len() > options.max_allowable_numa_nodes {
         return None;
     }
-    let mut requesters = ask.requesters(node.config.pod_scope());
+    let mut requesters = ask.requesters(node.pod_scope);
     let (requester, requests) = requesters.next()?;
     if requesters.next().is_some() {
         return None;
     }
-    let asked: Vec<Asked<'_>> = aligned(requests, ask.pod.qos, machine)
-        .map(|(name, amount)| Asked { zones: machine.resources.get(name), amount, memory: is_memory_managed(name) })
+    let asked: Vec<Asked<'_>> = aligned_zones(requests, ask.pod.qos, machine)
+        .map(|(name, amount, zones)| Asked { zones, amount, memory: is_memory_managed(name) })
         .collect();
     if asked.is_empty() {
         return Some(Ok(Placement::NOTHING_ALIGNED));
