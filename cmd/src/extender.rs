@@ -35,7 +35,7 @@ pub struct ExtenderArgs {
     /// a restart).
     #[arg(long, default_value = numaresources_api::operator::DEFAULT_SCHEDULER_NAME)]
     scheduler_name: String,
-    /// How nodes are scored: LeastAllocated, MostAllocated or BalancedAllocation.
+    /// How nodes are scored: LeastAllocated, MostAllocated, BalancedAllocation or LeastNUMANodes.
     #[arg(long, default_value = "LeastAllocated")]
     scoring_strategy: String,
     /// The kubelets run the Topology Manager with `prefer-closest-numa-nodes=true`.
@@ -57,7 +57,9 @@ pub fn run(args: ExtenderArgs) -> anyhow::Result<()> {
 async fn serve(args: ExtenderArgs) -> anyhow::Result<()> {
     let strategy = ScoringStrategyType::from(args.scoring_strategy.as_str());
     if let ScoringStrategyType::Unknown(other) = &strategy {
-        anyhow::bail!("--scoring-strategy {other:?}: LeastAllocated, MostAllocated or BalancedAllocation");
+        anyhow::bail!(
+            "--scoring-strategy {other:?}: LeastAllocated, MostAllocated, BalancedAllocation or LeastNUMANodes"
+        );
     }
     let options = PolicyOptions {
         prefer_closest_numa_nodes: args.prefer_closest_numa_nodes,
