@@ -6,6 +6,7 @@
 //! to case; we answer with its exact spelling and accept `null` or a missing key anywhere.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
@@ -73,10 +74,11 @@ pub struct ExtenderFilterResult {
     pub nodes: Option<serde_json::Value>,
     /// The nodes that pass.
     pub node_names: Option<Vec<String>>,
-    /// Refused nodes where preemption could make room, with the reason.
-    pub failed_nodes: Option<BTreeMap<String, String>>,
+    /// Refused nodes where preemption could make room, with the reason (nodes in the same state
+    /// share one text).
+    pub failed_nodes: Option<BTreeMap<String, Arc<str>>>,
     /// Refused nodes no preemption helps, with the reason.
-    pub failed_and_unresolvable_nodes: Option<BTreeMap<String, String>>,
+    pub failed_and_unresolvable_nodes: Option<BTreeMap<String, Arc<str>>>,
     /// Why nothing could be decided (fails the scheduling attempt unless the extender is
     /// `ignorable`).
     pub error: String,

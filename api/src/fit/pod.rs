@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use compact_str::CompactString;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use serde::Serialize;
 
@@ -19,12 +20,12 @@ pub type Resources = BTreeMap<String, i64>;
 #[serde(tag = "kind", content = "name", rename_all = "camelCase")]
 pub enum Requester {
     /// An init container (runs alone, before the app containers).
-    InitContainer(String),
+    InitContainer(CompactString),
     /// A restartable init container (`restartPolicy: Always`): started before the app
     /// containers and running beside them.
-    Sidecar(String),
+    Sidecar(CompactString),
     /// An app container.
-    Container(String),
+    Container(CompactString),
     /// The whole pod (topology manager scope `pod`).
     Pod,
 }
@@ -130,14 +131,14 @@ impl PodRequests {
             .iter()
             .map(|c| {
                 let requester = if crate::qos::is_sidecar(c) {
-                    Requester::Sidecar(c.name.clone())
+                    Requester::Sidecar(c.name.as_str().into())
                 } else {
-                    Requester::InitContainer(c.name.clone())
+                    Requester::InitContainer(c.name.as_str().into())
                 };
                 read(c, requester)
             })
             .collect();
-        let containers: Vec<_> = app.iter().map(|c| read(c, Requester::Container(c.name.clone()))).collect();
+        let containers: Vec<_> = app.iter().map(|c| read(c, Requester::Container(c.name.as_str().into()))).collect();
         let overhead =
             spec.and_then(|s| s.overhead.as_ref()).map(|o| amounts(o, "overhead", &mut problems)).unwrap_or_default();
         let qos = spec.map_or(QosClass::BestEffort, qos_class);

@@ -296,7 +296,7 @@ impl Engine {
         let mut failed = BTreeMap::new();
         let mut unresolvable = BTreeMap::new();
         // Nodes in the same state refuse in the same words: each text is written once.
-        let mut said: foldhash::HashMap<Refusal, String> = foldhash::HashMap::default();
+        let mut said: foldhash::HashMap<Refusal, Arc<str>> = foldhash::HashMap::default();
         let mut placed = Vec::with_capacity(candidates.len());
         for node in candidates {
             let Some((name, view)) = self.views.get_key_value(node.as_str()) else {
@@ -312,7 +312,7 @@ impl Engine {
                 Err(refusal) => refusal,
             };
             let unresolvable_here = matches!(refusal, Refusal::TooManyNumaNodes { .. });
-            let text = said.entry(refusal).or_insert_with_key(|refusal| format!("numa: {refusal}")).clone();
+            let text = said.entry(refusal).or_insert_with_key(|refusal| Arc::from(format!("numa: {refusal}"))).clone();
             if unresolvable_here {
                 unresolvable.insert(node, text);
             } else {

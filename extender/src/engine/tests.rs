@@ -51,7 +51,7 @@ fn the_filter_passes_nodes_the_kubelet_admits_and_gives_the_others_its_reason() 
     assert_eq!(result.node_names, Some(names(&["worker-1", "bare"])));
     let failed = result.failed_nodes.unwrap();
     assert_eq!(
-        failed["worker-0"],
+        &*failed["worker-0"],
         "numa: the kubelet (single-numa-node) cannot align container \"app\": no single NUMA node holds all of it \
          (cpu 4 requested, at most 3 free on one NUMA node)"
     );

@@ -86,7 +86,7 @@ pub struct Aligned {
 #[serde(rename_all = "camelCase")]
 pub struct Shortfall {
     /// The resource.
-    pub resource: String,
+    pub resource: CompactString,
     /// What the requester asks (thousandths).
     pub requested: i64,
     /// The most one NUMA node has free (thousandths).
@@ -102,7 +102,7 @@ pub enum Refusal {
         /// Who.
         requester: Requester,
         /// The policy.
-        policy: String,
+        policy: &'static str,
         /// Per aligned resource: what it asks, and the most one NUMA node has free.
         shortfall: Vec<Shortfall>,
     },
@@ -119,7 +119,7 @@ impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::TopologyAffinity { requester, policy, shortfall } => {
-                let rule = if policy == "single-numa-node" {
+                let rule = if *policy == "single-numa-node" {
                     "no single NUMA node holds all of it"
                 } else {
                     "no NUMA set as narrow as the request allows holds all of it"
@@ -558,6 +558,16 @@ enum Policy {
 }
 
 impl Policy {
+    /// The kubelet's name of the policy.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::BestEffort => "best-effort",
+            Self::Restricted => "restricted",
+            Self::SingleNumaNode => "single-numa-node",
+        }
+    }
+
     fn of(config: &TopologyManagerConfig) -> Self {
         match config.policy.as_str() {
             "best-effort" => Self::BestEffort,
@@ -680,8 +690,11 @@ fn admit_on(
         };
         if refused {
             let shortfall = shortfall(&wanted, machine);
-            let refusal =
-                Refusal::TopologyAffinity { requester: requester.clone(), policy: config.policy.clone(), shortfall };
+            let refusal = Refusal::TopologyAffinity {
+                requester: requester.clone(),
+                policy: Policy::of(config).as_str(),
+                shortfall,
+            };
             return Admission { aligned, refusal: Some(refusal) };
         }
         let numa = (!wanted.is_empty()).then(|| merged.mask.map(|m| m.ids().collect())).flatten();
@@ -733,12 +746,13 @@ fn pod_scope_requests(pod: &PodRequests) -> Resources {
 
 /// Per aligned resource, the request and the most any one NUMA node has free.
 fn shortfall(wanted: &Wanted<'_>, machine: &Machine) -> Vec<Shortfall> {
-    wanted
-        .iter()
-        .map(|(resource, amount)| {
-            let zones = machine.resources.get(resource);
-            let most_free = zones.into_iter().flat_map(|z| z.iter()).map(|(_, a)| a.available).max().unwrap_or(0);
-            Shortfall { resource: (*resource).to_owned(), requested: *amount, most_free }
-        })
-        .collect()
+    wanted.iter().map(|(resource, amount)| Shortfall::of(resource, *amount, machine.resources.get(resource))).collect()
+}
+
+impl Shortfall {
+    /// `amount` of `resource` asked of a node with `zones` of it.
+    fn of(resource: &str, amount: i64, zones: Option<Zones<'_>>) -> Self {
+        let most_free = zones.into_iter().flat_map(|z| z.iter()).map(|(_, a)| a.available).max().unwrap_or(0);
+        Self { resource: CompactString::from(resource), requested: amount, most_free }
+    }
 }

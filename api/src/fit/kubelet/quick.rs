@@ -9,12 +9,13 @@
 
 use super::hints::{Mask, Tiebreak, fitter};
 use super::{
-    Amounts, Ask, Machine, Node, Placement, Policy, PolicyOptions, Refusal, Zones, aligned_requests, aligned_zones,
-    is_memory_managed, shortfall,
+    Amounts, Ask, Machine, Node, Placement, Policy, PolicyOptions, Refusal, Shortfall, Zones, aligned_zones,
+    is_memory_managed,
 };
 
 /// One aligned resource of the request, its zones looked up once.
 struct Asked<'a> {
+    name: &'a str,
     zones: Option<Zones<'a>>,
     amount: i64,
     /// Sized by allocatable, with the other memory-manager resources (else by capacity, alone).
@@ -46,7 +47,7 @@ pub(super) fn place(node: &Node, ask: &Ask<'_>, options: &PolicyOptions) -> Opti
         return None;
     }
     let asked: Vec<Asked<'_>> = aligned_zones(requests, ask.pod.qos, machine)
-        .map(|(name, amount, zones)| Asked { zones, amount, memory: is_memory_managed(name) })
+        .map(|(name, amount, zones)| Asked { name, zones, amount, memory: is_memory_managed(name) })
         .collect();
     if asked.is_empty() {
         return Some(Ok(Placement::NOTHING_ALIGNED));
@@ -65,8 +66,8 @@ pub(super) fn place(node: &Node, ask: &Ask<'_>, options: &PolicyOptions) -> Opti
         None if node.policy == Policy::BestEffort => None,
         None => Some(Err(Refusal::TopologyAffinity {
             requester: requester.clone(),
-            policy: node.config.policy.clone(),
-            shortfall: shortfall(&aligned_requests(requests, ask.pod.qos, machine), machine),
+            policy: node.policy.as_str(),
+            shortfall: asked.iter().map(|a| Shortfall::of(a.name, a.amount, a.zones)).collect(),
         })),
     }
 }
