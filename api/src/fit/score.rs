@@ -136,11 +136,7 @@ pub fn least_numa_nodes(pod: &PodRequests, nrt: &NodeResourceTopology, config: &
     if zones.len() > LEAST_NUMA_NODES_MAX_ZONES {
         return 0;
     }
-    let distance = |a: u32, b: u32| {
-        let zone = nrt.zones.iter().find(|z| crate::nrt::well_known::numa_id_from_zone_name(&z.name) == Some(a));
-        let name = format!("node-{b}");
-        zone.and_then(|z| z.costs.iter().find(|c| c.name == name)).map_or(UNKNOWN_DISTANCE, |c| c.value)
-    };
+    let distances = distance_table(nrt, &zones);
     let requesters: Vec<Resources> = if config.pod_scope() {
         vec![pod.effective()]
     } else {
@@ -156,7 +152,7 @@ pub fn least_numa_nodes(pod: &PodRequests, nrt: &NodeResourceTopology, config: &
         if numa.is_empty() {
             continue;
         }
-        let Some((set, closest)) = fewest_nodes(&zones, &requests, pod.qos, &distance) else { return 0 };
+        let Some((set, closest)) = fewest_nodes(&zones, &requests, pod.qos, &distances) else { return 0 };
         widest = widest.max(set.len());
         all_closest &= closest;
         for (name, mut amount) in numa {
@@ -176,20 +172,35 @@ pub fn least_numa_nodes(pod: &PodRequests, nrt: &NodeResourceTopology, config: &
     if all_closest { score + per_node / 2 } else { score }
 }
 
+/// The distance between every two of `zones` (by index), from the NRT's costs, read once:
+/// [`UNKNOWN_DISTANCE`] where a cost is missing.
+fn distance_table(nrt: &NodeResourceTopology, zones: &[Numa]) -> Vec<Vec<i64>> {
+    use crate::nrt::well_known::numa_id_from_zone_name;
+    zones
+        .iter()
+        .map(|from| {
+            let costs = nrt.zones.iter().find(|z| numa_id_from_zone_name(&z.name) == Some(from.id)).map(|z| &z.costs);
+            zones
+                .iter()
+                .map(|to| {
+                    let cost = costs.and_then(|c| c.iter().find(|c| numa_id_from_zone_name(&c.name) == Some(to.id)));
+                    cost.map_or(UNKNOWN_DISTANCE, |c| c.value)
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The fewest zones (by index) that hold `requests`, the closest such set of that width, and
 /// whether it is among the closest sets of that width at all.
 fn fewest_nodes(
     zones: &[Numa],
     requests: &Resources,
     qos: QosClass,
-    distance: &dyn Fn(u32, u32) -> i64,
+    distances: &[Vec<i64>],
 ) -> Option<(Vec<usize>, bool)> {
     let average = |set: &[usize]| {
-        let total: i64 = set
-            .iter()
-            .flat_map(|a| set.iter().map(move |b| (a, b)))
-            .map(|(a, b)| distance(zones[*a].id, zones[*b].id))
-            .sum();
+        let total: i64 = set.iter().flat_map(|a| set.iter().map(move |b| (a, b))).map(|(a, b)| distances[*a][*b]).sum();
         total as f64 / (set.len() * set.len()) as f64
     };
     let holds = |set: &[usize]| {

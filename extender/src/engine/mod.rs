@@ -344,11 +344,7 @@ impl Engine {
         let scores = candidates
             .into_iter()
             .map(|node| {
-                let score = remembered.find(&node).unwrap_or_else(|| {
-                    let view = self.views.get(node.as_str());
-                    let placed = view.map(|view| (view, view.place(&ask, &self.options)));
-                    placed.map_or(0, |(view, placed)| placed.map_or(0, |p| self.score(&p, view, &effective)))
-                });
+                let score = remembered.find(&node).unwrap_or_else(|| self.score_anew(&node, &ask, &effective));
                 HostPriority { host: node, score }
             })
             .collect();
@@ -357,6 +353,12 @@ impl Engine {
             *self.last_filter.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(memo);
         }
         scores
+    }
+
+    /// A node's score read off its view now (0: no view, or the pod does not fit there).
+    fn score_anew(&self, node: &str, ask: &Ask<'_>, effective: &Resources) -> i64 {
+        let Some(view) = self.views.get(node) else { return 0 };
+        view.place(ask, &self.options).map_or(0, |placement| self.score(&placement, view, effective))
     }
 
     /// A placement's score on the extender's scale.
