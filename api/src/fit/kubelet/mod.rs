@@ -32,24 +32,25 @@
 //! NUMA id order within the chosen set.
 
 mod hints;
+mod machine;
 mod quick;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
 use compact_str::CompactString;
 use serde::Serialize;
-use smallvec::SmallVec;
 
 pub use hints::{Distances, Hint, MAX_PERMUTATIONS, Mask, Merged, ResourceHints, Tiebreak};
+pub use machine::SHARED_LAYOUTS;
+use machine::{Amounts, Machine, Zones};
 
 use super::pod::{Amount, PodRequests, Requester, Resources};
 use super::topology::TopologyManagerConfig;
 use crate::nrt::NodeResourceTopology;
-use crate::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ZONE_TYPE_NODE, numa_id_from_zone_name};
+use crate::nrt::well_known::{ZONE_TYPE_NODE, numa_id_from_zone_name};
 use crate::qos::{QosClass, is_hugepages, is_native};
 
 /// The NUMA nodes a kubelet runs with a policy other than `none` unless told otherwise.
@@ -219,233 +220,6 @@ impl Placement {
     }
 }
 
-/// One NUMA node's amounts, per resource.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Amounts {
-    capacity: i64,
-    allocatable: i64,
-    available: i64,
-}
-
-/// One resource's amounts on one NUMA node.
-#[derive(Debug, Clone)]
-struct Row {
-    /// [`tag`] of the name: rows of other resources are passed over without reading it.
-    tag: u64,
-    /// In a resource's first row, how many rows it has (the others hold 0).
-    run: usize,
-    resource: CompactString,
-    id: u32,
-    amounts: Amounts,
-}
-
-/// A resource name's length and its first and last bytes in one word: names that differ in
-/// one of those (all the usual ones: `cpu`, `memory`, `hugepages-1Gi`, `hugepages-2Mi`, a
-/// device) differ here; equal tags are then compared in full.
-fn tag(name: &str) -> u64 {
-    let bytes = name.as_bytes();
-    let word = |part: &[u8]| {
-        let mut word = [0u8; 8];
-        word[..part.len()].copy_from_slice(part);
-        u64::from_le_bytes(word)
-    };
-    let head = word(&bytes[..bytes.len().min(8)]);
-    let tail = word(&bytes[bytes.len().saturating_sub(8)..]);
-    head ^ tail.rotate_left(29) ^ (bytes.len() as u64).rotate_right(8)
-}
-
-/// One resource's amounts per NUMA id: its run of [`ByResource`]'s rows.
-#[derive(Debug, Clone, Copy)]
-struct Zones<'a>(&'a [Row]);
-
-impl<'a> Zones<'a> {
-    fn get(&self, id: &u32) -> Option<&'a Amounts> {
-        self.0.iter().find(|row| row.id == *id).map(|row| &row.amounts)
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&'a u32, &'a Amounts)> + use<'a> {
-        self.0.iter().map(|row| (&row.id, &row.amounts))
-    }
-}
-
-/// Every resource's amounts per NUMA node in one table, each resource's rows together. A
-/// filter reads it for every candidate, mostly from memory no cache holds: kept inside the node
-/// itself for up to [`INLINE_ROWS`] rows, with the names inline (a `CompactString` keeps up to
-/// 24 bytes in place), it is a few cache lines read in order beside the rest of the node, not a
-/// pointer to chase per table, resource and name.
-#[derive(Debug, Clone, Default)]
-struct ByResource(SmallVec<[Row; INLINE_ROWS]>);
-
-/// Rows kept inside the node: four resources on two NUMA nodes, the usual worker.
-const INLINE_ROWS: usize = 8;
-
-impl ByResource {
-    /// Where `name`'s rows are: each resource's first row is visited, and its name read only
-    /// when the tags agree.
-    fn run(&self, name: &str) -> Option<std::ops::Range<usize>> {
-        let tag = tag(name);
-        let mut at = 0;
-        while let Some(first) = self.0.get(at) {
-            if first.tag == tag && first.resource == name {
-                return Some(at..at + first.run);
-            }
-            at += first.run.max(1);
-        }
-        None
-    }
-
-    fn get(&self, name: &str) -> Option<Zones<'_>> {
-        self.run(name).map(|run| Zones(&self.0[run]))
-    }
-
-    fn amounts_mut(&mut self, name: &str, id: u32) -> Option<&mut Amounts> {
-        let run = self.run(name)?;
-        self.0[run].iter_mut().find(|row| row.id == id).map(|row| &mut row.amounts)
-    }
-
-    fn contains_key(&self, name: &str) -> bool {
-        self.run(name).is_some()
-    }
-
-    fn insert(&mut self, name: &str, id: u32, amounts: Amounts) {
-        let row = Row { tag: tag(name), run: 1, resource: CompactString::from(name), id, amounts };
-        let Some(run) = self.run(name) else {
-            self.0.push(row);
-            return;
-        };
-        match self.0[run.clone()].iter_mut().find(|row| row.id == id) {
-            Some(existing) => existing.amounts = amounts,
-            None => {
-                self.0.insert(run.end, Row { run: 0, ..row });
-                self.0[run.start].run += 1;
-            }
-        }
-    }
-}
-
-/// The node as its kubelet sees it.
-#[derive(Debug, Clone)]
-struct Machine {
-    ids: Vec<u32>,
-    all: Mask,
-    /// Every NUMA set, fewest nodes first (what the hint providers walk).
-    masks: Arc<[Mask]>,
-    /// resource → NUMA id → amounts (thousandths).
-    resources: ByResource,
-    distances: Distances,
-    /// By width (number of NUMA nodes): the least average distance of a set that wide (None:
-    /// a distance is unknown), for telling whether a placement is among the closest.
-    least_distance: Vec<Option<f64>>,
-    memory_managed: bool,
-}
-
-impl Machine {
-    fn of(nrt: &NodeResourceTopology) -> Self {
-        let mut machine = Self {
-            ids: Vec::new(),
-            all: Mask(0),
-            masks: Arc::from(Vec::new()),
-            resources: ByResource::default(),
-            distances: Distances::new(),
-            least_distance: Vec::new(),
-            memory_managed: true,
-        };
-        for zone in nrt.zones.iter().filter(|z| z.zone_type == ZONE_TYPE_NODE) {
-            let Some(id) = numa_id_from_zone_name(&zone.name).filter(|id| *id < 64) else { continue };
-            machine.ids.push(id);
-            machine.all.0 |= Mask::of(id).0;
-            for resource in &zone.resources {
-                let milli = |q: &crate::quantity::Quantity| q.ceil_milli_i64().unwrap_or(i64::MAX).max(0);
-                let amounts = Amounts {
-                    capacity: milli(&resource.capacity),
-                    allocatable: milli(&resource.allocatable),
-                    available: milli(&resource.available),
-                };
-                machine.resources.insert(&resource.name, id, amounts);
-            }
-            for cost in &zone.costs {
-                if let Some(other) = numa_id_from_zone_name(&cost.name) {
-                    machine.distances.insert((id, other), cost.value);
-                }
-            }
-            if zone.attributes.iter().any(|a| a.name == ATTR_MEMORY_NUMA_MANAGED && a.value == "false") {
-                machine.memory_managed = false;
-            }
-        }
-        machine.ids.sort_unstable();
-        machine.masks = shared_masks(&machine.ids, machine.all);
-        machine.least_distance = vec![None; machine.ids.len().min(16) + 1];
-        for mask in machine.masks.iter() {
-            let Some(distance) = hints::average_distance(*mask, &machine.distances) else { continue };
-            let least = &mut machine.least_distance[mask.count() as usize];
-            *least = Some(least.map_or(distance, |least| least.min(distance)));
-        }
-        if !machine.resources.contains_key("memory") {
-            machine.memory_managed = false;
-        }
-        machine
-    }
-
-    /// Takes `amount` of `resource` from the set's nodes, lowest id first; what it took where.
-    fn take(&mut self, resource: &str, mask: Mask, mut amount: i64) -> BTreeMap<u32, i64> {
-        let mut taken = BTreeMap::new();
-        for id in mask.ids() {
-            let Some(zone) = self.resources.amounts_mut(resource, id) else { continue };
-            let here = zone.available.min(amount).max(0);
-            zone.available -= here;
-            amount -= here;
-            if here > 0 {
-                taken.insert(id, here);
-            }
-        }
-        taken
-    }
-
-    /// `resource`'s amounts by NUMA id (zero where the zone does not list it).
-    fn zones(&self, resource: &str) -> impl Fn(u32) -> Amounts + '_ {
-        let zones = self.resources.get(resource);
-        move |id| zones.and_then(|zones| zones.get(&id)).copied().unwrap_or_default()
-    }
-
-    /// Whether `mask` is among the closest sets of its width (one node always is); a set whose
-    /// distances the NRT does not give is not.
-    fn closest(&self, mask: Mask) -> bool {
-        if mask.count() <= 1 {
-            return true;
-        }
-        let least = self.least_distance.get(mask.count() as usize).copied().flatten();
-        matches!((hints::average_distance(mask, &self.distances), least), (Some(at), Some(least)) if at <= least)
-    }
-
-    /// Gives back what [`Self::take`] took.
-    fn give_back(&mut self, resource: &str, taken: &BTreeMap<u32, i64>) {
-        for (id, amount) in taken {
-            if let Some(zone) = self.resources.amounts_mut(resource, *id) {
-                zone.available = zone.available.saturating_add(*amount);
-            }
-        }
-    }
-}
-
-/// The most distinct NUMA layouts whose sets [`shared_masks`] keeps (a cluster has a handful).
-pub const SHARED_MASK_LAYOUTS: usize = 64;
-
-/// Every NUMA set of a machine whose nodes are `ids` (`all`), one copy for every machine with
-/// the same nodes: a filter reads it for each candidate, and one copy stays in the cache. The
-/// first [`SHARED_MASK_LAYOUTS`] layouts are kept; a machine of another gets its own.
-fn shared_masks(ids: &[u32], all: Mask) -> Arc<[Mask]> {
-    static SHARED: std::sync::OnceLock<std::sync::Mutex<BTreeMap<u64, Arc<[Mask]>>>> = std::sync::OnceLock::new();
-    let mut shared = SHARED.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(masks) = shared.get(&all.0) {
-        return masks.clone();
-    }
-    let masks: Arc<[Mask]> = Arc::from(Mask::every_subset(ids));
-    if shared.len() < SHARED_MASK_LAYOUTS {
-        shared.insert(all.0, masks.clone());
-    }
-    masks
-}
-
 /// What the managers align of a request: whole CPUs (Guaranteed), memory and hugepages
 /// (Guaranteed, Static memory manager), devices the NRT places on NUMA nodes (any QoS).
 fn aligned_requests<'a>(requests: &'a Resources, qos: QosClass, machine: &Machine) -> Wanted<'a> {
@@ -466,12 +240,10 @@ fn aligned_zones<'a, 'm>(
     requests.iter().filter_map(move |(name, amount)| {
         let guaranteed = qos == QosClass::Guaranteed;
         let zones = match name.as_str() {
-            "cpu" if guaranteed && *amount % 1000 == 0 => Some(machine.resources.get("cpu")?),
-            "memory" => (guaranteed && machine.memory_managed).then(|| machine.resources.get(name))?,
-            name if is_hugepages(name) => {
-                (guaranteed && machine.memory_managed).then(|| machine.resources.get(name))?
-            }
-            name if !is_native(name) => Some(machine.resources.get(name)?),
+            "cpu" if guaranteed && *amount % 1000 == 0 => Some(machine.resource("cpu")?),
+            "memory" => (guaranteed && machine.memory_managed).then(|| machine.resource(name))?,
+            name if is_hugepages(name) => (guaranteed && machine.memory_managed).then(|| machine.resource(name))?,
+            name if !is_native(name) => Some(machine.resource(name)?),
             _ => return None,
         };
         Some((name.as_str(), *amount, zones))
@@ -499,14 +271,14 @@ fn resource_hints(
         let free = |id: u32| at(id).available;
         if is_memory_managed(resource) {
             memory_resources += 1;
-            let found = hints::hints(&machine.masks, *amount, |id| at(id).allocatable, free, reused);
+            let found = hints::hints(&machine.layout.masks, *amount, |id| at(id).allocatable, free, reused);
             memory = Some(match memory {
                 None => found,
                 Some(before) => before.into_iter().filter(|h| found.iter().any(|f| f.mask == h.mask)).collect(),
             });
         } else {
             let sized = |id: u32| at(id).capacity;
-            lists.push(Some(hints::hints(&machine.masks, *amount, sized, free, reused)));
+            lists.push(Some(hints::hints(&machine.layout.masks, *amount, sized, free, reused)));
         }
     }
     if let Some(mut memory) = memory {
@@ -535,7 +307,7 @@ fn memory_width(wanted: &Wanted<'_>, machine: &Machine) -> Option<u32> {
             mask.ids().map(|id| at(id).allocatable).sum::<i64>() >= *amount
         })
     };
-    machine.masks.iter().find(|mask| holds(**mask)).map(|mask| mask.count())
+    machine.layout.masks.iter().find(|mask| holds(**mask)).map(|mask| mask.count())
 }
 
 /// A node as its kubelet decides: read once from its NRT, asked many times.
@@ -590,6 +362,14 @@ impl Node {
         admit_on(&Ask::of(pod), &self.config, &mut std::borrow::Cow::Borrowed(&self.machine), options, false)
     }
 
+    /// Reads the memory [`Self::place`] reads first, and returns it mixed into a number of no
+    /// meaning. A caller about to place a pod on many nodes, most of them in memory no cache
+    /// holds, touches the next few nodes first: their reads are independent, so the processor
+    /// waits for them together rather than once per node.
+    pub fn touch(&self) -> u64 {
+        u64::from(self.pod_scope) ^ self.machine.touch() ^ self.policy as u64
+    }
+
     /// Whether the kubelet admits the pod here, and where in brief: what a filter and a score
     /// need, without [`Self::admit`]'s per-requester detail (nor, for a pod aligned as one
     /// requester, its cost).
@@ -619,7 +399,7 @@ impl Node {
         for zone in written.zones.iter_mut().filter(|z| z.zone_type == ZONE_TYPE_NODE) {
             let Some(id) = numa_id_from_zone_name(&zone.name) else { continue };
             for resource in &mut zone.resources {
-                let left = self.machine.resources.get(resource.name.as_str()).and_then(|zones| zones.get(&id));
+                let left = self.machine.resource(resource.name.as_str()).and_then(|zones| zones.get(&id));
                 if let Some(left) = left {
                     resource.available = crate::quantity::Quantity::from_milli(left.available);
                 }
@@ -632,7 +412,7 @@ impl Node {
     /// and available amounts summed over the NUMA nodes `numa` (thousandths).
     pub fn in_set<'a>(&'a self, numa: Mask, requested: &'a Resources) -> impl Iterator<Item = (i64, i64, i64)> + 'a {
         requested.iter().filter_map(move |(name, amount)| {
-            let zones = self.machine.resources.get(name)?;
+            let zones = self.machine.resource(name)?;
             let in_set = zones.iter().filter(|(id, _)| numa.contains(**id)).map(|(_, a)| a);
             let (allocatable, available) =
                 in_set.fold((0i64, 0i64), |(t, f), a| (t.saturating_add(a.allocatable), f.saturating_add(a.available)));
@@ -670,8 +450,9 @@ fn admit_on(
     if config.policy == "none" {
         return Admission { aligned: Vec::new(), refusal: None };
     }
-    if machine.ids.len() > options.max_allowable_numa_nodes {
-        let refusal = Refusal::TooManyNumaNodes { nodes: machine.ids.len(), limit: options.max_allowable_numa_nodes };
+    if machine.layout.ids.len() > options.max_allowable_numa_nodes {
+        let refusal =
+            Refusal::TooManyNumaNodes { nodes: machine.layout.ids.len(), limit: options.max_allowable_numa_nodes };
         return Admission { aligned: Vec::new(), refusal: Some(refusal) };
     }
     let tiebreak = if options.prefer_closest_numa_nodes { Tiebreak::Closest } else { Tiebreak::Narrowest };
@@ -682,8 +463,13 @@ fn admit_on(
     for (index, (requester, requests)) in ask.requesters(config.pod_scope()).enumerate() {
         let wanted = aligned_requests(requests, ask.pod.qos, machine);
         let lists = resource_hints(&wanted, machine, &reusable);
-        let merged =
-            hints::merge(machine.all, &lists, config.policy == "single-numa-node", tiebreak, &machine.distances);
+        let merged = hints::merge(
+            machine.layout.all,
+            &lists,
+            config.policy == "single-numa-node",
+            tiebreak,
+            &machine.layout.distances,
+        );
         let refused = match config.policy.as_str() {
             "restricted" | "single-numa-node" => !merged.preferred,
             _ => false,
@@ -702,7 +488,7 @@ fn admit_on(
         if index + 1 == count && !keep_last {
             break;
         }
-        let mask = merged.mask.unwrap_or(machine.all);
+        let mask = merged.mask.unwrap_or(machine.layout.all);
         let init = matches!(requester, Requester::InitContainer(_));
         for (resource, amount) in &wanted {
             let reused = reusable.get_mut(*resource).map(|zones| take_reused(zones, *amount)).unwrap_or(0);
@@ -746,7 +532,7 @@ fn pod_scope_requests(pod: &PodRequests) -> Resources {
 
 /// Per aligned resource, the request and the most any one NUMA node has free.
 fn shortfall(wanted: &Wanted<'_>, machine: &Machine) -> Vec<Shortfall> {
-    wanted.iter().map(|(resource, amount)| Shortfall::of(resource, *amount, machine.resources.get(resource))).collect()
+    wanted.iter().map(|(resource, amount)| Shortfall::of(resource, *amount, machine.resource(resource))).collect()
 }
 
 impl Shortfall {

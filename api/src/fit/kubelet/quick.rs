@@ -7,6 +7,8 @@
 //! cannot settle (`best-effort` without a preferred set, several requesters) it leaves to the
 //! general admission.
 
+use smallvec::SmallVec;
+
 use super::hints::{Mask, Tiebreak, fitter};
 use super::{
     Amounts, Ask, Machine, Node, Placement, Policy, PolicyOptions, Refusal, Shortfall, Zones, aligned_zones,
@@ -38,7 +40,7 @@ pub(super) fn place(node: &Node, ask: &Ask<'_>, options: &PolicyOptions) -> Opti
         Policy::None => return None,
     };
     let machine = &node.machine;
-    if machine.ids.len() > options.max_allowable_numa_nodes {
+    if machine.layout.ids.len() > options.max_allowable_numa_nodes {
         return None;
     }
     let mut requesters = ask.requesters(node.pod_scope);
@@ -46,7 +48,8 @@ pub(super) fn place(node: &Node, ask: &Ask<'_>, options: &PolicyOptions) -> Opti
     if requesters.next().is_some() {
         return None;
     }
-    let asked: Vec<Asked<'_>> = aligned_zones(requests, ask.pod.qos, machine)
+    // Inline: this runs once per candidate node, and a heap allocation each time showed.
+    let asked: SmallVec<[Asked<'_>; 4]> = aligned_zones(requests, ask.pod.qos, machine)
         .map(|(name, amount, zones)| Asked { name, zones, amount, memory: is_memory_managed(name) })
         .collect();
     if asked.is_empty() {
@@ -58,7 +61,7 @@ pub(super) fn place(node: &Node, ask: &Ask<'_>, options: &PolicyOptions) -> Opti
     match width.and_then(|width| best_fit(&asked, machine, width, tiebreak)) {
         Some(mask) => {
             // single-numa-node reports the whole machine as no affinity.
-            let numa = if single && mask == machine.all { Mask(0) } else { mask };
+            let numa = if single && mask == machine.layout.all { Mask(0) } else { mask };
             let closest = machine.closest(numa);
             Some(Ok(Placement { numa, preferred: true, widest: numa.count(), closest }))
         }
@@ -76,7 +79,8 @@ pub(super) fn place(node: &Node, ask: &Ask<'_>, options: &PolicyOptions) -> Opti
 /// each alone; the memory manager's resources by allocatable, together); None when they differ
 /// or a resource fits no set.
 fn common_width(asked: &[Asked<'_>], machine: &Machine) -> Option<u32> {
-    let narrowest = |holds: &dyn Fn(Mask) -> bool| machine.masks.iter().find(|mask| holds(**mask)).map(|m| m.count());
+    let narrowest =
+        |holds: &dyn Fn(Mask) -> bool| machine.layout.masks.iter().find(|mask| holds(**mask)).map(|m| m.count());
     let by_capacity = asked
         .iter()
         .filter(|asked| !asked.memory)
@@ -100,11 +104,11 @@ fn common_width(asked: &[Asked<'_>], machine: &Machine) -> Option<u32> {
 fn best_fit(asked: &[Asked<'_>], machine: &Machine, width: u32, tiebreak: Tiebreak) -> Option<Mask> {
     let free = |mask: Mask| asked.iter().all(|asked| asked.sum(mask, |a| a.available) >= asked.amount);
     let mut best: Option<Mask> = None;
-    for mask in machine.masks.iter().copied().filter(|mask| mask.count() == width && free(*mask)) {
+    for mask in machine.layout.masks.iter().copied().filter(|mask| mask.count() == width && free(*mask)) {
         if tiebreak == Tiebreak::Narrowest {
             return Some(mask);
         }
-        if best.is_none_or(|best| fitter(mask, best, tiebreak, &machine.distances)) {
+        if best.is_none_or(|best| fitter(mask, best, tiebreak, &machine.layout.distances)) {
             best = Some(mask);
         }
     }
