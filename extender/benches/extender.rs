@@ -2,6 +2,11 @@
 //! actually sends at that size), then prioritize over those that pass, as kube-scheduler calls
 //! them (node-cache capable), single-threaded.
 //!
+//! The last cases run the extender's HTTP server on loopback and play kube-scheduler's
+//! scheduling cycle against it: one pod at a time (kube-scheduler decides one pod at a time and
+//! binds asynchronously), a filter request then a prioritize request with the nodes that passed;
+//! they print pods per second and the per-pod round trips.
+//!
 //! `cargo bench -p numaresources-extender --bench extender` prints p50, p99 and the largest of
 //! 200 pods per case. Each pod is timed in each of [`ROUNDS`] rounds and its least time kept:
 //! the VM this runs on shares its caches and cores with neighbours, which add to any one run's
@@ -135,6 +140,61 @@ fn one_pod_with_json(engine: &Engine, names: &[String], i: usize) -> Duration {
     (filtered_at - started) + resumed.elapsed()
 }
 
+/// kube-scheduler's scheduling cycle against the extender's HTTP server on loopback: for each pod
+/// a filter request, then a prioritize request with the nodes that passed, one pod after another.
+fn run_http(case: &str, engine: Engine, names: &[String]) {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use numaresources_api::extender::{FILTER_VERB, PRIORITIZE_VERB};
+    use numaresources_extender::protocol::ExtenderArgs;
+    use numaresources_extender::server::{Shared, router};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let shared = Shared::new(engine, None);
+        shared.synced.store(true, std::sync::atomic::Ordering::Release);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router(shared)).await });
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<axum::body::Bytes>>();
+        let post = |verb: &str, body: Vec<u8>| {
+            let request = http::Request::post(format!("http://{address}/{verb}"))
+                .header("content-type", "application/json")
+                .body(Full::from(body))
+                .unwrap();
+            let response = client.request(request);
+            async move { response.await.unwrap().into_body().collect().await.unwrap().to_bytes() }
+        };
+        // The filter bodies and pods ready beforehand, and only the passing names read from the
+        // answer: the client does as little as it can, so the time is the server's.
+        let bodies: Vec<Vec<u8>> = (0..PODS)
+            .map(|i| {
+                serde_json::to_vec(&ExtenderArgs { pod: Some(pod(i)), nodes: None, node_names: Some(names.to_vec()) })
+                    .unwrap()
+            })
+            .collect();
+        let pods: Vec<String> = (0..PODS).map(|i| serde_json::to_string(&pod(i)).unwrap()).collect();
+        #[derive(serde::Deserialize)]
+        struct Passing {
+            #[serde(rename = "NodeNames")]
+            node_names: Vec<String>,
+        }
+        let mut times = Vec::with_capacity(PODS);
+        let started = Instant::now();
+        for (i, body) in bodies.into_iter().enumerate() {
+            let pod_started = Instant::now();
+            let passing: Passing = serde_json::from_slice(&post(FILTER_VERB, body).await).unwrap();
+            let names = serde_json::to_string(&passing.node_names).unwrap();
+            let body = format!(r#"{{"Pod":{},"Nodes":null,"NodeNames":{names}}}"#, pods[i]).into_bytes();
+            black_box(post(PRIORITIZE_VERB, body).await);
+            times.push(pod_started.elapsed());
+        }
+        let rate = PODS as f64 / started.elapsed().as_secs_f64();
+        report(&format!("{case}: {rate:.0} pods/s; a pod's filter + prioritize round trips"), times);
+    });
+}
+
 fn main() {
     let names: Vec<String> = (0..NODES).map(|i| format!("worker-{i:05}")).collect();
     let mut engine = Engine::new(PolicyOptions::default(), None);
@@ -152,4 +212,12 @@ fn main() {
         engine.bound(&names[i * 5], &held);
     }
     run("5,000 nodes, 1,000 holds", &engine, &names);
+    drop(engine);
+    let serving = || {
+        let mut engine = Engine::new(PolicyOptions::default(), None);
+        engine.replace_nrts((0..NODES).map(nrt).collect());
+        engine
+    };
+    run_http("HTTP, 500 of 5,000 nodes", serving(), &feasible);
+    run_http("HTTP, 5,000 nodes", serving(), &names);
 }

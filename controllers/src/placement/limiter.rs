@@ -1,7 +1,9 @@
 //! Which pods are explained and which explanations go out: a pod is explained again at most once
 //! per interval (its Event could not go out sooner, and explaining a pod against every NRT is
-//! the costly part); an explanation goes out only when it says something new and the interval
-//! has passed since the pod's last, and no more than a token bucket allows cluster-wide.
+//! the costly part), and not at all while what it was explained from (the NRTs, its requests)
+//! is unchanged since its Event said it; an explanation goes out only when it says something new
+//! and the interval has passed since the pod's last, and no more than a token bucket allows
+//! cluster-wide.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -32,11 +34,23 @@ pub(crate) struct Limiter {
     refilled: Option<Instant>,
     /// Each pod's last Event: when, and a hash of what it said.
     sent: HashMap<String, (Instant, u64)>,
-    /// Each pod's last explanation: when, and its first reason.
-    checked: HashMap<String, (Instant, Option<ReasonKind>)>,
+    /// Each pod's last explanation.
+    checked: HashMap<String, Checked>,
     /// The explanations sent once (rejected pods).
     once: HashSet<String>,
 }
+
+/// A pod's last explanation.
+#[derive(Debug, Clone, Copy)]
+struct Checked {
+    at: Instant,
+    first_reason: Option<ReasonKind>,
+    /// What it was explained from, once its Event says it (sent, or the same as the last one).
+    settled: Option<Basis>,
+}
+
+/// A digest of what an explanation is computed from: equal bases give equal explanations.
+pub(crate) type Basis = u64;
 
 /// The most once-sent explanations remembered (past it, the memory starts over: a rejected pod
 /// still there gets its Event once more).
@@ -56,19 +70,29 @@ impl Limiter {
         }
     }
 
-    /// Whether pod `uid` is to be explained `now`: never explained, or not for an interval.
-    pub(crate) fn due(&self, uid: &str, now: Instant) -> bool {
-        self.checked.get(uid).is_none_or(|(at, _)| now.saturating_duration_since(*at) >= self.per_pod)
+    /// Whether pod `uid` is to be explained `now` from `basis`: never explained, or not for an
+    /// interval and its Event does not already say what `basis` gives.
+    pub(crate) fn due(&self, uid: &str, now: Instant, basis: Basis) -> bool {
+        self.checked.get(uid).is_none_or(|checked| {
+            now.saturating_duration_since(checked.at) >= self.per_pod && checked.settled != Some(basis)
+        })
     }
 
     /// Records that pod `uid` was explained `now`, its first reason `reason`.
     pub(crate) fn explained(&mut self, uid: &str, now: Instant, reason: Option<ReasonKind>) {
-        self.checked.insert(uid.to_owned(), (now, reason));
+        self.checked.insert(uid.to_owned(), Checked { at: now, first_reason: reason, settled: None });
+    }
+
+    /// Records that pod `uid`'s Event says what `basis` gives (it went out, or said the same).
+    pub(crate) fn settled(&mut self, uid: &str, basis: Basis) {
+        if let Some(checked) = self.checked.get_mut(uid) {
+            checked.settled = Some(basis);
+        }
     }
 
     /// The first reason of every pod explained and not forgotten.
     pub(crate) fn reasons(&self) -> impl Iterator<Item = Option<ReasonKind>> + '_ {
-        self.checked.values().map(|(_, reason)| *reason)
+        self.checked.values().map(|checked| checked.first_reason)
     }
 
     /// Whether pod `uid`'s explanation `message` goes out `now` (and takes a token if so).

@@ -4,8 +4,10 @@
 //! ([`numaresources_api::fit`]) which nodes would take it and why the others do not, so
 //! `kubectl describe pod` answers more than `cannot align container`.
 //!
-//! Bounded: a pod is explained again at most once a minute, and its Event goes out again only
-//! when the explanation changed (an NRT that matters changed, not a scheduler retry); Events are
+//! Bounded: a pod is explained again at most once a minute, and only when an NRT or its requests
+//! changed since its Event said it (a quiet cluster's Pending pods cost nothing to keep
+//! explained); its Event goes out again only when the explanation changed (an NRT that matters
+//! changed, not a scheduler retry); Events are
 //! limited cluster-wide ([`EVENTS_PER_SECOND`], [`EVENT_BURST`]); explaining takes at most
 //! [`EXPLANATION_CPU_SHARE`] of a core on average; a gauge counts the unschedulable pods by
 //! their most common reason, a fixed label set.
@@ -16,6 +18,7 @@ pub mod rejected;
 mod tests;
 
 use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +34,7 @@ use numaresources_api::fit::{PodRequests, evaluate};
 use numaresources_api::nrt::NodeResourceTopology;
 use numaresources_api::operator::{NUMAResourcesScheduler, ScoringStrategyParams};
 
-pub(crate) use limiter::{Admission, Budget, Limiter};
+pub(crate) use limiter::{Admission, Basis, Budget, Limiter};
 
 use crate::context::Context;
 
@@ -49,7 +52,8 @@ const PASS_INTERVAL: Duration = Duration::from_secs(2);
 /// for a change.
 const QUIET_PASS_INTERVAL: Duration = Duration::from_secs(10);
 /// The share of one core explanations may take on average: a pod explained against 5,000 NRTs
-/// takes 12–22 ms (BENCHMARKS.md), so 100 Pending pods explained once a minute would take 2–4 %.
+/// takes 12–22 ms (BENCHMARKS.md), so 100 Pending pods explained once a minute while the NRTs
+/// keep changing would take 2–4 % (while they do not, none is explained again).
 pub const EXPLANATION_CPU_SHARE: f64 = 0.01;
 /// The CPU time explanations may take at once after a quiet spell (about 50 pods at 5,000 nodes).
 pub const EXPLANATION_BURST: Duration = Duration::from_secs(1);
@@ -94,12 +98,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
             }
             // Whatever arrived meanwhile is in the stores already: one pass for all of it.
             while futures_util::FutureExt::now_or_never(changes.next()).flatten().is_some() {}
-            // The NUMA-aware scheduler's name, once a NUMAResourcesScheduler asks for one.
-            let Some(scheduler) = schedulers.state().first().map(|s| s.spec.effective_scheduler_name().to_owned())
-            else {
+            // The NUMA-aware scheduler's name and scoring, once a NUMAResourcesScheduler asks
+            // for one.
+            let Some((scheduler, strategy)) = schedulers.state().first().map(|s| {
+                (s.spec.effective_scheduler_name().to_owned(), s.spec.scoring_strategy.clone().unwrap_or_default())
+            }) else {
                 continue;
             };
-            pass(&ctx, &scheduler, &nrts, &pods, &mut limiter, &mut budget).await;
+            let numa = Scheduler { name: &scheduler, strategy: &strategy };
+            pass(&ctx, numa, &nrts, &pods, &mut limiter, &mut budget).await;
             explain_rejections(&ctx, &scheduler, &nrts, &failed, &mut limiter).await;
         }
     };
@@ -109,39 +116,54 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()>) {
     }
 }
 
+/// The NUMA-aware scheduler the pods are explained for.
+#[derive(Debug, Clone, Copy)]
+struct Scheduler<'a> {
+    name: &'a str,
+    strategy: &'a ScoringStrategyParams,
+}
+
 /// One pass: every unschedulable pod of the NUMA-aware scheduler that is due explained, the
 /// explanations that say something new published.
 async fn pass(
     ctx: &Context,
-    scheduler: &str,
+    scheduler: Scheduler<'_>,
     nrts: &Store<NodeResourceTopology>,
     pods: &Store<Pod>,
     limiter: &mut Limiter,
     budget: &mut Budget,
 ) {
     let pending = pods.state();
-    let unschedulable: Vec<&Arc<Pod>> = pending.iter().filter(|pod| is_unschedulable_for(pod, scheduler)).collect();
+    let unschedulable: Vec<&Arc<Pod>> =
+        pending.iter().filter(|pod| is_unschedulable_for(pod, scheduler.name)).collect();
     limiter.forget_except(&unschedulable.iter().map(|pod| pod.uid().unwrap_or_default()).collect());
     let nrts = nrts.state();
+    let nrts_basis = nrts_basis(&nrts, scheduler.strategy);
     let now = tokio::time::Instant::now().into_std();
     for pod in unschedulable {
         let uid = pod.uid().unwrap_or_default();
-        if !limiter.due(&uid, now) {
+        let basis = basis(nrts_basis, pod);
+        if !limiter.due(&uid, now, basis) {
             continue;
         }
         if !budget.allows(std::time::Instant::now()) {
             break; // the next passes explain the rest
         }
         let started = std::time::Instant::now();
-        let explanation = explain_pod(pod, &nrts);
+        let explanation = explain_pod(pod, &nrts, scheduler.strategy);
         budget.spend(started.elapsed());
         // Tens of milliseconds of arithmetic at fleet scale: the other controllers' tasks run
         // between two explanations.
         tokio::task::yield_now().await;
         limiter.explained(&uid, now, explanation.first_reason);
-        if limiter.admit(&uid, &explanation.message, now) == Admission::Send {
-            let regarding = pod.object_ref(&());
-            ctx.event(&regarding, EventType::Warning, REASON, "Scheduling", explanation.message).await;
+        match limiter.admit(&uid, &explanation.message, now) {
+            Admission::Send => {
+                limiter.settled(&uid, basis);
+                let regarding = pod.object_ref(&());
+                ctx.event(&regarding, EventType::Warning, REASON, "Scheduling", explanation.message).await;
+            }
+            Admission::Same => limiter.settled(&uid, basis),
+            Admission::TooSoon | Admission::RateLimited => {}
         }
     }
     ctx.metrics.set_unschedulable(limiter.reasons());
@@ -171,13 +193,37 @@ async fn explain_rejections(
     }
 }
 
-/// `pod`'s placement against every NRT, by the fit rules `kubectl numa fit` applies.
-pub fn explain_pod(pod: &Pod, nrts: &[Arc<NodeResourceTopology>]) -> Explanation {
+/// `pod`'s placement against every NRT, by the fit rules `kubectl numa fit` applies with the
+/// scheduler's scoring `strategy`.
+pub fn explain_pod(pod: &Pod, nrts: &[Arc<NodeResourceTopology>], strategy: &ScoringStrategyParams) -> Explanation {
     let requests = PodRequests::from_pod(pod);
-    let strategy = ScoringStrategyParams::default();
     let verdicts: Vec<(String, numaresources_api::fit::NodeFit)> =
-        nrts.iter().map(|nrt| (nrt.name_any(), evaluate(&requests, Some(nrt), None, &strategy))).collect();
+        nrts.iter().map(|nrt| (nrt.name_any(), evaluate(&requests, Some(nrt), None, strategy))).collect();
     explain(&verdicts, EVENT_MESSAGE_LIMIT)
+}
+
+/// A digest of the NRTs (each one's name and resourceVersion: a changed NRT has a new one) and
+/// the scoring: what every pod's explanation in a pass is computed from, besides the pod. The
+/// NRTs are combined in any order, as the store lists them. A few microseconds per thousand NRTs.
+pub fn nrts_basis(nrts: &[Arc<NodeResourceTopology>], strategy: &ScoringStrategyParams) -> Basis {
+    let each = |nrt: &NodeResourceTopology| {
+        let mut hasher = DefaultHasher::new();
+        (nrt.metadata.name.as_deref(), nrt.metadata.resource_version.as_deref()).hash(&mut hasher);
+        hasher.finish()
+    };
+    let mut hasher = DefaultHasher::new();
+    nrts.iter().fold(0_u64, |sum, nrt| sum.wrapping_add(each(nrt))).hash(&mut hasher);
+    nrts.len().hash(&mut hasher);
+    format!("{strategy:?}").hash(&mut hasher);
+    hasher.finish()
+}
+
+/// What `pod`'s explanation is computed from: the pass's NRTs and scoring, and what the pod asks.
+pub fn basis(nrts_basis: Basis, pod: &Pod) -> Basis {
+    let mut hasher = DefaultHasher::new();
+    nrts_basis.hash(&mut hasher);
+    format!("{:?}", PodRequests::from_pod(pod)).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A pod `scheduler` tried and could not place: not bound, `PodScheduled=False` `Unschedulable`.

@@ -56,7 +56,7 @@ fn only_the_numa_schedulers_refused_unbound_pods_are_explained() {
 #[test]
 fn a_pending_pod_is_explained_from_every_nrt() {
     let nrts = [nrt("worker-0", &[2, 2]), nrt("worker-1", &[3])];
-    let explanation = explain_pod(&pod("dpdk", "4", SCHEDULER, None, true), &nrts);
+    let explanation = explain_pod(&pod("dpdk", "4", SCHEDULER, None, true), &nrts, &ScoringStrategyParams::default());
     assert_eq!(
         explanation.message,
         "0/2 nodes can take it on one NUMA zone; \
@@ -90,19 +90,56 @@ fn a_pod_gets_one_event_per_change_at_most_once_a_minute_within_the_cluster_wide
 }
 
 /// Explaining a pod against every NRT is the costly part: a pod is explained again only once its
-/// Event could go out again.
+/// Event could go out again, and only when what it is explained from changed since its Event
+/// said it.
 #[test]
-fn a_pod_is_explained_again_only_after_the_interval() {
+fn a_pod_is_explained_again_only_after_the_interval_and_only_from_something_new() {
     let start = Instant::now();
-    let mut limiter = Limiter::new(Duration::from_secs(60), 5.0, 50.0);
-    assert!(limiter.due("a", start));
+    let minute = Duration::from_secs(60);
+    let mut limiter = Limiter::new(minute, 5.0, 50.0);
+    assert!(limiter.due("a", start, 1));
     limiter.explained("a", start, Some(ReasonKind::Memory));
-    assert!(!limiter.due("a", start + Duration::from_secs(59)));
-    assert!(limiter.due("a", start + Duration::from_secs(60)));
+    assert!(!limiter.due("a", start + Duration::from_secs(59), 2));
+    // Not settled (its Event did not go out): explained again after the interval, whatever the basis.
+    assert!(limiter.due("a", start + minute, 1));
+    limiter.settled("a", 1);
+    assert!(!limiter.due("a", start + minute, 1), "its Event says what basis 1 gives");
+    assert!(!limiter.due("a", start + 10 * minute, 1), "nothing changed: never explained again");
+    assert!(limiter.due("a", start + minute, 2), "something changed");
     assert_eq!(limiter.reasons().collect::<Vec<_>>(), [Some(ReasonKind::Memory)]);
     limiter.forget_except(&HashSet::new());
-    assert!(limiter.due("a", start + Duration::from_secs(1)), "forgotten: explained at once when back");
+    assert!(limiter.due("a", start + Duration::from_secs(1), 1), "forgotten: explained at once when back");
     assert_eq!(limiter.reasons().count(), 0);
+}
+
+/// The basis changes with any NRT's resourceVersion, an NRT more or less, the scoring, and the
+/// pod's requests; not with the order the store lists the NRTs in, nor with the pod's status.
+#[test]
+fn an_explanations_basis_changes_with_what_the_explanation_reads() {
+    let with_version = |name: &str, version: &str| {
+        let mut nrt = (*nrt(name, &[4, 4])).clone();
+        nrt.metadata.resource_version = Some(version.to_owned());
+        Arc::new(nrt)
+    };
+    let least = ScoringStrategyParams::default();
+    let nrts = [with_version("worker-0", "1"), with_version("worker-1", "1")];
+    let base = nrts_basis(&nrts, &least);
+    let reversed = [nrts[1].clone(), nrts[0].clone()];
+    assert_eq!(nrts_basis(&reversed, &least), base, "order");
+    assert_ne!(nrts_basis(&[nrts[0].clone(), with_version("worker-1", "2")], &least), base, "a version");
+    assert_ne!(nrts_basis(&nrts[..1], &least), base, "an NRT fewer");
+    let most = ScoringStrategyParams {
+        type_: Some(numaresources_api::operator::ScoringStrategyType::MostAllocated),
+        ..ScoringStrategyParams::default()
+    };
+    assert_ne!(nrts_basis(&nrts, &most), base, "the scoring");
+
+    let pending = pod("dpdk", "4", SCHEDULER, None, true);
+    let mut retried = (*pending).clone();
+    retried.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].message = Some("tried again".into());
+    assert_eq!(basis(base, &pending), basis(base, &retried), "a scheduler retry");
+    assert_ne!(basis(base, &pending), basis(base, &pod("dpdk", "6", SCHEDULER, None, true)), "its requests");
+    assert_ne!(basis(base, &pending), basis(nrts_basis(&nrts[..1], &least), &pending));
 }
 
 #[test]
