@@ -32,6 +32,8 @@ pub struct ZoneRoom {
 pub struct NodeRoom {
     /// The topology manager policy.
     pub policy: String,
+    /// The topology manager scope (`container` or `pod`).
+    pub scope: String,
     /// Whether the kubelet enforces one NUMA zone per pod (`single-numa-node`); elsewhere the
     /// count is of the pods that would fit aligned, which the kubelet does not insist on.
     pub aligned: bool,
@@ -80,7 +82,8 @@ pub fn room(request: &Resources, nrt: &NodeResourceTopology, node: Option<&NodeR
         (Some((limit, _)), false) => *limit,
         (None, false) => 0,
     };
-    NodeRoom { policy: config.policy.clone(), aligned: config.filters(), zones: zone_rooms, node_limit, pods }
+    let aligned = config.filters();
+    NodeRoom { policy: config.policy, scope: config.scope, aligned, zones: zone_rooms, node_limit, pods }
 }
 
 /// What the Node allows: per requested resource (and pod slots), what is left over the request.

@@ -34,9 +34,33 @@ pub struct CapacityArgs {
     /// A device per pod, `NAME=COUNT` (`example.com/nic=1`); repeatable.
     #[arg(long = "device", value_name = "NAME=COUNT")]
     devices: Vec<String>,
+    /// Count only the nodes whose kubelet aligns at this Topology Manager scope (their NRT's
+    /// `topologyManagerScope`, `container` when it says none). A pod of one container is
+    /// aligned alike in both scopes: this picks the node groups to count.
+    #[arg(long, value_enum)]
+    scope: Option<Scope>,
     /// Output format: a table (default) or `json`.
     #[arg(short = 'o', long, value_enum)]
     output: Option<super::fit::Output>,
+}
+
+/// A Topology Manager scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scope {
+    /// Each container aligned on its own.
+    Container,
+    /// The whole pod aligned at once.
+    Pod,
+}
+
+impl Scope {
+    /// The kubelet's name of the scope.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Container => "container",
+            Self::Pod => "pod",
+        }
+    }
 }
 
 /// The answer, also its JSON form.
@@ -53,6 +77,19 @@ pub struct Answer {
     pub aligned_total: u64,
     /// Whether the Nodes and their pods could be read (else the node-level limit is unknown).
     pub nodes_known: bool,
+    /// The scope counted (`--scope`), and how many nodes of the other were left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopeCounted>,
+}
+
+/// What `--scope` left out.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScopeCounted {
+    /// The scope counted.
+    pub scope: &'static str,
+    /// The nodes of another scope, not counted.
+    pub nodes_left_out: usize,
 }
 
 /// One node's room.
@@ -100,7 +137,7 @@ pub async fn run(client: &kube::Client, args: CapacityArgs) -> anyhow::Result<Ex
     let nodes = fleet::node_resources(client).await;
     let bound = fleet::bound_pods(client).await;
     let on_nodes = fleet::with_bound_pods(nodes, bound.as_deref());
-    let answer = answer(&requests, given, &reports, on_nodes.as_ref());
+    let answer = answer(&requests, given, &reports, on_nodes.as_ref(), args.scope);
     super::print_answer(args.output, &answer, render_text)?;
     Ok(if answer.total > 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -111,6 +148,7 @@ pub fn answer(
     shape: BTreeMap<String, String>,
     reports: &[fleet::Report],
     nodes: Option<&BTreeMap<String, NodeResources>>,
+    scope: Option<Scope>,
 ) -> Answer {
     let mut answers: Vec<NodeAnswer> = reports
         .iter()
@@ -120,10 +158,15 @@ pub fn answer(
             NodeAnswer { room: room(requests, &report.nrt, node), node: name }
         })
         .collect();
+    let before = answers.len();
+    if let Some(scope) = scope {
+        answers.retain(|answer| answer.room.scope == scope.as_str());
+    }
+    let scope = scope.map(|scope| ScopeCounted { scope: scope.as_str(), nodes_left_out: before - answers.len() });
     answers.sort_by(|a, b| b.room.pods.cmp(&a.room.pods).then_with(|| a.node.cmp(&b.node)));
     let total = answers.iter().map(|n| n.room.pods).fold(0, u64::saturating_add);
     let aligned_total = answers.iter().filter(|n| n.room.aligned).map(|n| n.room.pods).fold(0, u64::saturating_add);
-    Answer { shape, nodes: answers, total, aligned_total, nodes_known: nodes.is_some() }
+    Answer { shape, nodes: answers, total, aligned_total, nodes_known: nodes.is_some(), scope }
 }
 
 /// The table: one line per node, its zones, then the total.
@@ -134,6 +177,12 @@ pub fn render_text(answer: &Answer, paint: Paint) -> String {
         out.push_str(
             "note: Nodes or Pods cannot be listed here: what the Nodes allow beyond their NUMA zones is not counted\n",
         );
+    }
+    if let Some(counted) = &answer.scope {
+        out.push_str(&format!(
+            "nodes whose kubelet aligns at {} scope only: {} of another scope left out\n",
+            counted.scope, counted.nodes_left_out
+        ));
     }
     let width = answer.nodes.iter().map(|n| n.node.len()).max().unwrap_or(4).max(4);
     out.push_str(&format!("{:width$}  {:18}  {:>5}  NUMA ZONES\n", "NODE", "POLICY", "PODS"));
@@ -183,6 +232,10 @@ mod tests {
     }
 
     fn report(name: &str, policy: &str, zones: &[(i64, &str)]) -> Report {
+        report_in_scope(name, policy, "container", zones)
+    }
+
+    fn report_in_scope(name: &str, policy: &str, scope: &str, zones: &[(i64, &str)]) -> Report {
         let zones: Vec<_> = zones
             .iter()
             .enumerate()
@@ -191,7 +244,8 @@ mod tests {
                 {"name": "memory", "capacity": memory, "allocatable": memory, "available": memory}]}))
             .collect();
         let nrt = serde_json::from_value(json!({"metadata": {"name": name},
-            "attributes": [{"name": "topologyManagerPolicy", "value": policy}], "zones": zones}))
+            "attributes": [{"name": "topologyManagerPolicy", "value": policy},
+                           {"name": "topologyManagerScope", "value": scope}], "zones": zones}))
         .unwrap();
         Report { nrt, age: Some(Age { seconds: 5, source: AgeSource::Reported }) }
     }
@@ -205,7 +259,7 @@ mod tests {
             report("worker-1", "best-effort", &[(16, "8Gi")]),
             report("worker-2", "single-numa-node", &[(2, "64Gi")]),
         ];
-        let text = render_text(&answer(&requests, shape, &reports, None), Paint::new(false));
+        let text = render_text(&answer(&requests, shape, &reports, None, None), Paint::new(false));
         assert_eq!(
             text,
             "pods of cpu 4, memory 8Gi (Guaranteed), each on one NUMA zone\n\
@@ -216,6 +270,26 @@ mod tests {
              worker-2  single-numa-node        0  node-0: 0 (cpu)\n\
              total: 4 pods on 3 nodes, 3 of them where the kubelet enforces one NUMA zone (single-numa-node)\n"
         );
+    }
+
+    #[test]
+    fn scope_counts_only_the_nodes_aligning_at_that_scope() {
+        let args = Cli::parse_from(["capacity", "--cpu", "4", "--memory", "8Gi", "--scope", "pod"]).capacity;
+        let (requests, shape) = args.shape().unwrap();
+        let reports = [
+            report_in_scope("worker-0", "single-numa-node", "pod", &[(8, "16Gi")]),
+            report("worker-1", "single-numa-node", &[(16, "64Gi")]),
+        ];
+        let counted = answer(&requests, shape.clone(), &reports, None, args.scope);
+        assert_eq!(counted.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["worker-0"]);
+        assert_eq!(counted.total, 2);
+        let text = render_text(&counted, Paint::new(false));
+        assert!(text.contains("nodes whose kubelet aligns at pod scope only: 1 of another scope left out"), "{text}");
+        let json = serde_json::to_value(&counted).unwrap();
+        assert_eq!(json["scope"], json!({"scope": "pod", "nodesLeftOut": 1}));
+        assert_eq!(json["nodes"][0]["scope"], "pod");
+        // Without --scope every node counts.
+        assert_eq!(answer(&requests, shape, &reports, None, None).total, 6);
     }
 
     #[test]
