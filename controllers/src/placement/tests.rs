@@ -211,6 +211,37 @@ fn refused_pod_scene() -> (crate::fake::FakeApi, Arc<crate::context::Context>) {
 
 const WORKER_0: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0";
 
+/// The cluster-wide budget holds against the fake API: 60 refused pods at once get the burst's
+/// 50 Events in the first pass; the other 10 wait for their pods' next minute, when the bucket
+/// has refilled.
+#[tokio::test(start_paused = true)]
+async fn sixty_pending_pods_at_once_get_the_bursts_fifty_events_then_the_rest() {
+    let (fake, ctx) = refused_pod_scene();
+    for i in 1..60 {
+        let name = format!("dpdk-{i}");
+        let mut pending = serde_json::to_value(&*pod(&name, "4", SCHEDULER, None, true)).unwrap();
+        pending["apiVersion"] = json!("v1");
+        pending["kind"] = json!("Pod");
+        fake.insert(&format!("/api/v1/namespaces/ns/pods/{name}"), pending);
+    }
+    let (stop, stopped) = numaresources_runtime::shutdown::Shutdown::manual();
+    let running = tokio::spawn(run(ctx.clone(), Box::pin(stopped.signaled())));
+    wait_for_events(&fake, EVENT_BURST as usize).await;
+    let first = tokio::time::Instant::now();
+    // Passes keep running (one at least every 10 s); none of them may publish more yet.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(fake.events(REASON).len(), EVENT_BURST as usize, "{:#?}", fake.events(REASON).len());
+    wait_for_events(&fake, 60).await;
+    assert!(first.elapsed() >= PER_POD_INTERVAL - Duration::from_secs(3), "after {:?}", first.elapsed());
+    let mut regarding: Vec<String> =
+        fake.events(REASON).iter().map(|e| e["regarding"]["name"].as_str().unwrap_or_default().to_owned()).collect();
+    regarding.sort();
+    regarding.dedup();
+    assert_eq!(regarding.len(), 60, "one Event per pod");
+    stop.fire();
+    running.await.unwrap();
+}
+
 /// Waits (in the test's paused time) until the fake holds `count` NUMAPlacement Events; the
 /// notes, oldest first.
 async fn wait_for_events(fake: &crate::fake::FakeApi, count: usize) -> Vec<String> {
