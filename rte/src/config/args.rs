@@ -112,7 +112,7 @@ pub struct Args {
     pub max_events_per_second: NonZeroU32,
 
     /// Republish an unchanged topology this often, as a Go duration; `0` never does.
-    #[arg(long, env = "NUMARESOURCES_RTE_HEARTBEAT", default_value = "60s")]
+    #[arg(long, env = HEARTBEAT_ENV, default_value = "60s")]
     pub heartbeat: Interval,
 
     /// Set the conditions `PodresourcesFetched` and `NodeTopologyUpdated` on the agent's own Pod
@@ -234,6 +234,10 @@ impl FromStr for Kubelet {
 /// A period given as a Go duration, `0` meaning off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Interval(pub Option<Duration>);
+
+/// The environment variable that sets the heartbeat (`--heartbeat`), as `numa doctor` reads it
+/// off an exporter's DaemonSet.
+pub const HEARTBEAT_ENV: &str = "NUMARESOURCES_RTE_HEARTBEAT";
 
 impl Interval {
     /// Every `period`; a zero period is off.

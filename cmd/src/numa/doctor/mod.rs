@@ -19,8 +19,10 @@ use super::style::Paint;
 
 /// The APIService our API server registers.
 const API_SERVICE: &str = "v1alpha2.topology.node.k8s.io";
-/// An NRT older than this has missed three exporter heartbeats (60 s each).
-pub const STALE_AFTER: Duration = Duration::from_secs(180);
+/// The exporter's heartbeat when its DaemonSet does not set one (the exporter's default).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(60);
+/// An NRT that missed this many heartbeats is stale.
+pub const STALE_HEARTBEATS: u32 = 3;
 /// The most nodes named in one line.
 const NAMED: usize = 5;
 
@@ -145,18 +147,18 @@ pub fn checks(observed: &Observed) -> Vec<Check> {
     use nodes::*;
     vec![
         api_service(&observed.api_service),
+        replicas(&observed.apiserver),
         exporters(&observed.exporters),
         coverage(observed),
-        freshness(&observed.reports),
+        freshness(&observed.reports, &observed.exporters),
         alignment(&observed.reports),
         kubelets(&observed.kubelets, &observed.reports),
         memory_per_zone(&observed.reports),
-        fingerprints(&observed.reports),
-        replicas(&observed.apiserver),
         scheduler(&observed.scheduler),
         scheduler_configuration(&observed.scheduler, &observed.scheduler_config),
         pod_webhook(&observed.pod_routing),
         certificates(&observed.certificates, observed.now),
+        fingerprints(&observed.reports),
     ]
 }
 /// Runs `doctor`.

@@ -1,13 +1,15 @@
 //! The checks of each node's link: its exporter, its NRT, what its kubelet can align.
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use numaresources_api::fit::TopologyManagerConfig;
 use numaresources_api::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT};
 use numaresources_controllers::kubelet as kubeletconfig;
+use numaresources_rte::config::{HEARTBEAT_ENV, Interval};
 use serde_json::Value;
 
-use super::{Check, NAMED, Observed, Read, STALE_AFTER, Status};
+use super::{Check, DEFAULT_HEARTBEAT, NAMED, Observed, Read, STALE_HEARTBEATS, Status};
 use crate::numa::fleet::Report;
 use crate::numa::style;
 
@@ -114,8 +116,36 @@ pub(super) fn coverage(observed: &Observed) -> Check {
     )
 }
 
-pub(super) fn freshness(read: &Read<Vec<Report>>) -> Check {
+/// The longest heartbeat any exporter DaemonSet sets (`--heartbeat` in its exporter's arguments,
+/// or `NUMARESOURCES_RTE_HEARTBEAT` in its environment), else the exporter's default; a
+/// heartbeat turned off (`0`) leaves the default, as the NRT then changes only with the node.
+pub(super) fn heartbeat(exporters: &Read<Vec<DaemonSet>>) -> Duration {
+    let Ok(exporters) = exporters else { return DEFAULT_HEARTBEAT };
+    let containers = exporters
+        .iter()
+        .filter_map(|ds| ds.spec.as_ref()?.template.spec.as_ref())
+        .flat_map(|spec| spec.containers.iter());
+    let mut set = Vec::new();
+    for container in containers {
+        let args = container.command.iter().flatten().chain(container.args.iter().flatten());
+        let mut args = args.peekable();
+        while let Some(arg) = args.next() {
+            if let Some(value) = arg.strip_prefix("--heartbeat=") {
+                set.push(value.to_owned());
+            } else if arg == "--heartbeat" {
+                set.extend(args.peek().map(|value| (*value).clone()));
+            }
+        }
+        let env = container.env.iter().flatten().filter(|e| e.name == HEARTBEAT_ENV);
+        set.extend(env.filter_map(|e| e.value.clone()));
+    }
+    let parsed = set.iter().filter_map(|value| value.parse::<Interval>().ok()?.0);
+    parsed.max().unwrap_or(DEFAULT_HEARTBEAT)
+}
+
+pub(super) fn freshness(read: &Read<Vec<Report>>, exporters: &Read<Vec<DaemonSet>>) -> Check {
     const NAME: &str = "NRT freshness";
+    let stale_after = heartbeat(exporters) * STALE_HEARTBEATS;
     let reports = match read {
         Err(error) => return Check::skip(NAME, format!("cannot list NRTs: {error}")),
         Ok(reports) => reports,
@@ -132,11 +162,12 @@ pub(super) fn freshness(read: &Read<Vec<Report>>) -> Check {
         .iter()
         .filter_map(|r| {
             let seconds = r.age?.seconds;
-            (seconds > STALE_AFTER.as_secs()).then(|| (r.nrt.metadata.name.clone().unwrap_or_default(), seconds))
+            (seconds > stale_after.as_secs()).then(|| (r.nrt.metadata.name.clone().unwrap_or_default(), seconds))
         })
         .collect();
     if stale.is_empty() {
-        return Check::ok(NAME, format!("{} NRTs, none older than three heartbeats", reports.len()));
+        let limit = style::age(stale_after.as_secs());
+        return Check::ok(NAME, format!("{} NRTs, none older than three heartbeats ({limit})", reports.len()));
     }
     stale.sort_by_key(|(_, age)| std::cmp::Reverse(*age));
     let nodes: Vec<String> = stale.iter().map(|(node, age)| format!("{node} ({})", style::age(*age))).collect();
@@ -144,7 +175,7 @@ pub(super) fn freshness(read: &Read<Vec<Report>>) -> Check {
         NAME,
         Status::Fail,
         (&nodes, reports.len()),
-        "NRTs are older than three heartbeats",
+        &format!("NRTs are older than three heartbeats ({})", style::age(stale_after.as_secs())),
         "the scheduler decides on old numbers there",
         "check the exporter pods on those nodes and their logs (kubectl get pods -A -o wide -l app.kubernetes.io/component=rte)",
     )

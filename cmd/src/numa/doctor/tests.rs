@@ -150,9 +150,35 @@ fn stale_or_missing_nrts_fail() {
     ]);
     let (status, detail) = status_of(&observed, "NRT freshness");
     assert_eq!(status, Status::Fail);
-    assert!(detail.starts_with("1 of 2 NRTs are older than three heartbeats: worker-1 (60m)"), "{detail}");
+    assert!(detail.starts_with("1 of 2 NRTs are older than three heartbeats (3m): worker-1 (60m)"), "{detail}");
     observed.reports = Ok(Vec::new());
     assert_eq!(status_of(&observed, "NRT freshness").0, Status::Fail);
+}
+
+/// Three heartbeats are the exporters' own: read off their DaemonSets (`--heartbeat`, or the
+/// environment), the longest of them; the exporter's default when none says.
+#[test]
+fn an_nrt_is_stale_after_three_of_the_exporters_own_heartbeats() {
+    let with_heartbeat = |args: serde_json::Value, env: serde_json::Value| -> DaemonSet {
+        serde_json::from_value(json!({"metadata": {"name": "numaresourcesoperator-worker"},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [
+                {"name": "rte", "args": args, "env": env}]}}},
+            "status": {"desiredNumberScheduled": 1, "numberReady": 1, "currentNumberScheduled": 1,
+                       "numberMisscheduled": 0}}))
+        .unwrap()
+    };
+    let mut observed = healthy();
+    observed.reports = Ok(vec![report("worker-0", "single-numa-node", true, true, 600)]);
+    assert_eq!(status_of(&observed, "NRT freshness").0, Status::Fail, "10m: over 3 x 60s");
+    observed.exporters = Ok(vec![with_heartbeat(json!(["rte", "--heartbeat=5m"]), json!([]))]);
+    let (status, detail) = status_of(&observed, "NRT freshness");
+    assert_eq!(status, Status::Ok, "{detail}");
+    assert!(detail.ends_with("none older than three heartbeats (15m)"), "{detail}");
+    observed.exporters = Ok(vec![with_heartbeat(json!(["--heartbeat", "2m"]), json!([]))]);
+    assert_eq!(status_of(&observed, "NRT freshness").0, Status::Fail, "10m: over 3 x 2m");
+    let env = json!([{"name": "NUMARESOURCES_RTE_HEARTBEAT", "value": "4m"}]);
+    observed.exporters = Ok(vec![with_heartbeat(json!([]), env)]);
+    assert_eq!(status_of(&observed, "NRT freshness").0, Status::Ok, "10m: within 3 x 4m");
 }
 
 #[test]
