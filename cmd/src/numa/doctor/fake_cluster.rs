@@ -159,6 +159,10 @@ enum Node {
     Refuses,
     /// Never bound: the scheduler says why.
     Unschedulable,
+    /// Bound to worker-0 and Running, and its NRT never shows it (an exporter that stopped).
+    NeverReported,
+    /// Bound to worker-0 and Running, shown in its NRT, which keeps the CPU once it is deleted.
+    KeepsTheCpu,
 }
 
 const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0";
@@ -175,7 +179,7 @@ async fn play(fake: FakeApi, node: Node) {
             (Some(path), None) => {
                 seen = Some(path.clone());
                 fake.edit(path, |pod| match node {
-                    Node::Aligns => {
+                    Node::Aligns | Node::NeverReported | Node::KeepsTheCpu => {
                         pod["spec"]["nodeName"] = json!("worker-0");
                         pod["status"] = json!({"phase": "Running"});
                     }
@@ -190,12 +194,14 @@ async fn play(fake: FakeApi, node: Node) {
                             "message": "0/1 nodes are available: 1 cannot align container"}]});
                     }
                 });
-                if matches!(node, Node::Aligns) {
+                if matches!(node, Node::Aligns | Node::KeepsTheCpu) {
                     fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("3"));
                 }
             }
             (None, Some(_)) => {
-                fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("4"));
+                if !matches!(node, Node::KeepsTheCpu) {
+                    fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("4"));
+                }
                 return;
             }
             _ => {}
@@ -205,7 +211,13 @@ async fn play(fake: FakeApi, node: Node) {
 }
 
 async fn probe_with(node: Node) -> (Vec<Check>, FakeApi) {
+    probe_on(node, |_| {}).await
+}
+
+/// [`probe_with`], once `prepare` has changed the healthy cluster.
+async fn probe_on(node: Node, prepare: impl FnOnce(&FakeApi)) -> (Vec<Check>, FakeApi) {
     let (fake, client) = healthy_cluster(Rbac::from_file(Path::new(DOCTOR_RBAC)));
+    prepare(&fake);
     let playing = tokio::spawn(play(fake.clone(), node));
     let groups = vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()] }];
     let settings = probe::ProbeSettings {
@@ -255,6 +267,42 @@ async fn a_probe_pod_never_bound_fails_with_the_schedulers_words() {
         checks[0].detail.ends_with("Unschedulable: 0/1 nodes are available: 1 cannot align container"),
         "{}",
         checks[0].detail
+    );
+    assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
+}
+
+#[tokio::test]
+async fn a_probe_pod_its_nrt_never_shows_fails_naming_the_exporter() {
+    let (checks, fake) = probe_with(Node::NeverReported).await;
+    assert_eq!(checks[0].status, Status::Fail, "{checks:#?}");
+    assert!(checks[0].detail.starts_with("worker-0's NRT did not show the probe pod's CPU within"), "{checks:#?}");
+    assert!(checks[0].fix.as_deref().unwrap_or_default().contains("exporter"), "{checks:#?}");
+    assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
+}
+
+#[tokio::test]
+async fn a_probe_pod_whose_cpu_the_nrt_keeps_after_deletion_fails() {
+    let (checks, fake) = probe_with(Node::KeepsTheCpu).await;
+    assert_eq!(checks[0].status, Status::Fail, "{checks:#?}");
+    assert!(checks[0].detail.starts_with("worker-0's NRT did not give the probe pod's CPU back within"), "{checks:#?}");
+    assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
+}
+
+/// The scheduler bound the probe where the NRT said it cannot fit: it is not filtering by the NRT.
+#[tokio::test]
+async fn a_probe_pod_bound_where_its_nrt_says_it_does_not_fit_fails() {
+    let no_cpu_left = |fake: &FakeApi| {
+        fake.edit(NRT_PATH, |nrt| {
+            for zone in nrt["zones"].as_array_mut().unwrap() {
+                zone["resources"][0]["available"] = json!("0");
+            }
+        });
+    };
+    let (checks, fake) = probe_on(Node::Aligns, no_cpu_left).await;
+    assert_eq!(checks[0].status, Status::Fail, "{checks:#?}");
+    assert_eq!(
+        checks[0].detail, "the probe pod was bound to worker-0, whose NRT said it cannot take it",
+        "{checks:#?}"
     );
     assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
 }
