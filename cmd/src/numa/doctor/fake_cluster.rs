@@ -163,14 +163,20 @@ enum Node {
     NeverReported,
     /// Bound to worker-0 and Running, shown in its NRT, which keeps the CPU once it is deleted.
     KeepsTheCpu,
+    /// [`Node::Aligns`], but its NRT shows the pod 2 s after it runs.
+    ShownLate,
 }
+
+/// How long [`Node::ShownLate`]'s NRT takes, in the play's 20 ms rounds.
+const LATE_ROUNDS: usize = 100;
 
 const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0";
 
 /// Plays the node's side until the probe pod is gone (at most 60 s of 20 ms rounds).
 async fn play(fake: FakeApi, node: Node) {
     let mut seen: Option<String> = None;
-    for _ in 0..3000 {
+    let mut seen_at = 0;
+    for round in 0..3000 {
         let probe = fake
             .paths()
             .into_iter()
@@ -178,8 +184,9 @@ async fn play(fake: FakeApi, node: Node) {
         match (&probe, &seen) {
             (Some(path), None) => {
                 seen = Some(path.clone());
+                seen_at = round;
                 fake.edit(path, |pod| match node {
-                    Node::Aligns | Node::NeverReported | Node::KeepsTheCpu => {
+                    Node::Aligns | Node::NeverReported | Node::KeepsTheCpu | Node::ShownLate => {
                         pod["spec"]["nodeName"] = json!("worker-0");
                         pod["status"] = json!({"phase": "Running"});
                     }
@@ -198,6 +205,9 @@ async fn play(fake: FakeApi, node: Node) {
                     fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("3"));
                 }
             }
+            (Some(_), Some(_)) if matches!(node, Node::ShownLate) && round == seen_at + LATE_ROUNDS => {
+                fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("3"));
+            }
             (None, Some(_)) => {
                 if !matches!(node, Node::KeepsTheCpu) {
                     fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("4"));
@@ -211,15 +221,20 @@ async fn play(fake: FakeApi, node: Node) {
 }
 
 async fn probe_with(node: Node) -> (Vec<Check>, FakeApi) {
-    probe_on(node, |_| {}).await
+    probe_on(node, |_| {}, Some(Duration::from_secs(10))).await
 }
 
-/// [`probe_with`], once `prepare` has changed the healthy cluster.
-async fn probe_on(node: Node, prepare: impl FnOnce(&FakeApi)) -> (Vec<Check>, FakeApi) {
+/// [`probe_with`], once `prepare` has changed the healthy cluster, the node group refreshing
+/// every `refresh_period`.
+async fn probe_on(
+    node: Node,
+    prepare: impl FnOnce(&FakeApi),
+    refresh_period: Option<Duration>,
+) -> (Vec<Check>, FakeApi) {
     let (fake, client) = healthy_cluster(Rbac::from_file(Path::new(DOCTOR_RBAC)));
     prepare(&fake);
     let playing = tokio::spawn(play(fake.clone(), node));
-    let groups = vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()] }];
+    let groups = vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()], refresh_period }];
     let settings = probe::ProbeSettings {
         scheduler_name: "topo-aware-scheduler".into(),
         image: None,
@@ -298,11 +313,27 @@ async fn a_probe_pod_bound_where_its_nrt_says_it_does_not_fit_fails() {
             }
         });
     };
-    let (checks, fake) = probe_on(Node::Aligns, no_cpu_left).await;
+    let (checks, fake) = probe_on(Node::Aligns, no_cpu_left, None).await;
     assert_eq!(checks[0].status, Status::Fail, "{checks:#?}");
     assert_eq!(
         checks[0].detail, "the probe pod was bound to worker-0, whose NRT said it cannot take it",
         "{checks:#?}"
     );
     assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
+}
+
+/// An NRT that shows the probe later than its node group's refresh period: the scheduler decides
+/// on old numbers that long after each change.
+#[tokio::test]
+async fn a_probe_pod_shown_later_than_the_refresh_period_warns() {
+    let (checks, fake) = probe_on(Node::ShownLate, |_| {}, Some(Duration::from_millis(100))).await;
+    assert_eq!(checks[0].status, Status::Warn, "{checks:#?}");
+    assert!(
+        checks[0].detail.ends_with("the NRT took longer than the node group's refresh period (0.1 s)"),
+        "{checks:#?}"
+    );
+    assert!(probe_namespaces(&fake).is_empty(), "left behind: {:?}", probe_namespaces(&fake));
+    // Within a period it is ok.
+    let (checks, _) = probe_on(Node::ShownLate, |_| {}, Some(Duration::from_secs(10))).await;
+    assert_eq!(checks[0].status, Status::Ok, "{checks:#?}");
 }

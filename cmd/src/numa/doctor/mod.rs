@@ -130,6 +130,9 @@ pub struct GroupNodes {
     pub pool: String,
     /// Its nodes, sorted.
     pub nodes: Vec<String>,
+    /// How often its exporters publish at the latest (`infoRefreshPeriod`; None: unknown, or
+    /// off).
+    pub refresh_period: Option<Duration>,
 }
 
 /// What the NUMA-aware scheduler is configured with.

@@ -174,7 +174,12 @@ async fn node_groups(client: &kube::Client, machine_config_pools: bool) -> Read<
         cluster_nodes::read(client, &spec.node_groups, machine_config_pools).await.map_err(|e| e.to_string())?;
     let resolution = nodegroups::resolve(&spec.node_groups, &nodes, pools.as_deref(), true)
         .map_err(|e| format!("the node groups do not resolve: {e}"))?;
-    Ok(Some(resolution.pools.into_iter().map(|pool| GroupNodes { pool: pool.pool, nodes: pool.nodes }).collect()))
+    let groups = resolution.pools.into_iter().map(|pool| GroupNodes {
+        refresh_period: pool.config.info_refresh_period.and_then(|p| p.to_std()).filter(|p| !p.is_zero()),
+        pool: pool.pool,
+        nodes: pool.nodes,
+    });
+    Ok(Some(groups.collect()))
 }
 
 /// Each node's exporter: `Running` when it runs and is Ready, else what it waits for (a

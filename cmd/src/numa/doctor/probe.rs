@@ -76,7 +76,24 @@ async fn probe_groups(
     for group in groups {
         let name = format!("probe {}", group.pool);
         let check = match probe_group(client, namespace, group, settings).await {
-            Ok(detail) => Check { name: name.into(), status: Status::Ok, detail, fix: None },
+            Ok(Passed { detail, shown_after }) => match group.refresh_period {
+                // The exporter polls within its period (and the probe every POLL): later than
+                // both, the scheduler decides on old numbers for that long after each change.
+                Some(period) if shown_after > period + 2 * POLL => Check {
+                    name: name.into(),
+                    status: Status::Warn,
+                    detail: format!(
+                        "{detail}; the NRT took longer than the node group's refresh period ({})",
+                        seconds(period)
+                    ),
+                    fix: Some(
+                        "check the exporter on that node and its logs, and the node group's infoRefreshMode \
+                         (Events or PeriodicAndEvents react to pods at once)"
+                            .to_owned(),
+                    ),
+                },
+                _ => Check { name: name.into(), status: Status::Ok, detail, fix: None },
+            },
             Err(Failed { detail, fix }) => Check { name: name.into(), status: Status::Fail, detail, fix: Some(fix) },
         };
         checks.push(check);
@@ -85,6 +102,13 @@ async fn probe_groups(
         checks.push(Check::skip("probe", "no node group with nodes to probe"));
     }
     checks
+}
+
+/// A probe that went through: what it saw, and how long the NRT took to show the pod.
+#[derive(Debug)]
+struct Passed {
+    detail: String,
+    shown_after: Duration,
 }
 
 /// Why a probe failed, and what to do.
@@ -103,7 +127,7 @@ async fn probe_group(
     namespace: &str,
     group: &GroupNodes,
     settings: &ProbeSettings,
-) -> Result<String, Failed> {
+) -> Result<Passed, Failed> {
     if group.nodes.is_empty() {
         return Err(failed("the node group has no node", "check the node group's selector against the nodes' labels"));
     }
@@ -147,7 +171,7 @@ async fn follow(
     before: &BTreeMap<String, NodeResourceTopology>,
     fitting: &[&String],
     timeout: Duration,
-) -> Result<String, Failed> {
+) -> Result<Passed, Failed> {
     // 1. Bound.
     let start = Instant::now();
     let node = loop {
@@ -237,12 +261,13 @@ async fn follow(
                 "check the exporter on that node and its logs",
             )
         })?;
-    Ok(format!(
+    let detail = format!(
         "bound to {node} (its NRT said it fits) in {}, admitted, shown in its NRT ({zone}) after {}, given back after {}",
         seconds(bound_after),
         seconds(shown_after),
         seconds(returned_at.elapsed())
-    ))
+    );
+    Ok(Passed { detail, shown_after })
 }
 
 /// Polls `node`'s NRT until `seen` finds what it looks for in its zones' available CPU.

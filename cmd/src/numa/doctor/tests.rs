@@ -38,7 +38,11 @@ fn healthy() -> Observed {
         scheduler: Ok(Some(scheduler)),
         exporters: Ok(vec![exporters("numaresourcesoperator-worker", 3, 3)]),
         exporter_pods: Ok(BTreeMap::from([("worker-0".to_owned(), "Running".to_owned())])),
-        node_groups: Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()] }])),
+        node_groups: Ok(Some(vec![GroupNodes {
+            pool: "worker".into(),
+            nodes: vec!["worker-0".into()],
+            refresh_period: None,
+        }])),
         kubelets: Ok(BTreeMap::from([("worker-0".to_owned(), Ok(aligned_kubelet()))])),
         scheduler_config: Ok(Some(SchedulerConfig {
             scheduler_name: "topo-aware-scheduler".into(),
@@ -281,7 +285,7 @@ fn a_missing_or_unavailable_scheduler_fails() {
 fn nodes_of_a_node_group_without_an_exporter_or_an_nrt_fail() {
     let mut observed = healthy();
     let nodes = vec!["worker-0".to_owned(), "worker-1".to_owned(), "worker-2".to_owned()];
-    observed.node_groups = Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes }]));
+    observed.node_groups = Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes, refresh_period: None }]));
     observed.exporter_pods = Ok(BTreeMap::from([
         ("worker-0".to_owned(), "Running".to_owned()),
         ("worker-1".to_owned(), "CrashLoopBackOff".to_owned()),
@@ -299,13 +303,15 @@ fn nodes_of_a_node_group_without_an_exporter_or_an_nrt_fail() {
     observed.exporter_pods = Err("pods is forbidden".into());
     let (_, detail) = status_of(&observed, "nodes covered");
     assert!(detail.starts_with("2 of 3 nodes of the node groups are not covered: worker-1 (no NRT)"), "{detail}");
-    observed.node_groups = Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()] }]));
+    observed.node_groups =
+        Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes: vec!["worker-0".into()], refresh_period: None }]));
     let (status, detail) = status_of(&observed, "nodes covered");
     assert_eq!(status, Status::Ok);
     assert!(detail.ends_with("an NRT (exporter pods not read: pods is forbidden)"), "{detail}");
     observed.node_groups = Ok(None);
     assert_eq!(status_of(&observed, "nodes covered").0, Status::Skip);
-    observed.node_groups = Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes: Vec::new() }]));
+    observed.node_groups =
+        Ok(Some(vec![GroupNodes { pool: "worker".into(), nodes: Vec::new(), refresh_period: None }]));
     assert_eq!(status_of(&observed, "nodes covered").0, Status::Warn);
 }
 
