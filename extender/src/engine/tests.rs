@@ -174,3 +174,117 @@ fn least_numa_nodes_scores_by_the_numa_nodes_the_pod_takes() {
     // pair cannot be said to be the closest).
     assert_eq!(score("12"), MAX_EXTENDER_PRIORITY - 3);
 }
+
+mod properties {
+    //! Whatever the pod and the candidates, every candidate gets exactly one answer and nothing
+    //! panics: the verbs face kube-scheduler's requests, built from any pod a user can create.
+
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A quantity as users write them: whole, milli, binary and decimal suffixes, zero, huge.
+    fn quantity() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0u64..64).prop_map(|n| n.to_string()),
+            (1u64..64_000).prop_map(|n| format!("{n}m")),
+            (0u64..512).prop_map(|n| format!("{n}Gi")),
+            (0u64..4096).prop_map(|n| format!("{n}Mi")),
+            Just("9223372036854775807".to_owned()),
+            Just("1e3".to_owned()),
+        ]
+    }
+
+    fn resources() -> impl Strategy<Value = serde_json::Value> {
+        let name = prop_oneof![
+            Just("cpu"),
+            Just("memory"),
+            Just("hugepages-1Gi"),
+            Just("hugepages-2Mi"),
+            Just("example.com/nic"),
+            Just("ephemeral-storage")
+        ];
+        proptest::collection::btree_map(name, quantity(), 0..5).prop_map(|map| json!(map))
+    }
+
+    /// A container; `guaranteed` makes its requests its limits.
+    fn container(index: usize) -> impl Strategy<Value = serde_json::Value> {
+        (resources(), resources(), any::<bool>(), any::<bool>()).prop_map(
+            move |(requests, limits, guaranteed, sidecar)| {
+                let resources = if guaranteed {
+                    json!({"requests": limits.clone(), "limits": limits})
+                } else {
+                    json!({"requests": requests, "limits": limits})
+                };
+                let mut container = json!({"name": format!("c{index}"), "resources": resources});
+                if sidecar {
+                    container["restartPolicy"] = json!("Always");
+                }
+                container
+            },
+        )
+    }
+
+    fn pod() -> impl Strategy<Value = Pod> {
+        let containers = (1usize..4).prop_flat_map(|n| (0..n).map(container).collect::<Vec<_>>());
+        let init = (0usize..3).prop_flat_map(|n| (0..n).map(|i| container(10 + i)).collect::<Vec<_>>());
+        (containers, init).prop_map(|(containers, init)| {
+            serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "uid": "uid-p"},
+                "spec": {"containers": containers, "initContainers": init}}))
+            .unwrap()
+        })
+    }
+
+    /// Five nodes of every policy and scope, and names of nodes it has no NRT for, repeated or not.
+    fn engine_and_candidates() -> impl Strategy<Value = (Engine, Vec<String>)> {
+        let nodes = ["worker-0", "worker-1", "worker-2", "worker-3", "worker-4", "bare", ""];
+        let candidates = proptest::collection::vec(proptest::sample::select(nodes.to_vec()), 0..12)
+            .prop_map(|names| names.into_iter().map(str::to_owned).collect::<Vec<_>>());
+        let free = proptest::array::uniform2(0i64..9);
+        (proptest::collection::vec(free, 5), candidates, any::<bool>()).prop_map(|(free, candidates, pod_scope)| {
+            let mut engine = engine();
+            let policies = ["single-numa-node", "restricted", "best-effort", "none", "single-numa-node"];
+            for (i, (policy, free)) in policies.iter().zip(free).enumerate() {
+                let mut nrt = numaresources_testkit::nrt::with_cpus(&format!("worker-{i}"), &free, policy, &[]);
+                if pod_scope {
+                    nrt["attributes"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "topologyManagerScope", "value": "pod"}));
+                }
+                engine.nrt_changed(serde_json::from_value(nrt).unwrap());
+            }
+            (engine, candidates)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_candidate_is_answered_once_and_prioritize_scores_within_range(
+            pod in pod(),
+            (engine, candidates) in engine_and_candidates(),
+        ) {
+            let result = engine.filter(&pod, candidates.clone());
+            let passing = result.node_names.clone().unwrap_or_default();
+            let failed = result.failed_nodes.clone().unwrap_or_default();
+            let unresolvable = result.failed_and_unresolvable_nodes.clone().unwrap_or_default();
+            let distinct: BTreeSet<&String> = candidates.iter().collect();
+            let answered: BTreeSet<&String> = passing.iter().chain(failed.keys()).chain(unresolvable.keys()).collect();
+            prop_assert_eq!(&answered, &distinct);
+            for name in &distinct {
+                let times = usize::from(passing.contains(name)) + usize::from(failed.contains_key(*name))
+                    + usize::from(unresolvable.contains_key(*name));
+                prop_assert_eq!(times, 1, "{} answered {} times: {:?}", name, times, result);
+            }
+            prop_assert!(failed.values().chain(unresolvable.values()).all(|reason| reason.starts_with("numa: ")));
+            let scores = engine.prioritize(&pod, passing.clone());
+            prop_assert_eq!(scores.len(), passing.len());
+            prop_assert!(scores.iter().all(|s| (0..=MAX_EXTENDER_PRIORITY).contains(&s.score)), "{:?}", scores);
+            serde_json::to_vec(&result).unwrap();
+        }
+    }
+}
