@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use numaresources_api::fit::TopologyManagerConfig;
-use numaresources_api::nrt::well_known::{ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT};
+use numaresources_api::nrt::well_known::{
+    ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT, ZONE_TYPE_NODE, numa_id_from_zone_name,
+};
 use numaresources_controllers::kubelet as kubeletconfig;
 use numaresources_rte::config::{HEARTBEAT_ENV, Interval};
 use serde_json::Value;
@@ -254,7 +256,12 @@ pub(super) fn kubelets(read: &Read<BTreeMap<String, Read<Value>>>, reports: &Rea
             ));
         }
     }
-    let running: Vec<String> = settings.iter().map(|(facts, count)| format!("{count} run {facts}")).collect();
+    let mut running: Vec<String> = settings.iter().map(|(facts, count)| format!("{count} run {facts}")).collect();
+    if let Ok(reports) = reports {
+        running.extend(reserved_cpu_consequences(
+            reports.iter().filter(|r| r.nrt.metadata.name.as_ref().is_some_and(|name| answers.contains_key(name))),
+        ));
+    }
     if !mismatched.is_empty() {
         return on_nodes(
             NAME,
@@ -267,10 +274,15 @@ pub(super) fn kubelets(read: &Read<BTreeMap<String, Read<Value>>>, reports: &Rea
         );
     }
     if let Some(alignment) = kubeletconfig::describe_alignment(&gaps) {
+        let mut detail =
+            format!("kubelets that cannot give NUMA-aligned placement: {alignment}; {}", running.join("; "));
+        if !silent.is_empty() {
+            detail.push_str(&format!("; did not answer: {}", named(&silent)));
+        }
         return Check::problem(
             NAME,
             Status::Warn,
-            format!("kubelets that cannot give NUMA-aligned placement: {alignment}"),
+            detail,
             "set cpuManagerPolicy: static, memoryManagerPolicy: Static and topologyManagerPolicy: \
              single-numa-node (with reservedSystemCPUs and reservedMemory) on the nodes that run aligned pods",
         );
@@ -286,6 +298,49 @@ pub(super) fn kubelets(read: &Read<BTreeMap<String, Read<Value>>>, reports: &Rea
         );
     }
     Check::ok(NAME, running.join("; "))
+}
+
+/// What the reserved CPUs do to alignment, from the NRTs (a zone's CPU capacity less its
+/// allocatable is what the kubelet keeps from pinned containers there): where they leave one
+/// zone fewer CPUs than another, the largest container that still aligns there is smaller. One
+/// line per pattern, naming its nodes.
+fn reserved_cpu_consequences<'a>(reports: impl Iterator<Item = &'a Report>) -> Option<String> {
+    let mut by_pattern: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for report in reports {
+        let cpus = |q: &numaresources_api::quantity::Quantity| q.ceil_milli_i64().unwrap_or(0) / 1000;
+        let zones: Vec<(u32, i64, i64)> = report
+            .nrt
+            .zones
+            .iter()
+            .filter(|zone| zone.zone_type == ZONE_TYPE_NODE)
+            .filter_map(|zone| {
+                let id = numa_id_from_zone_name(&zone.name)?;
+                let cpu = zone.resources.iter().find(|r| r.name == "cpu")?;
+                Some((id, cpus(&cpu.capacity), cpus(&cpu.allocatable)))
+            })
+            .collect();
+        let Some(most) = zones.iter().map(|(_, _, allocatable)| *allocatable).max() else { continue };
+        let short: Vec<&(u32, i64, i64)> = zones.iter().filter(|(_, _, allocatable)| *allocatable < most).collect();
+        if short.is_empty() || zones.iter().all(|(_, capacity, allocatable)| capacity == allocatable) {
+            continue;
+        }
+        let widest: Vec<String> =
+            zones.iter().filter(|(_, _, a)| *a == most).map(|(id, _, _)| format!("NUMA {id}")).collect();
+        let offers: Vec<String> = short
+            .iter()
+            .map(|(id, capacity, allocatable)| format!("NUMA {id} offers {allocatable} of {capacity}"))
+            .collect();
+        let fewest = short.iter().map(|(_, _, allocatable)| *allocatable).max().unwrap_or(0);
+        let pattern = format!(
+            "reserved CPUs: {} CPUs, so a container asking more than {fewest} aligns only on {}",
+            offers.join(", "),
+            widest.join(" or ")
+        );
+        by_pattern.entry(pattern).or_default().push(report.nrt.metadata.name.clone().unwrap_or_default());
+    }
+    let lines: Vec<String> =
+        by_pattern.into_iter().map(|(pattern, nodes)| format!("{pattern} ({})", named(&nodes))).collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
 }
 
 /// The settings of one kubelet that decide NUMA alignment.

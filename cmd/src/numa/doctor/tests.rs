@@ -346,6 +346,46 @@ fn kubelets_that_cannot_align_warn_with_the_consequence() {
     assert!(detail.contains("Topology Manager policy none: the kubelet admits pods it cannot align"), "{detail}");
 }
 
+/// Reserved CPUs on one zone leave it fewer CPUs to pin: the largest container that aligns there
+/// is smaller, and the check says so, from the NRTs' capacity and allocatable.
+#[test]
+fn reserved_cpus_on_one_zone_are_spelled_out() {
+    let mut observed = healthy();
+    let zone = |id: u32, allocatable: u32| {
+        json!({"name": format!("node-{id}"), "type": "Node", "resources": [
+            {"name": "cpu", "capacity": "32", "allocatable": allocatable.to_string(), "available": "8"}]})
+    };
+    let reported = |policy: &str| {
+        let nrt = serde_json::from_value(json!({"metadata": {"name": "worker-0"},
+            "attributes": [{"name": "topologyManagerPolicy", "value": policy}],
+            "zones": [zone(0, 30), zone(1, 32)]}))
+        .unwrap();
+        Ok(vec![Report { nrt, age: Some(Age { seconds: 5, source: AgeSource::Reported }) }])
+    };
+    observed.reports = reported("single-numa-node");
+    let (status, detail) = status_of(&observed, "kubelets");
+    assert_eq!(status, Status::Ok, "{detail}");
+    assert!(
+        detail.ends_with(
+            "reserved CPUs: NUMA 0 offers 30 of 32 CPUs, so a container asking more than 30 aligns only on NUMA 1 \
+             (worker-0)"
+        ),
+        "{detail}"
+    );
+    // The kubelets that cannot align say it too, with the settings and who did not answer.
+    observed.reports = reported("none");
+    let defaults = json!({"kubeReserved": {"cpu": "100m"}});
+    observed.kubelets = Ok(BTreeMap::from([
+        ("worker-0".to_owned(), Ok(defaults)),
+        ("worker-1".to_owned(), Err("no preferred addresses found".into())),
+    ]));
+    let (status, detail) = status_of(&observed, "kubelets");
+    assert_eq!(status, Status::Warn);
+    assert!(detail.contains("; 1 run CPU manager none"), "{detail}");
+    assert!(detail.contains("reserved CPUs: NUMA 0 offers 30 of 32 CPUs"), "{detail}");
+    assert!(detail.ends_with("; did not answer: worker-1 (no preferred addresses found)"), "{detail}");
+}
+
 #[test]
 fn an_nrt_that_reports_another_policy_than_its_kubelet_runs_fails() {
     let mut observed = healthy();
