@@ -43,6 +43,12 @@ fuzz_target!(|body: &[u8]| {
     let unresolvable = filtered.failed_and_unresolvable_nodes.clone().unwrap_or_default();
     let answered: BTreeSet<&String> = passing.iter().chain(failed.keys()).chain(unresolvable.keys()).collect();
     assert_eq!(answered, candidates.iter().collect::<BTreeSet<_>>(), "every candidate answered");
+    for name in &answered {
+        let times = usize::from(passing.contains(name))
+            + usize::from(failed.contains_key(*name))
+            + usize::from(unresolvable.contains_key(*name));
+        assert_eq!(times, 1, "{name} answered {times} times");
+    }
     let scores = engine.prioritize(&pod, passing.clone());
     assert_eq!(scores.len(), passing.len());
     serde_json::to_vec(&filtered).expect("an answer encodes");

@@ -209,8 +209,9 @@ mod properties {
         proptest::collection::btree_map(name, quantity(), 0..5).prop_map(|map| json!(map))
     }
 
-    /// A container; `guaranteed` makes its requests its limits.
-    fn container(index: usize) -> impl Strategy<Value = serde_json::Value> {
+    /// A container; `guaranteed` makes its requests its limits; an init container may be a
+    /// sidecar (`restartPolicy: Always`, which only init containers may set).
+    fn container(index: usize, init: bool) -> impl Strategy<Value = serde_json::Value> {
         (resources(), resources(), any::<bool>(), any::<bool>()).prop_map(
             move |(requests, limits, guaranteed, sidecar)| {
                 let resources = if guaranteed {
@@ -219,7 +220,7 @@ mod properties {
                     json!({"requests": requests, "limits": limits})
                 };
                 let mut container = json!({"name": format!("c{index}"), "resources": resources});
-                if sidecar {
+                if init && sidecar {
                     container["restartPolicy"] = json!("Always");
                 }
                 container
@@ -228,8 +229,8 @@ mod properties {
     }
 
     fn pod() -> impl Strategy<Value = Pod> {
-        let containers = (1usize..4).prop_flat_map(|n| (0..n).map(container).collect::<Vec<_>>());
-        let init = (0usize..3).prop_flat_map(|n| (0..n).map(|i| container(10 + i)).collect::<Vec<_>>());
+        let containers = (1usize..4).prop_flat_map(|n| (0..n).map(|i| container(i, false)).collect::<Vec<_>>());
+        let init = (0usize..3).prop_flat_map(|n| (0..n).map(|i| container(10 + i, true)).collect::<Vec<_>>());
         (containers, init).prop_map(|(containers, init)| {
             serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns", "uid": "uid-p"},
                 "spec": {"containers": containers, "initContainers": init}}))
@@ -237,31 +238,51 @@ mod properties {
         })
     }
 
-    /// Five nodes of every policy and scope, and names of nodes it has no NRT for, repeated or not.
+    /// Five nodes of every policy and scope, one with more NUMA nodes than a kubelet with a
+    /// policy runs on, and names of nodes it has no NRT for, repeated or not.
     fn engine_and_candidates() -> impl Strategy<Value = (Engine, Vec<String>)> {
-        let nodes = ["worker-0", "worker-1", "worker-2", "worker-3", "worker-4", "bare", ""];
+        let nodes = ["worker-0", "worker-1", "worker-2", "worker-3", "worker-4", "worker-wide", "bare", ""];
         let candidates = proptest::collection::vec(proptest::sample::select(nodes.to_vec()), 0..12)
             .prop_map(|names| names.into_iter().map(str::to_owned).collect::<Vec<_>>());
         let free = proptest::array::uniform2(0i64..9);
-        (proptest::collection::vec(free, 5), candidates, any::<bool>()).prop_map(|(free, candidates, pod_scope)| {
-            let mut engine = engine();
-            let policies = ["single-numa-node", "restricted", "best-effort", "none", "single-numa-node"];
-            for (i, (policy, free)) in policies.iter().zip(free).enumerate() {
-                let mut nrt = numaresources_testkit::nrt::with_cpus(&format!("worker-{i}"), &free, policy, &[]);
-                if pod_scope {
-                    nrt["attributes"]
-                        .as_array_mut()
-                        .unwrap()
-                        .push(json!({"name": "topologyManagerScope", "value": "pod"}));
-                }
-                engine.nrt_changed(serde_json::from_value(nrt).unwrap());
+        (proptest::collection::vec(free, 5), candidates, any::<bool>())
+            .prop_map(|(free, candidates, pod_scope)| (nodes_of_every_kind(&free, pod_scope), candidates))
+    }
+
+    /// worker-0..4 with these free CPUs per zone (single-numa-node, restricted, best-effort,
+    /// none, single-numa-node), in pod scope or not, and worker-wide with nine NUMA nodes.
+    fn nodes_of_every_kind(free: &[[i64; 2]], pod_scope: bool) -> Engine {
+        let mut engine = engine();
+        let policies = ["single-numa-node", "restricted", "best-effort", "none", "single-numa-node"];
+        for (i, (policy, free)) in policies.iter().zip(free).enumerate() {
+            let mut nrt = numaresources_testkit::nrt::with_cpus(&format!("worker-{i}"), free, policy, &[]);
+            if pod_scope {
+                nrt["attributes"].as_array_mut().unwrap().push(json!({"name": "topologyManagerScope", "value": "pod"}));
             }
-            (engine, candidates)
-        })
+            engine.nrt_changed(serde_json::from_value(nrt).unwrap());
+        }
+        let wide = numaresources_testkit::nrt::with_cpus("worker-wide", &[4; 9], "single-numa-node", &[]);
+        engine.nrt_changed(serde_json::from_value(wide).unwrap());
+        engine
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// The nine-NUMA node refuses every pod that aligns anything as no preemption helps.
+        #[test]
+        fn a_machine_over_the_kubelets_numa_limit_is_unresolvable(pod in pod()) {
+            let engine = nodes_of_every_kind(&[[4, 4]; 5], false);
+            let result = engine.filter(&pod, vec!["worker-wide".to_owned()]);
+            let unresolvable = result.failed_and_unresolvable_nodes.unwrap_or_default();
+            let passing = result.node_names.unwrap_or_default();
+            prop_assert_eq!(unresolvable.len() + passing.len(), 1);
+            if let Some(reason) = unresolvable.get("worker-wide") {
+                prop_assert!(reason.contains("max-allowable-numa-nodes"), "{}", reason);
+            }
+            let guaranteed = engine.filter(&super::pod("g", "1", None, false), vec!["worker-wide".to_owned()]);
+            prop_assert!(guaranteed.failed_and_unresolvable_nodes.unwrap_or_default().contains_key("worker-wide"));
+        }
 
         #[test]
         fn every_candidate_is_answered_once_and_prioritize_scores_within_range(
@@ -281,6 +302,12 @@ mod properties {
                 prop_assert_eq!(times, 1, "{} answered {} times: {:?}", name, times, result);
             }
             prop_assert!(failed.values().chain(unresolvable.values()).all(|reason| reason.starts_with("numa: ")));
+            // The passing nodes in the candidates' order.
+            let in_order: Vec<&String> = candidates
+                .iter()
+                .filter(|name| !failed.contains_key(*name) && !unresolvable.contains_key(*name))
+                .collect();
+            prop_assert_eq!(passing.iter().collect::<Vec<_>>(), in_order);
             let scores = engine.prioritize(&pod, passing.clone());
             prop_assert_eq!(scores.len(), passing.len());
             prop_assert!(scores.iter().all(|s| (0..=MAX_EXTENDER_PRIORITY).contains(&s.score)), "{:?}", scores);

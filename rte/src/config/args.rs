@@ -112,7 +112,7 @@ pub struct Args {
     pub max_events_per_second: NonZeroU32,
 
     /// Republish an unchanged topology this often, as a Go duration; `0` never does.
-    #[arg(long, env = HEARTBEAT_ENV, default_value = "60s")]
+    #[arg(long, env = HEARTBEAT_ENV, default_value = DEFAULT_HEARTBEAT)]
     pub heartbeat: Interval,
 
     /// Set the conditions `PodresourcesFetched` and `NodeTopologyUpdated` on the agent's own Pod
@@ -238,6 +238,8 @@ pub struct Interval(pub Option<Duration>);
 /// The environment variable that sets the heartbeat (`--heartbeat`), as `numa doctor` reads it
 /// off an exporter's DaemonSet.
 pub const HEARTBEAT_ENV: &str = "NUMARESOURCES_RTE_HEARTBEAT";
+/// The heartbeat when neither `--heartbeat` nor [`HEARTBEAT_ENV`] sets one.
+pub const DEFAULT_HEARTBEAT: &str = "60s";
 
 impl Interval {
     /// Every `period`; a zero period is off.

@@ -25,8 +25,8 @@ use std::time::Duration;
 use numaresources_api::exporter::TopologyManager;
 
 pub use args::{
-    Args, HEARTBEAT_ENV, Interval, Kubelet, MIN_ALLOCATION_POLL, MetricsMode, NO_KUBELET, OutputFormat,
-    UnmanagedMemory, klog_log_level,
+    Args, DEFAULT_HEARTBEAT, HEARTBEAT_ENV, Interval, Kubelet, MIN_ALLOCATION_POLL, MetricsMode, NO_KUBELET,
+    OutputFormat, UnmanagedMemory, klog_log_level,
 };
 pub use environment::{Environment, ProcessEnvironment, default_operator_config};
 

@@ -139,7 +139,7 @@ impl LayoutKey {
 
 /// The most distinct layouts kept for sharing (a cluster has a handful of hardware kinds); a
 /// machine of another gets a layout of its own.
-pub const SHARED_LAYOUTS: usize = 64;
+const SHARED_LAYOUTS: usize = 64;
 
 /// The one layout of every machine built from `key`.
 fn shared_layout(key: LayoutKey) -> Arc<Layout> {
@@ -149,6 +149,10 @@ fn shared_layout(key: LayoutKey) -> Arc<Layout> {
         return layout.clone();
     }
     let layout = Arc::new(key.layout());
+    if shared.len() >= SHARED_LAYOUTS {
+        // Layouts no machine holds any more (a device plugin gone, hugepages resized) make room.
+        shared.retain(|_, layout| Arc::strong_count(layout) > 1);
+    }
     if shared.len() < SHARED_LAYOUTS {
         shared.insert(key, layout.clone());
     }
@@ -224,7 +228,7 @@ impl Machine {
     /// Reads a word of each cache line the machine's own amounts sit on, and returns them mixed:
     /// see [`super::Node::touch`].
     pub(super) fn touch(&self) -> u64 {
-        // Amounts are 24 bytes: every third row starts a new 64-byte line at the latest.
+        // Rows are 24 bytes: reading every other one (48 bytes apart) touches every 64-byte line.
         let rows = self.amounts.iter().step_by(2);
         rows.fold(Arc::as_ptr(&self.layout).addr() as u64, |mixed, row| mixed ^ row.available as u64)
     }
@@ -280,5 +284,50 @@ impl Machine {
         }
         let least = self.layout.least_distance.get(mask.count() as usize).copied().flatten();
         matches!((hints::average_distance(mask, &self.layout.distances), least), (Some(at), Some(least)) if at <= least)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nrt(zones: serde_json::Value) -> NodeResourceTopology {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "worker"}, "zones": zones})).unwrap()
+    }
+
+    fn zone(id: u32, resources: &[&str]) -> serde_json::Value {
+        let resources: Vec<_> = resources
+            .iter()
+            .map(|name| serde_json::json!({"name": name, "capacity": "4", "allocatable": "4", "available": "4"}))
+            .collect();
+        serde_json::json!({"name": format!("node-{id}"), "type": "Node", "resources": resources})
+    }
+
+    /// Names over 16 bytes that share their length and first and last eight bytes are told apart
+    /// by a full comparison; short ones by their words alone.
+    #[test]
+    fn resource_names_are_matched_exactly() {
+        let (a, b) = ("example.com/aa-netdevice", "example.com/bb-netdevice");
+        assert_eq!(words(a), words(b));
+        let machine = Machine::of(&nrt(serde_json::json!([zone(0, &[a, "cpu"]), zone(1, &["cpu"])])));
+        assert!(machine.resource(a).is_some());
+        assert!(machine.resource(b).is_none());
+        assert!(machine.resource("cpu").is_some_and(|zones| zones.iter().count() == 2));
+        for other in ["cp", "cpuu", "", "memory"] {
+            assert!(machine.resource(other).is_none(), "{other}");
+        }
+    }
+
+    /// Machines of the same hardware share one layout; another resource list, or other NUMA ids,
+    /// is another layout; a zone listed twice counts once.
+    #[test]
+    fn layouts_are_shared_by_the_same_hardware_only() {
+        let two = || Machine::of(&nrt(serde_json::json!([zone(0, &["cpu"]), zone(1, &["cpu"])])));
+        assert!(Arc::ptr_eq(&two().layout, &two().layout));
+        let with_nic = Machine::of(&nrt(serde_json::json!([zone(0, &["cpu"]), zone(1, &["cpu", "example.com/nic"])])));
+        assert!(!Arc::ptr_eq(&two().layout, &with_nic.layout));
+        let repeated = Machine::of(&nrt(serde_json::json!([zone(0, &["cpu"]), zone(0, &["cpu"])])));
+        assert_eq!(repeated.layout.ids, [0]);
+        assert_eq!(repeated.resource("cpu").map(|zones| zones.iter().count()), Some(1));
     }
 }

@@ -44,7 +44,6 @@ use compact_str::CompactString;
 use serde::Serialize;
 
 pub use hints::{Distances, Hint, MAX_PERMUTATIONS, Mask, Merged, ResourceHints, Tiebreak};
-pub use machine::SHARED_LAYOUTS;
 use machine::{Amounts, Machine, Zones};
 
 use super::pod::{Amount, PodRequests, Requester, Resources};

@@ -163,20 +163,22 @@ enum Node {
     NeverReported,
     /// Bound to worker-0 and Running, shown in its NRT, which keeps the CPU once it is deleted.
     KeepsTheCpu,
-    /// [`Node::Aligns`], but its NRT shows the pod 2 s after it runs.
+    /// [`Node::Aligns`], but its NRT shows the pod [`LATE`] after it runs.
     ShownLate,
 }
 
-/// How long [`Node::ShownLate`]'s NRT takes, in the play's 20 ms rounds.
-const LATE_ROUNDS: usize = 100;
+/// How long [`Node::ShownLate`]'s NRT takes: over the 0.1 s refresh period and two polls, well
+/// within the 5 s each probe step may take here.
+const LATE: Duration = Duration::from_secs(2);
 
 const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-0";
 
 /// Plays the node's side until the probe pod is gone (at most 60 s of 20 ms rounds).
 async fn play(fake: FakeApi, node: Node) {
     let mut seen: Option<String> = None;
-    let mut seen_at = 0;
-    for round in 0..3000 {
+    let mut seen_at = tokio::time::Instant::now();
+    let mut late_shown = false;
+    for _ in 0..3000 {
         let probe = fake
             .paths()
             .into_iter()
@@ -184,7 +186,7 @@ async fn play(fake: FakeApi, node: Node) {
         match (&probe, &seen) {
             (Some(path), None) => {
                 seen = Some(path.clone());
-                seen_at = round;
+                seen_at = tokio::time::Instant::now();
                 fake.edit(path, |pod| match node {
                     Node::Aligns | Node::NeverReported | Node::KeepsTheCpu | Node::ShownLate => {
                         pod["spec"]["nodeName"] = json!("worker-0");
@@ -205,7 +207,8 @@ async fn play(fake: FakeApi, node: Node) {
                     fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("3"));
                 }
             }
-            (Some(_), Some(_)) if matches!(node, Node::ShownLate) && round == seen_at + LATE_ROUNDS => {
+            (Some(_), Some(_)) if matches!(node, Node::ShownLate) && !late_shown && seen_at.elapsed() >= LATE => {
+                late_shown = true;
                 fake.edit(NRT_PATH, |nrt| nrt["zones"][0]["resources"][0]["available"] = json!("3"));
             }
             (None, Some(_)) => {
@@ -238,7 +241,7 @@ async fn probe_on(
     let settings = probe::ProbeSettings {
         scheduler_name: "topo-aware-scheduler".into(),
         image: None,
-        timeout: Duration::from_secs(3),
+        timeout: Duration::from_secs(5),
     };
     let checks = probe::probe(&client, &groups, &settings).await;
     playing.abort();

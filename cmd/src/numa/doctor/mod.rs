@@ -19,8 +19,6 @@ use super::style::Paint;
 
 /// The APIService our API server registers.
 const API_SERVICE: &str = "v1alpha2.topology.node.k8s.io";
-/// The exporter's heartbeat when its DaemonSet does not set one (the exporter's default).
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(60);
 /// An NRT that missed this many heartbeats is stale.
 pub const STALE_HEARTBEATS: u32 = 3;
 /// The most nodes named in one line.

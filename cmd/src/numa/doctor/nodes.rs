@@ -8,10 +8,10 @@ use numaresources_api::nrt::well_known::{
     ATTR_MEMORY_NUMA_MANAGED, ATTR_PODS_FINGERPRINT, ZONE_TYPE_NODE, numa_id_from_zone_name,
 };
 use numaresources_controllers::kubelet as kubeletconfig;
-use numaresources_rte::config::{HEARTBEAT_ENV, Interval};
+use numaresources_rte::config::{DEFAULT_HEARTBEAT, HEARTBEAT_ENV, Interval};
 use serde_json::Value;
 
-use super::{Check, DEFAULT_HEARTBEAT, NAMED, Observed, Read, STALE_HEARTBEATS, Status};
+use super::{Check, NAMED, Observed, Read, STALE_HEARTBEATS, Status};
 use crate::numa::fleet::Report;
 use crate::numa::style;
 
@@ -118,11 +118,13 @@ pub(super) fn coverage(observed: &Observed) -> Check {
     )
 }
 
-/// The longest heartbeat any exporter DaemonSet sets (`--heartbeat` in its exporter's arguments,
-/// or `NUMARESOURCES_RTE_HEARTBEAT` in its environment), else the exporter's default; a
-/// heartbeat turned off (`0`) leaves the default, as the NRT then changes only with the node.
-pub(super) fn heartbeat(exporters: &Read<Vec<DaemonSet>>) -> Duration {
-    let Ok(exporters) = exporters else { return DEFAULT_HEARTBEAT };
+/// The longest heartbeat any exporter DaemonSet sets (`--heartbeat` in its exporter's command or
+/// arguments, or `NUMARESOURCES_RTE_HEARTBEAT` in its environment), else the exporter's default;
+/// None when one turns it off (`0`): its exporters publish only on change, so an unchanged node's
+/// NRT grows old by design.
+pub(super) fn heartbeat(exporters: &Read<Vec<DaemonSet>>) -> Option<Duration> {
+    let default = DEFAULT_HEARTBEAT.parse::<Interval>().ok().and_then(|i| i.0);
+    let Ok(exporters) = exporters else { return default };
     let containers = exporters
         .iter()
         .filter_map(|ds| ds.spec.as_ref()?.template.spec.as_ref())
@@ -141,13 +143,16 @@ pub(super) fn heartbeat(exporters: &Read<Vec<DaemonSet>>) -> Duration {
         let env = container.env.iter().flatten().filter(|e| e.name == HEARTBEAT_ENV);
         set.extend(env.filter_map(|e| e.value.clone()));
     }
-    let parsed = set.iter().filter_map(|value| value.parse::<Interval>().ok()?.0);
-    parsed.max().unwrap_or(DEFAULT_HEARTBEAT)
+    let parsed: Vec<Option<Duration>> =
+        set.iter().filter_map(|value| Some(value.parse::<Interval>().ok()?.0)).collect();
+    if parsed.iter().any(Option::is_none) {
+        return None;
+    }
+    parsed.into_iter().flatten().max().or(default)
 }
 
 pub(super) fn freshness(read: &Read<Vec<Report>>, exporters: &Read<Vec<DaemonSet>>) -> Check {
     const NAME: &str = "NRT freshness";
-    let stale_after = heartbeat(exporters) * STALE_HEARTBEATS;
     let reports = match read {
         Err(error) => return Check::skip(NAME, format!("cannot list NRTs: {error}")),
         Ok(reports) => reports,
@@ -160,6 +165,17 @@ pub(super) fn freshness(read: &Read<Vec<Report>>, exporters: &Read<Vec<DaemonSet
             "check that a NUMAResourcesOperator selects nodes and that its exporter pods run (kubectl get numaresourcesoperator -o yaml)",
         );
     }
+    let Some(heartbeat) = heartbeat(exporters) else {
+        return Check::ok(
+            NAME,
+            format!(
+                "{} NRTs; an exporter's heartbeat is off (--heartbeat 0), so an unchanged node's NRT grows old by \
+                 design: their age is not judged",
+                reports.len()
+            ),
+        );
+    };
+    let stale_after = heartbeat * STALE_HEARTBEATS;
     let mut stale: Vec<(String, u64)> = reports
         .iter()
         .filter_map(|r| {
@@ -330,9 +346,9 @@ fn reserved_cpu_consequences<'a>(reports: impl Iterator<Item = &'a Report>) -> O
             .iter()
             .map(|(id, capacity, allocatable)| format!("NUMA {id} offers {allocatable} of {capacity}"))
             .collect();
-        let fewest = short.iter().map(|(_, _, allocatable)| *allocatable).max().unwrap_or(0);
+        let most_elsewhere = short.iter().map(|(_, _, allocatable)| *allocatable).max().unwrap_or(0);
         let pattern = format!(
-            "reserved CPUs: {} CPUs, so a container asking more than {fewest} aligns only on {}",
+            "reserved CPUs: {} CPUs, so a container asking more than {most_elsewhere} aligns only on {}",
             offers.join(", "),
             widest.join(" or ")
         );

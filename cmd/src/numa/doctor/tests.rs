@@ -183,6 +183,17 @@ fn an_nrt_is_stale_after_three_of_the_exporters_own_heartbeats() {
     let env = json!([{"name": "NUMARESOURCES_RTE_HEARTBEAT", "value": "4m"}]);
     observed.exporters = Ok(vec![with_heartbeat(json!([]), env)]);
     assert_eq!(status_of(&observed, "NRT freshness").0, Status::Ok, "10m: within 3 x 4m");
+    // Turned off: an unchanged node's NRT grows old by design, and is not judged.
+    observed.exporters = Ok(vec![with_heartbeat(json!(["--heartbeat=0"]), json!([]))]);
+    let (status, detail) = status_of(&observed, "NRT freshness");
+    assert_eq!(status, Status::Ok, "{detail}");
+    assert!(detail.contains("heartbeat is off"), "{detail}");
+    // In the command rather than the arguments.
+    let mut in_command = with_heartbeat(json!([]), json!([]));
+    let container = &mut in_command.spec.as_mut().unwrap().template.spec.as_mut().unwrap().containers[0];
+    container.command = Some(vec!["/bin/numaresources".into(), "rte".into(), "--heartbeat".into(), "1m".into()]);
+    observed.exporters = Ok(vec![in_command]);
+    assert_eq!(status_of(&observed, "NRT freshness").0, Status::Fail, "10m: over 3 x 1m");
 }
 
 #[test]
